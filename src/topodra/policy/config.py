@@ -15,6 +15,7 @@ import re
 from typing import Annotated, Any
 
 from pydantic import (
+    AliasChoices,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -117,32 +118,40 @@ class PolicyConfig(BaseModel):
 
     reserved_cpus: CPUSetField | None = Field(
         default=None,
-        alias="reservedCPUs",
+        validation_alias=AliasChoices("reservedCPUs", "reserved_cpus"),
+        serialization_alias="reservedCPUs",
         description="CPUs kept for system and kube-system containers, e.g. '0-1'.",
     )
     reserved_cpu_count: int | None = Field(
         default=None,
-        alias="reservedCPUCount",
+        validation_alias=AliasChoices("reservedCPUCount", "reserved_cpu_count"),
+        serialization_alias="reservedCPUCount",
         description="Reserve this many CPUs (a quantity like 2 or 750m, rounded up), picked topology-packed.",
     )
     available_cpus: CPUSetField | None = Field(
         default=None,
-        alias="availableCPUs",
+        validation_alias=AliasChoices("availableCPUs", "available_cpus"),
+        serialization_alias="availableCPUs",
         description="The CPUs the policy may use (default: every online CPU).",
     )
     excluded_cpus: CPUSetField | None = Field(
-        default=None, alias="excludedCPUs", description="CPUs the policy must never use."
+        default=None,
+        validation_alias=AliasChoices("excludedCPUs", "excluded_cpus"),
+        serialization_alias="excludedCPUs",
+        description="CPUs the policy must never use.",
     )
     pin_cpu: bool = Field(default=True, description="Set containers' cpuset.cpus.")
     pin_memory: bool = Field(default=True, description="Set containers' cpuset.mems.")
     prefer_isolated_cpus: bool = Field(
         default=True,
-        alias="preferIsolatedCPUs",
+        validation_alias=AliasChoices("preferIsolatedCPUs", "prefer_isolated_cpus"),
+        serialization_alias="preferIsolatedCPUs",
         description="Give 1-2 CPU exclusive containers kernel-isolated CPUs when there are free ones.",
     )
     prefer_shared_cpus: bool = Field(
         default=False,
-        alias="preferSharedCPUs",
+        validation_alias=AliasChoices("preferSharedCPUs", "prefer_shared_cpus"),
+        serialization_alias="preferSharedCPUs",
         description="Run whole-CPU Guaranteed containers on shared CPUs instead of exclusive ones.",
     )
     reserved_pool_namespaces: tuple[str, ...] = Field(
@@ -151,7 +160,8 @@ class PolicyConfig(BaseModel):
     )
     default_cpu_priority: CPUPriority = Field(
         default=CPUPriority.NONE,
-        alias="defaultCPUPriority",
+        validation_alias=AliasChoices("defaultCPUPriority", "default_cpu_priority"),
+        serialization_alias="defaultCPUPriority",
         description="Core kind exclusive CPUs prefer: high (P-cores), low (E-cores), normal/none (any).",
     )
     default_memory_types: tuple[MemoryKind, ...] = Field(

@@ -112,7 +112,10 @@ class Policy:
                     f"reservedCPUCount {cfg.reserved_cpu_count}: only {len(cand)} non-isolated CPUs are "
                     "available and at least one must stay for containers"
                 )
-            picked = pack(tree, 0, cand.mask, cfg.reserved_cpu_count)
+            # Start at the lowest CPU (where the kernel keeps its housekeeping), topology-packed.
+            first = cand.first()
+            anchor = tree.core_of.get(first, 1 << first) & cand.mask
+            picked = pack_near(tree, 0, anchor, cand.mask, cfg.reserved_cpu_count)
             assert picked is not None  # enough candidates were checked above
             reserved = CPUSet.from_mask(picked)
         else:
@@ -184,6 +187,10 @@ class Policy:
 
     def assignments(self) -> dict[str, Assignment]:
         return dict(sorted(self._assigned.items()))
+
+    def grants(self) -> dict[str, Grant]:
+        """Every container's grant, by container id (preserve containers included)."""
+        return dict(sorted(self._grants.items()))
 
     def grant(self, container_id: str) -> Grant | None:
         """The policy's record for one container (kind, pool, exclusive CPUs ...)."""
@@ -525,9 +532,12 @@ class Policy:
         self._touched = {}
         self._assignment_cache.clear()
         before = self._shared_masks()
+        claimed_before = self._claimed
         try:
             body()
             if reported is None:
+                if not self._config.pin_cpu and self._claimed != claimed_before:
+                    self._touched.update(dict.fromkeys(self._grants))  # unpinned containers avoid claims
                 changes, assigned = self._diff(before, subject)
             else:
                 changes, assigned = self._diff_reported(reported)
@@ -1004,6 +1014,7 @@ class Policy:
                 0 if clean_fit else 1,
                 -p.depth,
                 use.bit_count(),
+                self._milli[i],  # on a tie, disturb fewer shared containers
                 i,
             )
             rows.append((key, i, use, cand))
