@@ -98,7 +98,9 @@ def check_invariants(p: Policy) -> None:
             continue  # thinned sets are checked by their own tests
         if g.kind is GrantKind.CLAIMED:
             union = CPUSet()
-            for c in g.request.claims:
+            assert g.claims, f"{cid}: claimed container without claims"
+            assert set(g.claims) <= set(g.request.claims)
+            for c in g.claims:
                 union |= claims[c]
             assert cpus == union, f"{cid}: claimed container on {cpus}, claims hold {union}"
         elif g.kind is GrantKind.RESERVED:

@@ -31,6 +31,7 @@ class Grant:
     hide_hyperthreads: bool = False
     memory_preserve: bool = False
     degraded: str = ""  # why this grant is not what the request asked for (after sync/reconfigure)
+    claims: tuple[str, ...] = ()  # the DRA claims a claimed container runs on
 
     @property
     def follows_pool(self) -> bool:

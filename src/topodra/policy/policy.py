@@ -636,9 +636,8 @@ class Policy:
         pods[g.pool] = pods.get(g.pool, 0) + 1
         spaces = self._ns_pools.setdefault(req.namespace, {})
         spaces[g.pool] = spaces.get(g.pool, 0) + 1
-        if g.kind is GrantKind.CLAIMED:
-            for claim in req.claims:
-                self._claim_users.setdefault(claim, {})[cid] = None
+        for claim in g.claims:
+            self._claim_users.setdefault(claim, {})[cid] = None
 
     def _unindex(self, cid: str, g: Grant) -> None:
         req = g.request
@@ -661,13 +660,11 @@ class Policy:
                 del counts[g.pool]
                 if not counts:
                     del table[key]
-        if g.kind is GrantKind.CLAIMED:
-            for claim in req.claims:
-                users = self._claim_users.get(claim)
-                if users is not None:
-                    users.pop(cid, None)
-                    if not users:
-                        del self._claim_users[claim]
+        for claim in g.claims:
+            users = self._claim_users[claim]
+            del users[cid]
+            if not users:
+                del self._claim_users[claim]
 
     def _set_claim(self, claim_id: str, mask: int | None) -> None:
         old = self._claims.get(claim_id)
@@ -687,8 +684,8 @@ class Policy:
             return None
         if kind is GrantKind.CLAIMED:
             cpus = 0
-            for claim in g.request.claims:
-                cpus |= self._claims.get(claim, 0)
+            for claim in g.claims:
+                cpus |= self._claims[claim]
         elif not self._config.pin_cpu:
             cpus = self._allowed & ~self._claimed
         elif kind is GrantKind.RESERVED:
@@ -812,7 +809,13 @@ class Policy:
             mem_pool, mems = self._memory_for(req, need, pool)
             exact = self._claim_mems(need, cpus, mem_pool)
             return Grant(
-                request=req, kind=kind, pool=pool, mem_pool=mem_pool, mems=exact or mems, memory=need.memory,
+                request=req,
+                kind=kind,
+                pool=pool,
+                mem_pool=mem_pool,
+                mems=exact or mems,
+                memory=need.memory,
+                claims=need.claims,
                 **common,
             )
         if kind is GrantKind.RESERVED:

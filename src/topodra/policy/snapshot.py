@@ -114,6 +114,7 @@ def dump(policy: Policy) -> dict[str, Any]:
                     "hideHyperthreads": g.hide_hyperthreads,
                     "memoryPreserve": g.memory_preserve,
                     "degraded": g.degraded,
+                    "claims": list(g.claims),
                 },
                 "assignment": None if a is None else {"cpus": a.cpus.format(), "mems": a.mems.format()},
             }
@@ -182,8 +183,21 @@ def load(cls: type[Policy], topology: Topology, snap: Any) -> Policy:
             raise PolicyError(f"snapshot: {where}: exclusive CPUs {gd.get('exclusive')!r} are not grantable")
         if (kind in (GrantKind.EXCLUSIVE, GrantKind.MIXED)) != bool(exclusive):
             raise PolicyError(f"snapshot: {where}: a {kind.value} grant with exclusive CPUs {gd.get('exclusive')!r}")
-        if kind is GrantKind.CLAIMED and any(c not in policy._claims for c in req.claims):
-            raise PolicyError(f"snapshot: {where}: refers to claims that are not in the snapshot")
+        grant_claims = _field(gd, "claims", list, where)
+        if not all(isinstance(c, str) and c in policy._claims for c in grant_claims):
+            raise PolicyError(f"snapshot: {where}: claims {grant_claims!r} are not all in the snapshot")
+        if not set(grant_claims) <= set(req.claims):
+            raise PolicyError(f"snapshot: {where}: grant claims {grant_claims!r} are not the request's")
+        if (kind is GrantKind.CLAIMED) != bool(grant_claims):
+            raise PolicyError(f"snapshot: {where}: a {kind.value} grant with claims {grant_claims!r}")
+        for key in ("milli", "memory"):
+            if _field(gd, key, int, where) < 0:
+                raise PolicyError(f"snapshot: {where}: {key} must not be negative")
+        mems = _cpus(gd.get("mems"), f"{where}.mems").mask
+        if mems & ~CPUSet(topology.nodes).mask:
+            raise PolicyError(f"snapshot: {where}: mems {gd.get('mems')!r} names nodes this machine does not have")
+        if pools[1] not in policy.pools[pools[0]].path:
+            raise PolicyError(f"snapshot: {where}: memory pool {gd['memPool']!r} does not hold pool {gd['pool']!r}")
         grant = Grant(
             request=req,
             kind=kind,
@@ -192,11 +206,12 @@ def load(cls: type[Policy], topology: Topology, snap: Any) -> Policy:
             isolated=bool(_field(gd, "isolated", bool, where)),
             milli=_field(gd, "milli", int, where),
             mem_pool=pools[1],
-            mems=_cpus(gd.get("mems"), f"{where}.mems").mask,
+            mems=mems,
             memory=_field(gd, "memory", int, where),
             hide_hyperthreads=bool(_field(gd, "hideHyperthreads", bool, where)),
             memory_preserve=bool(_field(gd, "memoryPreserve", bool, where)),
             degraded=_field(gd, "degraded", str, where),
+            claims=tuple(grant_claims),
         )
         policy._put(req.id, grant)
         recorded[req.id] = item.get("assignment")
