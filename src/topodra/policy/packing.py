@@ -85,7 +85,7 @@ class _Packer:
         while remaining > 0 and rows:
             rem = remaining % threads
             best = None
-            best_key: tuple[int, int, int] | None = None
+            best_key: tuple[int, int, int, int] | None = None
             for row in rows:
                 c, free, cl, lim = row
                 if lim < remaining:
@@ -93,11 +93,12 @@ class _Packer:
                 if strict:
                     if cl + min(free - cl, rem) < remaining:
                         continue
-                    key = (cl, free, c)
+                    # An odd remainder is free on a half-used core; best fit on whole cores.
+                    key = (0 if free - cl >= rem else 1, cl, free, c)
                 else:
                     if free < remaining:
                         continue
-                    key = (free, free, c)
+                    key = (0, free, free, c)
                 if best_key is None or key < best_key:
                     best, best_key = row, key
             if best is not None:

@@ -1009,13 +1009,18 @@ class Policy:
             kind_fit = pref.bit_count() >= n
             use, clean = (pref, clean_pref & p.cpus) if kind_fit else (cand, clean_all & p.cpus)
             clean_n = clean.bit_count()
-            clean_fit = clean_n + min((use & ~clean).bit_count(), n % threads) >= n
+            half = (use & ~clean).bit_count()  # free threads of half-used cores
+            rem = n % threads
+            clean_fit = clean_n + min(half, rem) >= n
             key = (
                 self._mem_fit(i, need),
                 0 if i == hint_pool else 1,
                 0 if kind_fit else 1,
                 0 if clean_fit else 1,
                 -p.depth,
+                0 if half >= rem else 1,  # an odd remainder fills a half-used core
+                # best fit on whole cores, top down: the fullest socket, NUMA node, then L3
+                tuple((clean_all & self._pools[a].cpus).bit_count() for a in p.path[1:]),
                 use.bit_count(),
                 self._milli[i],  # on a tie, disturb fewer shared containers
                 i,
