@@ -21,6 +21,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from benchmarks.common import Result, percentile
 from topodra.cpuset import CPUSet
@@ -38,8 +39,8 @@ def _machines() -> list[tuple[str, Topology]]:
     """The 2-socket and the largest tree: real fixtures when discovery is available."""
     out: list[tuple[str, Topology]] = []
     try:  # the sysfs reader comes from the topology part
-        fixtures = importlib.import_module("topodra.topology.fixtures")
-        sysfs = importlib.import_module("topodra.topology.sysfs")
+        fixtures: Any = importlib.import_module("topodra.topology.fixtures")
+        sysfs: Any = importlib.import_module("topodra.topology.sysfs")
     except ImportError:
         fixtures = sysfs = None
     if fixtures is not None and sysfs is not None:
