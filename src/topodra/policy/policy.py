@@ -162,6 +162,7 @@ class Policy:
                 if len(p.path) > len(self._cpu_pools.get(c, ())):
                     self._cpu_pools[c] = p.path
         self._mem_size_cache: dict[tuple[int, frozenset[MemoryKind]], int] = {}
+        self._missing_cache: dict[frozenset[MemoryKind], list[int]] = {}
         self._assignment_cache: dict[tuple[int, int], Assignment] = {}
 
     # ------------------------------------------------------------- properties
@@ -825,7 +826,7 @@ class Policy:
             )
         for p in reversed(self._pools[pool].path):
             nodes = self._pools[p].nodes_of(kinds)
-            if not nodes:
+            if not nodes or self._missing_kinds(kinds)[p]:
                 continue
             if need.memory <= 0 or self._mem_free(p, kinds) >= need.memory:
                 return p, nodes
@@ -911,10 +912,21 @@ class Policy:
             **common,
         )
 
+    def _missing_kinds(self, kinds: frozenset[MemoryKind]) -> list[int]:
+        """Per pool: how many of the wanted memory kinds this machine has but the pool lacks."""
+        got = self._missing_cache.get(kinds)
+        if got is None:
+            root = self._pools[0].memory
+            got = [sum(1 for k in kinds if k in root and k not in p.memory) for p in self._pools]
+            self._missing_cache[kinds] = got
+        return got
+
     def _mem_fit(self, pool: int, need: Need) -> int:
+        """0 when the pool has every wanted memory kind and room for the request; higher is worse."""
+        missing = self._missing_kinds(need.memory_kinds)[pool]
         if need.memory <= 0:
-            return 0
-        return 0 if self._mem_free(pool, need.memory_kinds) >= need.memory else 1
+            return 2 * missing
+        return 2 * missing + (0 if self._mem_free(pool, need.memory_kinds) >= need.memory else 1)
 
     def _level_distance(self, pool: Pool, level: TopologyLevel) -> int:
         target = _LEVEL_RANK[level]
@@ -933,7 +945,7 @@ class Policy:
         spaces = self._ns_pools.get(req.namespace, {}) if self._config.colocate_namespaces else {}
         level = self._level_dist[need.unlimited_level] if need.unlimited_level is not None else None
         limit = need.burst_limit
-        with_memory = need.memory > 0
+        with_memory = need.memory > 0 or any(self._missing_kinds(need.memory_kinds))
         depth = self._depth
         best, best_key = -1, None
         for i in range(len(counts)):
