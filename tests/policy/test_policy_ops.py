@@ -487,7 +487,7 @@ def test_restore_rejects_bad_snapshots() -> None:
     with pytest.raises(PolicyError, match="unknown qos"):
         Policy.restore(p.topology, bad)
     bad = json.loads(json.dumps(snap))
-    bad["config"]["pinCpu"] = "perhaps"
+    bad["config"]["pinCPU"] = "perhaps"
     with pytest.raises(PolicyError, match="invalid config"):
         Policy.restore(p.topology, bad)
     with pytest.raises(PolicyError, match="expected an object"):

@@ -45,7 +45,7 @@ CONFIGS = [
     {"preferSharedCPUs": True},
     {"pinMemory": False, "defaultCPUPriority": "low"},
     {"colocatePods": True, "unlimitedBurstable": "numa"},
-    {"pinCpu": False},
+    {"pinCPU": False},
 ]
 
 ANNOTATIONS = [
