@@ -204,6 +204,7 @@ def test_annotation_parsing_never_crashes(annotations: dict[str, str]) -> None:
     except PolicyError as e:
         assert any(k in str(e) for k in annotations)
         return
-    n = classify(guaranteed("a", 2, annotations=annotations), PolicyConfig(), has_reserved=True, has_isolated=True)
+    req = guaranteed("a", 2, annotations=annotations, name="c")
+    n = classify(req, PolicyConfig(), has_reserved=True, has_isolated=True)
     assert n.kind in set(GrantKind)
     assert prefs.hide_hyperthreads in (True, False)
