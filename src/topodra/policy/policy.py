@@ -302,9 +302,9 @@ class Policy:
             # Move the biggest grants first: they are the hardest to fit.
             for cid in sorted(victims, key=lambda c: (-olds[c].exclusive.bit_count(), c)):
                 g = olds[cid]
-                need = self._classify(g.request)
+                need, note = self._classify_for_sync(g.request)
                 try:
-                    new = self._place(g.request, need, hint=g, keep=g.exclusive & ~mask)
+                    new = self._with_note(self._place(g.request, need, hint=g, keep=g.exclusive & ~mask), note)
                 except PolicyError as e:
                     raise PolicyError(
                         f"claim {claim_id!r} of CPUs {cpus} refused: {_where(g.request)} holds "
@@ -525,7 +525,11 @@ class Policy:
         need = reading(False)
         if need.kind is GrantKind.CLAIMED:
             missing = [c for c in need.claims if c not in self._claims]
-            if missing:
+            known = tuple(c for c in need.claims if c in self._claims)
+            if missing and known:
+                notes.append(f"claims {', '.join(map(repr, missing))} are not prepared; pinned to the others")
+                need = replace(need, claims=known)
+            elif missing:
                 notes.append(f"claims {', '.join(map(repr, missing))} are not prepared; placed by its CPU request")
                 need = reading(True)
         if not self._pools[0].nodes_of(need.memory_kinds):
@@ -1159,15 +1163,11 @@ class Policy:
 
     def _replace_claimed(self, g: Grant, why: str) -> Grant:
         """Re-place a claim-pinned container after one of its claims went away."""
-        remaining = tuple(c for c in g.request.claims if c in self._claims)
-        need = self._classify(g.request, ignore_claims=not remaining)
-        if remaining:
-            need = replace(need, claims=remaining)
+        need, _ = self._classify_for_sync(g.request)  # pinned to the claims that remain, if any
         try:
             new = self._place(g.request, need)
         except PolicyError:
-            need = replace(self._classify(g.request, ignore_claims=True), kind=GrantKind.SHARED, exclusive=0)
-            new = self._place(g.request, need)
+            new = self._place(g.request, replace(need, kind=GrantKind.SHARED, exclusive=0, claims=()))
         return replace(new, degraded=why)
 
     def _rebalance(self, what: str, taken: int) -> None:
