@@ -159,8 +159,8 @@ def build_group_tree(topology: Topology, allowed: CPUSet) -> GroupTree:
     core_masks = sorted(set(core_of.values()), key=lambda m: m & -m)
     for g in reversed(groups):  # children before parents
         if g.children:
-            inner = [c for child in g.children for c in groups[child].cores]
-            g.cores = tuple(sorted(inner, key=lambda m: m & -m))
+            nested = [m for child in g.children for m in groups[child].cores]
+            g.cores = tuple(sorted(nested, key=lambda m: m & -m))
         else:
             inside = {core_of[c] for c in CPUSet.from_mask(g.mask)}
             g.cores = tuple(sorted((m for m in inside if m & g.mask == m), key=lambda m: m & -m))
