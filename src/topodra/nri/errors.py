@@ -64,9 +64,6 @@ class UpdateInHandlerError(NRIError):
 
 
 def _code_name(code: int) -> str:
-    from topodra.nri.ttrpc import Code
+    from topodra.nri.ttrpc import code_name
 
-    try:
-        return Code(code).title
-    except ValueError:
-        return f"Code({code})"
+    return code_name(code)

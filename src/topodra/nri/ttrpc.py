@@ -32,6 +32,7 @@ __all__ = [
     "OversizedMessage",
     "Request",
     "Status",
+    "code_name",
     "decode_request",
     "decode_response",
     "encode_message",
@@ -78,6 +79,14 @@ class Code(enum.IntEnum):
         return "Canceled" if self is Code.CANCELLED else "".join(p.title() for p in self.name.split("_"))
 
 
+def code_name(code: int) -> str:
+    """Go's name of a status code (``InvalidArgument``), or ``Code(N)`` when unknown."""
+    try:
+        return Code(code).title
+    except ValueError:
+        return f"Code({code})"
+
+
 @dataclass(frozen=True, slots=True)
 class Status:
     code: int = Code.OK
@@ -88,10 +97,7 @@ class Status:
         return self.code == Code.OK
 
     def __str__(self) -> str:
-        try:
-            name = Code(self.code).title
-        except ValueError:
-            name = f"Code({self.code})"
+        name = code_name(self.code)
         return f"{name}: {self.message}" if self.message else name
 
 
