@@ -77,6 +77,15 @@ def _route(path: str) -> _Route | str:
     return _Route(kind, namespace, name, sub)
 
 
+def _audit_entry(method: str, route: _Route, query: dict[str, list[str]]) -> tuple[str, str, str]:
+    if method == "GET":
+        verb = "get" if route.name else ("watch" if _query_flag(query, "watch") else "list")
+    else:
+        verb = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method, method.lower())
+    resource = f"{route.kind.plural}/{route.subresource}" if route.subresource else route.kind.plural
+    return (route.kind.group, resource, verb)
+
+
 def _query_flag(query: dict[str, list[str]], key: str) -> bool:
     return query.get(key, [""])[-1].lower() in ("true", "1")
 
@@ -96,6 +105,8 @@ class ApiServer:
         self._connections: set[asyncio.Task[None]] = set()
         self.faults: list[Fault] = []
         self.requests: list[tuple[str, str]] = []  # (method, path) of every request, for tests
+        #: (API group, resource[/subresource], RBAC verb) of every routed request: what RBAC must allow
+        self.audit: list[tuple[str, str, str]] = []
         self.url = ""
 
     async def start(self) -> str:
@@ -210,6 +221,7 @@ class ApiServer:
                 code, obj = self._misc(route)
                 await self._respond(conn, writer, code, obj)
                 return
+            self.audit.append(_audit_entry(method, route, query))
             fault = self._fault(method, route.kind.plural)
             if fault is not None:
                 raise ApiError(fault.code, fault.reason, f"injected fault for {method} {route.kind.plural}")
