@@ -41,6 +41,15 @@ _LABEL_VALUE: Final = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?\Z
 _LABEL_NAME: Final = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]\Z")
 
 
+def _m(value: Any) -> Mapping[str, Any]:
+    """The value if it is an object, else an empty one (shape errors are reported where they matter)."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def _l(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def _req(errors: list[FieldError], obj: Mapping[str, Any], key: str, path: str) -> Any:
     value = obj.get(key)
     if value is None or value == "":
@@ -67,7 +76,7 @@ def validate_metadata(meta: Mapping[str, Any], *, namespaced: bool, dns_label: b
         ns = meta.get("namespace")
         if not ns or not is_dns_label(ns):
             errors.append(FieldError("metadata.namespace", f"Invalid value: {ns!r}: must be a DNS label"))
-    for key, value in (meta.get("labels") or {}).items():
+    for key, value in _m(meta.get("labels")).items():
         if not isinstance(key, str) or not _label_key_ok(key):
             errors.append(FieldError("metadata.labels", f"Invalid value: {key!r}: not a valid label key"))
         if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.match(value):
@@ -131,7 +140,7 @@ def _device_is_advanced(device: Mapping[str, Any]) -> bool:
         return True
     return any(
         isinstance(v, Mapping) and any(k in v for k in ("ints", "bools", "strings", "versions"))
-        for v in (device.get("attributes") or {}).values()
+        for v in _m(device.get("attributes")).values()
     )
 
 
@@ -144,7 +153,7 @@ def _validate_device(device: Any, path: str, driver: str, errors: list[FieldErro
         errors.append(FieldError(f"{path}.name", f"Invalid value: {name!r}: must be a DNS label"))
         name = str(name)
     attrs: dict[str, Any] = {}
-    raw_attrs = device.get("attributes") or {}
+    raw_attrs = _m(device.get("attributes"))
     if not isinstance(raw_attrs, Mapping):
         errors.append(FieldError(f"{path}.attributes", "must be a map"))
         raw_attrs = {}
@@ -157,7 +166,7 @@ def _validate_device(device: Any, path: str, driver: str, errors: list[FieldErro
         except AttributeValidationError as exc:
             errors.append(FieldError(f"{path}.attributes[{key}]", str(exc)))
     caps: dict[str, Capacity] = {}
-    raw_caps = device.get("capacity") or {}
+    raw_caps = _m(device.get("capacity"))
     for key, raw in (raw_caps.items() if isinstance(raw_caps, Mapping) else []):
         cap = _validate_capacity(raw, f"{path}.capacity[{key}]", errors)
         if cap is not None:
@@ -168,13 +177,13 @@ def _validate_device(device: Any, path: str, driver: str, errors: list[FieldErro
         validate_attributes(attrs, caps, driver=driver, device=name)
     except AttributeValidationError as exc:
         errors.append(FieldError(f"{path}", str(exc)))
-    taints = device.get("taints") or []
+    taints = _l(device.get("taints"))
     if len(taints) > MAX_TAINTS:
         errors.append(FieldError(f"{path}.taints", f"Too many: {len(taints)}: must have at most {MAX_TAINTS} items", "FieldValueTooMany"))
     for i, t in enumerate(taints):
         if not isinstance(t, Mapping) or not t.get("key") or t.get("effect") not in ("None", "NoSchedule", "NoExecute"):
             errors.append(FieldError(f"{path}.taints[{i}]", "needs a key and effect None, NoSchedule or NoExecute"))
-    if len(device.get("consumesCounters") or []) > 2:
+    if len(_l(device.get("consumesCounters"))) > 2:
         errors.append(FieldError(f"{path}.consumesCounters", "must have at most 2 items", "FieldValueTooMany"))
 
 
@@ -183,7 +192,7 @@ def _validate_pool_name(name: Any) -> bool:
 
 
 def validate_resource_slice(obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> list[FieldError]:
-    errors = validate_metadata(obj.get("metadata") or {}, namespaced=False)
+    errors = validate_metadata(_m(obj.get("metadata")), namespaced=False)
     spec = obj.get("spec")
     if not isinstance(spec, Mapping):
         return [*errors, FieldError("spec", "Required value", "FieldValueRequired")]
@@ -211,13 +220,13 @@ def validate_resource_slice(obj: Mapping[str, Any], old: Mapping[str, Any] | Non
     node = spec.get("nodeName")
     if node is not None and (not isinstance(node, str) or not is_dns_subdomain(node)):
         errors.append(FieldError("spec.nodeName", f"Invalid value: {node!r}"))
-    devices = spec.get("devices") or []
+    devices = _l(spec.get("devices"))
     if not isinstance(devices, list):
         errors.append(FieldError("spec.devices", "must be a list"))
         devices = []
     if devices and spec.get("sharedCounters"):
         errors.append(FieldError("spec", "devices and sharedCounters are mutually exclusive"))
-    if len(spec.get("sharedCounters") or []) > MAX_COUNTER_SETS:
+    if len(_l(spec.get("sharedCounters"))) > MAX_COUNTER_SETS:
         errors.append(FieldError("spec.sharedCounters", f"must have at most {MAX_COUNTER_SETS} items", "FieldValueTooMany"))
     limit = MAX_DEVICES_ADVANCED if any(isinstance(d, Mapping) and _device_is_advanced(d) for d in devices) else MAX_DEVICES
     if len(devices) > limit:
@@ -231,11 +240,11 @@ def validate_resource_slice(obj: Mapping[str, Any], old: Mapping[str, Any] | Non
                 errors.append(FieldError(f"spec.devices[{i}].name", f"Duplicate value: {name!r}", "FieldValueDuplicate"))
             seen.add(name)
     if old is not None:
-        old_spec = old.get("spec") or {}
+        old_spec = _m(old.get("spec"))
         for path, new_v, old_v in (
             ("spec.driver", spec.get("driver"), old_spec.get("driver")),
             ("spec.nodeName", spec.get("nodeName"), old_spec.get("nodeName")),
-            ("spec.pool.name", pool.get("name"), (old_spec.get("pool") or {}).get("name")),
+            ("spec.pool.name", pool.get("name"), _m(old_spec.get("pool")).get("name")),
         ):
             if new_v != old_v:
                 errors.append(FieldError(path, "field is immutable"))
@@ -261,8 +270,8 @@ def _validate_selectors(selectors: Any, path: str, errors: list[FieldError]) -> 
 
 
 def validate_device_class(obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> list[FieldError]:
-    errors = validate_metadata(obj.get("metadata") or {}, namespaced=False)
-    spec = obj.get("spec") or {}
+    errors = validate_metadata(_m(obj.get("metadata")), namespaced=False)
+    spec = _m(obj.get("spec"))
     _validate_selectors(spec.get("selectors"), "spec.selectors", errors)
     return errors
 
@@ -284,8 +293,8 @@ def _validate_exact(req: Mapping[str, Any], path: str, errors: list[FieldError])
 
 def validate_claim_spec(spec: Mapping[str, Any], path: str) -> list[FieldError]:
     errors: list[FieldError] = []
-    devices = spec.get("devices") or {}
-    requests = devices.get("requests") or []
+    devices = _m(spec.get("devices"))
+    requests = _l(devices.get("requests"))
     if len(requests) > MAX_REQUESTS:
         errors.append(FieldError(f"{path}.devices.requests", f"must have at most {MAX_REQUESTS} items", "FieldValueTooMany"))
     names: set[str] = set()
@@ -315,7 +324,7 @@ def validate_claim_spec(spec: Mapping[str, Any], path: str) -> list[FieldError]:
                 else:
                     _validate_exact(sub, f"{rp}.firstAvailable[{j}]", errors)
     for key in ("constraints", "config"):
-        if len(devices.get(key) or []) > 32:
+        if len(_l(devices.get(key))) > 32:
             errors.append(FieldError(f"{path}.devices.{key}", "must have at most 32 items", "FieldValueTooMany"))
     return errors
 
@@ -324,14 +333,14 @@ def validate_claim_status(status: Mapping[str, Any]) -> list[FieldError]:
     errors: list[FieldError] = []
     allocation = status.get("allocation")
     if allocation is not None:
-        results = ((allocation.get("devices") or {}).get("results")) or []
+        results = _l(_m(allocation.get("devices")).get("results"))
         if len(results) > MAX_RESULTS:
             errors.append(FieldError("status.allocation.devices.results", f"must have at most {MAX_RESULTS} items", "FieldValueTooMany"))
         for i, r in enumerate(results):
             for key in ("request", "driver", "pool", "device"):
                 if not isinstance(r, Mapping) or not r.get(key):
                     errors.append(FieldError(f"status.allocation.devices.results[{i}].{key}", "Required value", "FieldValueRequired"))
-    reserved = status.get("reservedFor") or []
+    reserved = _l(status.get("reservedFor"))
     if len(reserved) > MAX_RESERVED_FOR:
         errors.append(FieldError("status.reservedFor", f"must have at most {MAX_RESERVED_FOR} items", "FieldValueTooMany"))
     uids = set()
@@ -348,44 +357,44 @@ def validate_claim_status(status: Mapping[str, Any]) -> list[FieldError]:
 
 
 def validate_resource_claim(obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> list[FieldError]:
-    errors = validate_metadata(obj.get("metadata") or {}, namespaced=True)
-    errors += validate_claim_spec(obj.get("spec") or {}, "spec")
-    errors += validate_claim_status(obj.get("status") or {})
-    if old is not None and (obj.get("spec") or {}) != (old.get("spec") or {}):
+    errors = validate_metadata(_m(obj.get("metadata")), namespaced=True)
+    errors += validate_claim_spec(_m(obj.get("spec")), "spec")
+    errors += validate_claim_status(_m(obj.get("status")))
+    if old is not None and _m(obj.get("spec")) != _m(old.get("spec")):
         errors.append(FieldError("spec", "field is immutable"))
     if old is not None:
-        old_alloc = (old.get("status") or {}).get("allocation")
-        new_alloc = (obj.get("status") or {}).get("allocation")
+        old_alloc = _m(old.get("status")).get("allocation")
+        new_alloc = _m(obj.get("status")).get("allocation")
         if old_alloc is not None and new_alloc is not None and old_alloc != new_alloc:
             errors.append(FieldError("status.allocation", "field is immutable once set"))
     return errors
 
 
 def validate_claim_template(obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> list[FieldError]:
-    errors = validate_metadata(obj.get("metadata") or {}, namespaced=True)
-    inner = (obj.get("spec") or {}).get("spec") or {}
+    errors = validate_metadata(_m(obj.get("metadata")), namespaced=True)
+    inner = _m(_m(obj.get("spec")).get("spec"))
     errors += validate_claim_spec(inner, "spec.spec")
     return errors
 
 
 def validate_pod(obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> list[FieldError]:
-    errors = validate_metadata(obj.get("metadata") or {}, namespaced=True)
-    containers = (obj.get("spec") or {}).get("containers")
+    errors = validate_metadata(_m(obj.get("metadata")), namespaced=True)
+    containers = _m(obj.get("spec")).get("containers")
     if not containers:
         errors.append(FieldError("spec.containers", "Required value", "FieldValueRequired"))
     if old is not None:
-        old_node = (old.get("spec") or {}).get("nodeName")
-        if old_node and (obj.get("spec") or {}).get("nodeName") != old_node:
+        old_node = _m(old.get("spec")).get("nodeName")
+        if old_node and _m(obj.get("spec")).get("nodeName") != old_node:
             errors.append(FieldError("spec.nodeName", "field is immutable once set"))
     return errors
 
 
 def validate_node(obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> list[FieldError]:
-    return validate_metadata(obj.get("metadata") or {}, namespaced=False)
+    return validate_metadata(_m(obj.get("metadata")), namespaced=False)
 
 
 def validate_namespace(obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> list[FieldError]:
-    return validate_metadata(obj.get("metadata") or {}, namespaced=False, dns_label=True)
+    return validate_metadata(_m(obj.get("metadata")), namespaced=False, dns_label=True)
 
 
 VALIDATORS: Final[dict[str, Validator]] = {
