@@ -94,7 +94,7 @@ def test_duplicate_device_names_make_the_pool_invalid() -> None:
 
 
 def test_unknown_class_is_an_error() -> None:
-    with pytest.raises(AllocationError, match='deviceclass.resource.k8s.io "nope" not found'):
+    with pytest.raises(AllocationError, match=r'deviceclass\.resource\.k8s\.io "nope" not found'):
         alloc([slice_("s", "node-1", devs("d0"))], [claim("c", req("r", "nope"))])
 
 
@@ -192,7 +192,7 @@ def test_cel_runtime_error_names_selector_and_device() -> None:
 
 
 def test_cel_error_in_class_and_compile_error() -> None:
-    with pytest.raises(AllocationError, match="class bad: selector #0 on device .*CEL runtime error"):
+    with pytest.raises(AllocationError, match=r"class bad: selector #0 on device .*CEL runtime error"):
         alloc([slice_("s", "node-1", devs("d0"))], [claim("c", req("r", "bad"))], [dclass("bad", f'device.attributes["{DRIVER}"].x == 1')])
     with pytest.raises(AllocationError, match="CEL compile error"):
         alloc([slice_("s", "node-1", devs("d0"))], [claim("c", req("r", "cls", 1, "device.attributes[ == 1"))])
@@ -206,7 +206,8 @@ def test_missing_domain_is_empty_map() -> None:
 def test_32_device_limit() -> None:
     slices = [slice_("s", "node-1", devs(*(f"d{i}" for i in range(40))))]
     got = alloc(slices, [claim("c", req("r", "cls", 32))])
-    assert got is not None and len(got[0].results) == 32
+    assert got is not None
+    assert len(got[0].results) == 32
     with pytest.raises(AllocationError, match="exceeds the claim limit of 32"):
         alloc(slices, [claim("c", req("r", "cls", 20), req("q", "cls", 13))])
 
@@ -289,7 +290,8 @@ def test_consumable_capacity_share_ids_and_exhaustion() -> None:
     c1 = claim("c1", req("r", "cls", 1, capacity={"requests": {"cpu": "3"}}))
     got = alloc(slices, [c1], state=st)
     r0 = got[0].to_api()["devices"]["results"][0]
-    assert r0["consumedCapacity"] == {"cpu": "3"} and len(r0["shareID"]) == 36
+    assert r0["consumedCapacity"] == {"cpu": "3"}
+    assert len(r0["shareID"]) == 36
     st.add(got[0])
     assert alloc(slices, [claim("c2", req("r", "cls", 1, capacity={"requests": {"cpu": "6"}}))], state=st) is None
     second = alloc(slices, [claim("c3", req("r", "cls", 1, capacity={"requests": {"cpu": "5"}}))], state=st)

@@ -178,7 +178,7 @@ def test_allocated_state_add_remove_round_trip(ops: list[tuple[bool, int]]) -> N
     shared = [device(f"g{i}", attrs(socket=i), {"cpu": 8}, allowMultipleAllocations=True) for i in range(2)]
     plain = [device(f"d{i}") for i in range(4)]
     a = Allocator([slice_("s", "node-1", shared + plain)], CLASSES)
-    live = []
+    live: list[Any] = []
     for n, (is_shared, amount) in enumerate(ops):
         if live and n % 3 == 2:
             a.state.remove(live.pop(0))
@@ -197,4 +197,6 @@ def test_allocated_state_add_remove_round_trip(ops: list[tuple[bool, int]]) -> N
         assert len(exclusive) == len(set(exclusive))
     for x in live:
         a.state.remove(x)
-    assert not a.state.devices and not a.state.capacity and not a.state.shared
+    assert not a.state.devices
+    assert not a.state.capacity
+    assert not a.state.shared
