@@ -204,6 +204,8 @@ class _Runtime:
 
     def to_python(self, value: Any) -> Any:
         """A runtime value as plain Python (Quantity/Semver for the messages)."""
+        if isinstance(value, self.cel.Value):
+            value = value.value()
         if isinstance(value, self.QuantityMsg):
             return self.q_of(value)
         if isinstance(value, self.SemverMsg):
