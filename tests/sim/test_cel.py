@@ -9,7 +9,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from topodra.sim.cel import CelCompileError, CelDevice, CelRuntimeError, attribute_value, compile_selector, split_qualified_name
+from topodra.sim.cel import (
+    CelCompileError,
+    CelDevice,
+    CelRuntimeError,
+    attribute_value,
+    compile_selector,
+    split_qualified_name,
+)
 from topodra.sim.quantity import Quantity, QuantityError, parse_quantity
 from topodra.sim.semver import Semver, SemverError, parse_semver
 
