@@ -65,6 +65,7 @@ __all__ = [
     "SearchStats",
     "Allocator",
     "write_allocation",
+    "share_id",
 ]
 
 _SHARE_NS = uuid.UUID("6f1d3c1e-8a7b-4e55-9a43-7d0c2b1e5f10")
@@ -162,6 +163,11 @@ def write_allocation(
     out["metadata"] = meta
     out["status"] = status
     return out
+
+
+def share_id(claim_uid: str, request: str, device: DeviceID, index: int) -> str:
+    """Deterministic stand-in for the scheduler's random shareID UID."""
+    return str(uuid.uuid5(_SHARE_NS, f"{claim_uid}/{request}/{'/'.join(device)}/{index}"))
 
 
 class AllocatedState:
@@ -582,6 +588,8 @@ class _Search:
     def _capacity_fits(self, cand: _Cand, spec: RequestSpec) -> bool:
         d = cand.device
         reqs = spec.capacity_requests
+        if not reqs and not d.allow_multiple and not any(c.policy for c in d.capacity.values()):
+            return True  # consumed == value for every capacity: always fits (fast path)
         if reqs:
             for name in reqs:
                 if name not in d.capacity:
@@ -689,7 +697,7 @@ class _Search:
                 for name, cap in d.capacity.items()
             }
             n = len(self.results[ci])
-            share = str(uuid.uuid5(_SHARE_NS, f"{self.claims[ci].uid}/{rd.name}/{'/'.join(cand.id)}/{n}"))
+            share = share_id(self.claims[ci].uid, rd.name, cand.id, n)
             agg = self.allocating_cap.setdefault(cand.id, {})  # an entry even when empty, as upstream
             for k, q in consumed.items():
                 agg[k] = agg.get(k, Fraction(0)) + q.amount

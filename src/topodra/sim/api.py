@@ -128,6 +128,8 @@ class Device:
     node_selector: Mapping[str, Any] | None = None
     #: Stable digest of everything a selector can see: caches key on it.
     fingerprint: str = ""
+    #: Digest of everything allocation can see except the name (identical devices on other nodes).
+    shape: str = ""
     _cel: CelDevice | None = field(default=None, repr=False)
 
     def cel(self) -> CelDevice:
@@ -289,6 +291,9 @@ def _device(raw: Mapping[str, Any], driver: str, where: str) -> Device:
         all_nodes=bool(raw.get("allNodes", False)),
         node_selector=raw.get("nodeSelector"),
         fingerprint=fp,
+        shape=hashlib.blake2b(
+            json.dumps({k: v for k, v in raw.items() if k != "name"}, sort_keys=True, default=str).encode(), digest_size=12
+        ).hexdigest(),
     )
 
 
