@@ -42,6 +42,7 @@ from topodra.sim.api import (
     Claim,
     Constraint,
     Device,
+    DeviceCache,
     DeviceClass,
     DeviceID,
     Node,
@@ -281,7 +282,8 @@ class Allocator:
         prune: bool = True,
         max_calls: int = 5_000_000,
     ) -> None:
-        self.slices = [s if isinstance(s, Slice) else parse_slice(s) for s in slices]
+        cache: DeviceCache = {}
+        self.slices = [s if isinstance(s, Slice) else parse_slice(s, cache) for s in slices]
         self.classes = {c.name: c for c in (c if isinstance(c, DeviceClass) else parse_class(c) for c in classes)}
         self.state = state if state is not None else AllocatedState()
         self.prune = prune

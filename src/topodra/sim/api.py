@@ -297,14 +297,28 @@ def _device(raw: Mapping[str, Any], driver: str, where: str) -> Device:
     )
 
 
-def parse_slice(obj: Mapping[str, Any]) -> Slice:
-    """A ResourceSlice dict (resource.k8s.io/v1) as a ``Slice``."""
+DeviceCache = dict[tuple[int, str], tuple[Any, list[Device]]]
+
+
+def parse_slice(obj: Mapping[str, Any], device_cache: DeviceCache | None = None) -> Slice:
+    """A ResourceSlice dict (resource.k8s.io/v1) as a ``Slice``.
+
+    With ``device_cache``, slices that share the very same ``devices`` list
+    object (nodes of one machine in a synthetic cluster) share parsed devices.
+    """
     name = _name_of(obj, "ResourceSlice")
     where = f"ResourceSlice {name}: spec"
     spec = _get(obj, "spec", f"ResourceSlice {name}", Mapping)
     driver = _get(spec, "driver", where, str)
     pool = _get(spec, "pool", where, Mapping)
-    devices = [_device(d, driver, f"{where}.devices[{i}]") for i, d in enumerate(_get(spec, "devices", where, list, []) or [])]
+    raw_devices = _get(spec, "devices", where, list, []) or []
+    cached = device_cache.get((id(raw_devices), driver)) if device_cache is not None else None
+    if cached is not None and cached[0] is raw_devices:
+        devices = cached[1]
+    else:
+        devices = [_device(d, driver, f"{where}.devices[{i}]") for i, d in enumerate(raw_devices)]
+        if device_cache is not None:
+            device_cache[(id(raw_devices), driver)] = (raw_devices, devices)
     counters: dict[str, dict[str, Quantity]] = {}
     for i, cs in enumerate(_get(spec, "sharedCounters", where, list, []) or []):
         cw = f"{where}.sharedCounters[{i}]"

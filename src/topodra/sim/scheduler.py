@@ -346,6 +346,13 @@ class Scheduler:
         result.allocations = allocs
         return result
 
+    def preallocate(self, allocations: Iterable[ClaimAllocation]) -> None:
+        """Add allocations made outside this run (background pods) to the cluster state."""
+        allocs = list(allocations)
+        for a in allocs:
+            self.state.add(a)
+        self._touch(allocs)
+
     def delete(self, pod_name: str) -> bool:
         """Delete a bound pod: its claims are deallocated. False if it is not bound."""
         bound = self._bound.pop(pod_name, None)
