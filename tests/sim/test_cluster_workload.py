@@ -112,7 +112,7 @@ def test_workload_errors_are_clear() -> None:
 def test_churn_deletes_and_reuses_devices() -> None:
     text = (Path(__file__).parent / "data" / "churn.yaml").read_text()
     wl = parse_workload(text, "churn")
-    s, results = run_simulation(RunConfig(nodes=1, machines={"64": 1}, pods=40), workload=wl)
+    s, _ = run_simulation(RunConfig(nodes=1, machines={"64": 1}, pods=40), workload=wl)
     assert s.deleted > 0
     assert s.failed_unschedulable == 0  # without deletions 40 x 4 CPUs would not fit on 64
     assert s.scheduled == 40
