@@ -62,7 +62,9 @@ def bench_cel(quick: bool) -> list[Result]:
 
         env = celpy.Environment()
         prg = env.program(env.compile(THREE))
-        act = {"device": celpy.json_to_cel(DEVICE)}
+        from celpy.adapter import json_to_cel
+
+        act = {"device": json_to_cel(DEVICE)}
         out.append(Result("cel: cel-python 3-clause selector", _rate(lambda: prg.evaluate(act), max(200, n // 50)), "evals/s"))
     except ImportError:
         out.append(Result("cel: cel-python", float("nan"), "evals/s", note="not installed"))
