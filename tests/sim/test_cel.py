@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from fractions import Fraction
 from typing import Any
 
@@ -204,3 +205,77 @@ def test_semver_prerelease_precedence() -> None:
     assert all(vs[i].compare(vs[i + 1]) == -1 for i in range(len(vs) - 1))
     with pytest.raises(SemverError):
         parse_semver("01.2.3")
+
+
+# --- decoders never crash on bad input -------------------------------------------------------
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 5) | st.text(max_size=6),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["name", "spec", "metadata", "devices", "driver", "pool", "requests", "exactly", "count", "attributes", "capacity", "value", "int", "string", "firstAvailable", "deviceClassName", "constraints", "selectors", "cel", "expression"]), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@given(_json)
+def test_api_parsers_reject_garbage_with_api_error(obj: Any) -> None:
+    from topodra.sim.api import ApiError, parse_claim, parse_class, parse_slice
+
+    for parse in (parse_slice, parse_claim, parse_class):
+        with contextlib.suppress(ApiError):
+            parse(obj)
+
+
+@given(st.text(max_size=40))
+def test_selector_compiler_never_crashes(expression: str) -> None:
+    with contextlib.suppress(CelCompileError, CelRuntimeError):
+        compile_selector(expression).evaluate(DEVICE)
+
+
+_BASE_SLICE = {
+    "metadata": {"name": "s"},
+    "spec": {
+        "driver": "d.io",
+        "nodeName": "n",
+        "pool": {"name": "n", "generation": 1, "resourceSliceCount": 1},
+        "devices": [{"name": "a", "attributes": {"x": {"int": 1}}, "capacity": {"cpu": {"value": "2"}}, "consumesCounters": [{"counterSet": "s", "counters": {"c": {"value": "1"}}}], "taints": [{"key": "k", "effect": "NoSchedule"}]}],
+        "sharedCounters": [{"name": "s", "counters": {"c": {"value": "4"}}}],
+    },
+}
+_BASE_CLAIM = {
+    "metadata": {"name": "c"},
+    "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "k", "count": 2, "capacity": {"requests": {"cpu": "1"}}, "tolerations": [{"key": "k"}]}}, {"name": "f", "firstAvailable": [{"name": "s", "deviceClassName": "k"}]}], "constraints": [{"matchAttribute": "d.io/x"}]}},
+}
+
+
+def _paths(obj: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [prefix]
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            out += _paths(v, (*prefix, k))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            out += _paths(v, (*prefix, i))
+    return out
+
+
+def _mutate(base: Any, path: tuple[Any, ...], value: Any) -> Any:
+    import copy
+
+    obj = copy.deepcopy(base)
+    if not path:
+        return value
+    cur = obj
+    for k in path[:-1]:
+        cur = cur[k]
+    cur[path[-1]] = value
+    return obj
+
+
+@given(st.data(), _json)
+def test_parsers_reject_mutated_objects_with_api_error(data: Any, garbage: Any) -> None:
+    from topodra.sim.api import ApiError, parse_claim, parse_slice
+
+    for base, parse in ((_BASE_SLICE, parse_slice), (_BASE_CLAIM, parse_claim)):
+        path = data.draw(st.sampled_from(_paths(base)))
+        with contextlib.suppress(ApiError):
+            parse(_mutate(base, path, garbage))

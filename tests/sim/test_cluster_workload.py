@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from topodra.cli import app
@@ -158,3 +160,20 @@ def test_cli_allocate_prints_status_allocation(tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     out = yaml.safe_load(r.stdout)
     assert [x["device"] for x in out["status"]["allocation"]["devices"]["results"]] == ["cpu0", "cpu1"]
+
+
+_GARBAGE = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 3) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["kind", "metadata", "name", "spec", "resourceClaims", "resourceClaimTemplateName", "pods", "mix", "churn", "labels"]), inner, max_size=4),
+    max_leaves=10,
+)
+
+
+@given(st.lists(_GARBAGE, max_size=3))
+def test_workload_parser_rejects_garbage_with_workload_error(docs: list[object]) -> None:
+    text = yaml.safe_dump_all(docs)
+    try:
+        wl = parse_workload(text, "fuzz")
+    except WorkloadError:
+        return
+    assert wl.pods

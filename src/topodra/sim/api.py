@@ -7,11 +7,12 @@ The allocator then works on these plain, immutable-by-convention records.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from topodra.sim.cel import CelDevice, attribute_value
 from topodra.sim.quantity import Quantity, QuantityError, parse_quantity
@@ -219,6 +220,31 @@ class Node:
 # --- parsing ------------------------------------------------------------------------------------
 
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _guarded(kind: str) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
+    """Turn any structural surprise in a parser into an ``ApiError`` naming the object."""
+
+    def wrap(fn: Callable[_P, _R]) -> Callable[_P, _R]:
+        @functools.wraps(fn)
+        def inner(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+            try:
+                return fn(*args, **kwargs)
+            except ApiError:
+                raise
+            except (AttributeError, TypeError, KeyError, ValueError, IndexError) as e:
+                obj = args[0] if args else None
+                meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+                name = meta.get("name") if isinstance(meta, Mapping) else None
+                raise ApiError(f"{kind} {name or '<unnamed>'}: malformed object ({type(e).__name__}: {e})") from None
+
+        return inner
+
+    return wrap
+
+
 def _name_of(obj: Mapping[str, Any], kind: str) -> str:
     meta = obj.get("metadata") if isinstance(obj, Mapping) else None
     if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str) or not meta["name"]:
@@ -300,6 +326,7 @@ def _device(raw: Mapping[str, Any], driver: str, where: str) -> Device:
 DeviceCache = dict[tuple[int, str], tuple[Any, list[Device]]]
 
 
+@_guarded("ResourceSlice")
 def parse_slice(obj: Mapping[str, Any], device_cache: DeviceCache | None = None) -> Slice:
     """A ResourceSlice dict (resource.k8s.io/v1) as a ``Slice``.
 
@@ -342,6 +369,7 @@ def parse_slice(obj: Mapping[str, Any], device_cache: DeviceCache | None = None)
     )
 
 
+@_guarded("DeviceClass")
 def parse_class(obj: Mapping[str, Any]) -> DeviceClass:
     name = _name_of(obj, "DeviceClass")
     spec = obj.get("spec") or {}
@@ -386,6 +414,7 @@ def _spec(raw: Mapping[str, Any], name: str, where: str) -> RequestSpec:
     )
 
 
+@_guarded("ResourceClaim")
 def parse_claim(obj: Mapping[str, Any]) -> Claim:
     """A ResourceClaim dict (or a template's ``spec``, wrapped by the caller) as a ``Claim``."""
     name = _name_of(obj, "ResourceClaim")
@@ -430,6 +459,7 @@ def parse_claim(obj: Mapping[str, Any]) -> Claim:
     )
 
 
+@_guarded("Node")
 def parse_node(obj: Mapping[str, Any] | str) -> Node:
     if isinstance(obj, str):
         return Node(obj, {})
@@ -442,6 +472,13 @@ def parse_node(obj: Mapping[str, Any] | str) -> Node:
 
 def node_selector_matches(selector: Mapping[str, Any], node: Node) -> bool:
     """core/v1 NodeSelector: terms are ORed, requirements inside a term ANDed."""
+    try:
+        return _selector_matches(selector, node)
+    except (AttributeError, TypeError) as e:
+        raise ApiError(f"malformed node selector {selector!r}: {e}") from None
+
+
+def _selector_matches(selector: Mapping[str, Any], node: Node) -> bool:
     terms = selector.get("nodeSelectorTerms") or []
     for term in terms:
         exprs = term.get("matchExpressions") or []

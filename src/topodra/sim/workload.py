@@ -126,6 +126,16 @@ def load_workload(source: str | Path) -> Workload:
 
 
 def parse_workload(text: str, name: str = "workload") -> Workload:
+    """Parse a multi-document manifest; any malformed part raises ``WorkloadError``."""
+    try:
+        return _parse_workload(text, name)
+    except WorkloadError:
+        raise
+    except (AttributeError, TypeError, KeyError, ValueError, IndexError) as e:
+        raise WorkloadError(f"workload {name}: malformed manifest ({type(e).__name__}: {e})") from None
+
+
+def _parse_workload(text: str, name: str) -> Workload:
     try:
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as e:
