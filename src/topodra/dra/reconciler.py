@@ -76,6 +76,8 @@ class SliceReconciler:
         self.synced = asyncio.Event()
         self.syncs = 0
         self.last_error = ""
+        #: slices the API server stored differently from what was sent (see sync())
+        self.dropped_fields: set[str] = set()
 
     @property
     def generation(self) -> int:
@@ -90,14 +92,16 @@ class SliceReconciler:
         return {"spec.nodeName": self.node_name, "spec.driver": self._driver}
 
     async def _owner_uid(self) -> str | None:
-        if self._node_uid is None:
-            try:
-                node = await self._client.get(NODES, self.node_name)
-                self._node_uid = node["metadata"]["uid"]
-            except ApiError as exc:
-                if not exc.is_not_found:
-                    raise
+        """The Node's current UID (read every sync: a re-created Node has a new one)."""
+        try:
+            node = await self._client.get(NODES, self.node_name)
+            self._node_uid = node["metadata"]["uid"]
+        except ApiError as exc:
+            if not exc.is_not_found:
+                raise
+            if self._node_uid is not None or self.syncs == 0:
                 log.warning("node %s not found; publishing slices without an owner reference", self.node_name)
+            self._node_uid = None
         return self._node_uid
 
     async def sync(self) -> SyncReport:
@@ -138,14 +142,26 @@ class SliceReconciler:
             name = d["metadata"]["name"]
             have = existing.get(name)
             if have is None:
-                await self._client.create(RESOURCE_SLICES, d)
+                stored = await self._client.create(RESOURCE_SLICES, d)
                 created.append(name)
             elif not _same(have, d):
                 body = {**d, "metadata": {**d["metadata"], "resourceVersion": have["metadata"]["resourceVersion"]}}
-                await self._client.replace(RESOURCE_SLICES, body)
+                stored = await self._client.replace(RESOURCE_SLICES, body)
                 updated.append(name)
             else:
                 unchanged.append(name)
+                continue
+            if not _same(stored, d):
+                # The server dropped or changed fields (a feature gate off, e.g. DRAConsumableCapacity
+                # for grouped devices). Say so, and take its version as the published state so the
+                # watch does not re-sync forever.
+                log.error(
+                    "API server changed ResourceSlice %s on write (fields dropped by a disabled feature gate?); "
+                    "devices may not be allocatable as published",
+                    name,
+                )
+                self.dropped_fields.add(name)
+                self._desired[name] = {**d, "spec": stored.get("spec"), "metadata": {**d["metadata"]}}
         self._generation = generation
         self.syncs += 1
         report = SyncReport(generation, tuple(created), tuple(updated), tuple(deleted), tuple(unchanged))
