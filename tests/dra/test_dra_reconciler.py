@@ -251,3 +251,23 @@ def test_fields_dropped_by_the_server_are_reported_without_a_resync_loop() -> No
 
 async def _count(c: KubeClient, n: int) -> bool:
     return len(await ours(c)) == n
+
+
+def test_periodic_resync_adds_the_owner_once_the_node_exists() -> None:
+    async def body(c: KubeClient, server: ApiServer) -> None:
+        rec = SliceReconciler(c, "node-a", DEVICES[:4], resync_delay=0.01, resync_period=0.1)
+        stop = asyncio.Event()
+        task = asyncio.create_task(rec.run(stop))
+        await asyncio.wait_for(rec.synced.wait(), 10)
+        assert "ownerReferences" not in (await ours(c))[0]["metadata"]
+        node = await c.create(NODES, {"metadata": {"name": "node-a"}})
+
+        async def owned() -> bool:
+            refs = (await ours(c))[0]["metadata"].get("ownerReferences") or []
+            return [r["uid"] for r in refs] == [node["metadata"]["uid"]]
+
+        await eventually(owned)
+        stop.set()
+        await asyncio.wait_for(task, 5)
+
+    scenario(body)

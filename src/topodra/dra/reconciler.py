@@ -61,6 +61,7 @@ class SliceReconciler:
         driver: str = DRIVER,
         resync_delay: float = 0.1,
         max_backoff: float = 30.0,
+        resync_period: float = 600.0,
     ) -> None:
         self._client = client
         self.node_name = node_name
@@ -68,6 +69,7 @@ class SliceReconciler:
         self._driver = driver
         self._resync_delay = resync_delay
         self._max_backoff = max_backoff
+        self._resync_period = resync_period
         self._generation = 0
         self._node_uid: str | None = None
         self._desired: dict[str, dict[str, Any]] = {}
@@ -193,7 +195,7 @@ class SliceReconciler:
                 return
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
-        """Sync, watch, re-sync on drift or ``set_devices``; back off on API errors. Until ``stop``."""
+        """Sync, watch, re-sync on drift, ``set_devices`` or every ``resync_period`` s; back off on API errors."""
         stop = stop or asyncio.Event()
         backoff = 0.5
         while not stop.is_set():
@@ -214,7 +216,11 @@ class SliceReconciler:
             waker = asyncio.create_task(self._wake.wait())
             stopper = asyncio.create_task(stop.wait())
             try:
-                await asyncio.wait({watcher, waker, stopper}, return_when=asyncio.FIRST_COMPLETED)
+                # a periodic full sync as well, like an informer's resync: catches what no event shows
+                # (a Node created after the slices, so the owner reference can now be set)
+                await asyncio.wait(
+                    {watcher, waker, stopper}, timeout=self._resync_period, return_when=asyncio.FIRST_COMPLETED
+                )
             finally:
                 for t in (watcher, waker, stopper):
                     t.cancel()
