@@ -162,6 +162,11 @@ def test_every_claim_gets_an_answer(rig: Rig) -> None:
     assert "not found" in res["missing"].error
 
 
+def _admin(claim: dict[str, Any]) -> dict[str, Any]:
+    claim["status"]["allocation"]["devices"]["results"][0]["adminAccess"] = True
+    return claim
+
+
 @pytest.mark.parametrize(
     ("claim", "needle"),
     [
@@ -171,6 +176,7 @@ def test_every_claim_gets_an_answer(rig: Rig) -> None:
         (make_claim("u1", ["cpu0"]), "'cpu0' is not a native.cpu device"),  # reserved CPUs are not published
         (make_claim("u1", ["cpu4"], pool="node-b"), "another pool"),
         (make_claim("u1", ["cpu4", "cpu4"]), "allocated twice"),
+        (_admin(make_claim("u1", ["cpu4"])), "adminAccess is not supported"),
     ],
 )
 def test_bad_claims_are_refused_without_leaks(rig: Rig, claim: dict[str, Any], needle: str) -> None:
