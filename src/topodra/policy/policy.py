@@ -85,6 +85,7 @@ class Policy:
         self._assigned: dict[str, Assignment] = {}
         self._log: list[tuple[str, str, Any]] | None = None
         self._version = 0  # bumped by every state change; keys the capacity cache
+        self._mem_hints: dict[str, int] = {}  # during sync: the memory nodes containers run on
         self._cap: _Capacity | None = None
         self._touched: dict[str, None] = {}
 
@@ -405,6 +406,7 @@ class Policy:
         def body() -> None:
             for cid in sorted(self._grants):
                 self._put(cid, None)
+            self._mem_hints = {req.id: cur.mems.mask for req, cur in containers if cur is not None}
             for req, need, _cur, note in phases[0]:
                 self._put(req.id, self._with_note(self._place(req, need), note))
             retry: list[tuple[ContainerRequest, Need, Assignment | None, str]] = []
@@ -427,7 +429,10 @@ class Policy:
                 hint = self._pool_hint(cur.cpus.mask) if cur is not None else None
                 self._put(req.id, self._with_note(self._place(req, need, hint_pool=hint), note))
 
-        return self._transaction(body, reported=reported)
+        try:
+            return self._transaction(body, reported=reported)
+        finally:
+            self._mem_hints = {}
 
     # ---------------------------------------------------------------- stats
     def stats(self) -> PolicyStats:
@@ -828,6 +833,11 @@ class Policy:
                 f"{_where(req)}: memory type {', '.join(sorted(k.value for k in kinds))} requested but this "
                 f"node has only {', '.join(have) or 'no'} memory"
             )
+        hint = self._mem_hints.get(req.id)
+        if hint:  # sync: a running container keeps its memory nodes if they are a pool's
+            for p in reversed(self._pools[pool].path):
+                if self._pools[p].nodes_of(kinds) == hint:
+                    return p, hint
         for p in reversed(self._pools[pool].path):
             nodes = self._pools[p].nodes_of(kinds)
             if not nodes or self._missing_kinds(kinds)[p]:
