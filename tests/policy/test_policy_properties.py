@@ -207,6 +207,10 @@ class PolicyMachine(RuleBasedStateMachine):
             for cid, g in old.grants().items():
                 if g.kind is GrantKind.EXCLUSIVE and not g.hide_hyperthreads:
                     assert fresh.assignment(cid) == reported[cid], f"{cid} lost its exclusive CPUs in a restart"
+            if not any(g.kind is GrantKind.MIXED or g.degraded for g in old.grants().values()):
+                for cid, g in old.grants().items():
+                    if g.kind is GrantKind.SHARED and not g.hide_hyperthreads:
+                        assert fresh.assignment(cid) == reported[cid], f"{cid} moved in a restart"
         self.policy = fresh
 
     @invariant()

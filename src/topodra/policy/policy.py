@@ -409,22 +409,32 @@ class Policy:
             self._mem_hints = {req.id: cur.mems.mask for req, cur in containers if cur is not None}
             for req, need, _cur, note in phases[0]:
                 self._put(req.id, self._with_note(self._place(req, need), note))
-            retry: list[tuple[ContainerRequest, Need, Assignment | None, str]] = []
-            for req, need, cur, note in phases[1]:
-                assert cur is not None
-                kept = self._keep_exclusive(req, need, cur.cpus.mask)
-                if kept is None:
-                    retry.append((req, need, cur, note))
-                else:
-                    self._put(req.id, self._with_note(kept, note))
-            for req, need, cur, note in retry + phases[2]:
-                keep = cur.cpus.mask & self._allowed if cur is not None else 0
-                try:
-                    g = self._place(req, need, keep=keep)
-                except PolicyError as e:
-                    shared = replace(need, kind=GrantKind.SHARED, exclusive=0, milli=max(need.milli, need.exclusive * 1000))
-                    g = self._with_note(self._place(req, shared), f"placed on shared CPUs: {e}")
-                self._put(req.id, self._with_note(g, note))
+            # Exclusive grants come first but must leave a CPU for the shared containers that follow:
+            # hold 1 milli-CPU for them in the root while the exclusive ones are placed.
+            phantom = 1 if phases[3] or any(n.kind is GrantKind.MIXED for _, n, _, _ in phases[2]) else 0
+            self._milli[0] += phantom
+            self._version += 1
+            try:
+                retry: list[tuple[ContainerRequest, Need, Assignment | None, str]] = []
+                for req, need, cur, note in phases[1]:
+                    assert cur is not None
+                    kept = self._keep_exclusive(req, need, cur.cpus.mask)
+                    if kept is None:
+                        retry.append((req, need, cur, note))
+                    else:
+                        self._put(req.id, self._with_note(kept, note))
+                for req, need, cur, note in retry + phases[2]:
+                    keep = cur.cpus.mask & self._allowed if cur is not None else 0
+                    try:
+                        g = self._place(req, need, keep=keep)
+                    except PolicyError as e:
+                        milli = max(need.milli, need.exclusive * 1000)
+                        shared = replace(need, kind=GrantKind.SHARED, exclusive=0, milli=milli)
+                        g = self._with_note(self._place(req, shared), f"placed on shared CPUs: {e}")
+                    self._put(req.id, self._with_note(g, note))
+            finally:
+                self._milli[0] -= phantom
+                self._version += 1
             for req, need, cur, note in phases[3]:
                 hint = self._pool_hint(cur.cpus.mask) if cur is not None else None
                 self._put(req.id, self._with_note(self._place(req, need, hint_pool=hint), note))
@@ -834,10 +844,11 @@ class Policy:
                 f"node has only {', '.join(have) or 'no'} memory"
             )
         hint = self._mem_hints.get(req.id)
-        if hint:  # sync: a running container keeps its memory nodes if they are a pool's
-            for p in reversed(self._pools[pool].path):
-                if self._pools[p].nodes_of(kinds) == hint:
-                    return p, hint
+        if hint:  # sync: a running container keeps its memory nodes if they are those of a pool on its line
+            path = self._pools[pool].path
+            for q in sorted(self._pools, key=lambda q: -q.depth):
+                if (q.index in path or pool in q.path) and q.nodes_of(kinds) == hint:
+                    return q.index, hint
         for p in reversed(self._pools[pool].path):
             nodes = self._pools[p].nodes_of(kinds)
             if not nodes or self._missing_kinds(kinds)[p]:
@@ -967,8 +978,8 @@ class Policy:
             if f < milli or not counts[i]:
                 continue
             key = (
+                0 if i == hint_pool else 1,  # stay where it ran (resize, restart) when it still fits
                 self._mem_fit(i, need) if with_memory else 0,
-                0 if i == hint_pool else 1,
                 0 if limit is None or f >= limit else 1,
                 level[i] if level is not None else 0,
                 -(pods.get(i, 0) + spaces.get(i, 0)) if pods or spaces else 0,
@@ -1079,10 +1090,13 @@ class Policy:
                         limits,
                     )
                     mask = None if extra is None else keep_mask | extra
-                if mask is not None and (frac == 0 or free[hint_pool] >= frac) and (
-                    isolated or self._exclusive_ok(mask, hint_pool, frac)
-                ):
-                    return hint_pool, mask
+                if mask is not None:
+                    # the deepest pool that holds the CPUs kept: its memory is the closest
+                    at = self._pool_of_group[tree.deepest_containing(mask, pool.group)]
+                    if frac and free[at] < frac:
+                        at = hint_pool
+                    if (frac == 0 or free[at] >= frac) and (isolated or self._exclusive_ok(mask, at, frac)):
+                        return at, mask
         pref_all = cand_all & pref_mask if pref_mask is not None else cand_all
         clean_all = clean_mask(tree, 0, cand_all)
         clean_pref = clean_all if pref_all == cand_all else clean_mask(tree, 0, pref_all)
