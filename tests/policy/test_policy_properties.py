@@ -205,7 +205,7 @@ class PolicyMachine(RuleBasedStateMachine):
             assert reported[cid] != a
         if old.config.pin_cpu:
             for cid, g in old.grants().items():
-                if g.kind is GrantKind.EXCLUSIVE and not g.hide_hyperthreads:
+                if g.kind is GrantKind.EXCLUSIVE and not g.hide_hyperthreads and not g.degraded:
                     assert fresh.assignment(cid) == reported[cid], f"{cid} lost its exclusive CPUs in a restart"
             if not any(g.kind is GrantKind.MIXED or g.degraded for g in old.grants().values()):
                 for cid, g in old.grants().items():

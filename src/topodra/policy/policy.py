@@ -436,8 +436,12 @@ class Policy:
                 self._milli[0] -= phantom
                 self._version += 1
             for req, need, cur, note in phases[3]:
-                hint = self._pool_hint(cur.cpus.mask) if cur is not None else None
-                self._put(req.id, self._with_note(self._place(req, need, hint_pool=hint), note))
+                hint = self._pool_hint(cur.cpus.mask, cur.mems.mask, need.memory_kinds) if cur is not None else None
+                if hint is not None and self._capacity().counts[hint]:
+                    # already running there: stay, even where claims have over-committed the pool
+                    self._put(req.id, self._with_note(self._place(req, need, hint_pool=hint, stay=True), note))
+                else:
+                    self._put(req.id, self._with_note(self._place(req, need, hint_pool=hint), note))
 
         try:
             return self._transaction(body, reported=reported)
@@ -845,10 +849,9 @@ class Policy:
             )
         hint = self._mem_hints.get(req.id)
         if hint:  # sync: a running container keeps its memory nodes if they are those of a pool on its line
-            path = self._pools[pool].path
-            for q in sorted(self._pools, key=lambda q: -q.depth):
-                if (q.index in path or pool in q.path) and q.nodes_of(kinds) == hint:
-                    return q.index, hint
+            on_line = self._mem_on_line(pool, hint, kinds)
+            if on_line is not None:
+                return on_line, hint
         for p in reversed(self._pools[pool].path):
             nodes = self._pools[p].nodes_of(kinds)
             if not nodes or self._missing_kinds(kinds)[p]:
@@ -878,6 +881,7 @@ class Policy:
         hint: Grant | None = None,
         keep: int = 0,
         hint_pool: int | None = None,
+        stay: bool = False,
     ) -> Grant:
         kind = need.kind
         common: dict[str, Any] = {
@@ -916,7 +920,7 @@ class Policy:
         if hint is not None and hint_pool is None:
             hint_pool = hint.pool
         if kind is GrantKind.SHARED:
-            pool = self._choose_shared(req, need, hint_pool)
+            pool = hint_pool if stay and hint_pool is not None else self._choose_shared(req, need, hint_pool)
             mem_pool, mems = self._memory_for(req, need, pool)
             return Grant(
                 request=req, kind=kind, pool=pool, milli=max(need.milli, 1), mem_pool=mem_pool, mems=mems,
@@ -1175,15 +1179,30 @@ class Policy:
             memory_preserve=need.memory_preserve,
         )
 
-    def _pool_hint(self, cpus: int) -> int | None:
-        """The pool a shared container probably ran in: same shared set, else deepest holding its CPUs."""
+    def _pool_hint(self, cpus: int, mems: int, kinds: frozenset[MemoryKind]) -> int | None:
+        """The pool a shared container probably ran in: same shared set, else deepest holding its CPUs.
+
+        Pools can share a shared set (a claim emptied a sibling); the one whose line holds
+        the container's memory nodes wins.
+        """
         if not cpus or cpus & ~self._allowed:
             return None
         used = self._excl | self._claimed
-        for p in reversed(self._pools):
-            if p.sharable & ~used == cpus:
-                return p.index
+        same = [p.index for p in reversed(self._pools) if p.sharable & ~used == cpus]
+        for i in same:
+            if mems and self._mem_on_line(i, mems, kinds) is not None:
+                return i
+        if same:
+            return same[0]
         return self._pool_of_group[self._tree.deepest_containing(cpus)]
+
+    def _mem_on_line(self, pool: int, mems: int, kinds: frozenset[MemoryKind]) -> int | None:
+        """The deepest pool above or below ``pool`` whose memory nodes are exactly ``mems``."""
+        path = self._pools[pool].path
+        for q in sorted(self._pools, key=lambda q: -q.depth):
+            if (q.index in path or pool in q.path) and q.nodes_of(kinds) == mems:
+                return q.index
+        return None
 
     def _replace_claimed(self, g: Grant, why: str) -> Grant:
         """Re-place a claim-pinned container after one of its claims went away."""
