@@ -207,7 +207,9 @@ class PolicyMachine(RuleBasedStateMachine):
             for cid, g in old.grants().items():
                 if g.kind is GrantKind.EXCLUSIVE and not g.hide_hyperthreads and not g.degraded:
                     assert fresh.assignment(cid) == reported[cid], f"{cid} lost its exclusive CPUs in a restart"
-            if not any(g.kind is GrantKind.MIXED or g.degraded for g in old.grants().values()):
+            moved = (GrantKind.MIXED, GrantKind.EXCLUSIVE)  # hidden threads / mixed parts are re-chosen
+            if not any((g.kind in moved and (g.hide_hyperthreads or g.kind is GrantKind.MIXED)) or g.degraded
+                       for g in old.grants().values()):
                 for cid, g in old.grants().items():
                     if g.kind is GrantKind.SHARED and not g.hide_hyperthreads:
                         assert fresh.assignment(cid) == reported[cid], f"{cid} moved in a restart"

@@ -425,6 +425,9 @@ class Policy:
                         self._put(req.id, self._with_note(kept, note))
                 for req, need, cur, note in retry + phases[2]:
                     keep = cur.cpus.mask & self._allowed if cur is not None else 0
+                    if need.hide_hyperthreads:  # it saw one thread per core: it held the cores
+                        for c in _bits(keep):
+                            keep |= self._tree.core_of.get(c, 0)
                     try:
                         g = self._place(req, need, keep=keep)
                     except PolicyError as e:
