@@ -1,5 +1,6 @@
 """Hardware topology: the immutable model, sysfs discovery and synthetic machines."""
 
+from topodra.topology.errors import TopologyError
 from topodra.topology.model import (
     CacheInstance,
     CoreType,
@@ -10,6 +11,7 @@ from topodra.topology.model import (
     Topology,
 )
 from topodra.topology.synthetic import MachineSpec, synthetic_topology
+from topodra.topology.sysfs import read_topology
 
 __all__ = [
     "CPUInfo",
@@ -20,5 +22,7 @@ __all__ = [
     "MemoryKind",
     "NUMANode",
     "Topology",
+    "TopologyError",
+    "read_topology",
     "synthetic_topology",
 ]

@@ -1,0 +1,395 @@
+"""The DRA device model: a Topology becomes the ``native.cpu`` devices the node publishes.
+
+One module for the agent (which publishes the devices and maps allocations
+back to CPUs) and the simulator (which builds synthetic clusters from it), so
+both always agree on names, attributes and capacities. Pure and
+deterministic: no I/O except importing the optional attribute hook.
+
+Three models:
+
+- ``cpu`` (default): one device per allowed CPU, ``cpuN``.
+- ``core``: one device per physical core, ``coreN``, capacity ``cpus``.
+- ``grouped``: one multi-allocatable device per NUMA node / L3 group /
+  socket / machine with a consumable capacity ``cpu``; the policy picks the
+  physical CPUs at Prepare. On hybrid machines a group is split by core type
+  so every device has one ``coreType``.
+
+Attribute names are unqualified, so they live in the driver's domain and CEL
+reads them as ``device.attributes["native.cpu"].<name>``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from topodra.cpuset import CPUSet
+from topodra.dra.attributes import (
+    AttributeValidationError,
+    AttrValue,
+    Capacity,
+    attribute_from_api,
+    attribute_to_api,
+    is_dns_label,
+    is_list_value,
+    validate_attributes,
+    validate_qualified_name,
+)
+from topodra.topology.model import CoreType, CPUInfo, Topology
+
+__all__ = [
+    "DRIVER",
+    "NUMA_NODE_ATTRIBUTE",
+    "CAPACITY_CPU",
+    "CAPACITY_CPUS",
+    "Device",
+    "DeviceModelConfig",
+    "DeviceModelError",
+    "AttributeHook",
+    "build_devices",
+    "cpu_attributes",
+    "device_class",
+    "validate_attributes",
+]
+
+#: The DRA driver name, DeviceClass name and attribute domain.
+DRIVER: Final = "native.cpu"
+#: The standard cross-driver NUMA attribute (KEP-6072).
+NUMA_NODE_ATTRIBUTE: Final = "resource.kubernetes.io/numaNode"
+#: Consumable capacity of grouped devices, in whole CPUs.
+CAPACITY_CPU: Final = "cpu"
+#: Capacity of ``core`` devices: the core's hardware threads.
+CAPACITY_CPUS: Final = "cpus"
+
+#: Attributes that describe one hardware thread; devices standing for several
+#: CPUs never carry them.
+PER_THREAD_ATTRIBUTES: Final = frozenset({"cpu", "thread", "smtSibling"})
+
+#: ``fn(cpu, topology) -> {name: value}``: extra attributes for one CPU.
+AttributeHook = Callable[[CPUInfo, Topology], Mapping[str, Any]]
+
+_HOOK_SPEC = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*\Z")
+
+
+class DeviceModelError(ValueError):
+    """The device model configuration cannot produce valid devices."""
+
+
+class DeviceModelConfig(BaseModel):
+    """How the node's CPUs become DRA devices (the ``dra.devices`` config section).
+
+    ``add_attributes`` sets constant attributes on every device (plain JSON
+    scalars/lists or the API's ``{"version": "1.2.3"}`` form);
+    ``rename_attributes`` maps old to new names; ``drop_attributes`` removes
+    names. ``attribute_hook`` names a ``module:function`` called per CPU as
+    ``fn(cpu: CPUInfo, topology: Topology)`` that returns extra attributes.
+    Order: built-in, hook, add (wins over both), drop, rename.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: Literal["cpu", "core", "grouped"] = "cpu"
+    group_by: Literal["numa", "l3", "socket", "machine"] = "numa"
+    add_attributes: dict[str, Any] = Field(default_factory=dict)
+    rename_attributes: dict[str, str] = Field(default_factory=dict)
+    drop_attributes: list[str] = Field(default_factory=list)
+    attribute_hook: str | None = None
+
+    @field_validator("add_attributes")
+    @classmethod
+    def _check_add(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for name, raw in value.items():
+            validate_qualified_name(name)
+            converted = attribute_from_api(raw, name=name)
+            validate_attributes({name: converted}, driver=DRIVER)
+        return value
+
+    @field_validator("rename_attributes")
+    @classmethod
+    def _check_rename(cls, value: dict[str, str]) -> dict[str, str]:
+        targets: dict[str, str] = {}
+        for old, new in value.items():
+            validate_qualified_name(old)
+            validate_qualified_name(new)
+            if new in targets:
+                raise AttributeValidationError(
+                    f"both {targets[new]!r} and {old!r} are renamed to it", attribute=new
+                )
+            targets[new] = old
+        return value
+
+    @field_validator("drop_attributes")
+    @classmethod
+    def _check_drop(cls, value: list[str]) -> list[str]:
+        for name in value:
+            validate_qualified_name(name)
+        return value
+
+    @field_validator("attribute_hook")
+    @classmethod
+    def _check_hook(cls, value: str | None) -> str | None:
+        if value is not None and not _HOOK_SPEC.match(value):
+            raise ValueError(f"attribute_hook {value!r} must look like 'package.module:function'")
+        return value
+
+    def added(self) -> dict[str, AttrValue]:
+        return {k: attribute_from_api(v, name=k) for k, v in self.add_attributes.items()}
+
+
+@dataclass(frozen=True, eq=True)
+class Device:
+    """One published device and the physical CPUs it stands for.
+
+    ``cpus`` is not published; the agent uses it to turn an allocation back
+    into CPUs (for grouped devices: the CPUs the policy may pick from).
+    """
+
+    name: str
+    attributes: Mapping[str, AttrValue]
+    capacity: Mapping[str, Capacity] = field(default_factory=dict)
+    allow_multiple_allocations: bool = False
+    cpus: CPUSet = field(default_factory=CPUSet)
+    taints: tuple[Mapping[str, Any], ...] = ()
+    consumes_counters: tuple[Mapping[str, Any], ...] = ()
+
+    __hash__ = None  # type: ignore[assignment]  # holds mappings
+
+    @property
+    def uses_advanced_features(self) -> bool:
+        """True if the device lowers its slice's limit to 64 devices (taints, counters, lists)."""
+        return bool(self.taints or self.consumes_counters) or any(
+            is_list_value(v) for v in self.attributes.values()
+        )
+
+    def to_api(self) -> dict[str, Any]:
+        """The resource.k8s.io/v1 ``Device`` JSON object."""
+        out: dict[str, Any] = {"name": self.name}
+        if self.attributes:
+            out["attributes"] = {k: attribute_to_api(self.attributes[k]) for k in sorted(self.attributes)}
+        if self.capacity:
+            out["capacity"] = {k: self.capacity[k].to_api() for k in sorted(self.capacity)}
+        if self.consumes_counters:
+            out["consumesCounters"] = [dict(c) for c in self.consumes_counters]
+        if self.taints:
+            out["taints"] = [dict(t) for t in self.taints]
+        if self.allow_multiple_allocations:
+            out["allowMultipleAllocations"] = True
+        return out
+
+
+def device_class(name: str = DRIVER) -> dict[str, Any]:
+    """The ``native.cpu`` DeviceClass: every device of this driver."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": name},
+        "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]},
+    }
+
+
+def _mhz(khz: int | None) -> int | None:
+    return khz // 1000 if khz else None
+
+
+def cpu_attributes(topology: Topology, cpu: CPUInfo) -> dict[str, AttrValue]:
+    """The built-in attributes of one CPU (the ``cpu`` model's device attributes).
+
+    ``package``, ``die``, ``cluster`` and ``core`` are machine-unique indexes
+    (sysfs ids repeat across packages); frequencies are in MHz and present
+    only when known; ``smtSibling`` only on cores with several threads.
+    """
+    siblings = cpu.siblings or CPUSet([cpu.id])
+    attrs: dict[str, AttrValue] = {
+        "cpu": cpu.id,
+        "package": cpu.package,
+        "die": cpu.die,
+        "cluster": cpu.cluster,
+        "core": cpu.core,
+        "coreType": cpu.core_type.value,
+        "localMemory": cpu.node,
+        "isolated": cpu.isolated or cpu.id in topology.isolated,
+        "thread": sorted(siblings).index(cpu.id) if cpu.id in siblings else 0,
+        NUMA_NODE_ATTRIBUTE: cpu.node,
+    }
+    others = siblings - CPUSet([cpu.id])
+    if others:
+        attrs["smtSibling"] = others.first()
+    for name, khz in (("baseFreq", cpu.base_freq_khz), ("minFreq", cpu.min_freq_khz), ("maxFreq", cpu.max_freq_khz)):
+        mhz = _mhz(khz)
+        if mhz:
+            attrs[name] = mhz
+    if cpu.l2 is not None:
+        attrs["l2Cache"] = cpu.l2
+    if cpu.l3 is not None:
+        attrs["l3Cache"] = cpu.l3
+    return attrs
+
+
+def _load_hook(spec: str) -> AttributeHook:
+    module_name, _, attr_path = spec.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except Exception as exc:
+        raise DeviceModelError(f"attribute_hook {spec!r}: cannot import {module_name!r}: {exc}") from exc
+    for part in attr_path.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise DeviceModelError(f"attribute_hook {spec!r}: {module_name!r} has no {attr_path!r}") from None
+    if not callable(obj):
+        raise DeviceModelError(f"attribute_hook {spec!r} is not callable")
+    return obj  # type: ignore[no-any-return]
+
+
+def _hook_attributes(hook: AttributeHook, spec: str, topology: Topology, cpu: CPUInfo) -> dict[str, AttrValue]:
+    try:
+        raw = hook(cpu, topology)
+    except Exception as exc:
+        raise DeviceModelError(f"attribute_hook {spec!r} failed for CPU {cpu.id}: {exc!r}") from exc
+    if not isinstance(raw, Mapping):
+        raise DeviceModelError(
+            f"attribute_hook {spec!r} returned {type(raw).__name__} for CPU {cpu.id}; expected a mapping"
+        )
+    out: dict[str, AttrValue] = {}
+    for name, value in raw.items():
+        if not isinstance(name, str):
+            raise DeviceModelError(f"attribute_hook {spec!r} returned a non-string name {name!r} for CPU {cpu.id}")
+        validate_qualified_name(name, device=f"cpu{cpu.id}")
+        out[name] = attribute_from_api(value, name=name, device=f"cpu{cpu.id}")
+    return out
+
+
+def _agreeing(per_cpu: Sequence[Mapping[str, AttrValue]]) -> dict[str, AttrValue]:
+    """Attributes shared by every CPU of a multi-CPU device, per-thread ones left out."""
+    first, *rest = per_cpu
+    out: dict[str, AttrValue] = {}
+    for name, value in first.items():
+        if name in PER_THREAD_ATTRIBUTES:
+            continue
+        if all(name in other and other[name] == value and type(other[name]) is type(value) for other in rest):
+            out[name] = value
+    return out
+
+
+_NO_CPUS: Final = CPUSet()
+_GROUP_PREFIX: Final = {"numa": "numa", "l3": "l3cache", "socket": "socket", "machine": "machine"}
+_TYPE_SUFFIX: Final = {CoreType.P_CORE: "pcore", CoreType.E_CORE: "ecore", CoreType.STANDARD: "standard"}
+
+
+def _group_key(config: DeviceModelConfig, cpu: CPUInfo) -> int:
+    if config.group_by == "numa":
+        return cpu.node
+    if config.group_by == "l3":
+        return cpu.l3 if cpu.l3 is not None else -1
+    if config.group_by == "socket":
+        return cpu.package
+    return 0
+
+
+def _grouped_capacity(n: int) -> Capacity:
+    # Whole CPUs; a request that names no amount takes one CPU.
+    if n >= 2:
+        return Capacity(value=n, default=1, valid_range=(1, n, 1))
+    return Capacity(value=n, default=1, valid_range=(1, n, None))
+
+
+def build_devices(
+    topology: Topology, config: DeviceModelConfig | None = None, *, exclude: CPUSet = _NO_CPUS
+) -> list[Device]:
+    """The devices a node publishes, in a stable order (CPU, core or group id).
+
+    ``exclude`` holds the reserved CPUs: they are never published. Raises
+    ``AttributeValidationError`` (naming device and attribute) for anything
+    the API server would reject, ``DeviceModelError`` for a broken config.
+    """
+    config = config or DeviceModelConfig()
+    allowed = topology.online - exclude
+    hook = _load_hook(config.attribute_hook) if config.attribute_hook else None
+    added = config.added()
+
+    per_cpu: dict[int, dict[str, AttrValue]] = {}
+    for cpu_id in allowed:
+        info = topology.cpus[cpu_id]
+        attrs = cpu_attributes(topology, info)
+        if hook is not None:
+            assert config.attribute_hook is not None
+            attrs.update(_hook_attributes(hook, config.attribute_hook, topology, info))
+        per_cpu[cpu_id] = attrs
+
+    raw: list[tuple[str, dict[str, AttrValue], dict[str, Capacity], bool, CPUSet]] = []
+    if config.model == "cpu":
+        for cpu_id in allowed:
+            raw.append((f"cpu{cpu_id}", per_cpu[cpu_id], {}, False, CPUSet([cpu_id])))
+    elif config.model == "core":
+        for core in topology.cores():
+            cpus = topology.cpus_of_core(core) & allowed
+            if not cpus:
+                continue
+            attrs = _agreeing([per_cpu[c] for c in cpus])
+            raw.append((f"core{core}", attrs, {CAPACITY_CPUS: Capacity(len(cpus))}, False, cpus))
+    else:
+        split_by_type = topology.hybrid
+        groups: dict[tuple[int, int], int] = {}
+        for cpu_id in allowed:
+            info = topology.cpus[cpu_id]
+            type_index = list(CoreType).index(info.core_type) if split_by_type else 0
+            key = (_group_key(config, info), type_index)
+            groups[key] = groups.get(key, 0) | (1 << cpu_id)
+        for (gid, type_index), mask in sorted(groups.items()):
+            cpus = CPUSet.from_mask(mask)
+            prefix = _GROUP_PREFIX[config.group_by]
+            name = prefix if config.group_by == "machine" else f"{prefix}{gid}"
+            if split_by_type:
+                name += "-" + _TYPE_SUFFIX[list(CoreType)[type_index]]
+            attrs = _agreeing([per_cpu[c] for c in cpus])
+            raw.append((name, attrs, {CAPACITY_CPU: _grouped_capacity(len(cpus))}, True, cpus))
+
+    present: set[str] = set()
+    for _, attrs, _, _, _ in raw:
+        present.update(attrs)
+    present.update(added)
+    for old in config.rename_attributes:
+        if old not in present:
+            raise DeviceModelError(
+                f"rename_attributes: no {config.model!r} device has attribute {old!r} "
+                f"(known: {', '.join(sorted(present))})"
+            )
+    for name in config.drop_attributes:
+        if name not in present:
+            raise DeviceModelError(
+                f"drop_attributes: no {config.model!r} device has attribute {name!r} "
+                f"(known: {', '.join(sorted(present))})"
+            )
+
+    devices: list[Device] = []
+    for name, attrs, capacity, multi, cpus in raw:
+        final = _customize(name, attrs, added, config)
+        if not is_dns_label(name):
+            raise AttributeValidationError(f"device name {name!r} is not a DNS label", device=name)
+        validate_attributes(final, capacity, driver=DRIVER, device=name)
+        devices.append(
+            Device(name=name, attributes=final, capacity=capacity, allow_multiple_allocations=multi, cpus=cpus)
+        )
+    return devices
+
+
+def _customize(
+    device: str, attrs: Mapping[str, AttrValue], added: Mapping[str, AttrValue], config: DeviceModelConfig
+) -> dict[str, AttrValue]:
+    merged: dict[str, AttrValue] = {**attrs, **added}
+    for name in config.drop_attributes:
+        merged.pop(name, None)
+    renamed: dict[str, AttrValue] = {}
+    for name, value in merged.items():
+        new = config.rename_attributes.get(name, name)
+        if new in renamed:
+            raise AttributeValidationError(
+                f"renaming {name!r} collides with an existing attribute", device=device, attribute=new
+            )
+        renamed[new] = value
+    return dict(sorted(renamed.items()))

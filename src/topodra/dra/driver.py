@@ -1,0 +1,411 @@
+"""Prepare and Unprepare, independent of gRPC: the agent, the playground and tests call this.
+
+Prepare: fetch each claim, check it, turn our devices into CPUs (grouped
+devices: the policy picks), claim them in the policy, write the CDI spec,
+checkpoint, answer. Unprepare: release in the policy, checkpoint, remove the
+spec. Both are idempotent, serialized, report per-claim errors and hand the
+policy's container changes to ``on_changes`` at once (nothing is left for the
+next runtime event, the prototype's Unprepare bug).
+
+Locking: ``lock`` is the agent's policy lock (shared with its NRI handlers)
+and is held only around policy calls; ``on_changes`` is awaited after it is
+released, so the callback may take it. A second, driver-private lock keeps
+Prepare/Unprepare calls strictly one after another, so changes reach
+``on_changes`` in policy order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from topodra.cpuset import CPUSet
+from topodra.dra import cdi
+from topodra.dra.cdi import ClaimEnvError, parse_claim_env
+from topodra.dra.checkpoint import (
+    CheckpointError,
+    PreparedClaim,
+    PreparedDevice,
+    load_checkpoint,
+    save_checkpoint,
+)
+from topodra.dra.claims import (
+    AllocatedDevice,
+    ClaimError,
+    ClaimRef,
+    allocated_devices,
+    check_uid,
+    pod_consumers,
+    resolve_cpus,
+)
+from topodra.dra.devices import DRIVER, Device
+from topodra.policy.api import Changes, PolicyError
+from topodra.topology.model import CoreType
+
+__all__ = [
+    "ClaimCheckError",
+    "ClaimFetcher",
+    "ClaimPolicy",
+    "ClaimRef",
+    "Driver",
+    "PrepareResult",
+    "PreparedClaim",
+    "PreparedDevice",
+    "RestoreReport",
+    "UnprepareResult",
+    "merge_changes",
+    "parse_claim_env",
+    "ClaimEnvError",
+    "CheckpointError",
+]
+
+log = logging.getLogger(__name__)
+
+#: ``await fetch(namespace, name)`` -> the ResourceClaim JSON object.
+ClaimFetcher = Callable[[str, str], Awaitable[Mapping[str, Any]]]
+ChangesCallback = Callable[[Changes], Awaitable[None]]
+
+
+class ClaimPolicy(Protocol):
+    """The part of the policy (topodra.policy.policy.Policy) the driver uses."""
+
+    def claim(self, claim_id: str, cpus: CPUSet) -> Changes: ...
+    def release(self, claim_id: str) -> Changes: ...
+    def pick(self, count: int, within: CPUSet, *, prefer: CoreType | None = None) -> CPUSet: ...
+    def claimed(self, claim_id: str) -> CPUSet | None: ...
+
+
+class ClaimCheckError(Exception):
+    """A container's ``DRA_CPUSET_<uid>`` does not match what this node prepared."""
+
+
+@dataclass(frozen=True, slots=True)
+class PrepareResult:
+    """One claim's answer: its prepared state, or an error message."""
+
+    claim: PreparedClaim | None = None
+    error: str = ""
+
+    @property
+    def devices(self) -> tuple[PreparedDevice, ...]:
+        return self.claim.devices if self.claim else ()
+
+    @property
+    def cdi_ids(self) -> tuple[str, ...]:
+        return self.claim.cdi_ids if self.claim else ()
+
+
+@dataclass(frozen=True, slots=True)
+class UnprepareResult:
+    error: str = ""
+    changes: Changes = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreReport:
+    restored: tuple[str, ...] = ()
+    failed: Mapping[str, str] = field(default_factory=dict)
+    removed_stale_specs: tuple[str, ...] = ()
+
+
+def merge_changes(*changes: Changes) -> Changes:
+    """Later changes win per container: the net effect of applying them in order."""
+    out: Changes = {}
+    for c in changes:
+        out.update(c)
+    return out
+
+
+async def _no_changes(_: Changes) -> None:
+    return None
+
+
+class Driver:
+    """The DRA driver's node-side state machine for ``native.cpu`` claims."""
+
+    def __init__(
+        self,
+        *,
+        policy: ClaimPolicy,
+        lock: asyncio.Lock,
+        fetch_claim: ClaimFetcher,
+        cdi_dir: Path,
+        checkpoint_path: Path,
+        devices: Sequence[Device],
+        pool: str,
+        on_changes: ChangesCallback | None = None,
+        driver: str = DRIVER,
+    ) -> None:
+        self._policy = policy
+        self._lock = lock
+        self._fetch = fetch_claim
+        self._cdi_dir = Path(cdi_dir)
+        self._checkpoint_path = Path(checkpoint_path)
+        self._devices = {d.name: d for d in devices}
+        self._pool = pool
+        self._on_changes = on_changes or _no_changes
+        self._driver = driver
+        self._serial = asyncio.Lock()
+        self._prepared: dict[str, PreparedClaim] = {}
+        self._dirty = False  # the last checkpoint write failed: retry at the next operation
+
+    # --- queries ------------------------------------------------------------------------------
+    @property
+    def pool(self) -> str:
+        return self._pool
+
+    @property
+    def driver_name(self) -> str:
+        return self._driver
+
+    @property
+    def devices(self) -> list[Device]:
+        return list(self._devices.values())
+
+    def prepared(self, uid: str) -> PreparedClaim | None:
+        """The prepared claim (None if unknown or if restoring it failed)."""
+        p = self._prepared.get(uid)
+        return p if p is not None and not p.error else None
+
+    def prepared_claims(self) -> dict[str, PreparedClaim]:
+        return {uid: p for uid, p in self._prepared.items() if not p.error}
+
+    def claimed_cpus(self) -> CPUSet:
+        out = CPUSet()
+        for p in self._prepared.values():
+            if not p.error:
+                out |= p.cpus
+        return out
+
+    def check_container_claim(self, pod_uid: str, claim_uid: str, cpuset: CPUSet) -> CPUSet:
+        """The CPUs a container may run on for its ``DRA_CPUSET_<claim_uid>=<cpuset>``.
+
+        Raises ClaimCheckError when the claim is not prepared here, the pod is
+        not among its consumers, or the value differs from the prepared CPUs
+        (forged or stale): the NRI side must then refuse the container.
+        """
+        p = self.prepared(claim_uid)
+        variable = cdi.env_variable(claim_uid)
+        if p is None:
+            raise ClaimCheckError(f"{variable}: claim {claim_uid} is not prepared on this node")
+        if p.pod_uids and pod_uid not in p.pod_uids:
+            raise ClaimCheckError(
+                f"{variable}: pod {pod_uid} is not a consumer of claim {p.namespace}/{p.name} "
+                f"(reserved for {', '.join(p.pod_uids)})"
+            )
+        if cpuset != p.cpus:
+            raise ClaimCheckError(
+                f"{variable}={cpuset}: claim {p.namespace}/{p.name} holds CPUs {p.cpus} (forged or stale value)"
+            )
+        return p.cpus
+
+    def container_claims(self, pod_uid: str, env: Sequence[str]) -> dict[str, CPUSet]:
+        """Parse and check every claim variable of a container (ClaimEnvError / ClaimCheckError)."""
+        return {uid: self.check_container_claim(pod_uid, uid, cpus) for uid, cpus in parse_claim_env(env).items()}
+
+    # --- restart --------------------------------------------------------------------------------
+    async def restore(self) -> RestoreReport:
+        """Load the checkpoint and re-claim its CPUs in the policy (after a restart).
+
+        A corrupt checkpoint raises CheckpointError and nothing is claimed.
+        A claim whose CPUs the policy refuses now (e.g. they became reserved)
+        is kept as failed: Prepare reports the reason, Unprepare forgets it.
+        Specs are rewritten for restored claims and stale specs removed.
+        """
+        async with self._serial:
+            loaded = load_checkpoint(self._checkpoint_path)
+            restored: list[str] = []
+            failed: dict[str, str] = {}
+            all_changes: list[Changes] = []
+            async with self._lock:
+                for uid, claim in loaded.items():
+                    if uid in self._prepared and not self._prepared[uid].error:
+                        continue
+                    try:
+                        all_changes.append(self._policy.claim(uid, claim.cpus))
+                    except PolicyError as exc:
+                        failed[uid] = f"cannot restore claim {claim.namespace}/{claim.name}: {exc}"
+                        self._prepared[uid] = replace(claim, error=failed[uid])
+                        continue
+                    self._prepared[uid] = claim
+                    restored.append(uid)
+            for uid in restored:
+                cdi.write_spec(self._cdi_dir, uid, self._prepared[uid].cpus)
+            stale = [u for u in cdi.spec_uids(self._cdi_dir) if self.prepared(u) is None]
+            for uid in stale:
+                cdi.remove_spec(self._cdi_dir, uid)
+            if failed:
+                for uid, reason in failed.items():
+                    log.error("claim %s: %s", uid, reason)
+            await self._push(merge_changes(*all_changes))
+            return RestoreReport(tuple(restored), failed, tuple(stale))
+
+    # --- Prepare ------------------------------------------------------------------------------------
+    async def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
+        """Prepare every claim; the answer has an entry for each UID."""
+        unique = list({c.uid: c for c in claims}.values())
+        fetched = await asyncio.gather(*(self._fetch_one(c) for c in unique), return_exceptions=True)
+        out: dict[str, PrepareResult] = {}
+        async with self._serial:
+            for ref, obj in zip(unique, fetched, strict=True):
+                try:
+                    out[ref.uid] = await self._prepare_one(ref, obj)
+                except Exception as exc:  # one bad claim must not fail the whole call
+                    log.exception("prepare %s failed", ref)
+                    out[ref.uid] = PrepareResult(error=f"claim {ref}: internal error: {exc!r}")
+        return out
+
+    async def _fetch_one(self, ref: ClaimRef) -> Mapping[str, Any]:
+        check_uid(ref.uid)
+        return await self._fetch(ref.namespace, ref.name)
+
+    async def _prepare_one(self, ref: ClaimRef, obj: Mapping[str, Any] | BaseException) -> PrepareResult:
+        try:
+            check_uid(ref.uid)
+        except ClaimError as exc:
+            return PrepareResult(error=str(exc))
+        known = self._prepared.get(ref.uid)
+        if known is not None and known.error:
+            return PrepareResult(error=known.error)
+        if isinstance(obj, BaseException):
+            if known is not None:  # API server blip: the prepared answer still stands
+                return PrepareResult(claim=known)
+            return PrepareResult(error=f"claim {ref}: cannot fetch the ResourceClaim: {obj}")
+        try:
+            allocated = allocated_devices(obj, ref, pool=self._pool, driver=self._driver)
+        except ClaimError as exc:
+            return PrepareResult(error=str(exc))
+        pods = pod_consumers(obj)
+        if known is not None:
+            return await self._prepare_again(ref, known, allocated, pods)
+        if not allocated:
+            return PrepareResult(claim=PreparedClaim(ref.uid, ref.namespace, ref.name, CPUSet(), (), pods))
+
+        async with self._lock:
+            taken = self.claimed_cpus()
+            try:
+                per_device = resolve_cpus(
+                    ref, allocated, self._devices, pick=lambda n, within: self._policy.pick(n, within), taken=taken
+                )
+            except (ClaimError, PolicyError) as exc:
+                return PrepareResult(error=str(exc) if isinstance(exc, ClaimError) else f"claim {ref}: {exc}")
+            cpus = CPUSet()
+            for c in per_device:
+                cpus |= c
+            overlap = cpus & taken
+            if overlap:
+                holders = sorted(u for u, p in self._prepared.items() if p.cpus & overlap)
+                return PrepareResult(
+                    error=f"claim {ref}: CPUs {overlap} are already prepared for claim(s) {', '.join(holders)}"
+                )
+            try:
+                changes = self._policy.claim(ref.uid, cpus)
+            except PolicyError as exc:
+                return PrepareResult(error=f"claim {ref}: the policy refuses CPUs {cpus}: {exc}")
+        prepared = PreparedClaim(
+            uid=ref.uid,
+            namespace=ref.namespace,
+            name=ref.name,
+            cpus=cpus,
+            devices=tuple(
+                PreparedDevice(a.request, a.pool, a.device, c, a.share_id)
+                for a, c in zip(allocated, per_device, strict=True)
+            ),
+            pod_uids=pods,
+        )
+        try:
+            cdi.write_spec(self._cdi_dir, ref.uid, cpus)
+            self._prepared[ref.uid] = prepared
+            self._save()
+        except (OSError, ClaimError) as exc:
+            self._prepared.pop(ref.uid, None)
+            async with self._lock:
+                undo = self._policy.release(ref.uid)
+            try:
+                cdi.remove_spec(self._cdi_dir, ref.uid)
+            except OSError:
+                log.exception("claim %s: cannot remove CDI spec after a failed prepare", ref)
+            await self._push(merge_changes(changes, undo))
+            return PrepareResult(error=f"claim {ref}: cannot record the prepared claim: {exc}")
+        await self._push(changes)
+        return PrepareResult(claim=prepared)
+
+    async def _prepare_again(
+        self, ref: ClaimRef, known: PreparedClaim, allocated: Sequence[AllocatedDevice], pods: tuple[str, ...]
+    ) -> PrepareResult:
+        """A repeated Prepare: same answer, provided the allocation is the one we prepared."""
+        want = [(a.request, a.pool, a.device, a.share_id) for a in allocated]
+        have = [(d.request, d.pool, d.device, d.share_id) for d in known.devices]
+        if want != have:
+            return PrepareResult(
+                error=f"claim {ref}: the allocation changed since it was prepared "
+                f"(prepared {[h[2] for h in have]}, now {[w[2] for w in want]}); unprepare it first"
+            )
+        merged = tuple(sorted(set(known.pod_uids) | set(pods)))
+        if merged != known.pod_uids:
+            known = replace(known, pod_uids=merged)
+            self._prepared[ref.uid] = known
+            try:
+                self._save()
+            except OSError as exc:
+                return PrepareResult(error=f"claim {ref}: cannot record the new consumers: {exc}")
+        if known.cpus and cdi.read_spec_cpus(self._cdi_dir, ref.uid) != known.cpus:
+            cdi.write_spec(self._cdi_dir, ref.uid, known.cpus)  # someone removed or edited it
+        return PrepareResult(claim=known)
+
+    # --- Unprepare ------------------------------------------------------------------------------------
+    async def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, UnprepareResult]:
+        """Release every claim; unknown claims succeed (they may be long gone)."""
+        out: dict[str, UnprepareResult] = {}
+        async with self._serial:
+            for ref in claims:
+                if ref.uid in out:
+                    continue
+                try:
+                    out[ref.uid] = await self._unprepare_one(ref)
+                except Exception as exc:
+                    log.exception("unprepare %s failed", ref)
+                    out[ref.uid] = UnprepareResult(error=f"claim {ref}: internal error: {exc!r}")
+        return out
+
+    async def _unprepare_one(self, ref: ClaimRef) -> UnprepareResult:
+        try:
+            check_uid(ref.uid)
+        except ClaimError as exc:
+            return UnprepareResult(error=str(exc))
+        known = self._prepared.get(ref.uid)
+        changes: Changes = {}
+        if known is not None and not known.error:
+            async with self._lock:
+                changes = self._policy.release(ref.uid)
+        self._prepared.pop(ref.uid, None)
+        error = ""
+        try:
+            if known is not None or self._dirty:
+                self._save()
+            cdi.remove_spec(self._cdi_dir, ref.uid)
+        except OSError as exc:
+            error = f"claim {ref}: released, but cannot record it: {exc}"
+        await self._push(changes)
+        return UnprepareResult(error=error, changes=changes)
+
+    def _save(self) -> None:
+        try:
+            save_checkpoint(self._checkpoint_path, self._prepared)
+        except OSError:
+            self._dirty = True
+            raise
+        self._dirty = False
+
+    async def _push(self, changes: Changes) -> None:
+        if not changes:
+            return
+        try:
+            await self._on_changes(changes)
+        except Exception:
+            # The policy state is already updated; the agent reports its own push failures.
+            log.exception("pushing %d container change(s) failed", len(changes))

@@ -1,0 +1,108 @@
+"""Memory kind (DRAM, HBM, PMEM, CXL) of each NUMA node, from sysfs evidence.
+
+Pure: takes facts already read from sysfs, returns a kind and the reason for
+it per node. The first rule that applies wins:
+
+1. A node with CPUs is ``DRAM`` (also when a memory-side cache fronts it).
+2. A DAX device onlined into the node (``dax*/target_node`` bound to ``kmem``)
+   whose device path lies on an NVDIMM bus (``ndbus``, ACPI0012) is ``PMEM``;
+   on a CXL region (``ACPI0017``, ``decoder``, ``cxl``) it is ``CXL``.
+3. The kernel memory tier (``/sys/devices/virtual/memory_tiering``): a tier
+   below the DRAM tier (the tier of the CPU nodes, else the kernel's default
+   tier 4) is ``HBM``; a tier above it is slow memory: ``CXL`` when the machine
+   has CXL devices (``/sys/bus/cxl/devices``), else ``PMEM``.
+4. HMAT performance (``access0/initiators/read_bandwidth``/``read_latency``)
+   against the best CPU node: 1.5x the bandwidth is ``HBM``; 1.5x the latency
+   or two thirds of the bandwidth is slow memory (as in 3).
+5. Heuristic when sysfs says nothing: a CPU-less node with less than half the
+   memory of the average CPU node is ``HBM`` (KNL MCDRAM, Sapphire Rapids HBM
+   in flat mode, GPU memory exposed as NUMA nodes); any other node is ``DRAM``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from topodra.topology.model import MemoryKind
+
+__all__ = ["DEFAULT_DRAM_TIER", "NodeMemoryFacts", "classify_memory"]
+
+#: The kernel's tier for ordinary DRAM: MEMTIER_ADISTANCE_DRAM (576) >> 7.
+DEFAULT_DRAM_TIER = 4
+_PERF_RATIO = 1.5
+
+
+@dataclass(frozen=True)
+class NodeMemoryFacts:
+    """What sysfs says about one NUMA node's memory."""
+
+    id: int
+    has_cpus: bool
+    memory_bytes: int
+    tier: int | None = None
+    dax_kind: MemoryKind | None = None
+    dax_evidence: str = ""
+    read_bandwidth: int | None = None  # MB/s, HMAT access0
+    read_latency: int | None = None  # ns, HMAT access0
+    memory_side_cache: bool = False
+
+
+def _slow(cxl_present: bool) -> MemoryKind:
+    return MemoryKind.CXL if cxl_present else MemoryKind.PMEM
+
+
+def classify_memory(
+    facts: Sequence[NodeMemoryFacts], cxl_present: bool = False
+) -> dict[int, tuple[MemoryKind, str]]:
+    """Kind and reason for every node in ``facts``."""
+    dram = [f for f in facts if f.has_cpus and f.memory_bytes > 0]
+    cpu_tiers = [f.tier for f in dram if f.tier is not None]
+    dram_tier = min(cpu_tiers) if cpu_tiers else DEFAULT_DRAM_TIER
+    bws = [f.read_bandwidth for f in dram if f.read_bandwidth]
+    lats = [f.read_latency for f in dram if f.read_latency]
+    ref_bw = max(bws) if bws else None
+    ref_lat = min(lats) if lats else None
+    avg_dram = sum(f.memory_bytes for f in dram) / len(dram) if dram else None
+    slow_name = "CXL devices present" if cxl_present else "no CXL devices, so persistent memory"
+
+    out: dict[int, tuple[MemoryKind, str]] = {}
+    for f in facts:
+        if f.has_cpus:
+            why = "node has CPUs"
+            if f.memory_side_cache:
+                why += " (behind a memory-side cache)"
+            out[f.id] = (MemoryKind.DRAM, why)
+        elif f.dax_kind is not None:
+            out[f.id] = (f.dax_kind, f.dax_evidence or "DAX device")
+        elif f.tier is not None and f.tier != dram_tier:
+            if f.tier < dram_tier:
+                out[f.id] = (MemoryKind.HBM, f"memory tier {f.tier} is faster than DRAM tier {dram_tier}")
+            else:
+                out[f.id] = (
+                    _slow(cxl_present),
+                    f"memory tier {f.tier} is slower than DRAM tier {dram_tier}; {slow_name}",
+                )
+        elif ref_bw and f.read_bandwidth and f.read_bandwidth >= _PERF_RATIO * ref_bw:
+            out[f.id] = (
+                MemoryKind.HBM,
+                f"HMAT read bandwidth {f.read_bandwidth} MB/s vs {ref_bw} on CPU nodes",
+            )
+        elif (ref_lat and f.read_latency and f.read_latency >= _PERF_RATIO * ref_lat) or (
+            ref_bw and f.read_bandwidth and f.read_bandwidth * _PERF_RATIO <= ref_bw
+        ):
+            out[f.id] = (
+                _slow(cxl_present),
+                f"HMAT latency {f.read_latency} ns / bandwidth {f.read_bandwidth} MB/s vs "
+                f"{ref_lat} ns / {ref_bw} MB/s on CPU nodes; {slow_name}",
+            )
+        elif avg_dram is not None and 0 < f.memory_bytes < avg_dram / 2:
+            out[f.id] = (
+                MemoryKind.HBM,
+                "heuristic: CPU-less and less than half the memory of the average CPU node",
+            )
+        elif f.memory_bytes == 0:
+            out[f.id] = (MemoryKind.DRAM, "no memory")
+        else:
+            out[f.id] = (MemoryKind.DRAM, "heuristic: CPU-less, nothing says it is not DRAM")
+    return out

@@ -1,0 +1,647 @@
+"""Topology discovery: read a Linux sysfs tree into the immutable model.
+
+``read_topology(root)`` reads ``<root>/sys/devices/system/{cpu,node}`` (and a
+few neighbours: memory tiers, DAX devices, the hybrid PMU lists) and builds a
+:class:`~topodra.topology.model.Topology`. ``root`` is ``/`` on a live machine
+or the folder of an unpacked tree (``topodra.topology.fixtures``).
+
+Error policy, in one rule: a file that exists but cannot be parsed raises
+:class:`TopologyError` naming the file and its content, except for purely
+informational values (frequencies, capacities, CPPC, cache sizes), which are
+dropped with a warning. Files that are missing, and facts that disagree
+between files, get a documented fallback and a warning in
+``Topology.warnings``; see ``docs/topology.md`` for the list.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+
+from topodra.cpuset import CPUSet
+from topodra.topology.coretypes import CoreTypeInputs, classify_core_types
+from topodra.topology.errors import TopologyError
+from topodra.topology.files import SysfsTree
+from topodra.topology.memkind import NodeMemoryFacts, classify_memory
+from topodra.topology.model import (
+    CacheInstance,
+    CPUInfo,
+    MemoryKind,
+    NUMANode,
+    Topology,
+)
+
+__all__ = ["read_topology", "TopologyError"]
+
+CPU_DIR = "sys/devices/system/cpu"
+NODE_DIR = "sys/devices/system/node"
+TIER_DIR = "sys/devices/virtual/memory_tiering"
+DAX_DIR = "sys/bus/dax/devices"
+CXL_DIR = "sys/bus/cxl/devices"
+_EMPTY = CPUSet()
+
+
+def read_topology(root: str | os.PathLike[str] = "/") -> Topology:
+    """Read the machine's topology from the sysfs tree below ``root``."""
+    return _Reader(SysfsTree(root)).read()
+
+
+# --- per-CPU raw facts --------------------------------------------------------------
+
+
+@dataclass
+class _CacheRaw:
+    level: int
+    kind: str
+    id: int | None
+    shared: CPUSet
+    size_bytes: int | None
+
+
+@dataclass
+class _CPURaw:
+    id: int
+    package_id: int | None = None
+    die_id: int | None = None
+    cluster_id: int | None = None
+    core_id: int | None = None
+    core_mask: CPUSet | None = None
+    package_mask: CPUSet | None = None
+    die_mask: CPUSet | None = None
+    cluster_mask: CPUSet | None = None
+    caches: list[_CacheRaw] = field(default_factory=list)
+    node_links: list[int] = field(default_factory=list)
+    base_freq: int | None = None
+    min_freq: int | None = None
+    max_freq: int | None = None
+    capacity: int | None = None
+    highest_perf: int | None = None
+
+
+# --- partitions ---------------------------------------------------------------------
+
+
+class _Partition:
+    """A partition of the online CPUs into groups, numbered by lowest CPU."""
+
+    __slots__ = ("groups", "of")
+
+    def __init__(self, groups: Iterable[CPUSet]) -> None:
+        self.groups = sorted(groups, key=CPUSet.first)
+        self.of: dict[int, int] = {}
+        for i, g in enumerate(self.groups):
+            for c in g:
+                self.of[c] = i
+
+    def refine(self, other: _Partition) -> _Partition:
+        """Split every group along ``other``'s groups (so it nests inside them)."""
+        keyed: dict[tuple[int, int], int] = {}
+        for c, g in self.of.items():
+            k = (g, other.of[c])
+            keyed[k] = keyed.get(k, 0) | (1 << c)
+        return _Partition(CPUSet.from_mask(m) for m in keyed.values())
+
+    def same_as(self, other: _Partition) -> bool:
+        return self.groups == other.groups
+
+
+def _partition(
+    online: CPUSet,
+    mask_of: Callable[[int], CPUSet | None],
+    key_of: Callable[[int], Hashable | None],
+    what: str,
+    warnings: list[str],
+) -> _Partition:
+    """Group CPUs by their sysfs sibling masks, else by an id key, else alone.
+
+    Masks win because they are what the kernel's scheduler uses, and ids are
+    often only unique per package. Asymmetric masks (CPU a lists b, b does not
+    list a) are resolved in CPU order and reported.
+    """
+    by_key: dict[Hashable, int] = {}
+    for c in online:
+        if mask_of(c) is None:
+            k = key_of(c)
+            if k is not None:
+                by_key[k] = by_key.get(k, 0) | (1 << c)
+    left = online.mask
+    groups: list[CPUSet] = []
+    inconsistent: list[int] = []
+    for c in online:
+        if not left >> c & 1:
+            continue
+        mask = mask_of(c)
+        if mask is not None:
+            want = (mask.mask & online.mask) | (1 << c)
+        else:
+            k = key_of(c)
+            want = by_key[k] if k is not None else 1 << c
+        got = want & left
+        if got != want:
+            inconsistent.append(c)
+        left &= ~got
+        groups.append(CPUSet.from_mask(got))
+    if inconsistent:
+        warnings.append(
+            f"{what} sibling lists disagree between CPUs (first at CPU {inconsistent[0]}); "
+            "grouped in CPU order"
+        )
+    return _Partition(groups)
+
+
+# --- the reader ---------------------------------------------------------------------
+
+
+class _Reader:
+    def __init__(self, tree: SysfsTree) -> None:
+        self.t = tree
+        self.warnings: list[str] = []
+
+    def warn(self, msg: str) -> None:
+        self.warnings.append(msg)
+
+    def soft_int(self, rel: str) -> int | None:
+        """An informational integer: garbage is dropped with a warning."""
+        try:
+            return self.t.int(rel)
+        except TopologyError as e:
+            self.warn(f"ignored: {e}")
+            return None
+
+    # --- CPUs -----------------------------------------------------------------
+    def read(self) -> Topology:
+        t = self.t
+        dirs = t.numbered(CPU_DIR, "cpu")
+        online_file = t.cpulist(f"{CPU_DIR}/online")
+        if not dirs and online_file is None:
+            raise TopologyError(
+                t.shown(CPU_DIR),
+                "no cpuN directories and no 'online' file: not the root of a sysfs tree?",
+            )
+        have_dir = CPUSet(dirs)
+        if online_file is not None:
+            online = online_file
+            missing = online - have_dir
+            if missing:
+                self.warn(
+                    f"{t.shown(CPU_DIR)}/online lists CPUs {missing} without a cpuN directory; "
+                    "they are left out"
+                )
+                online = online & have_dir
+        else:
+            online = CPUSet(c for c in dirs if t.text(f"{CPU_DIR}/cpu{c}/online") != "0")
+        if not online:
+            raise TopologyError(t.shown(f"{CPU_DIR}/online"), "no online CPU")
+        present = t.cpulist(f"{CPU_DIR}/present")
+        if present is None:
+            present = have_dir | online
+        possible = t.cpulist(f"{CPU_DIR}/possible")
+        if possible is None:
+            possible = present
+        isolated = t.cpulist(f"{CPU_DIR}/isolated") or _EMPTY
+        nohz_text = t.text(f"{CPU_DIR}/nohz_full")
+        nohz = _EMPTY
+        if nohz_text is not None and nohz_text != "(null)":
+            nohz = t.cpulist(f"{CPU_DIR}/nohz_full") or _EMPTY
+
+        raw = {c: self.read_cpu(c) for c in online}
+        cpus, caches = self.assemble_cpus(online, raw)
+        nodes, distances = self.read_nodes(online, present, raw, cpus)
+        core_types, source = classify_core_types(
+            CoreTypeInputs(
+                online=online,
+                pmu_core=t.cpulist("sys/devices/cpu_core/cpus"),
+                pmu_atom=t.cpulist("sys/devices/cpu_atom/cpus"),
+                capacity=_complete({c: r.capacity for c, r in raw.items()}),
+                cppc_highest_perf=_complete({c: r.highest_perf for c, r in raw.items()}),
+                max_freq_khz=_complete({c: r.max_freq for c, r in raw.items()}),
+            )
+        )
+        final: dict[int, CPUInfo] = {}
+        for c, info in cpus.items():
+            final[c] = _replace_cpu(
+                info,
+                node=info.node,
+                core_type=core_types[c],
+                isolated=c in isolated,
+            )
+        return Topology(
+            cpus=final,
+            nodes=nodes,
+            distances=distances,
+            caches=caches,
+            possible=possible,
+            present=present,
+            online_cpus=online,
+            isolated=isolated,
+            nohz_full=nohz,
+            core_type_source=source,
+            source=f"sysfs:{os.fspath(t.root)}",
+            warnings=tuple(self.warnings),
+        )
+
+    def read_cpu(self, c: int) -> _CPURaw:
+        t = self.t
+        base = f"{CPU_DIR}/cpu{c}"
+        r = _CPURaw(c)
+        entries = set(t.listdir(base))
+        if "topology" in entries:
+            topo = f"{base}/topology"
+            files = set(t.listdir(topo))
+
+            def ids(name: str) -> int | None:
+                return t.int(f"{topo}/{name}") if name in files else None
+
+            def mask(*names: str) -> CPUSet | None:
+                for name in names:
+                    if name in files:
+                        rel = f"{topo}/{name}"
+                        return t.cpulist(rel) if name.endswith("_list") else t.cpumask(rel)
+                return None
+
+            r.package_id = ids("physical_package_id")
+            r.die_id = ids("die_id")
+            r.cluster_id = ids("cluster_id")
+            r.core_id = ids("core_id")
+            # Hex masks first, as hwloc reads them: hand-edited trees keep the
+            # masks right when the *_list twins go stale; the kernel writes both.
+            r.core_mask = mask("core_cpus", "thread_siblings", "core_cpus_list", "thread_siblings_list")
+            r.package_mask = mask("package_cpus", "core_siblings", "package_cpus_list", "core_siblings_list")
+            r.die_mask = mask("die_cpus", "die_cpus_list")
+            r.cluster_mask = mask("cluster_cpus", "cluster_cpus_list")
+        if "cache" in entries:
+            for idx in sorted(t.numbered(f"{base}/cache", "index").values()):
+                cache = self.read_cache(f"{base}/cache/{idx}")
+                if cache is not None:
+                    r.caches.append(cache)
+        r.node_links = sorted(
+            int(e[4:]) for e in entries if e.startswith("node") and e[4:].isdigit() and e[4:].isascii()
+        )
+        if "cpufreq" in entries:
+            r.base_freq = self.soft_int(f"{base}/cpufreq/base_frequency")
+            r.min_freq = self.soft_int(f"{base}/cpufreq/cpuinfo_min_freq")
+            r.max_freq = self.soft_int(f"{base}/cpufreq/cpuinfo_max_freq")
+        if "acpi_cppc" in entries:
+            r.highest_perf = self.soft_int(f"{base}/acpi_cppc/highest_perf")
+            if r.base_freq is None:
+                nominal = self.soft_int(f"{base}/acpi_cppc/nominal_freq")
+                if nominal:
+                    r.base_freq = nominal * 1000  # MHz -> kHz
+        if "cpu_capacity" in entries:
+            r.capacity = self.soft_int(f"{base}/cpu_capacity")
+        return r
+
+    def read_cache(self, d: str) -> _CacheRaw | None:
+        t = self.t
+        level = t.int(f"{d}/level")
+        kind = t.text(f"{d}/type")
+        shared = t.cpus_mask_first(f"{d}/shared_cpu_map", f"{d}/shared_cpu_list")
+        if level is None or kind is None or shared is None:
+            self.warn(f"{t.shown(d)}: incomplete (level, type or shared_cpu_list missing); ignored")
+            return None
+        if kind not in ("Data", "Instruction", "Unified"):
+            raise TopologyError(t.shown(f"{d}/type"), "expected Data, Instruction or Unified", kind)
+        size_text = t.text(f"{d}/size")
+        size = None
+        if size_text:
+            size = _parse_size(size_text)
+            if size is None:
+                self.warn(f"ignored: {t.shown(f'{d}/size')}: not a cache size ({size_text!r})")
+        return _CacheRaw(level, kind, t.int(f"{d}/id"), shared, size)
+
+    # --- grouping -------------------------------------------------------------
+    def assemble_cpus(
+        self, online: CPUSet, raw: Mapping[int, _CPURaw]
+    ) -> tuple[dict[int, CPUInfo], tuple[CacheInstance, ...]]:
+        w = self.warnings
+        pkg = _partition(
+            online,
+            lambda c: raw[c].package_mask,
+            lambda c: raw[c].package_id if (raw[c].package_id or 0) >= 0 else None,
+            "package",
+            w,
+        )
+        if all(raw[c].package_mask is None and raw[c].package_id is None for c in online):
+            pkg = _Partition([online])  # nothing known: one package
+        die = _partition(
+            online,
+            lambda c: raw[c].die_mask,
+            lambda c: (pkg.of[c], raw[c].die_id) if raw[c].die_id is not None else (pkg.of[c],),
+            "die",
+            w,
+        ).refine(pkg)
+        core = _partition(
+            online,
+            lambda c: raw[c].core_mask,
+            lambda c: (die.of[c], raw[c].core_id) if raw[c].core_id is not None else None,
+            "core",
+            w,
+        ).refine(die)
+
+        # Caches: one partition per (level, type); ids from sysfs or lowest CPU.
+        cache_parts: dict[tuple[int, str], tuple[_Partition, list[int]]] = {}
+        kinds = sorted({(k.level, k.kind) for r in raw.values() for k in r.caches})
+        for level, kind in kinds:
+            of_cpu: dict[int, _CacheRaw] = {}
+            for c in online:
+                for k in raw[c].caches:
+                    if k.level == level and k.kind == kind:
+                        of_cpu[c] = k
+                        break
+            covered = CPUSet(of_cpu)
+            part = _partition(
+                covered,
+                lambda c, m=of_cpu: m[c].shared,  # type: ignore[misc]
+                lambda c: None,
+                f"L{level} {kind.lower()} cache",
+                w,
+            )
+            cache_parts[(level, kind)] = (part, _cache_ids(part, of_cpu))
+
+        def cache_of(c: int, level: int, *kinds: str) -> int | None:
+            for kind in kinds:
+                got = cache_parts.get((level, kind))
+                if got is not None and c in got[0].of:
+                    return got[1][got[0].of[c]]
+            return None
+
+        l2_part = cache_parts.get((2, "Unified")) or cache_parts.get((2, "Data"))
+        if l2_part is not None and CPUSet(l2_part[0].of) == online:
+            cluster_fallback: _Partition = l2_part[0].refine(die)
+        else:
+            cluster_fallback = core
+        cluster = _partition(
+            online,
+            lambda c: raw[c].cluster_mask,
+            lambda c: (die.of[c], raw[c].cluster_id) if raw[c].cluster_id is not None else None,
+            "cluster",
+            w,
+        ).refine(die)
+        if all(raw[c].cluster_mask is None and raw[c].cluster_id is None for c in online):
+            cluster = cluster_fallback
+        core = core.refine(cluster)
+
+        pkg_ids = self.package_ids(pkg, raw)
+        cpus: dict[int, CPUInfo] = {}
+        for c in online:
+            r = raw[c]
+            cpus[c] = CPUInfo(
+                id=c,
+                package=pkg_ids[pkg.of[c]],
+                die=die.of[c],
+                die_id=r.die_id if r.die_id is not None else 0,
+                cluster=cluster.of[c],
+                cluster_id=r.cluster_id if r.cluster_id is not None else -1,
+                core=core.of[c],
+                core_id=r.core_id if r.core_id is not None else core.of[c],
+                siblings=core.groups[core.of[c]],
+                node=0,
+                l1d=cache_of(c, 1, "Data", "Unified"),
+                l1i=cache_of(c, 1, "Instruction"),
+                l2=cache_of(c, 2, "Unified", "Data"),
+                l3=cache_of(c, 3, "Unified", "Data"),
+                base_freq_khz=r.base_freq,
+                min_freq_khz=r.min_freq,
+                max_freq_khz=r.max_freq,
+                capacity=r.capacity,
+            )
+        caches: list[CacheInstance] = []
+        for (level, kind), (part, ids) in cache_parts.items():
+            for i, g in enumerate(part.groups):
+                size = next(
+                    (k.size_bytes for k in raw[g.first()].caches if k.level == level and k.kind == kind),
+                    None,
+                )
+                caches.append(CacheInstance(level=level, kind=kind, id=ids[i], cpus=g, size_bytes=size))
+        caches.sort(key=lambda k: (k.level, k.kind, k.cpus.first()))
+        return cpus, tuple(caches)
+
+    def package_ids(self, pkg: _Partition, raw: Mapping[int, _CPURaw]) -> list[int]:
+        """sysfs physical_package_id per group when valid and distinct, else the index."""
+        ids: list[int] = []
+        for g in pkg.groups:
+            got = {raw[c].package_id for c in g}
+            if len(got) != 1:
+                break
+            (pid,) = got
+            if pid is None or pid < 0:
+                break
+            ids.append(pid)
+        if len(ids) == len(pkg.groups) and len(set(ids)) == len(ids):
+            return ids
+        return list(range(len(pkg.groups)))
+
+    # --- NUMA -----------------------------------------------------------------
+    def read_nodes(
+        self,
+        online: CPUSet,
+        present: CPUSet,
+        raw: Mapping[int, _CPURaw],
+        cpus: dict[int, CPUInfo],
+    ) -> tuple[dict[int, NUMANode], dict[tuple[int, int], int]]:
+        t = self.t
+        node_dirs = t.numbered(NODE_DIR, "node")
+        if not node_dirs:
+            total = self.proc_memtotal()
+            return (
+                {0: NUMANode(0, online, total, MemoryKind.DRAM, None, "no NUMA information")},
+                {(0, 0): 10},
+            )
+        listed: dict[int, CPUSet] = {}
+        memory: dict[int, int] = {}
+        for n in sorted(node_dirs):
+            d = f"{NODE_DIR}/node{n}"
+            got = t.cpus_mask_first(f"{d}/cpumap", f"{d}/cpulist")
+            listed[n] = got if got is not None else _EMPTY
+            memory[n] = self.node_memtotal(n)
+        # Which node each CPU is on: the cpuN/nodeM link, else the node lists.
+        node_of: dict[int, int] = {}
+        overlap = False
+        for c in online:
+            links = [n for n in raw[c].node_links if n in node_dirs]
+            holders = [n for n in sorted(listed) if c in listed[n]]
+            if len(holders) > 1:
+                overlap = True
+            if len(links) == 1:
+                node_of[c] = links[0]
+            elif holders:
+                node_of[c] = holders[0]
+            else:
+                node_of[c] = min(node_dirs)
+                self.warn(f"CPU {c} is in no NUMA node's cpulist; put on node {node_of[c]}")
+        if overlap:
+            self.warn(
+                "several NUMA nodes list the same CPUs (buggy firmware); each CPU is on the node "
+                "of its cpuN/nodeM link or the lowest node listing it"
+            )
+        on_node: dict[int, int] = dict.fromkeys(node_dirs, 0)
+        for c, n in node_of.items():
+            on_node[n] |= 1 << c
+        claimed = CPUSet.from_mask(sum(1 << c for c in node_of))
+        offline = present - online
+        cpu_sets = {n: CPUSet.from_mask(on_node[n]) | ((listed[n] & offline) - claimed) for n in node_dirs}
+        for c, n in node_of.items():
+            cpus[c] = _replace_cpu(cpus[c], node=n)
+
+        distances = self.read_distances(sorted(node_dirs))
+        kinds = self.memory_kinds(sorted(node_dirs), cpu_sets, memory, online)
+        nodes: dict[int, NUMANode] = {}
+        for n in sorted(node_dirs):
+            kind, reason, tier = kinds[n]
+            nodes[n] = NUMANode(n, cpu_sets[n], memory[n], kind, tier, reason)
+        return nodes, distances
+
+    def node_memtotal(self, n: int) -> int:
+        rel = f"{NODE_DIR}/node{n}/meminfo"
+        text = self.t.text(rel)
+        if text is None:
+            self.warn(f"{self.t.shown(rel)} is missing; node {n} memory taken as 0")
+            return 0
+        for line in text.splitlines():
+            parts = line.split()
+            # "Node 0 MemTotal:       16384 kB"
+            if len(parts) >= 4 and parts[2] == "MemTotal:":
+                if not parts[3].isdigit():
+                    raise TopologyError(self.t.shown(rel), "MemTotal is not a number", line)
+                return int(parts[3]) * 1024
+        raise TopologyError(self.t.shown(rel), "has no 'Node N MemTotal: X kB' line", text)
+
+    def proc_memtotal(self) -> int:
+        rel = "proc/meminfo"
+        text = self.t.text(rel)
+        if text is None:
+            self.warn("no NUMA nodes and no proc/meminfo: memory size unknown (0)")
+            return 0
+        for line in text.splitlines():
+            parts = line.split()
+            if len(parts) >= 2 and parts[0] == "MemTotal:":
+                if not parts[1].isdigit():
+                    raise TopologyError(self.t.shown(rel), "MemTotal is not a number", line)
+                return int(parts[1]) * 1024
+        raise TopologyError(self.t.shown(rel), "has no 'MemTotal: X kB' line", text[:80])
+
+    def read_distances(self, node_ids: list[int]) -> dict[tuple[int, int], int]:
+        """SLIT rows; each row is in the order of the online nodes."""
+        t = self.t
+        order_set = t.cpulist(f"{NODE_DIR}/online")  # node lists share the CPU list format
+        order = list(order_set) if order_set is not None else node_ids
+        out: dict[tuple[int, int], int] = {}
+        for n in node_ids:
+            rel = f"{NODE_DIR}/node{n}/distance"
+            text = t.text(rel)
+            if text is None:
+                continue
+            fields = text.split()
+            if not all(f.isdigit() and f.isascii() for f in fields):
+                raise TopologyError(t.shown(rel), "expected distances (integers)", text)
+            if len(fields) != len(order):
+                self.warn(
+                    f"{t.shown(rel)} has {len(fields)} distances for {len(order)} online nodes; ignored"
+                )
+                continue
+            for m, v in zip(order, fields, strict=True):
+                if m in node_ids:
+                    out[(n, m)] = int(v)
+        return out
+
+    def memory_kinds(
+        self,
+        node_ids: list[int],
+        cpu_sets: Mapping[int, CPUSet],
+        memory: Mapping[int, int],
+        online: CPUSet,
+    ) -> dict[int, tuple[MemoryKind, str, int | None]]:
+        t = self.t
+        tiers: dict[int, int] = {}
+        for tier, name in sorted(t.numbered(TIER_DIR, "memory_tier").items()):
+            nl = t.cpulist(f"{TIER_DIR}/{name}/nodelist")
+            for n in nl or ():
+                tiers.setdefault(n, tier)
+        dax: dict[int, tuple[MemoryKind, str]] = {}
+        for name in sorted(t.listdir(DAX_DIR)):
+            target = self.soft_int(f"{DAX_DIR}/{name}/target_node")
+            if target is None or target < 0:
+                continue
+            if not t.exists(f"sys/bus/dax/drivers/kmem/{name}"):
+                continue
+            path = t.realpath(f"{DAX_DIR}/{name}")
+            kind = _dax_kind(path)
+            if kind is not None:
+                dax.setdefault(target, (kind, f"DAX device {name} on {_dax_bus(kind)} (kmem)"))
+        cxl_present = bool(t.listdir(CXL_DIR))
+        facts = []
+        for n in node_ids:
+            d = f"{NODE_DIR}/node{n}"
+            bw = lat = None
+            if t.isdir(f"{d}/access0/initiators"):
+                bw = self.soft_int(f"{d}/access0/initiators/read_bandwidth")
+                lat = self.soft_int(f"{d}/access0/initiators/read_latency")
+            dk = dax.get(n)
+            facts.append(
+                NodeMemoryFacts(
+                    id=n,
+                    has_cpus=bool(cpu_sets[n]),
+                    memory_bytes=memory[n],
+                    tier=tiers.get(n),
+                    dax_kind=dk[0] if dk else None,
+                    dax_evidence=dk[1] if dk else "",
+                    read_bandwidth=bw,
+                    read_latency=lat,
+                    memory_side_cache=t.isdir(f"{d}/memory_side_cache"),
+                )
+            )
+        got = classify_memory(facts, cxl_present)
+        return {n: (got[n][0], got[n][1], tiers.get(n)) for n in node_ids}
+
+
+# --- helpers ------------------------------------------------------------------------
+
+
+def _cache_ids(part: _Partition, of_cpu: Mapping[int, _CacheRaw]) -> list[int]:
+    """sysfs cache ids when every group has one, consistent and unique; else the
+    lowest CPU of each group's shared_cpu_list (as on ARM, where ``id`` is absent)."""
+    sys_ids = [of_cpu[g.first()].id for g in part.groups]
+    if all(
+        sys_ids[i] is not None and all(of_cpu[c].id == sys_ids[i] for c in g)
+        for i, g in enumerate(part.groups)
+    ) and len(set(sys_ids)) == len(sys_ids):
+        return [i for i in sys_ids if i is not None]
+    lowest = [
+        of_cpu[g.first()].shared.first() if of_cpu[g.first()].shared else g.first() for g in part.groups
+    ]
+    if len(set(lowest)) == len(lowest):
+        return lowest
+    return [g.first() for g in part.groups]
+
+
+def _complete(values: Mapping[int, int | None]) -> dict[int, int] | None:
+    """The mapping when every CPU has a value, else None."""
+    if any(v is None for v in values.values()):
+        return None
+    return {c: v for c, v in values.items() if v is not None}
+
+
+def _parse_size(text: str) -> int | None:
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    body, unit = (text[:-1], text[-1].upper()) if text and text[-1].upper() in mult else (text, "")
+    if not body.isdigit() or not body.isascii():
+        return None
+    return int(body) * mult.get(unit, 1)
+
+
+def _dax_kind(path: str) -> MemoryKind | None:
+    parts = path.split("/")
+    if any(p.startswith(("ndbus", "ACPI0012")) for p in parts):
+        return MemoryKind.PMEM
+    if any(p.startswith(("ACPI0017", "decoder", "cxl")) for p in parts):
+        return MemoryKind.CXL
+    return None
+
+
+def _dax_bus(kind: MemoryKind) -> str:
+    return "an NVDIMM region" if kind is MemoryKind.PMEM else "a CXL region"
+
+
+def _replace_cpu(info: CPUInfo, **changes: object) -> CPUInfo:
+    return replace(info, **changes)  # type: ignore[arg-type]
