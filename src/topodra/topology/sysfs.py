@@ -116,8 +116,9 @@ def _partition(
     """Group CPUs by their sysfs sibling masks, else by an id key, else alone.
 
     Masks win because they are what the kernel's scheduler uses, and ids are
-    often only unique per package. Asymmetric masks (CPU a lists b, b does not
-    list a) are resolved in CPU order and reported.
+    often only unique per package. When the masks disagree (CPU a lists b but b
+    does not list a: hand-edited or buggy firmware), each CPU joins the group
+    that the most CPUs report it in (ties: its own report), and a warning says so.
     """
     by_key: dict[Hashable, int] = {}
     for c in online:
@@ -125,29 +126,34 @@ def _partition(
             k = key_of(c)
             if k is not None:
                 by_key[k] = by_key.get(k, 0) | (1 << c)
-    left = online.mask
-    groups: list[CPUSet] = []
-    inconsistent: list[int] = []
+    claim: dict[int, int] = {}
+    claimers: dict[int, int] = {}
     for c in online:
-        if not left >> c & 1:
-            continue
         mask = mask_of(c)
         if mask is not None:
             want = (mask.mask & online.mask) | (1 << c)
         else:
             k = key_of(c)
             want = by_key[k] if k is not None else 1 << c
-        got = want & left
-        if got != want:
-            inconsistent.append(c)
-        left &= ~got
-        groups.append(CPUSet.from_mask(got))
-    if inconsistent:
-        warnings.append(
-            f"{what} sibling lists disagree between CPUs (first at CPU {inconsistent[0]}); "
-            "grouped in CPU order"
+        claim[c] = want
+        claimers[want] = claimers.get(want, 0) | (1 << c)
+    if all(members == m for m, members in claimers.items()):
+        return _Partition(CPUSet.from_mask(m) for m in claimers)
+    votes = {m: members.bit_count() for m, members in claimers.items()}
+    chosen: dict[int, int] = {}
+    for c in online:
+        bit = 1 << c
+        best = max(
+            (m for m in claimers if m & bit),
+            key=lambda m: (votes[m], m == claim[c], -((m & -m).bit_length())),
         )
-    return _Partition(groups)
+        chosen[best] = chosen.get(best, 0) | bit
+    first_bad = min(c for c in online if claimers[claim[c]] != claim[c])
+    warnings.append(
+        f"{what} sibling lists disagree between CPUs (first at CPU {first_bad}); "
+        "each CPU is grouped where most CPUs report it"
+    )
+    return _Partition(CPUSet.from_mask(m) for m in chosen.values())
 
 
 # --- the reader ---------------------------------------------------------------------
@@ -350,9 +356,11 @@ class _Reader:
                         of_cpu[c] = k
                         break
             covered = CPUSet(of_cpu)
+            # An empty shared_cpu_map (IA64 kernels do this for L3) means the
+            # cache is private to the core, as hwloc reads it.
             part = _partition(
                 covered,
-                lambda c, m=of_cpu: m[c].shared,  # type: ignore[misc]
+                lambda c, m=of_cpu: m[c].shared or core.groups[core.of[c]],  # type: ignore[misc]
                 lambda c: None,
                 f"L{level} {kind.lower()} cache",
                 w,
@@ -455,25 +463,30 @@ class _Reader:
             got = t.cpus_mask_first(f"{d}/cpumap", f"{d}/cpulist")
             listed[n] = got if got is not None else _EMPTY
             memory[n] = self.node_memtotal(n)
-        # Which node each CPU is on: the cpuN/nodeM link, else the node lists.
+        # Which node each CPU is on: the node that lists it; where several (or
+        # none) do, the cpuN/nodeM link decides.
         node_of: dict[int, int] = {}
         overlap = False
         for c in online:
-            links = [n for n in raw[c].node_links if n in node_dirs]
             holders = [n for n in sorted(listed) if c in listed[n]]
-            if len(holders) > 1:
-                overlap = True
+            links = [n for n in raw[c].node_links if n in node_dirs]
+            if len(holders) == 1:
+                node_of[c] = holders[0]
+                continue
+            overlap = overlap or len(holders) > 1
             if len(links) == 1:
                 node_of[c] = links[0]
             elif holders:
                 node_of[c] = holders[0]
             else:
                 node_of[c] = min(node_dirs)
-                self.warn(f"CPU {c} is in no NUMA node's cpulist; put on node {node_of[c]}")
+                self.warn(
+                    f"CPU {c} is in no NUMA node's cpulist and has no node link; put on node {node_of[c]}"
+                )
         if overlap:
             self.warn(
-                "several NUMA nodes list the same CPUs (buggy firmware); each CPU is on the node "
-                "of its cpuN/nodeM link or the lowest node listing it"
+                "several NUMA nodes list the same CPUs (buggy firmware); such a CPU is on the node "
+                "of its cpuN/nodeM link, else on the lowest node listing it"
             )
         on_node: dict[int, int] = dict.fromkeys(node_dirs, 0)
         for c, n in node_of.items():

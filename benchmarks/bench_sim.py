@@ -1,0 +1,207 @@
+"""The DRA allocation simulator: CEL engines, scheduler_perf and CPU-scale shapes, the L3 blow-up.
+
+Goals (issue 6): simulator throughput >= 10x kube-scheduler's published 372 pods/s
+on the scheduler_perf shape; 5,000 nodes x 256 per-CPU devices with 10,000
+p-core pods in <= 60 s on 2 cores; the matchAttribute-on-L3 case decided in
+milliseconds per node. Also: the cost-model fit against the published Go
+timings, and per-CPU vs per-core vs grouped devices side by side.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from benchmarks.common import Result, median
+from topodra.sim.allocator import Allocator
+from topodra.sim.calibration import (
+    L3_GROUP_SECONDS,
+    SCHEDULER_PERF_DRIVER,
+    fitted_costs,
+    l3_shape,
+    published_observations,
+    scheduler_perf_slices,
+)
+from topodra.sim.cel import CelDevice, compile_selector
+from topodra.sim.costmodel import DEFAULT_COSTS
+from topodra.sim.run import RunConfig, percentile, run_simulation
+from topodra.sim.scheduler import Pod, Scheduler
+
+THREE = (
+    'device.attributes["native.cpu"].coreType == "P-core" && device.attributes["native.cpu"].numaNode == 0'
+    ' && device.driver == "native.cpu"'
+)
+DEVICE = {"driver": "native.cpu", "attributes": {"native.cpu": {"coreType": "P-core", "numaNode": 0, "core": 3}}, "capacity": {}}
+
+
+def _rate(fn: Any, n: int) -> float:
+    fn()
+    t = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return n / (time.perf_counter() - t)
+
+
+def bench_cel(quick: bool) -> list[Result]:
+    n = 5_000 if quick else 50_000
+    out = []
+    sel = compile_selector(THREE)
+    dev = CelDevice.build("native.cpu", {"coreType": "P-core", "numaNode": 0, "core": 3})
+    ours = _rate(lambda: sel.matches(dev), n)
+    out.append(Result("cel: topodra.sim.cel (cel-expr-python) 3-clause selector", ours, "evals/s", note="compiled once, device converted once"))
+    try:
+        import cel as common_cel  # common-expression-language (Rust)
+
+        prog = common_cel.compile(THREE)
+        data = {"device": DEVICE}
+        out.append(Result("cel: common-expression-language 3-clause selector", _rate(lambda: prog.execute(data), n // 2), "evals/s"))
+    except ImportError:
+        out.append(Result("cel: common-expression-language", float("nan"), "evals/s", note="not installed"))
+    try:
+        import celpy
+
+        env = celpy.Environment()
+        prg = env.program(env.compile(THREE))
+        from celpy.adapter import json_to_cel
+
+        act = {"device": json_to_cel(DEVICE)}
+        out.append(Result("cel: cel-python 3-clause selector", _rate(lambda: prg.evaluate(act), max(200, n // 50)), "evals/s"))
+    except ImportError:
+        out.append(Result("cel: cel-python", float("nan"), "evals/s", note="not installed"))
+    return out
+
+
+def _claim(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"}, "spec": spec}
+
+
+def bench_scheduler_perf(quick: bool) -> list[Result]:
+    """500 nodes x 10 devices, 5,000 pods, one device per pod; without and with a selector."""
+    nodes = [{"metadata": {"name": f"node-{n:05d}"}} for n in range(500)]
+    cls = {"metadata": {"name": "test-class"}, "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{SCHEDULER_PERF_DRIVER}"'}}]}}
+    pods = 1_000 if quick else 5_000
+    out = []
+    for label, selectors in (
+        ("no selector", []),
+        ("with selector", [{"cel": {"expression": f'device.attributes["{SCHEDULER_PERF_DRIVER}"].model == "model-a"'}}]),
+    ):
+        spec = {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "test-class", "selectors": selectors}}]}}
+        t0 = time.perf_counter()
+        sched = Scheduler(nodes, scheduler_perf_slices(500), [cls])
+        setup = time.perf_counter() - t0
+        predicted = []
+        t = time.perf_counter()
+        failed = 0
+        for p in range(pods):
+            r = sched.schedule(Pod(f"pod-{p}", (_claim(f"c-{p}", spec),)))
+            predicted.append(r.predicted_s)
+            failed += r.failure is not None
+        dt = time.perf_counter() - t
+        rate = pods / dt
+        out.append(
+            Result(
+                f"scheduler_perf 500x10, {pods} pods, {label}: simulator",
+                rate,
+                "pods/s",
+                goal=">= 3720 (10 x 372)",
+                met=rate >= 3720,
+                note=f"setup {setup:.2f} s, {failed} failed",
+            )
+        )
+        mean = sum(predicted) / len(predicted)
+        out.append(Result(f"scheduler_perf 500x10, {label}: predicted kube-scheduler", 1 / mean, "pods/s", note=f"p99 {percentile(predicted, 99) * 1e3:.2f} ms per pod"))
+    return out
+
+
+def bench_cpu_scale(quick: bool) -> list[Result]:
+    """5,000 nodes x 256 per-CPU devices, 10,000 pods with the p-cores template."""
+    nodes, pods = (500, 1_000) if quick else (5_000, 10_000)
+    t = time.perf_counter()
+    s, _ = run_simulation(RunConfig(nodes=nodes, machines={"256": 1.0}, model="cpu", workload="p-cores", pods=pods))
+    total = time.perf_counter() - t
+    return [
+        Result(f"cpu {nodes}x256, {pods} p-core pods: total wall", total, "s", goal="<= 60 s" if not quick else None, met=(total <= 60) if not quick else None, note=f"build {s.build_seconds:.1f} s"),
+        Result(f"cpu {nodes}x256: simulator", s.sim_pods_per_s, "pods/s"),
+        Result(f"cpu {nodes}x256: predicted kube-scheduler p50", s.predicted_p50_ms, "ms/pod", note=f"p99 {s.predicted_p99_ms:.2f} ms, {s.nodes_filtered_mean:.0f} nodes filtered"),
+        Result(f"cpu {nodes}x256: predicted kube-scheduler throughput", s.predicted_pods_per_s, "pods/s"),
+        Result(f"cpu {nodes}x256: API footprint", s.api_bytes / 2**20, "MiB", note=f"{s.resource_slices} ResourceSlices"),
+    ]
+
+
+def bench_l3(quick: bool) -> list[Result]:
+    out = []
+    sizes = (12, 16) if quick else tuple(L3_GROUP_SECONDS)
+    from topodra.dra.devices import DeviceModelConfig, build_devices, device_class
+    from topodra.dra.slices import build_slices
+    from topodra.topology.synthetic import synthetic_topology
+
+    for g in sizes:
+        machine, claim = l3_shape(g)
+        slices = build_slices("node-0", build_devices(synthetic_topology(machine), DeviceModelConfig()))
+        alloc = Allocator(slices, [device_class()])
+        cold_t = time.perf_counter()
+        _, stats = alloc.allocate_with_stats("node-0", [claim])
+        cold = time.perf_counter() - cold_t
+        warm = []
+        for _ in range(5):
+            t = time.perf_counter()
+            alloc.allocate_with_stats("node-0", [claim])
+            warm.append(time.perf_counter() - t)
+        predicted = DEFAULT_COSTS.node_seconds(stats)
+        ms = median(warm) * 1e3
+        out.append(
+            Result(
+                f"L3 groups of {g} CPUs ({machine}): decided in",
+                ms,
+                "ms/node",
+                goal="milliseconds (< 50 ms)",
+                met=ms < 50,
+                note=f"cold {cold * 1e3:.1f} ms; kube-scheduler would do {stats.calls:,} calls, {stats.visits:,} visits: predicted {predicted:.3g} s (published {L3_GROUP_SECONDS[g]:g} s{'+' if g == 24 else ''})",
+            )
+        )
+    return out
+
+
+def bench_calibration(quick: bool) -> list[Result]:
+    fit = fitted_costs()
+    obs = published_observations()
+    out = [
+        Result("calibration: per allocateOne call", fit.per_call_s * 1e9, "ns"),
+        Result("calibration: per device visited", fit.per_visit_s * 1e9, "ns"),
+        Result("calibration: per allocation check", fit.per_check_s * 1e9, "ns"),
+        Result("calibration: per CEL evaluation", fit.per_cel_eval_s * 1e6, "us"),
+        Result("calibration: per Filter call", fit.per_node_s * 1e6, "us"),
+        Result("calibration: per device in the node's pools", fit.per_device_s * 1e6, "us"),
+    ]
+    for o in [obs["scan"], *obs["small"], *obs["groups"]]:
+        out.append(Result(f"fit: {o.name}", fit.node_seconds(o.stats) / o.seconds, "x published", note=f"published {o.seconds:g} s"))
+    return out
+
+
+def bench_models(quick: bool) -> list[Result]:
+    """Per-CPU vs per-core vs grouped devices on the same cluster and requests."""
+    nodes = 200 if quick else 1_000
+    out = []
+    for workload in ("cpus-8", "l3-8"):
+        for model in ("cpu", "core", "grouped"):
+            s, _ = run_simulation(RunConfig(nodes=nodes, machines={"256": 1.0}, model=model, workload=workload, pods=2 * nodes))
+            out.append(
+                Result(
+                    f"models {workload} on {nodes}x256, {model}: predicted p99",
+                    s.predicted_p99_ms,
+                    "ms/pod",
+                    note=(
+                        f"p50 {s.predicted_p50_ms:.2f} ms, max node filter {s.node_filter_max_ms:.2f} ms, "
+                        f"{s.cel_evals / max(1, s.pods):.0f} CEL evals/pod, {s.devices_per_node:g} devices/node, "
+                        f"{s.api_bytes / nodes / 1024:.0f} KiB slices/node, {s.scheduled}/{s.pods} scheduled, sim {s.sim_pods_per_s:.0f} pods/s"
+                    ),
+                )
+            )
+    return out
+
+
+def run(quick: bool) -> list[Result]:
+    results: list[Result] = []
+    for part in (bench_cel, bench_scheduler_perf, bench_cpu_scale, bench_l3, bench_calibration, bench_models):
+        results.extend(part(quick))
+    return results

@@ -1,0 +1,134 @@
+"""The shapes behind the published Go allocator timings, counted by our allocator.
+
+``published_observations()`` rebuilds each measured situation, lets the
+allocator count the steps kube-scheduler's search takes there, and pairs the
+counts with the published time; ``fitted_costs()`` feeds them to
+``costmodel.calibrate``. The benchmark prints the fit and its residuals; the
+defaults in ``costmodel.DEFAULT_COSTS`` are this fit (a test keeps them in
+step).
+
+Assumed shapes (the published figures name the workload, not every detail):
+per-CPU devices of the agent's ``cpu`` model on hybrid machines; "matches
+nothing" = a one-CPU claim whose selector rejects every device; the 4-CPU
+claim with a 3-clause selector on an empty node (150 us) and on a node whose
+first half is taken (380 us); the L3 blow-up = a claim for one P-core CPU more
+than an L3 group holds, ``matchAttribute: native.cpu/l3Cache``, on a node of
+about 250 CPUs made of L3 groups of 12/16/20/24 P-core CPUs plus one E-core
+each; scheduler_perf = 1 device from 10 per node, 230 of 500 nodes filtered,
+GOMAXPROCS 6.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from topodra.dra.devices import DeviceModelConfig, build_devices, device_class
+from topodra.dra.slices import build_slices
+from topodra.sim.allocator import AllocatedState, Allocator, SearchStats
+from topodra.sim.costmodel import CostModel, Observation, calibrate
+from topodra.topology.synthetic import synthetic_topology
+
+__all__ = [
+    "published_observations",
+    "fitted_costs",
+    "l3_shape",
+    "scheduler_perf_slices",
+    "SCHEDULER_PERF_DRIVER",
+    "L3_GROUP_SECONDS",
+]
+
+P_CORE = 'device.attributes["native.cpu"].coreType == "P-core"'
+THREE_CLAUSES = (
+    'device.attributes["native.cpu"].coreType == "P-core" && device.attributes["native.cpu"].isolated == false'
+    ' && device.attributes["native.cpu"].core >= 0'
+)
+#: Published per-node times of the L3 blow-up (group size -> seconds; 24 is "over 100 s").
+L3_GROUP_SECONDS = {12: 0.1, 16: 1.2, 20: 10.0, 24: 100.0}
+SCHEDULER_PERF_DRIVER = "test-driver.cdi.k8s.io"
+
+
+def _claim(count: int, selectors: tuple[str, ...] = (), match: str | None = None) -> dict[str, Any]:
+    ex: dict[str, Any] = {"deviceClassName": "native.cpu", "count": count}
+    if selectors:
+        ex["selectors"] = [{"cel": {"expression": e}} for e in selectors]
+    devices: dict[str, Any] = {"requests": [{"name": "cpu", "exactly": ex}]}
+    if match:
+        devices["constraints"] = [{"matchAttribute": match}]
+    return {"metadata": {"name": "c", "namespace": "default"}, "spec": {"devices": devices}}
+
+
+def _stats(machine: str, claim: dict[str, Any], used_fraction: float = 0.0) -> SearchStats:
+    topo = synthetic_topology(machine)
+    slices = build_slices("node-0", build_devices(topo, DeviceModelConfig(model="cpu")))
+    state = AllocatedState()
+    cpus = sorted(topo.online)
+    state.devices = {("native.cpu", "node-0", f"cpu{c}") for c in cpus[: int(len(cpus) * used_fraction)]}
+    _, stats = Allocator(slices, [device_class()], state).allocate_with_stats("node-0", [claim])
+    return stats
+
+
+def l3_shape(group: int) -> tuple[str, dict[str, Any]]:
+    """Machine spec and claim of the L3 blow-up for L3 groups of ``group`` P-core CPUs."""
+    groups = max(1, 250 // (group + 1))
+    return f"1s1d1n{groups}l{group // 2}c2t1e", _claim(group + 1, (P_CORE,), "native.cpu/l3Cache")
+
+
+def scheduler_perf_slices(nodes: int, devices: int = 10) -> list[dict[str, Any]]:
+    """The scheduler_perf DRA shape: one slice per node, ``instance-0..N``, 1Gi of memory each."""
+    out = []
+    for n in range(nodes):
+        node = f"node-{n:05d}"
+        out.append(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {"name": f"{node}-{SCHEDULER_PERF_DRIVER}"},
+                "spec": {
+                    "driver": SCHEDULER_PERF_DRIVER,
+                    "nodeName": node,
+                    "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                    "devices": [
+                        {
+                            "name": f"instance-{i}",
+                            "attributes": {
+                                "model": {"string": "model-a"},
+                                "family": {"string": "family-a"},
+                                "driverVersion": {"version": "1.2.3"},
+                                "numa": {"int": i % 2},
+                            },
+                            "capacity": {"memory": {"value": "1Gi"}},
+                        }
+                        for i in range(devices)
+                    ],
+                },
+            }
+        )
+    return out
+
+
+def _scheduler_perf_stats() -> SearchStats:
+    cls = {"metadata": {"name": "test-class"}, "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{SCHEDULER_PERF_DRIVER}"'}}]}}
+    claim = {"metadata": {"name": "c"}, "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "test-class"}}]}}}
+    _, stats = Allocator(scheduler_perf_slices(1), [cls]).allocate_with_stats("node-00000", [claim])
+    return stats
+
+
+def published_observations() -> dict[str, Any]:
+    """Every published figure with the steps we count for its shape."""
+    scan = Observation("selector matching nothing, 256 CPUs", _stats("2s1d2n4l6c2t4e", _claim(1, ('device.attributes["native.cpu"].coreType == "X-core"',))), 13e-6 * 256)
+    small = [
+        Observation("4-CPU claim, 3-clause selector, empty node", _stats("2s1d2n4l6c2t4e", _claim(4, (THREE_CLAUSES,))), 150e-6),
+        Observation("4-CPU claim, 3-clause selector, half-full node", _stats("2s1d2n4l6c2t4e", _claim(4, (THREE_CLAUSES,)), 0.5), 380e-6),
+    ]
+    groups = []
+    for g, secs in L3_GROUP_SECONDS.items():
+        machine, claim = l3_shape(g)
+        groups.append(Observation(f"L3 groups of {g} CPUs ({machine})", _stats(machine, claim), secs, lower_bound=(g == 24)))
+    perf = Observation("scheduler_perf 500 nodes x 10 devices (per pod)", _scheduler_perf_stats(), 1 / 371.9)
+    return {"scan": scan, "small": small, "groups": groups, "scheduler_perf": perf}
+
+
+def fitted_costs() -> CostModel:
+    obs = published_observations()
+    return calibrate(obs["scan"], obs["small"], obs["groups"], obs["scheduler_perf"], scheduler_perf_filtered_nodes=230)
+

@@ -1,0 +1,237 @@
+"""``topodra sim``: run the DRA allocation simulator, sweep it, or allocate one set of objects."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+__all__ = ["register"]
+
+sim_app = typer.Typer(
+    name="sim",
+    help="Cluster-scale DRA allocation simulator: kube-scheduler's allocator over synthetic clusters.",
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(sim_app, name="sim")
+
+
+def _ints(text: str, what: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"{what}: expected comma-separated integers, got {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise typer.BadParameter(f"{what}: expected positive integers, got {text!r}")
+    return values
+
+
+def _machines(machine: list[str] | None, cpus: int) -> dict[str, float]:
+    if not machine:
+        return {str(cpus): 1.0}
+    out: dict[str, float] = {}
+    for m in machine:
+        name, _, weight = m.partition("=")
+        try:
+            out[name] = float(weight) if weight else 1.0
+        except ValueError:
+            raise typer.BadParameter(f"--machine {m!r}: weight must be a number") from None
+    return out
+
+
+def _fail(message: str) -> None:
+    from rich.console import Console
+
+    Console(stderr=True).print(f"[red]error:[/red] {message}")
+    raise typer.Exit(2)
+
+
+@sim_app.command("run")
+def run_cmd(
+    nodes: Annotated[int, typer.Option("--nodes", "-n", min=1, help="Number of nodes.")] = 100,
+    cpus: Annotated[int, typer.Option("--cpus", help="CPUs per node (a hybrid machine with 16-CPU L3 groups).")] = 256,
+    machine: Annotated[list[str] | None, typer.Option("--machine", "-m", help="Machine mix instead of --cpus: spec (2s1d2n2l8c2t), CPU count or fixture:NAME, optionally =WEIGHT. Repeatable.")] = None,
+    model: Annotated[str, typer.Option("--model", help="Device model: cpu, core, grouped or grouped:l3|numa|socket|machine.")] = "cpu",
+    workload: Annotated[str, typer.Option("--workload", "-w", help="Workload YAML file or built-in name (see `topodra sim workloads`).")] = "prototype",
+    pods: Annotated[int, typer.Option("--pods", min=0, help="Pods to schedule (0: the workload's spec.pods, else 4 per node).")] = 0,
+    fill: Annotated[float, typer.Option("--fill", min=0.0, max=0.99, help="Fraction of every node already allocated by background pods.")] = 0.0,
+    reserved: Annotated[int, typer.Option("--reserved-cpus", min=0, help="CPUs per node kept out of DRA (not published).")] = 0,
+    seed: Annotated[int, typer.Option("--seed", help="Seed for the background fill.")] = 1,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Directory for summary.json and pods.csv.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Schedule a workload on one synthetic cluster and report what kube-scheduler would spend."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from topodra.sim.cluster import ClusterError
+    from topodra.sim.run import RunConfig, run_simulation
+    from topodra.sim.sweep import parse_models
+    from topodra.sim.workload import WorkloadError
+
+    try:
+        (mod, group), = parse_models([model])
+    except ValueError as e:
+        _fail(str(e))
+    config = RunConfig(
+        nodes=nodes, machines=_machines(machine, cpus), model=mod, group_by=group, workload=workload, pods=pods or None, fill=fill, reserved_cpus=reserved, seed=seed
+    )
+    console = Console(stderr=True)
+    try:
+        with Progress(TextColumn("[bold]scheduling"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True) as bar:
+            task = bar.add_task("pods", total=None)
+            summary, results = run_simulation(config, progress=lambda done, total: bar.update(task, completed=done, total=total))
+    except (ClusterError, WorkloadError, ValueError) as e:
+        _fail(str(e))
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "summary.json").write_text(json.dumps(summary.as_row(), indent=2))
+        import csv
+
+        with (out / "pods.csv").open("w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["pod", "template", "node", "failure", "nodes_filtered", "calls", "visits", "cel_evals", "predicted_ms", "slowest_node_ms"])
+            for r in results:
+                w.writerow([r.pod, r.template, r.node or "", r.failure or "", r.nodes_filtered, r.calls, r.visits, r.cel_evals, f"{r.predicted_s * 1e3:.4f}", f"{r.slowest_node_s * 1e3:.4f}"])
+    if as_json:
+        typer.echo(json.dumps(summary.as_row(), indent=2))
+        return
+    _print_summary(summary.as_row())
+
+
+def _print_summary(row: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title="topodra sim run", show_header=False)
+    t.add_column("figure", style="bold")
+    t.add_column("value")
+    labels = [
+        ("cluster", f"{row['nodes']} nodes x {row['cpus_per_node']:g} CPUs ({row['machines']}), model {row['model']}"),
+        ("workload", f"{row['workload']}: {row['pods']} pods"),
+        ("outcome", f"{row['scheduled']} scheduled, {row['failed_unschedulable']} unschedulable, {row['failed_timeout']} timeout, {row['failed_error']} error"),
+        ("simulator", f"{row['sim_pods_per_s']:.0f} pods/s ({row['sim_seconds']:.2f} s, cluster build {row['build_seconds']:.2f} s)"),
+        ("kube-scheduler (predicted)", f"p50 {row['predicted_p50_ms']:.2f} ms, p99 {row['predicted_p99_ms']:.2f} ms, max {row['predicted_max_ms']:.2f} ms per pod ~ {row['predicted_pods_per_s']:.0f} pods/s"),
+        ("per-node filter", f"p50 {row['node_filter_p50_ms']:.3f} ms, max {row['node_filter_max_ms']:.3f} ms, {row['timeouts']} node timeouts"),
+        ("search work", f"{row['cel_evals']} CEL evaluations, {row['devices_visited']} devices visited, {row['allocate_calls']} allocateOne calls, {row['nodes_filtered_mean']:.0f} nodes filtered per pod"),
+        ("API footprint", f"{row['resource_slices']} ResourceSlices, {row['api_bytes'] / 2**20:.1f} MiB, {row['devices_per_node']:g} devices per node"),
+    ]
+    for k, v in labels:
+        t.add_row(k, v)
+    if row.get("failure_reasons"):
+        t.add_row("failures", str(row["failure_reasons"]))
+    Console().print(t)
+
+
+@sim_app.command("sweep")
+def sweep_cmd(
+    nodes: Annotated[str, typer.Option("--nodes", help="Comma-separated node counts.")] = "100,1000,5000",
+    cpus: Annotated[str, typer.Option("--cpus", help="Comma-separated CPUs per node.")] = "64,256,512",
+    model: Annotated[str, typer.Option("--model", help="Comma-separated device models (cpu, core, grouped[:group]).")] = "cpu,core,grouped",
+    workload: Annotated[str, typer.Option("--workload", "-w", help="Workload YAML file or built-in name.")] = "prototype",
+    pods: Annotated[int, typer.Option("--pods", min=0, help="Pods per run (0: 2 per node, at most 10000).")] = 0,
+    fill: Annotated[float, typer.Option("--fill", min=0.0, max=0.99, help="Background fill of every node.")] = 0.0,
+    processes: Annotated[int, typer.Option("--processes", "-j", min=0, help="Worker processes (0: all cores).")] = 0,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output directory (CSV, JSON, PNG plots, report.md).")] = Path("sim-sweep"),
+) -> None:
+    """Run the simulator over nodes x CPUs x device models on all cores; write CSV/JSON, plots and a report."""
+    import os
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from topodra.sim.sweep import SweepConfig, parse_models, run_sweep, sweep_points, write_outputs
+    from topodra.sim.workload import WorkloadError, load_workload
+
+    models = [m.strip() for m in model.split(",") if m.strip()]
+    try:
+        parse_models(models)
+        load_workload(workload)
+    except (ValueError, WorkloadError) as e:
+        _fail(str(e))
+    cfg = SweepConfig(
+        nodes=_ints(nodes, "--nodes"),
+        cpus=_ints(cpus, "--cpus"),
+        models=models,
+        workload=workload,
+        pods=pods or None,
+        fill=fill,
+        processes=processes or os.cpu_count() or 1,
+    )
+    bad = [c for c in cfg.cpus if c % 16]
+    if bad:
+        _fail(f"--cpus {bad[0]}: must be a multiple of 16 (16-CPU L3 groups)")
+    total = len(sweep_points(cfg))
+    console = Console(stderr=True)
+    with Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.description}"), console=console) as bar:
+        task = bar.add_task("", total=total)
+
+        def done(s: Any) -> None:
+            bar.update(task, advance=1, description=f"{s.model} {s.cpus_per_node:g} CPUs x {s.nodes} nodes: p99 {s.predicted_p99_ms:.1f} ms")
+
+        try:
+            summaries = run_sweep(cfg, progress=done)
+        except WorkloadError as e:
+            _fail(str(e))
+    files = write_outputs(summaries, out)
+    Console().print(f"wrote {', '.join(str(f) for f in files)}")
+
+
+@sim_app.command("workloads")
+def workloads_cmd() -> None:
+    """List the built-in workloads."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from topodra.sim.workload import builtin_workloads, load_workload
+
+    t = Table(title="built-in workloads")
+    t.add_column("name")
+    t.add_column("pods (models)")
+    for name in builtin_workloads():
+        wl = load_workload(name)
+        kinds = ", ".join(
+            f"{p['metadata']['name']}" + (f" ({p['metadata'].get('labels', {}).get('sim.topodra.io/model')})" if p["metadata"].get("labels") else "")
+            for p in wl.pods
+        )
+        t.add_row(name, kinds)
+    Console().print(t)
+
+
+@sim_app.command("allocate")
+def allocate_cmd(
+    files: Annotated[list[Path], typer.Argument(help="YAML/JSON files with ResourceSlices, DeviceClasses, ResourceClaims and Nodes.")],
+    node: Annotated[str, typer.Option("--node", help="Node to allocate on.")],
+) -> None:
+    """Allocate the claims in FILES on one node exactly as kube-scheduler would; print status.allocation."""
+    import yaml
+
+    from topodra.sim.allocator import AllocationError, Allocator
+    from topodra.sim.api import ApiError
+
+    objs: list[dict[str, Any]] = []
+    for f in files:
+        try:
+            objs.extend(d for d in yaml.safe_load_all(f.read_text()) if isinstance(d, dict))
+        except (OSError, yaml.YAMLError) as e:
+            _fail(f"{f}: {e}")
+    kinds: dict[str, list[dict[str, Any]]] = {}
+    for o in objs:
+        kinds.setdefault(str(o.get("kind")), []).append(o)
+    nodes = {n["metadata"]["name"]: n for n in kinds.get("Node", [])}
+    try:
+        alloc = Allocator(kinds.get("ResourceSlice", []), kinds.get("DeviceClass", []))
+        result, stats = alloc.allocate_with_stats(nodes.get(node, node), kinds.get("ResourceClaim", []))
+    except (AllocationError, ApiError) as e:
+        _fail(str(e))
+    if result is None:
+        typer.echo(f"no allocation on node {node} (calls={stats.calls}, devices visited={stats.visits})")
+        raise typer.Exit(1)
+    for claim, a in zip(kinds.get("ResourceClaim", []), result, strict=True):
+        typer.echo(yaml.safe_dump({"claim": claim["metadata"]["name"], "status": {"allocation": a.to_api()}}, sort_keys=False))

@@ -1,0 +1,187 @@
+"""One simulation run: build a cluster, schedule a workload, summarise what it cost."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from topodra.sim.cluster import ClusterSpec, build_cluster
+from topodra.sim.costmodel import DEFAULT_COSTS, CostModel
+from topodra.sim.scheduler import PodResult, Scheduler
+from topodra.sim.workload import Workload, load_workload
+
+__all__ = ["RunConfig", "RunSummary", "run_simulation", "percentile"]
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    nodes: int = 100
+    machines: Mapping[str, float] = field(default_factory=lambda: {"256": 1.0})
+    model: str = "cpu"
+    group_by: str = "numa"
+    workload: str = "prototype"
+    pods: int | None = None  # default: the workload's spec.pods, else nodes * 4
+    fill: float = 0.0
+    reserved_cpus: int = 0
+    seed: int = 1
+    percentage_of_nodes_to_score: int | None = None
+
+
+@dataclass
+class RunSummary:
+    """The figures of one run (flat, so a sweep can write it as a CSV row)."""
+
+    nodes: int
+    machines: str
+    cpus_per_node: float
+    model: str
+    workload: str
+    pods: int
+    scheduled: int
+    failed_unschedulable: int
+    failed_timeout: int
+    failed_error: int
+    deleted: int
+    sim_seconds: float
+    sim_pods_per_s: float
+    build_seconds: float
+    predicted_p50_ms: float
+    predicted_p99_ms: float
+    predicted_max_ms: float
+    predicted_pods_per_s: float
+    node_filter_p50_ms: float
+    node_filter_max_ms: float
+    timeouts: int
+    nodes_filtered_mean: float
+    cel_evals: int
+    devices_visited: int
+    allocate_calls: int
+    devices_per_node: float
+    resource_slices: int
+    api_bytes: int
+    memo_hits: int
+    memo_misses: int
+    failure_reasons: dict[str, int] = field(default_factory=dict)
+
+    def as_row(self) -> dict[str, Any]:
+        row = asdict(self)
+        row["failure_reasons"] = "; ".join(f"{k} ({v})" for k, v in self.failure_reasons.items())
+        return row
+
+
+def percentile(values: list[float], p: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    k = max(0, min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1))))
+    return ordered[k]
+
+
+def run_simulation(
+    config: RunConfig,
+    *,
+    costs: CostModel = DEFAULT_COSTS,
+    workload: Workload | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[RunSummary, list[PodResult]]:
+    """Schedule the workload's pods on a fresh cluster; return the summary and every pod's result."""
+    t0 = time.perf_counter()
+    wl = workload or load_workload(config.workload)
+    cluster = build_cluster(
+        ClusterSpec(
+            nodes=config.nodes,
+            machines=dict(config.machines),
+            model=config.model,
+            group_by=config.group_by,
+            reserved_cpus=config.reserved_cpus,
+            fill=config.fill,
+            seed=config.seed,
+        )
+    )
+    sched = Scheduler(
+        cluster.nodes,
+        cluster.slices,
+        list(cluster.classes) + list(wl.classes),
+        costs=costs,
+        percentage_of_nodes_to_score=config.percentage_of_nodes_to_score,
+    )
+    if cluster.background:
+        sched.preallocate(cluster.background)
+    build_s = time.perf_counter() - t0
+    count = config.pods or wl.pod_count or config.nodes * 4
+    results: list[PodResult] = []
+    bound: deque[str] = deque()
+    deleted = 0
+    t1 = time.perf_counter()
+    for n, pod in enumerate(wl.generate(config.model, count)):
+        r = sched.schedule(pod)
+        results.append(r)
+        if r.node is not None:
+            bound.append(pod.name)
+        if wl.churn_every and (n + 1) % wl.churn_every == 0:
+            for _ in range(min(wl.churn_delete, len(bound))):
+                if sched.delete(bound.popleft()):
+                    deleted += 1
+        if progress is not None and (n % 200 == 0 or n + 1 == count):
+            progress(n + 1, count)
+    sim_s = time.perf_counter() - t1
+    predicted = [r.predicted_s * 1e3 for r in results]
+    per_node = [r.filter_cpu_s / max(1, r.nodes_filtered) * 1e3 for r in results]
+    reasons = Counter(f"{r.failure_kind}: {_short(r.failure)}" for r in results if r.failure)
+    kinds = Counter(r.failure_kind for r in results if r.failure_kind)
+    machines = ",".join(f"{m}:{w:g}" for m, w in config.machines.items())
+    mean_pred = statistics.fmean(predicted) if predicted else 0.0
+    summary = RunSummary(
+        nodes=config.nodes,
+        machines=machines,
+        cpus_per_node=cluster.device_count / config.nodes if config.model == "cpu" else _cpus_per_node(cluster),
+        model=config.model if config.model != "grouped" else f"grouped/{config.group_by}",
+        workload=wl.name,
+        pods=len(results),
+        scheduled=sum(1 for r in results if r.node),
+        failed_unschedulable=kinds.get("unschedulable", 0),
+        failed_timeout=kinds.get("timeout", 0),
+        failed_error=kinds.get("error", 0) + kinds.get("aborted", 0),
+        deleted=deleted,
+        sim_seconds=sim_s,
+        sim_pods_per_s=len(results) / sim_s if sim_s > 0 else 0.0,
+        build_seconds=build_s,
+        predicted_p50_ms=percentile(predicted, 50),
+        predicted_p99_ms=percentile(predicted, 99),
+        predicted_max_ms=max(predicted, default=0.0),
+        predicted_pods_per_s=1e3 / mean_pred if mean_pred > 0 else 0.0,
+        node_filter_p50_ms=percentile(per_node, 50),
+        node_filter_max_ms=max((r.slowest_node_s * 1e3 for r in results), default=0.0),
+        timeouts=sum(r.timeouts for r in results),
+        nodes_filtered_mean=statistics.fmean(r.nodes_filtered for r in results) if results else 0.0,
+        cel_evals=sum(r.cel_evals for r in results),
+        devices_visited=sum(r.visits for r in results),
+        allocate_calls=sum(r.calls for r in results),
+        devices_per_node=cluster.device_count / config.nodes,
+        resource_slices=cluster.slice_count,
+        api_bytes=cluster.api_bytes,
+        memo_hits=sched.memo_hits,
+        memo_misses=sched.memo_misses,
+        failure_reasons=dict(reasons.most_common(5)),
+    )
+    return summary, results
+
+
+def _cpus_per_node(cluster: Any) -> float:
+    from topodra.sim.cluster import topology_for
+
+    total = sum(len(topology_for(m).online) - cluster.spec.reserved_cpus for m in cluster.machine_of.values())
+    return float(total) / max(1, len(cluster.machine_of))
+
+
+def _short(text: str | None) -> str:
+    if not text:
+        return ""
+    # node names vary; keep the reason
+    if text.startswith("node ") and ": " in text:
+        text = text.split(": ", 1)[1]
+    return text[:160]

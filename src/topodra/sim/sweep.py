@@ -1,0 +1,250 @@
+"""Sweeps: many runs over nodes x CPUs per node x device model, on every core, with outputs.
+
+Writes ``results.csv``, ``results.json``, PNG plots (predicted scheduler
+latency against cluster size, against CPUs per node, and per device model)
+and ``report.md`` into an output directory.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import multiprocessing
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from topodra.sim.costmodel import DEFAULT_COSTS, CostModel
+from topodra.sim.run import RunConfig, RunSummary, run_simulation
+
+__all__ = ["SweepConfig", "sweep_points", "run_sweep", "write_outputs", "parse_models"]
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    nodes: Sequence[int]
+    cpus: Sequence[int]
+    models: Sequence[str]  # "cpu", "core", "grouped" or "grouped:l3"
+    workload: str = "prototype"
+    pods: int | None = None  # per run; default min(2 x nodes, 10000)
+    fill: float = 0.0
+    seed: int = 1
+    processes: int = field(default_factory=lambda: os.cpu_count() or 1)
+
+
+def parse_models(models: Sequence[str]) -> list[tuple[str, str]]:
+    """``["cpu", "grouped:l3"]`` -> ``[("cpu", "numa"), ("grouped", "l3")]``; bad names raise ValueError."""
+    out = []
+    for m in models:
+        model, _, group = m.partition(":")
+        if model not in ("cpu", "core", "grouped"):
+            raise ValueError(f"--model {m!r}: must be cpu, core or grouped[:numa|l3|socket|machine]")
+        group = group or "numa"
+        if group not in ("numa", "l3", "socket", "machine"):
+            raise ValueError(f"--model {m!r}: group must be numa, l3, socket or machine")
+        out.append((model, group))
+    return out
+
+
+def sweep_points(cfg: SweepConfig) -> list[RunConfig]:
+    points = []
+    for model, group in parse_models(cfg.models):
+        for cpus in cfg.cpus:
+            for n in cfg.nodes:
+                points.append(
+                    RunConfig(
+                        nodes=n,
+                        machines={str(cpus): 1.0},
+                        model=model,
+                        group_by=group,
+                        workload=cfg.workload,
+                        pods=cfg.pods or min(2 * n, 10_000),
+                        fill=cfg.fill,
+                        seed=cfg.seed,
+                    )
+                )
+    return points
+
+
+def _run_point(args: tuple[RunConfig, dict[str, float]]) -> RunSummary:
+    config, costs = args
+    summary, _ = run_simulation(config, costs=CostModel(**costs))  # type: ignore[arg-type]
+    return summary
+
+
+def run_sweep(
+    cfg: SweepConfig, *, costs: CostModel = DEFAULT_COSTS, progress: Callable[[RunSummary], None] | None = None
+) -> list[RunSummary]:
+    """Run every point, largest first so the pool stays busy; results in sweep order."""
+    points = sweep_points(cfg)
+    order = sorted(range(len(points)), key=lambda i: -(points[i].nodes * int(next(iter(points[i].machines)))))
+    jobs = [(points[i], costs.as_dict()) for i in order]
+    results: dict[int, RunSummary] = {}
+    procs = max(1, min(cfg.processes, len(points)))
+    if procs == 1:
+        for i, job in zip(order, jobs, strict=True):
+            results[i] = _run_point(job)
+            if progress:
+                progress(results[i])
+    else:
+        ctx = multiprocessing.get_context("spawn")
+        with ctx.Pool(procs) as pool:
+            for i, summary in zip(order, pool.imap(_run_point, jobs), strict=True):
+                results[i] = summary
+                if progress:
+                    progress(summary)
+    return [results[i] for i in range(len(points))]
+
+
+def write_outputs(summaries: Sequence[RunSummary], out: Path, title: str = "topodra DRA allocation sweep") -> list[Path]:
+    """CSV, JSON, PNG plots and a markdown report; returns the files written."""
+    out.mkdir(parents=True, exist_ok=True)
+    files = []
+    rows = [s.as_row() for s in summaries]
+    csv_path = out / "results.csv"
+    with csv_path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["nodes"])
+        w.writeheader()
+        w.writerows(rows)
+    files.append(csv_path)
+    json_path = out / "results.json"
+    json_path.write_text(json.dumps([asdict(s) for s in summaries], indent=2))
+    files.append(json_path)
+    files.extend(write_plots(summaries, out))
+    report = out / "report.md"
+    report.write_text(markdown_report(summaries, title))
+    files.append(report)
+    return files
+
+
+def _label(s: RunSummary) -> str:
+    return f"{s.model}, {s.cpus_per_node:g} CPUs"
+
+
+def write_plots(summaries: Sequence[RunSummary], out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    files = []
+    # 1. latency against nodes, one line per (model, cpus)
+    fig, ax = plt.subplots(figsize=(8, 5))
+    groups: dict[str, list[RunSummary]] = {}
+    for s in summaries:
+        groups.setdefault(_label(s), []).append(s)
+    for label, ss in sorted(groups.items()):
+        ss = sorted(ss, key=lambda s: s.nodes)
+        ax.plot([s.nodes for s in ss], [s.predicted_p99_ms for s in ss], marker="o", label=f"{label} p99")
+        ax.plot([s.nodes for s in ss], [s.predicted_p50_ms for s in ss], marker=".", linestyle=":", color=ax.lines[-1].get_color())
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("nodes")
+    ax.set_ylabel("predicted kube-scheduler time per pod (ms; solid p99, dotted p50)")
+    ax.set_title("Scheduling latency vs cluster size")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    p = out / "latency_vs_nodes.png"
+    fig.tight_layout()
+    fig.savefig(p, dpi=110)
+    plt.close(fig)
+    files.append(p)
+    # 2. latency against CPUs per node, one line per (model, nodes)
+    fig, ax = plt.subplots(figsize=(8, 5))
+    groups = {}
+    for s in summaries:
+        groups.setdefault(f"{s.model}, {s.nodes} nodes", []).append(s)
+    for label, ss in sorted(groups.items()):
+        ss = sorted(ss, key=lambda s: s.cpus_per_node)
+        ax.plot([s.cpus_per_node for s in ss], [s.predicted_p99_ms for s in ss], marker="o", label=label)
+    ax.set_xlabel("CPUs per node")
+    ax.set_ylabel("predicted p99 time per pod (ms)")
+    ax.set_yscale("log")
+    ax.set_title("Scheduling latency vs node size")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    p = out / "latency_vs_cpus.png"
+    fig.tight_layout()
+    fig.savefig(p, dpi=110)
+    plt.close(fig)
+    files.append(p)
+    # 3. per device model at the largest shape: latency, CEL evaluations, API bytes per node
+    biggest: dict[str, RunSummary] = {}
+    for s in summaries:
+        cur = biggest.get(s.model)
+        if cur is None or (s.nodes, s.cpus_per_node) > (cur.nodes, cur.cpus_per_node):
+            biggest[s.model] = s
+    if biggest:
+        models = sorted(biggest)
+        fig, axes = plt.subplots(1, 3, figsize=(11, 4))
+        metrics = [
+            ("predicted p99 (ms)", [biggest[m].predicted_p99_ms for m in models]),
+            ("CEL evaluations per pod", [biggest[m].cel_evals / max(1, biggest[m].pods) for m in models]),
+            ("ResourceSlice KiB per node", [biggest[m].api_bytes / 1024 / max(1, biggest[m].nodes) for m in models]),
+        ]
+        for ax, (name, values) in zip(axes, metrics, strict=True):
+            ax.bar(models, values, color=["#4c72b0", "#dd8452", "#55a868", "#c44e52"][: len(models)])
+            ax.set_title(name, fontsize=9)
+            ax.tick_params(axis="x", labelsize=8)
+        first = biggest[models[0]]
+        fig.suptitle(f"Per device model ({first.nodes} nodes, {first.cpus_per_node:g} CPUs per node)")
+        fig.tight_layout()
+        p = out / "per_model.png"
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        files.append(p)
+    return files
+
+
+def markdown_report(summaries: Sequence[RunSummary], title: str) -> str:
+    lines = [f"# {title}", ""]
+    if not summaries:
+        return "\n".join([*lines, "No runs."])
+    lines += [
+        "Predicted kube-scheduler figures come from the steps its own allocator search takes "
+        "(counted exactly by the simulator) and per-step costs calibrated against measurements "
+        "of the Go allocator (see docs/simulator.md).",
+        "",
+        "| model | CPUs/node | nodes | pods | scheduled | unsched. | timeouts | errors | p50 ms | p99 ms | max node filter ms | CEL evals/pod | slices | API MiB | sim pods/s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in summaries:
+        lines.append(
+            f"| {s.model} | {s.cpus_per_node:g} | {s.nodes} | {s.pods} | {s.scheduled} | {s.failed_unschedulable} | "
+            f"{s.failed_timeout} | {s.failed_error} | {s.predicted_p50_ms:.2f} | {s.predicted_p99_ms:.2f} | "
+            f"{s.node_filter_max_ms:.2f} | {s.cel_evals / max(1, s.pods):.0f} | {s.resource_slices} | "
+            f"{s.api_bytes / 2**20:.1f} | {s.sim_pods_per_s:.0f} |"
+        )
+    lines += ["", "## Findings", ""]
+    worst = max(summaries, key=lambda s: s.predicted_p99_ms)
+    lines.append(f"- Slowest point: {worst.model} with {worst.cpus_per_node:g} CPUs per node on {worst.nodes} nodes, p99 {worst.predicted_p99_ms:.1f} ms per pod.")
+    timeouts = [s for s in summaries if s.failed_timeout]
+    if timeouts:
+        lines.append(f"- {len(timeouts)} point(s) had pods failing on the 10 s filter timeout: " + ", ".join(f"{s.model}/{s.cpus_per_node:g}/{s.nodes}" for s in timeouts) + ".")
+    else:
+        lines.append("- No pod hit the 10 s filter timeout.")
+    by_model: dict[str, list[RunSummary]] = {}
+    for s in summaries:
+        by_model.setdefault(s.model, []).append(s)
+    for model, ss in sorted(by_model.items()):
+        big = max(ss, key=lambda s: (s.nodes, s.cpus_per_node))
+        lines.append(
+            f"- {model}: at {big.nodes} nodes x {big.cpus_per_node:g} CPUs, p50 {big.predicted_p50_ms:.2f} ms, "
+            f"{big.cel_evals / max(1, big.pods):.0f} CEL evaluations per pod, {big.api_bytes / max(1, big.nodes) / 1024:.0f} KiB of slices per node."
+        )
+    failures: dict[str, int] = {}
+    for s in summaries:
+        for k, v in s.failure_reasons.items():
+            failures[k] = failures.get(k, 0) + v
+    if failures:
+        lines += ["", "## Failures", ""]
+        lines += [f"- {v} x {k}" for k, v in sorted(failures.items(), key=lambda kv: -kv[1])[:10]]
+    lines += ["", "![latency vs nodes](latency_vs_nodes.png)", "", "![latency vs CPUs](latency_vs_cpus.png)", "", "![per model](per_model.png)", ""]
+    return "\n".join(lines)
+
+
+def summaries_from_json(path: Path) -> list[RunSummary]:
+    data: list[dict[str, Any]] = json.loads(path.read_text())
+    return [RunSummary(**d) for d in data]

@@ -1,0 +1,186 @@
+"""Workloads as Kubernetes YAML: ResourceClaimTemplates, ResourceClaims, DeviceClasses and Pods.
+
+A file is a plain multi-document manifest (the upstream prototype example
+loads unchanged). Each Pod stands for a kind of pod; the simulator creates
+many of them, each with fresh claims instantiated from the pod's
+``resourceClaims`` (``resourceClaimTemplateName``, or ``resourceClaimName``
+whose spec is copied per pod). An optional document
+
+    apiVersion: sim.topodra.io/v1alpha1
+    kind: Workload
+    spec:
+      pods: 10000            # how many pods to create (default: the caller's --pods)
+      mix: {pcore-test: 3}   # pod name -> weight (default: every pod, weight 1)
+      churn: {every: 10, delete: 5}   # after every 10 pods delete the 5 oldest bound pods
+
+tunes the run. A Pod labelled ``sim.topodra.io/model: cpu|core|grouped`` is
+only used for clusters of that device model, so one file can carry the
+per-CPU, per-core and grouped variants of the same request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from topodra.sim.scheduler import Pod
+
+__all__ = ["Workload", "WorkloadError", "load_workload", "builtin_workloads", "MODEL_LABEL"]
+
+MODEL_LABEL = "sim.topodra.io/model"
+
+
+class WorkloadError(ValueError):
+    """A workload file the simulator cannot use (names the file, document and field)."""
+
+
+@dataclass
+class Workload:
+    name: str
+    templates: dict[str, Mapping[str, Any]]  # ResourceClaimTemplate name -> claim spec
+    claims: dict[str, Mapping[str, Any]]  # ResourceClaim name -> claim spec
+    classes: list[Mapping[str, Any]]
+    pods: list[Mapping[str, Any]]
+    pod_count: int | None = None
+    mix: dict[str, float] = field(default_factory=dict)
+    churn_every: int = 0
+    churn_delete: int = 0
+
+    def pods_for(self, model: str) -> list[Mapping[str, Any]]:
+        chosen = [p for p in self.pods if (p.get("metadata", {}).get("labels") or {}).get(MODEL_LABEL, model) == model]
+        if self.mix:
+            chosen = [p for p in chosen if p["metadata"]["name"] in self.mix]
+        if not chosen:
+            raise WorkloadError(f"workload {self.name}: no pod applies to device model {model!r}")
+        return chosen
+
+    def generate(self, model: str, count: int, namespace: str = "default") -> Iterator[Pod]:
+        """``count`` pods, kinds interleaved by weight (smooth weighted round robin)."""
+        kinds = self.pods_for(model)
+        weights = {p["metadata"]["name"]: float(self.mix.get(p["metadata"]["name"], 1.0)) for p in kinds}
+        total = sum(weights.values())
+        credit = dict.fromkeys(weights, 0.0)
+        by_name = {p["metadata"]["name"]: p for p in kinds}
+        specs = {name: self._claim_specs(p) for name, p in by_name.items()}
+        for n in range(count):
+            for k, w in weights.items():
+                credit[k] += w
+            kind = max(credit, key=lambda k: credit[k])
+            credit[kind] -= total
+            pod_name = f"{kind}-{n}"
+            claims = tuple(
+                {
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "ResourceClaim",
+                    "metadata": {"name": f"{pod_name}-{ref}", "namespace": namespace, "uid": f"uid-{pod_name}-{ref}"},
+                    "spec": spec,
+                }
+                for ref, spec in specs[kind]
+            )
+            yield Pod(pod_name, claims, namespace, template=kind)
+
+    def _claim_specs(self, pod: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+        out = []
+        name = pod["metadata"]["name"]
+        for i, ref in enumerate((pod.get("spec") or {}).get("resourceClaims") or []):
+            where = f"workload {self.name}: Pod {name}: spec.resourceClaims[{i}]"
+            if ref.get("resourceClaimTemplateName"):
+                t = ref["resourceClaimTemplateName"]
+                if t not in self.templates:
+                    raise WorkloadError(f"{where}.resourceClaimTemplateName: no ResourceClaimTemplate {t!r} (known: {', '.join(sorted(self.templates)) or 'none'})")
+                out.append((ref.get("name", t), self.templates[t]))
+            elif ref.get("resourceClaimName"):
+                c = ref["resourceClaimName"]
+                if c not in self.claims:
+                    raise WorkloadError(f"{where}.resourceClaimName: no ResourceClaim {c!r}")
+                out.append((ref.get("name", c), self.claims[c]))
+            else:
+                raise WorkloadError(f"{where}: needs resourceClaimTemplateName or resourceClaimName")
+        if not out:
+            raise WorkloadError(f"workload {self.name}: Pod {name} claims no resources")
+        return out
+
+
+def builtin_workloads() -> list[str]:
+    """Names of the workloads shipped with topodra (``topodra sim run --workload NAME``)."""
+    root = resources.files("topodra.sim") / "workloads"
+    return sorted(p.name[: -len(".yaml")] for p in root.iterdir() if p.name.endswith(".yaml"))
+
+
+def load_workload(source: str | Path) -> Workload:
+    """Load a workload from a file path or a built-in name."""
+    path = Path(source)
+    if path.is_file():
+        text, name = path.read_text(), path.stem
+    else:
+        res = resources.files("topodra.sim") / "workloads" / f"{source}.yaml"
+        if not res.is_file():
+            raise WorkloadError(f"no workload file {str(source)!r} and no built-in workload of that name (built-in: {', '.join(builtin_workloads())})")
+        text, name = res.read_text(), str(source)
+    return parse_workload(text, name)
+
+
+def parse_workload(text: str, name: str = "workload") -> Workload:
+    """Parse a multi-document manifest; any malformed part raises ``WorkloadError``."""
+    try:
+        return _parse_workload(text, name)
+    except WorkloadError:
+        raise
+    except (AttributeError, TypeError, KeyError, ValueError, IndexError) as e:
+        raise WorkloadError(f"workload {name}: malformed manifest ({type(e).__name__}: {e})") from None
+
+
+def _parse_workload(text: str, name: str) -> Workload:
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as e:
+        raise WorkloadError(f"workload {name}: not valid YAML: {e}") from None
+    wl = Workload(name=name, templates={}, claims={}, classes=[], pods=[])
+    for i, doc in enumerate(docs):
+        where = f"workload {name}: document {i + 1}"
+        if not isinstance(doc, Mapping):
+            raise WorkloadError(f"{where}: expected an object, got {type(doc).__name__}")
+        kind = doc.get("kind")
+        meta = doc.get("metadata") or {}
+        obj_name = str(meta.get("name") or "")
+        if kind != "Workload" and not obj_name:
+            raise WorkloadError(f"{where} ({kind}): metadata.name is missing")
+        if kind == "ResourceClaimTemplate":
+            spec = ((doc.get("spec") or {}).get("spec")) or {}
+            wl.templates[obj_name] = spec
+        elif kind == "ResourceClaim":
+            wl.claims[obj_name] = doc.get("spec") or {}
+        elif kind == "DeviceClass":
+            wl.classes.append(doc)
+        elif kind == "Pod":
+            wl.pods.append(doc)
+        elif kind == "Workload":
+            spec = doc.get("spec") or {}
+            if spec.get("pods") is not None:
+                if not isinstance(spec["pods"], int) or spec["pods"] < 1:
+                    raise WorkloadError(f"{where}: spec.pods must be a positive integer, got {spec['pods']!r}")
+                wl.pod_count = spec["pods"]
+            mix = spec.get("mix") or {}
+            if not isinstance(mix, Mapping) or any(not isinstance(v, int | float) or v <= 0 for v in mix.values()):
+                raise WorkloadError(f"{where}: spec.mix must map pod names to positive weights")
+            wl.mix = {str(k): float(v) for k, v in mix.items()}
+            churn = spec.get("churn") or {}
+            wl.churn_every = int(churn.get("every", 0))
+            wl.churn_delete = int(churn.get("delete", 0))
+        elif kind in ("Namespace", "ConfigMap", "Deployment", "Service"):
+            continue
+        else:
+            raise WorkloadError(f"{where}: unsupported kind {kind!r} (ResourceClaimTemplate, ResourceClaim, DeviceClass, Pod, Workload)")
+    if not wl.pods:
+        raise WorkloadError(f"workload {name}: has no Pod to schedule")
+    unknown = set(wl.mix) - {p["metadata"]["name"] for p in wl.pods}
+    if unknown:
+        raise WorkloadError(f"workload {name}: spec.mix names unknown pods: {', '.join(sorted(unknown))}")
+    for p in wl.pods:
+        wl._claim_specs(p)  # validate references up front
+    return wl

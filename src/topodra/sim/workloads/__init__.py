@@ -1,0 +1,1 @@
+"""Built-in simulator workloads (Kubernetes YAML, package data)."""

@@ -1,0 +1,202 @@
+"""Property tests: the allocator against a brute-force reference, pruning against plain search.
+
+The reference enumerates candidate solutions in the order kube-scheduler's
+depth-first search meets them (claims, then requests, then subrequests in
+order, device combinations in lexicographic order) and returns the first one
+that satisfies every rule. The allocator must return exactly that one.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from topodra.sim.allocator import AllocatedState, Allocator
+
+from .builders import DRIVER, attrs, claim, dclass, device, first_available, req, slice_, sub
+
+CLASSES = [dclass("cls", f'device.driver == "{DRIVER}"'), dclass("even", f'device.attributes["{DRIVER}"].id % 2 == 0')]
+SELECTORS = [None, f'device.attributes["{DRIVER}"].kind == "p"', f'device.attributes["{DRIVER}"].numa != 1']
+
+
+@st.composite
+def scenario(draw: Any) -> dict[str, Any]:
+    n_slices = draw(st.integers(1, 2))
+    slices = []
+    devices: list[dict[str, Any]] = []
+    i = 0
+    for s in range(n_slices):
+        ds = []
+        for _ in range(draw(st.integers(0, 5))):
+            a = {"id": i, "numa": draw(st.integers(0, 2)), "kind": draw(st.sampled_from(["p", "e"]))}
+            d = device(f"d{i}", attrs(**a))
+            ds.append(d)
+            devices.append(a | {"name": f"d{i}", "slice": f"s{s}"})
+            i += 1
+        slices.append(slice_(f"s{s}", "node-1", ds, pool="p", count=n_slices))
+    claims = []
+    for c in range(draw(st.integers(1, 2))):
+        reqs = []
+        for r in range(draw(st.integers(1, 2))):
+            if draw(st.booleans()):
+                subs = [
+                    sub(f"s{k}", draw(st.sampled_from(["cls", "even"])), draw(st.integers(1, 3)), *([x] if (x := draw(st.sampled_from(SELECTORS))) else []))
+                    for k in range(draw(st.integers(1, 2)))
+                ]
+                reqs.append(first_available(f"r{r}", *subs))
+            else:
+                sel = draw(st.sampled_from(SELECTORS))
+                reqs.append(req(f"r{r}", draw(st.sampled_from(["cls", "even"])), draw(st.integers(1, 3)), *([sel] if sel else [])))
+        constraints = []
+        if draw(st.booleans()):
+            scope = draw(st.sampled_from([[], ["r0"]]))
+            constraints.append({"matchAttribute": f"{DRIVER}/" + draw(st.sampled_from(["numa", "kind"])), **({"requests": scope} if scope else {})})
+        claims.append(claim(f"c{c}", *reqs, constraints=constraints))
+    in_use = draw(st.sets(st.integers(0, max(i - 1, 0)), max_size=3)) if i else set()
+    return {"slices": slices, "devices": devices, "claims": claims, "in_use": {f"d{k}" for k in in_use if k < i}}
+
+
+def _state(in_use: set[str]) -> AllocatedState:
+    stt = AllocatedState()
+    stt.devices = {(DRIVER, "p", n) for n in in_use}
+    return stt
+
+
+def _matches(dev: dict[str, Any], cls: str, selectors: list[dict[str, Any]]) -> bool:
+    if cls == "even" and dev["id"] % 2:
+        return False
+    for s in selectors:
+        e = s["cel"]["expression"]
+        if "kind" in e and dev["kind"] != "p":
+            return False
+        if "numa" in e and dev["numa"] == 1:
+            return False
+    return True
+
+
+def reference(sc: dict[str, Any]) -> list[list[tuple[str, str]]] | None:
+    """First solution in depth-first order, found by enumeration."""
+    order = sorted(sc["devices"], key=lambda d: (d["slice"], d["id"]))
+    order = [d for d in order if d["name"] not in sc["in_use"]]
+    # Flatten (claim, request) into a list of alternatives: per request, a list of (name, cls, count, selectors).
+    units: list[tuple[int, str, list[tuple[str, str, int, list[Any]]]]] = []
+    for ci, c in enumerate(sc["claims"]):
+        for r in c["spec"]["devices"]["requests"]:
+            if "firstAvailable" in r:
+                alts = [(f"{r['name']}/{s['name']}", s["deviceClassName"], s["count"], s.get("selectors", [])) for s in r["firstAvailable"]]
+            else:
+                e = r["exactly"]
+                alts = [(r["name"], e["deviceClassName"], e["count"], e.get("selectors", []))]
+            units.append((ci, r["name"], alts))
+    total = [sum(min(a[2] for a in alts) for (cj, _, alts) in units if cj == ci) for ci in range(len(sc["claims"]))]
+    if any(t > 32 for t in total):
+        return None
+
+    def ok(ci: int, chosen: list[tuple[int, str, str, dict[str, Any]]]) -> bool:
+        cons = sc["claims"][ci]["spec"]["devices"].get("constraints", [])
+        for con in cons:
+            attr = con["matchAttribute"].split("/", 1)[1]
+            scope = con.get("requests") or []
+            vals = {d[attr] for (cj, base, _, d) in chosen if cj == ci and (not scope or base in scope)}
+            if len(vals) > 1:
+                return False
+        return True
+
+    def rec(u: int, used: set[str], chosen: list[tuple[int, str, str, dict[str, Any]]]) -> list[tuple[int, str, str, dict[str, Any]]] | None:
+        if u == len(units):
+            return chosen
+        ci, base, alts = units[u]
+        for name, cls, count, sels in alts:
+            pool = [d for d in order if d["name"] not in used and _matches(d, cls, sels)]
+            for combo in itertools.combinations(pool, count):
+                nxt = chosen + [(ci, base, name, d) for d in combo]
+                if not ok(ci, nxt):
+                    continue
+                got = rec(u + 1, used | {d["name"] for d in combo}, nxt)
+                if got is not None:
+                    return got
+        return None
+
+    sol = rec(0, set(), [])
+    if sol is None:
+        return None
+    return [[(name, d["name"]) for (cj, _, name, d) in sol if cj == ci] for ci in range(len(sc["claims"]))]
+
+
+@given(scenario())
+def test_allocation_equals_brute_force_reference(sc: dict[str, Any]) -> None:
+    a = Allocator(sc["slices"], CLASSES, _state(sc["in_use"]))
+    got = a.allocate({"metadata": {"name": "node-1"}}, sc["claims"])
+    want = reference(sc)
+    assert (None if got is None else [[(r.request, r.device) for r in c.results] for c in got]) == want
+
+
+@given(scenario())
+def test_pruning_changes_neither_result_nor_counted_work(sc: dict[str, Any]) -> None:
+    node = {"metadata": {"name": "node-1"}}
+    fast, fs = Allocator(sc["slices"], CLASSES, _state(sc["in_use"]), prune=True).allocate_with_stats(node, sc["claims"])
+    slow, ss = Allocator(sc["slices"], CLASSES, _state(sc["in_use"]), prune=False).allocate_with_stats(node, sc["claims"])
+    assert fast == slow
+    assert (fs.calls, fs.visits, fs.checks, fs.cel_evals) == (ss.calls, ss.visits, ss.checks, ss.cel_evals)
+    assert fs.our_calls <= ss.our_calls
+
+
+@st.composite
+def grouped_shape(draw: Any) -> tuple[int, int, int, set[int]]:
+    groups = draw(st.integers(1, 4))
+    size = draw(st.integers(1, 9))
+    count = draw(st.integers(1, 10))
+    used = draw(st.sets(st.integers(0, groups * size - 1), max_size=groups * size // 2))
+    return groups, size, count, used
+
+
+@given(grouped_shape())
+def test_group_constraint_results_hold_and_counting_is_exact(shape: tuple[int, int, int, set[int]]) -> None:
+    groups, size, count, used = shape
+    devices = [device(f"cpu{i}", attrs(l3=i // size, kind="p" if i % 3 else "e")) for i in range(groups * size)]
+    c = claim("c", req("r", "cls", count, f'device.attributes["{DRIVER}"].kind == "p"'), constraints=[{"matchAttribute": f"{DRIVER}/l3"}])
+    st_ = AllocatedState()
+    st_.devices = {(DRIVER, "node-1", f"cpu{i}") for i in used}
+    node = {"metadata": {"name": "node-1"}}
+    fast, fs = Allocator([slice_("s", "node-1", devices)], CLASSES, st_, prune=True).allocate_with_stats(node, [c])
+    slow, ss = Allocator([slice_("s", "node-1", devices)], CLASSES, st_, prune=False).allocate_with_stats(node, [c])
+    assert fast == slow
+    assert (fs.calls, fs.visits, fs.checks, fs.cel_evals) == (ss.calls, ss.visits, ss.checks, ss.cel_evals)
+    if fast is not None:
+        picked = [int(r.device[3:]) for r in fast[0].results]
+        assert len(picked) == count
+        assert len({p // size for p in picked}) == 1
+        assert not set(picked) & used
+        assert all(p % 3 for p in picked)
+
+
+@given(st.lists(st.tuples(st.booleans(), st.integers(1, 5)), min_size=1, max_size=12))
+def test_allocated_state_add_remove_round_trip(ops: list[tuple[bool, int]]) -> None:
+    shared = [device(f"g{i}", attrs(socket=i), {"cpu": 8}, allowMultipleAllocations=True) for i in range(2)]
+    plain = [device(f"d{i}") for i in range(4)]
+    a = Allocator([slice_("s", "node-1", shared + plain)], CLASSES)
+    live: list[Any] = []
+    for n, (is_shared, amount) in enumerate(ops):
+        if live and n % 3 == 2:
+            a.state.remove(live.pop(0))
+            continue
+        sel = "device.allowMultipleAllocations" if is_shared else "!device.allowMultipleAllocations"
+        extra = {"capacity": {"requests": {"cpu": str(amount)}}} if is_shared else {}
+        got = a.allocate("node-1", [claim(f"c{n}", req("r", "cls", 1, sel, **extra))])
+        if got is not None:
+            a.state.add(got[0])
+            live.append(got[0])
+        # invariants: exclusive devices are used once, shared capacity never exceeds the device's
+        for g in ("g0", "g1"):
+            used = a.state.capacity.get((DRIVER, "node-1", g), {}).get("cpu", 0)
+            assert 0 <= used <= 8
+        exclusive = [r.device for x in live for r in x.results if r.share_id is None]
+        assert len(exclusive) == len(set(exclusive))
+    for x in live:
+        a.state.remove(x)
+    assert not a.state.devices
+    assert not a.state.capacity
+    assert not a.state.shared

@@ -1,0 +1,151 @@
+"""The scheduling loop: sampling, scoring, binding, deletion, timeouts, and memo transparency."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from topodra.sim.allocator import SearchStats
+from topodra.sim.costmodel import CostModel, num_feasible_nodes_to_find
+from topodra.sim.scheduler import Pod, Scheduler
+
+from .builders import DRIVER, attrs, claim, dclass, device, first_available, req, slice_, sub
+
+CLS = dclass("cls", f'device.driver == "{DRIVER}"')
+
+
+def cluster(n: int, per_node: int = 4, kinds: tuple[str, ...] = ("p", "e")) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    nodes = [{"metadata": {"name": f"node-{i}"}} for i in range(n)]
+    slices = [
+        slice_(f"node-{i}-s", f"node-{i}", [device(f"d{k}", attrs(kind=kinds[k % len(kinds)], numa=k // 2)) for k in range(per_node)])
+        for i in range(n)
+    ]
+    return nodes, slices
+
+
+_counter = itertools.count()
+
+
+def pod(*claims: dict[str, Any]) -> Pod:
+    n = next(_counter)
+    named = tuple({**c, "metadata": {"name": f"{c['metadata']['name']}-{n}", "namespace": "default", "uid": f"u-{n}"}} for c in claims)
+    return Pod(f"pod-{n}", named)
+
+
+@pytest.mark.parametrize(("nodes", "want"), [(50, 50), (100, 100), (500, 230), (1000, 420), (5000, 500), (6000, 300), (250, 120)])
+def test_num_feasible_nodes_to_find(nodes: int, want: int) -> None:
+    assert num_feasible_nodes_to_find(nodes) == want
+
+
+def test_sampling_stops_early_and_rotates_the_start() -> None:
+    nodes, slices = cluster(200)
+    s = Scheduler(nodes, slices, [CLS])
+    r1 = s.schedule(pod(claim("c", req("r"))))
+    assert r1.nodes_filtered == 100  # numFeasibleNodesToFind(200) = 100, all feasible
+    assert r1.node == "node-0"
+    r2 = s.schedule(pod(claim("c", req("r"))))
+    assert r2.node == "node-100"  # the next scan starts where the last stopped
+
+
+def test_pods_fill_the_cluster_then_fail_as_unschedulable() -> None:
+    nodes, slices = cluster(3, per_node=2)
+    s = Scheduler(nodes, slices, [CLS])
+    results = [s.schedule(pod(claim("c", req("r")))) for _ in range(7)]
+    assert [r.node for r in results[:6]].count(None) == 0
+    assert results[6].failure_kind == "unschedulable"
+    assert results[6].nodes_filtered == 3
+    assert s.allocated_devices() == 6
+
+
+def test_delete_frees_exactly_what_the_pod_held() -> None:
+    nodes, slices = cluster(2, per_node=2)
+    s = Scheduler(nodes, slices, [CLS])
+    bound = [s.schedule(pod(claim("c", req("r")))) for _ in range(4)]
+    before = set(s.state.devices)
+    victim = bound[1]
+    assert s.delete(victim.pod)
+    held = {r.id for a in victim.allocations for r in a.results}
+    assert before - set(s.state.devices) == held
+    again = s.schedule(pod(claim("c", req("r"))))
+    assert {r.id for a in again.allocations for r in a.results} == held
+    assert not s.delete("no-such-pod")
+
+
+def test_first_available_score_prefers_nodes_with_the_first_choice() -> None:
+    nodes = [{"metadata": {"name": "e-only"}}, {"metadata": {"name": "has-p"}}]
+    slices = [
+        slice_("a", "e-only", [device("d0", attrs(kind="e"))]),
+        slice_("b", "has-p", [device("d0", attrs(kind="p"))]),
+    ]
+    sel = f'device.attributes["{DRIVER}"].kind'
+    c = claim("c", first_available("cpu", sub("p", "cls", 1, f'{sel} == "p"'), sub("e", "cls", 1, f'{sel} == "e"')))
+    r = Scheduler(nodes, slices, [CLS]).schedule(pod(c))
+    assert r.node == "has-p"
+    assert r.allocations[0].results[0].request == "cpu/p"
+
+
+def test_predicted_timeout_fails_the_pod() -> None:
+    nodes = [{"metadata": {"name": "n0"}}]
+    slices = [slice_("s", "n0", [device(f"cpu{i}", attrs(l3=i // 20)) for i in range(40)])]
+    c = claim("c", req("r", "cls", 21), constraints=[{"matchAttribute": f"{DRIVER}/l3"}])
+    s = Scheduler(nodes, slices, [CLS], costs=CostModel(per_call_s=10e-6))
+    r = s.schedule(pod(c))
+    assert r.failure_kind == "timeout"
+    assert r.timeouts == 1
+    assert r.calls == 1 + 2 * (2**20 - 1)
+    assert r.slowest_node_s > 10
+
+
+def test_cel_error_fails_the_pod_with_the_message() -> None:
+    nodes, slices = cluster(2)
+    r = Scheduler(nodes, slices, [CLS]).schedule(pod(claim("c", req("r", "cls", 1, f'device.attributes["{DRIVER}"].nope == 1'))))
+    assert r.failure_kind == "error"
+    assert r.failure is not None
+    assert "no such key: nope" in r.failure
+
+
+def test_cost_model_is_linear_in_counted_steps() -> None:
+    m = CostModel(per_call_s=1, per_visit_s=2, per_check_s=3, per_cel_eval_s=4, per_node_s=5, per_device_s=6)
+    assert m.node_seconds(SearchStats(calls=1, visits=1, checks=1, cel_evals=1, devices=1)) == 21
+    assert m.filter_seconds(160, 1) == 10  # 16 workers
+    assert m.filter_seconds(1, 30) == m.timeout_s
+
+
+@settings(max_examples=25)
+@given(st.lists(st.tuples(st.sampled_from(["one", "two", "pair", "fa", "del"]), st.integers(0, 50)), min_size=1, max_size=25))
+def test_memo_is_transparent(ops: list[tuple[str, int]]) -> None:
+    nodes, slices = cluster(6, per_node=4)
+    fast = Scheduler(nodes, slices, [CLS], memo=True)
+    slow = Scheduler(nodes, slices, [CLS], memo=False)
+    sel = f'device.attributes["{DRIVER}"].kind'
+    shapes = {
+        "one": claim("c", req("r")),
+        "two": claim("c", req("r", "cls", 2, f'{sel} == "p"')),
+        "pair": claim("c", req("r", "cls", 2), constraints=[{"matchAttribute": f"{DRIVER}/numa"}]),
+        "fa": claim("c", first_available("x", sub("p", "cls", 2, f'{sel} == "p"'), sub("any", "cls", 1))),
+    }
+    live: list[str] = []
+    for kind, k in ops:
+        if kind == "del":
+            if live:
+                name = live.pop(k % len(live))
+                assert fast.delete(name) == slow.delete(name)
+            continue
+        p = pod(shapes[kind])
+        a, b = fast.schedule(p), slow.schedule(p)
+        assert (a.node, a.failure_kind, a.nodes_filtered, a.calls, a.visits, a.cel_evals) == (
+            b.node,
+            b.failure_kind,
+            b.nodes_filtered,
+            b.calls,
+            b.visits,
+            b.cel_evals,
+        )
+        assert [x.to_api() for x in a.allocations] == [x.to_api() for x in b.allocations]
+        if a.node:
+            live.append(p.name)
+    assert fast.state.devices == slow.state.devices
