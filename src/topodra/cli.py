@@ -44,6 +44,7 @@ _COMMAND_MODULES: list[str] = [
     "topodra.topology.cli",
     "topodra.dra.cli",
     "topodra.sim.cli",
+    "topodra.agent.cli",
 ]
 
 
