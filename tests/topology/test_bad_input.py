@@ -19,9 +19,9 @@ NODE = "sys/devices/system/node"
 
 
 @pytest.fixture
-def tree(tmp_path: Path) -> Path:
+def tree(fast_tmp: Path) -> Path:
     """A healthy 2-node, 8-CPU machine."""
-    return write_sysfs(synthetic_topology("1s1d2n1l2c2t"), tmp_path / "root")
+    return write_sysfs(synthetic_topology("1s1d2n1l2c2t"), fast_tmp / "root")
 
 
 def put(root: Path, rel: str, content: str | bytes) -> None:

@@ -73,7 +73,7 @@ def topology_command(
                 root = unpacked_fixture(fixture)
         t = read_topology(root)
     except (TopologyError, FixtureError) as e:
-        err.print(f"[red]error:[/red] {e}", highlight=False)
+        err.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
     if output is OutputFormat.TREE:
         from topodra.topology.render import render_topology
@@ -86,7 +86,8 @@ def topology_command(
     else:
         import yaml
 
-        typer.echo(yaml.safe_dump(data, sort_keys=False), nl=False)
+        dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml when present: 10x faster
+        typer.echo(yaml.dump(data, Dumper=dumper, sort_keys=False), nl=False)
 
 
 def topology_check_command(
@@ -156,7 +157,7 @@ def topology_check_command(
                 if live:
                     runs.append((name, "lstopo", hwloc.check_live(name, t, tree)))
     except (TopologyError, FixtureError, hwloc.HwlocParseError, OSError) as e:
-        err.print(f"[red]error:[/red] {e}", highlight=False)
+        err.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
 
     table = Table(title="topodra vs hwloc")

@@ -135,6 +135,15 @@ def _os_index(attrs: str) -> int | None:
 
 def parse_console(text: str, where: str = "console") -> HwlocReading:
     """Parse ``lstopo -v`` console output."""
+    try:
+        return _parse_console(text, where)
+    except ValueError as e:  # a CPU id out of range, a bad bitmap
+        if isinstance(e, HwlocParseError):
+            raise
+        raise HwlocParseError(f"{where}: {e}") from None
+
+
+def _parse_console(text: str, where: str) -> HwlocReading:
     lines = _join_wrapped(text.splitlines())
     root: _Obj | None = None
     stack: list[_Obj] = []
@@ -249,7 +258,7 @@ def _reading_from_tree(root: _Obj, kinds: list[CPUSet]) -> HwlocReading:
                 while holder is not None and holder.type.startswith("MemCache"):
                     holder = holder.parent
                 r.numa_nodes[idx] = (holder or root).pus()
-                m = re.search(r"local=(\d+)([KMGT]?i?B)", o.attrs)
+                m = re.search(r"local=(\d+)(B|[KMGT]i?B)", o.attrs)
                 if m:
                     unit = _UNITS[m.group(2)]
                     r.node_memory[idx] = (int(m.group(1)) * unit, unit // 2 + unit // 100)
@@ -275,6 +284,15 @@ def _reading_from_tree(root: _Obj, kinds: list[CPUSet]) -> HwlocReading:
 
 def parse_xml(text: str, where: str = "xml") -> HwlocReading:
     """Parse hwloc's XML export (v2 layout: NUMA nodes inside their parent)."""
+    try:
+        return _parse_xml(text, where)
+    except ValueError as e:  # int() of a bad attribute, a bad bitmap
+        if isinstance(e, HwlocParseError):
+            raise
+        raise HwlocParseError(f"{where}: {e}") from None
+
+
+def _parse_xml(text: str, where: str) -> HwlocReading:
     try:
         doc = ET.fromstring(text)
     except ET.ParseError as e:
