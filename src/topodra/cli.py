@@ -45,6 +45,7 @@ _COMMAND_MODULES: list[str] = [
     "topodra.dra.cli",
     "topodra.sim.cli",
     "topodra.agent.cli",
+    "topodra.playground.cli",
 ]
 
 

@@ -33,6 +33,7 @@ from topodra.agent.requests import container_request
 from topodra.cpuset import CPUSet
 from topodra.dra.devices import Device, build_devices
 from topodra.dra.driver import ClaimCheckError, ClaimEnvError, Driver
+from topodra.faults import crash_point
 from topodra.nri.plugin import Plugin
 from topodra.nri.types import (
     Container,
@@ -403,6 +404,7 @@ class Agent:
                 changes = self.policy.add(req)
                 self.containers[container.id] = container
                 self._record(changes)
+            crash_point("create.placed")
         except (ClaimEnvError, ClaimCheckError, PolicyError) as err:
             self.metrics.nri_errors.labels("CreateContainer").inc()
             self._note(f"refused container {pod.namespace}/{pod.name}/{container.name}: {err}")
@@ -450,6 +452,7 @@ class Agent:
             self.containers.pop(container.id, None)
             changes = self.policy.remove(container.id)
             self._record(changes)
+        crash_point("stop.removed")
         if self.pusher is not None:
             self.pusher.forget(container.id)
         self.metrics.nri_event_seconds.labels("StopContainer").observe(time.perf_counter() - t0)
@@ -575,6 +578,7 @@ class Agent:
                 cid: {"cpus": str(a.cpus), "mems": str(a.mems)} for cid, a in sorted(self.policy.assignments().items())
             },
             "pending_pushes": sorted(self.pusher.pending) if self.pusher is not None else [],
+            "push_idle": self.pusher.idle if self.pusher is not None else True,
             "events": self.events[-50:],
         }
 

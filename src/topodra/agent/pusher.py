@@ -101,6 +101,11 @@ class UpdatePusher:
     def pending(self) -> frozenset[str]:
         return frozenset(self._dirty)
 
+    @property
+    def idle(self) -> bool:
+        """Nothing queued and nothing on the wire."""
+        return self._idle.is_set()
+
     # --- the task -------------------------------------------------------------------------------
     async def run(self) -> None:
         while True:

@@ -137,10 +137,8 @@ class EmbeddedKubelet:
             await asyncio.sleep(0.05)
 
     async def _register(self, sock: Path) -> None:
-        if any(c.endpoint for c in self.plugins.values() if str(sock) in c.endpoint):
-            return
         async with grpc.aio.insecure_channel(f"unix://{sock}") as ch:
-            reg = pluginregistration_pb2_grpc.RegistrationStub(ch)
+            reg = pluginregistration_pb2_grpc.RegistrationStub(ch)  # type: ignore[no-untyped-call]
             try:
                 info = await reg.GetInfo(pluginregistration_pb2.InfoRequest(), timeout=5)
             except grpc.aio.AioRpcError as err:
@@ -153,8 +151,6 @@ class EmbeddedKubelet:
                 error = f"no supported DRA service in {list(info.supported_versions)}"
             elif not info.endpoint.startswith("/"):
                 error = f"endpoint {info.endpoint!r} is not an absolute path"
-            elif info.name in self.plugins and self.plugins[info.name].endpoint == info.endpoint:
-                return
             await reg.NotifyRegistrationStatus(
                 pluginregistration_pb2.RegistrationStatus(plugin_registered=not error, error=error), timeout=5
             )
@@ -163,14 +159,22 @@ class EmbeddedKubelet:
             raise KubeletError(error)
         if service != "v1.DRAPlugin":
             raise KubeletError(f"{info.name}: only v1.DRAPlugin is used by this kubelet (got {service})")
+        if info.name in self.plugins and self.plugins[info.name].endpoint == info.endpoint:
+            return  # re-registered (plugin restarted): the channel reconnects by itself
         channel = grpc.aio.insecure_channel(f"unix://{info.endpoint}")
         old = self.plugins.get(info.name)
         self.plugins[info.name] = DRAConnection(
-            info.name, info.endpoint, service, channel, dra_v1_pb2_grpc.DRAPluginStub(channel)
+            info.name, info.endpoint, service, channel, dra_v1_pb2_grpc.DRAPluginStub(channel)  # type: ignore[no-untyped-call]
         )
         if old is not None:
             await old.channel.close()
         self._note(f"registered DRA driver {info.name} at {info.endpoint} ({service})")
+
+    async def forget(self, driver: str) -> None:
+        """Drop a driver's registration (its plugin went away); ``register_plugins`` finds it again."""
+        conn = self.plugins.pop(driver, None)
+        if conn is not None:
+            await conn.channel.close()
 
     async def close(self) -> None:
         for conn in self.plugins.values():
@@ -295,12 +299,12 @@ class EmbeddedKubelet:
         for c in spec.get("containers") or []:
             cdi_ids: list[str] = []
             for cref in (c.get("resources") or {}).get("claims") or []:
-                claim = by_ref.get(cref["name"])
-                if claim is None:
+                ref_claim = by_ref.get(cref["name"])
+                if ref_claim is None:
                     await self.stop_pod(pod)
                     raise KubeletError(f"pod {key}: container {c['name']} references unknown claim {cref['name']!r}")
                 request = cref.get("request")
-                for dev in prepared.get(claim["metadata"]["uid"], []):
+                for dev in prepared.get(ref_claim["metadata"]["uid"], []):
                     if request and dev.request_names and request not in dev.request_names:
                         continue
                     cdi_ids.extend(dev.cdi_device_ids)

@@ -78,7 +78,10 @@ class Playground:
         agent_overrides: Mapping[str, Any] | None = None,
         nri_version: str = "v0.12.2",
         on_change: Callable[[ContainerChange], None] | None = None,
+        agent_process: str | None = None,
     ) -> None:
+        """``agent_process``: run the agent as a child process (``python -m topodra agent``) with
+        this topology spec (fixture name or ``synthetic:SPEC``), as the crash tests do."""
         self.topology = topology
         self.model = model
         self.group_by = group_by
@@ -96,6 +99,9 @@ class Playground:
         self.log = StepLog()
         self.last_source: dict[str, str] = {}  # container id -> how its cpus last changed
         self.pod_errors: dict[str, str] = {}
+        self.agent_process = agent_process
+        self.process: asyncio.subprocess.Process | None = None
+        self.agent_port = 0
 
     # --- lifecycle ----------------------------------------------------------------------------------
     async def __aenter__(self) -> Playground:
@@ -159,8 +165,11 @@ class Playground:
         await self.wait_slices()
         self.log.add(f"node {NODE_NAME}: {len(self.topology.cpus)} CPUs, agent ready, {len(self.slices())} ResourceSlice(s)")
 
-    async def start_agent(self) -> Agent:
+    async def start_agent(self, env: Mapping[str, str] | None = None) -> Agent | None:
         assert self.runtime is not None
+        if self.agent_process is not None:
+            await self._start_agent_process(env or {})
+            return None
         self.agent = Agent(self.agent_config(), topology=self.topology, reload_interval=3600)
         await self.agent.start()
         stub = self.agent.stub
@@ -168,30 +177,111 @@ class Playground:
         await stub.wait_synchronized(timeout=10)
         return self.agent
 
-    async def restart_agent(self) -> Agent:
+    async def restart_agent(self, env: Mapping[str, str] | None = None) -> Agent | None:
         """Stop the agent and start a new one on the same state (a crash or upgrade)."""
         if self.agent is not None:
             await self.agent.stop()
-        agent = await self.start_agent()
+        await self.kill_agent_process()
+        agent = await self.start_agent(env)
         if self.kubelet is not None:
+            await self.kubelet.forget(DRIVER)
             await self.kubelet.register_plugins(expect=[DRIVER])
         await self.settle()
         return agent
 
+    async def _start_agent_process(self, env: Mapping[str, str]) -> None:
+        import json
+        import os
+        import socket
+        import sys
+
+        assert self.runtime is not None
+        assert self.workdir is not None
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.agent_port = s.getsockname()[1]
+        cfg = self.agent_config().model_dump(mode="json", by_alias=True)
+        cfg["topology"] = self.agent_process
+        cfg["metricsAddress"] = f"127.0.0.1:{self.agent_port}"
+        path = self.workdir / "agent.yaml"
+        path.write_text(json.dumps(cfg))  # JSON is YAML
+        before = {p.id for p in self.runtime.plugins}
+        self.process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "topodra",
+            "agent",
+            "--config",
+            str(path),
+            env={**os.environ, **env},
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=open(self.workdir / "agent.log", "ab"),  # noqa: SIM115 - the child owns it
+        )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 20
+        while not any(p.id not in before and p.synchronized for p in self.runtime.plugins):
+            if self.process.returncode is not None or loop.time() > deadline:
+                log = (self.workdir / "agent.log").read_text()[-2000:]
+                raise PlaygroundError(f"the agent process did not connect (exit {self.process.returncode}):\n{log}")
+            await asyncio.sleep(0.05)
+
+    async def kill_agent_process(self) -> int | None:
+        """End the child agent (if it has not died already); returns its exit status."""
+        proc, self.process = self.process, None
+        if proc is None:
+            return None
+        if proc.returncode is None:
+            proc.terminate()
+            try:
+                await asyncio.wait_for(proc.wait(), 10)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+        return proc.returncode
+
+    async def agent_state(self) -> dict[str, Any]:
+        """The agent's /state (in-process or over HTTP from the child)."""
+        if self.agent is not None and self.agent_process is None:
+            return self.agent.state()
+        import json
+
+        reader, writer = await asyncio.open_connection("127.0.0.1", self.agent_port)
+        writer.write(b"GET /state HTTP/1.1\r\nHost: agent\r\n\r\n")
+        await writer.drain()
+        raw = await reader.read()
+        writer.close()
+        state: dict[str, Any] = json.loads(raw.split(b"\r\n\r\n", 1)[1])
+        return state
+
     async def wait_slices(self, timeout: float = 10.0) -> None:
-        assert self.agent is not None and self.agent.reconciler is not None
-        await asyncio.wait_for(self.agent.reconciler.synced.wait(), timeout)
+        if self.agent is not None and self.agent.reconciler is not None:
+            await asyncio.wait_for(self.agent.reconciler.synced.wait(), timeout)
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not self.slices():
+            if loop.time() > deadline:
+                raise PlaygroundError("the agent published no ResourceSlice")
+            await asyncio.sleep(0.05)
 
     async def settle(self, timeout: float = 5.0) -> None:
         """Until the agent has pushed every pending container update."""
         if self.agent is not None and self.agent.pusher is not None:
             await self.agent.pusher.wait_idle(timeout)
+        elif self.process is not None and self.process.returncode is None:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout
+            while not (await self.agent_state()).get("push_idle", True):
+                if loop.time() > deadline:
+                    raise PlaygroundError("the agent did not finish pushing container updates")
+                await asyncio.sleep(0.02)
 
     async def stop(self) -> None:
         if self.kubelet is not None:
             await self.kubelet.close()
         if self.agent is not None:
             await self.agent.stop()
+        await self.kill_agent_process()
         if self.runtime is not None:
             await self.runtime.stop()
         await self.api.stop()
@@ -298,7 +388,8 @@ class Playground:
 
     # --- views ------------------------------------------------------------------------------------------
     def rows(self) -> list[ContainerRow]:
-        assert self.runtime is not None and self.kubelet is not None
+        assert self.runtime is not None
+        assert self.kubelet is not None
         out: list[ContainerRow] = []
         pods = {p.id: p for p in self.runtime.pods()}
         qos_of = {}
@@ -309,7 +400,7 @@ class Playground:
             parent = pod.cgroup_parent
             qos_of[pod.id] = "BestEffort" if "besteffort" in parent else "Burstable" if "burstable" in parent else "Guaranteed"
         for ctr in sorted(self.runtime.containers(), key=lambda c: (pods[c.pod_sandbox_id].name if c.pod_sandbox_id in pods else "", c.name)):
-            pod = pods.get(ctr.pod_sandbox_id)
+            owner = pods.get(ctr.pod_sandbox_id)
             cpus = ctr.resources.cpus if ctr.resources and ctr.resources.cpus else CPUSet()
             mems = ctr.resources.mems if ctr.resources and ctr.resources.mems else CPUSet()
             kinds: dict[str, int] = {}
@@ -319,7 +410,7 @@ class Playground:
                     kinds[t] = kinds.get(t, 0) + 1
             out.append(
                 ContainerRow(
-                    pod=f"{pod.namespace}/{pod.name}" if pod else ctr.pod_sandbox_id,
+                    pod=f"{owner.namespace}/{owner.name}" if owner else ctr.pod_sandbox_id,
                     container=ctr.name,
                     qos=qos_of.get(ctr.pod_sandbox_id, "?"),
                     claims=claims_of.get(ctr.pod_sandbox_id, ""),
