@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from topodra.cpuset import CPUSet
-from topodra.faults import crash_point
 from topodra.dra import cdi
 from topodra.dra.cdi import ClaimEnvError, parse_claim_env
 from topodra.dra.checkpoint import (
@@ -44,6 +43,7 @@ from topodra.dra.claims import (
     resolve_cpus,
 )
 from topodra.dra.devices import DRIVER, Device
+from topodra.faults import crash_point
 from topodra.policy.api import Changes, PolicyError
 from topodra.topology.model import CoreType
 
