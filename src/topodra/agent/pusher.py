@@ -20,7 +20,6 @@ no longer knows are dropped.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -174,6 +173,5 @@ class UpdatePusher:
             delay = max(delay, self._retry[n])
             due.append(cid)
         if due:
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.sleep(delay)
+            await asyncio.sleep(delay)
             self.push(due)

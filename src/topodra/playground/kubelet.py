@@ -109,6 +109,8 @@ class EmbeddedKubelet:
         self.cdi_dir = Path(cdi_dir)
         self.plugins: dict[str, DRAConnection] = {}
         self.pods: dict[str, PodRun] = {}  # pod uid -> run
+        #: stopped pods whose claims still need NodeUnprepareResources (retried, as the kubelet does)
+        self.unprepare_pending: list[PodRun] = []
         self.log: list[str] = []
 
     @property
@@ -361,8 +363,22 @@ class EmbeddedKubelet:
             await self.runtime.stop_pod_sandbox(run.sandbox_id)
         with contextlib.suppress(Exception):
             await self.runtime.remove_pod_sandbox(run.sandbox_id)
-        await self._undo_claims(run)
+        try:
+            await self._undo_claims(run)
+        except KubeletError:
+            self.unprepare_pending.append(run)
+            raise
         self._note(f"stopped pod {run.pod_key}")
+
+    async def retry_unprepare(self) -> None:
+        """Retry NodeUnprepareResources for stopped pods whose claims were not released yet."""
+        pending, self.unprepare_pending = self.unprepare_pending, []
+        for i, run in enumerate(pending):
+            try:
+                await self._undo_claims(run)
+            except KubeletError:
+                self.unprepare_pending.extend(pending[i:])
+                raise
 
 
 def _linux_resources(container: Mapping[str, Any]) -> LinuxResources:

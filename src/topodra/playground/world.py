@@ -206,6 +206,11 @@ class Playground:
         path = self.workdir / "agent.yaml"
         path.write_text(json.dumps(cfg))  # JSON is YAML
         before = {p.id for p in self.runtime.plugins}
+        # The child imports the same topodra as this process.
+        import topodra
+
+        src = str(Path(topodra.__file__).resolve().parents[1])
+        pythonpath = os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH", "")) if p)
         self.process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -213,7 +218,7 @@ class Playground:
             "agent",
             "--config",
             str(path),
-            env={**os.environ, **env},
+            env={**os.environ, "PYTHONPATH": pythonpath, **env},
             stdout=asyncio.subprocess.DEVNULL,
             stderr=open(self.workdir / "agent.log", "ab"),  # noqa: SIM115 - the child owns it
         )
@@ -370,6 +375,13 @@ class Playground:
             fresh["status"] = {**(fresh.get("status") or {}), "phase": phase, "message": message}
             self.store.update(kind, meta.get("namespace", "default"), meta["name"], fresh, subresource="status")
 
+    async def retry_pod(self, name: str, namespace: str = "default") -> str:
+        """Start a pod again that failed to start (the kubelet's retry)."""
+        pod = self.store.get(KINDS[("", "pods")], namespace, name)
+        line = await self._start_pod(pod)
+        self.log.add(line)
+        return line
+
     async def delete_pod(self, name: str, namespace: str = "default") -> str:
         kind = KINDS[("", "pods")]
         try:
@@ -377,8 +389,10 @@ class Playground:
         except ApiError:
             raise PlaygroundError(f"pod {namespace}/{name} does not exist") from None
         assert self.kubelet is not None
-        await self.kubelet.stop_pod(pod)
-        self.scheduler.release(pod)
+        try:
+            await self.kubelet.stop_pod(pod)
+        finally:
+            self.scheduler.release(pod)
         self.store.delete(kind, namespace, name)
         self.pod_errors.pop(f"{namespace}/{name}", None)
         await self.settle()
