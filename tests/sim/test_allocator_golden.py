@@ -388,3 +388,13 @@ def test_l3_group_search_is_counted_not_executed() -> None:
     assert result is None
     assert stats.calls == 1 + 4 * (2**16 - 1)
     assert stats.our_calls == 1
+
+
+def test_distinct_attribute_keeps_one_value_per_request_as_upstream() -> None:
+    # Upstream stores the distinct value per request name, so the third device of one request is
+    # only compared with the second: x=1, x=2, x=1 is accepted. We mirror it to match the scheduler.
+    devices = [device("d0", attrs(x=1)), device("d1", attrs(x=2)), device("d2", attrs(x=1))]
+    c = claim("c", req("r", "cls", 3), constraints=[{"distinctAttribute": f"{DRIVER}/x"}])
+    assert picked(alloc([slice_("s", "node-1", devices)], [c])) == [[("r", "d0"), ("r", "d1"), ("r", "d2")]]
+    two_requests = claim("c", req("a", "cls", 1), req("b", "cls", 1), req("c", "cls", 1), constraints=[{"distinctAttribute": f"{DRIVER}/x"}])
+    assert alloc([slice_("s", "node-1", devices)], [two_requests]) is None

@@ -435,8 +435,8 @@ class _ConstraintState:
         if self.num == 0:
             return True
         if self.distinct:
-            if value[0] == "list":
-                return False
+            if value[0] == "list":  # unknown to the scalar comparison: rejected by any stored value
+                return not self.values
             return all(not (v[0] == value[0] and v[1] == value[1]) for v in self.values.values())
         assert self.stored is not None
         return value[0] != "list" and self.stored[0] == value[0] and self.stored[1] == value[1]
