@@ -247,7 +247,7 @@ def test_pruning_is_transparent_with_every_feature(sc: dict[str, Any]) -> None:
     from topodra.sim.allocator import AllocationError
 
     node = {"metadata": {"name": "node-1"}}
-    outcomes = []
+    outcomes: list[tuple[Any, ...]] = []
     for prune in (True, False):
         try:
             got, stats = Allocator(sc["slices"], CLASSES, prune=prune).allocate_with_stats(node, sc["claims"])
