@@ -149,3 +149,19 @@ def test_memo_is_transparent(ops: list[tuple[str, int]]) -> None:
         if a.node:
             live.append(p.name)
     assert fast.state.devices == slow.state.devices
+
+
+@pytest.mark.parametrize("memo", [True, False])
+def test_a_timed_out_node_ends_the_attempt(memo: bool) -> None:
+    # node-0 is empty (groups of 20 cannot hold 21: the search explodes), node-1 has a
+    # device that makes the request possible. The scan starts at node-0 and stops there.
+    nodes = [{"metadata": {"name": "node-0"}}, {"metadata": {"name": "node-1"}}]
+    slices = [
+        slice_("a", "node-0", [device(f"cpu{i}", attrs(l3=i // 20)) for i in range(40)]),
+        slice_("b", "node-1", [device(f"cpu{i}", attrs(l3=0)) for i in range(21)]),
+    ]
+    c = claim("c", req("r", "cls", 21), constraints=[{"matchAttribute": f"{DRIVER}/l3"}])
+    r = Scheduler(nodes, slices, [CLS], memo=memo, costs=CostModel(per_call_s=10e-6)).schedule(pod(c))
+    assert r.failure_kind == "timeout"
+    assert r.nodes_filtered == 1
+    assert r.predicted_s >= 10

@@ -195,7 +195,9 @@ class Scheduler:
         kids, first, inverse = np.unique(self._kid, return_index=True, return_inverse=True)
         entries = [self._evaluate(int(first[u]), claims, sig) for u in range(len(kids))]
         feas = np.array([e.feasible for e in entries], dtype=bool)
-        errs = np.array([e.error is not None and e.kind != "invalid-pool" for e in entries], dtype=bool)
+        # A Filter error -- a CEL error, or a node past the filter timeout -- ends the attempt.
+        timed_out = np.array([e.seconds > self.costs.timeout_s for e in entries], dtype=bool)
+        errs = np.array([e.error is not None and e.kind != "invalid-pool" for e in entries], dtype=bool) | timed_out
         start = self.next_start
         rot = np.concatenate((inverse[start:], inverse[:start]))
         f = feas[rot]
@@ -225,14 +227,14 @@ class Scheduler:
                 timeouts += n
             if not (e.error is not None and e.kind == "invalid-pool"):
                 invalid_only = False
-        if timeouts:
-            j = int(np.flatnonzero(np.array([entries[u].seconds for u in seen]) > self.costs.timeout_s)[0])
-            i = (start + j) % N
-            failure = ("timeout", f"filter on node {self.nodes[i].name} would take {entries[seen[j]].seconds:.1f} s (timeout {self.costs.timeout_s:g} s)")
-        if err_at.size and failure is None:
+        if err_at.size:
             j = int(err_at[0])
             e = entries[seen[j]]
-            failure = (e.kind or "error", f"node {self.nodes[(start + j) % N].name}: {e.error}")
+            name = self.nodes[(start + j) % N].name
+            if e.seconds > self.costs.timeout_s:
+                failure = ("timeout", f"filter on node {name} would take {e.seconds:.1f} s (timeout {self.costs.timeout_s:g} s)")
+            else:
+                failure = (e.kind or "error", f"node {name}: {e.error}")
         feasible: list[tuple[int, _Entry]] = []
         if failure is None:
             fidx = np.flatnonzero(f[:stop])
@@ -274,6 +276,7 @@ class Scheduler:
                 timeouts += 1
                 if failure is None:
                     failure = ("timeout", f"filter on node {self.nodes[i].name} would take {e.seconds:.1f} s (timeout {self.costs.timeout_s:g} s)")
+                break
             if e.error is not None:
                 if e.kind == "invalid-pool":
                     continue
