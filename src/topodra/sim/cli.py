@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -65,12 +66,14 @@ def run_cmd(
     seed: Annotated[int, typer.Option("--seed", help="Seed for the background fill.")] = 1,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Directory for summary.json and pods.csv.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    scheduler_cores: Annotated[int, typer.Option("--scheduler-cores", min=1, help="CPUs of the kube-scheduler host (Filter runs on min(16, this) workers).")] = 16,
 ) -> None:
     """Schedule a workload on one synthetic cluster and report what kube-scheduler would spend."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from topodra.sim.cluster import ClusterError
+    from topodra.sim.costmodel import DEFAULT_COSTS
     from topodra.sim.run import RunConfig, run_simulation
     from topodra.sim.sweep import parse_models
     from topodra.sim.workload import WorkloadError
@@ -86,7 +89,9 @@ def run_cmd(
     try:
         with Progress(TextColumn("[bold]scheduling"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True) as bar:
             task = bar.add_task("pods", total=None)
-            summary, results = run_simulation(config, progress=lambda done, total: bar.update(task, completed=done, total=total))
+            summary, results = run_simulation(
+                config, costs=replace(DEFAULT_COSTS, cores=scheduler_cores), progress=lambda done, total: bar.update(task, completed=done, total=total)
+            )
     except (ClusterError, WorkloadError, ValueError) as e:
         _fail(str(e))
     if out is not None:
@@ -139,6 +144,7 @@ def sweep_cmd(
     fill: Annotated[float, typer.Option("--fill", min=0.0, max=0.99, help="Background fill of every node.")] = 0.0,
     processes: Annotated[int, typer.Option("--processes", "-j", min=0, help="Worker processes (0: all cores).")] = 0,
     out: Annotated[Path, typer.Option("--out", "-o", help="Output directory (CSV, JSON, PNG plots, report.md).")] = Path("sim-sweep"),
+    scheduler_cores: Annotated[int, typer.Option("--scheduler-cores", min=1, help="CPUs of the kube-scheduler host (Filter runs on min(16, this) workers).")] = 16,
 ) -> None:
     """Run the simulator over nodes x CPUs x device models on all cores; write CSV/JSON, plots and a report."""
     import os
@@ -146,6 +152,7 @@ def sweep_cmd(
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from topodra.sim.costmodel import DEFAULT_COSTS
     from topodra.sim.sweep import SweepConfig, parse_models, run_sweep, sweep_points, write_outputs
     from topodra.sim.workload import WorkloadError, load_workload
 
@@ -176,7 +183,7 @@ def sweep_cmd(
             bar.update(task, advance=1, description=f"{s.model} {s.cpus_per_node:g} CPUs x {s.nodes} nodes: p99 {s.predicted_p99_ms:.1f} ms")
 
         try:
-            summaries = run_sweep(cfg, progress=done)
+            summaries = run_sweep(cfg, costs=replace(DEFAULT_COSTS, cores=scheduler_cores), progress=done)
         except WorkloadError as e:
             _fail(str(e))
     files = write_outputs(summaries, out)
