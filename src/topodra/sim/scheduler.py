@@ -158,6 +158,13 @@ class Scheduler:
             self._node_key.append((self._template_of[i], ()))
         self._key_ids: dict[tuple[Any, ...], int] = {}
         self._kid = np.array([self._key_id(k) for k in self._node_key], dtype=np.int64)
+        # live node classes: key id -> number of nodes, and one node that has it
+        self._class_size: dict[int, int] = {}
+        self._class_rep: dict[int, int] = {}
+        for i, kid in enumerate(self._kid.tolist()):
+            self._class_size[kid] = self._class_size.get(kid, 0) + 1
+            self._class_rep.setdefault(kid, i)
+        self._lut = np.zeros(max(16, 2 * len(self._key_ids)), dtype=np.int64)
 
     # ---- public API
     @property
@@ -192,8 +199,11 @@ class Scheduler:
     def _filter_vectorised(self, claims: list[Claim], sig: str) -> tuple[Any, ...]:
         """The filter loop over node classes: one evaluation per distinct node key, numpy for the scan."""
         N = len(self.nodes)
-        kids, first, inverse = np.unique(self._kid, return_index=True, return_inverse=True)
-        entries = [self._evaluate(int(first[u]), claims, sig) for u in range(len(kids))]
+        live = list(self._class_size)
+        self._lut[live] = np.arange(len(live))
+        inverse = self._lut[self._kid]
+        kids = live
+        entries = [self._evaluate(self._class_rep[k], claims, sig) for k in live]
         feas = np.array([e.feasible for e in entries], dtype=bool)
         # A Filter error -- a CEL error, or a node past the filter timeout -- ends the attempt.
         timed_out = np.array([e.seconds > self.costs.timeout_s for e in entries], dtype=bool)
@@ -416,7 +426,24 @@ class Scheduler:
                 else:
                     held.pop(pos, None)
             self._node_key[i] = self._alloc_key(i)
-            self._kid[i] = self._key_id(self._node_key[i])
+            self._move(i, self._key_id(self._node_key[i]))
+
+    def _move(self, i: int, new: int) -> None:
+        """Node ``i`` changes class: keep class sizes and representatives current."""
+        old = int(self._kid[i])
+        if old == new:
+            return
+        self._kid[i] = new
+        self._class_size[old] -= 1
+        if self._class_size[old] == 0:
+            del self._class_size[old]
+            del self._class_rep[old]
+        elif self._class_rep[old] == i:
+            self._class_rep[old] = int(np.flatnonzero(self._kid == old)[0])
+        self._class_size[new] = self._class_size.get(new, 0) + 1
+        self._class_rep.setdefault(new, i)
+        if new >= len(self._lut):
+            self._lut = np.zeros(2 * new + 16, dtype=np.int64)
 
     def _key_id(self, key: tuple[Any, ...]) -> int:
         kid = self._key_ids.get(key)
