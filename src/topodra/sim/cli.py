@@ -67,6 +67,7 @@ def run_cmd(
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Directory for summary.json and pods.csv.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
     scheduler_cores: Annotated[int, typer.Option("--scheduler-cores", min=1, help="CPUs of the kube-scheduler host (Filter runs on min(16, this) workers).")] = 16,
+    percentage: Annotated[int, typer.Option("--percentage-of-nodes-to-score", min=0, max=100, help="kube-scheduler's percentageOfNodesToScore (0: adaptive).")] = 0,
 ) -> None:
     """Schedule a workload on one synthetic cluster and report what kube-scheduler would spend."""
     from rich.console import Console
@@ -83,7 +84,16 @@ def run_cmd(
     except ValueError as e:
         _fail(str(e))
     config = RunConfig(
-        nodes=nodes, machines=_machines(machine, cpus), model=mod, group_by=group, workload=workload, pods=pods or None, fill=fill, reserved_cpus=reserved, seed=seed
+        nodes=nodes,
+        machines=_machines(machine, cpus),
+        model=mod,
+        group_by=group,
+        workload=workload,
+        pods=pods or None,
+        fill=fill,
+        reserved_cpus=reserved,
+        seed=seed,
+        percentage_of_nodes_to_score=percentage or None,
     )
     console = Console(stderr=True)
     try:
