@@ -58,6 +58,7 @@ from topodra.sim.pools import Pool, _device_matches, gather_pools
 from topodra.sim.quantity import Quantity
 
 __all__ = [
+    "ApiError",
     "AllocationError",
     "SearchAborted",
     "AllocatedState",
@@ -815,14 +816,14 @@ class _Search:
         unfixed = [c for c in cons if c.num == 0]
         fixed = [c for c in cons if c.num > 0]
         spec = rd.spec
-        driver_of = self.cands
+        cands = self.cands
         # Pass 1 (cheap, no counting): stop as soon as some group could be filled.
         groups: dict[Any, list[int]] = {}
         checked: list[int] = []  # positions reaching allocateDevice
         first_error: AllocationError | None = None
         free_positions: list[int] = []
         for pos in range(start, self.D):
-            cand = driver_of[pos]
+            cand = cands[pos]
             if not self._free(cand, spec, ci):
                 continue
             free_positions.append(pos)
@@ -862,7 +863,7 @@ class _Search:
         if first_error is not None:
             raise first_error
         for pos in free_positions:
-            self._selectable(driver_of[pos], rd, rkey, True)
+            self._selectable(cands[pos], rd, rkey, True)
         # checks_from[t] = number of checked positions >= t (suffix count by bisect)
         def checks_from(t: int) -> int:
             return len(checked) - bisect.bisect_left(checked, t)
@@ -1042,5 +1043,3 @@ def _violates(value: Quantity, cap: Capacity) -> bool:
         return all(value != v for v in pol.valid_values)
     return False
 
-
-__all__ += ["ApiError"]
