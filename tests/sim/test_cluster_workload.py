@@ -177,3 +177,10 @@ def test_workload_parser_rejects_garbage_with_workload_error(docs: list[object])
     except WorkloadError:
         return
     assert wl.pods
+
+
+def test_background_fill_uses_a_few_patterns_per_machine() -> None:
+    c = build_cluster(ClusterSpec(nodes=40, machines={"64": 1}, fill=0.25, fill_patterns=3))
+    shapes = {tuple(sorted(r.device for r in a.results)) for a in c.background}
+    assert 1 <= len(shapes) <= 3
+    assert all(len(s) == 16 for s in shapes)

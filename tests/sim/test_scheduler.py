@@ -116,8 +116,21 @@ def test_cost_model_is_linear_in_counted_steps() -> None:
 
 
 @settings(max_examples=25)
-@given(st.lists(st.tuples(st.sampled_from(["one", "two", "pair", "fa", "del"]), st.integers(0, 50)), min_size=1, max_size=25))
-def test_memo_is_transparent(ops: list[tuple[str, int]]) -> None:
+@given(
+    st.lists(st.tuples(st.sampled_from(["one", "two", "pair", "fa", "del"]), st.integers(0, 50)), min_size=1, max_size=25),
+    st.sampled_from([64, 0]),
+)
+def test_memo_is_transparent(ops: list[tuple[str, int]], vector_classes: int) -> None:
+    import topodra.sim.scheduler as scheduler_module
+
+    scheduler_module.VECTOR_CLASSES = vector_classes  # 0: the node-by-node scan with the memo
+    try:
+        _check_memo(ops)
+    finally:
+        scheduler_module.VECTOR_CLASSES = 64
+
+
+def _check_memo(ops: list[tuple[str, int]]) -> None:
     nodes, slices = cluster(6, per_node=4)
     fast = Scheduler(nodes, slices, [CLS], memo=True)
     slow = Scheduler(nodes, slices, [CLS], memo=False)

@@ -78,6 +78,7 @@ class ClusterSpec:
     reserved_cpus: int = 0  # the first N CPUs of each node are kept for the system
     fill: float = 0.0  # fraction of each node's CPUs already allocated by background pods
     seed: int = 1
+    fill_patterns: int = 16  # distinct random usage patterns per machine (nodes pick one each)
 
 
 @dataclass
@@ -180,41 +181,54 @@ def _for_node(template: Sequence[Mapping[str, Any]], node: str) -> list[dict[str
 
 def _background(cluster: Cluster, cpus_per_device: Mapping[str, list[int]]) -> list[ClaimAllocation]:
     """Allocations that occupy ``fill`` of every node's CPUs: random exclusive devices, or
-    capacity on grouped devices (deterministic for a seed)."""
+    capacity on grouped devices. Each node takes one of ``fill_patterns`` random patterns of
+    its machine (deterministic for a seed), so nodes fall into a few usage classes."""
     rng = random.Random(cluster.spec.seed)
+    patterns: dict[str, list[list[tuple[int, int]]]] = {}  # machine -> patterns of (device index, CPUs)
     out: list[ClaimAllocation] = []
     by_node: dict[str, list[dict[str, Any]]] = {}
     for s in cluster.slices:
         by_node.setdefault(s["spec"]["nodeName"], []).append(s)
     for node, node_slices in by_node.items():
+        machine = cluster.machine_of[node]
         devices = [(s["spec"]["pool"]["name"], d) for s in sorted(node_slices, key=lambda s: s["metadata"]["name"]) for d in s["spec"]["devices"]]
-        sizes = cpus_per_device[cluster.machine_of[node]]
-        total = sum(sizes)
-        target = int(total * cluster.spec.fill)
+        sizes = cpus_per_device[machine]
+        if machine not in patterns:
+            patterns[machine] = [_pattern(rng, sizes, cluster.spec) for _ in range(max(1, cluster.spec.fill_patterns))]
+        chosen = rng.choice(patterns[machine])
         results: list[DeviceResult] = []
-        if cluster.spec.model == "grouped":
-            left = target
-            for n, ((pool, d), size) in enumerate(zip(devices, sizes, strict=True)):
-                share = min(left, int(size * cluster.spec.fill + rng.random()))
-                if share <= 0:
-                    continue
-                left -= share
-                did = ("native.cpu", pool, d["name"])
+        for k, amount in chosen:
+            pool, d = devices[k]
+            did = ("native.cpu", pool, d["name"])
+            if cluster.spec.model == "grouped":
                 results.append(
-                    DeviceResult(
-                        "background", *did, share_id=share_id(f"bg-{node}", "background", did, n), consumed_capacity={"cpu": Quantity(Fraction(share))}
-                    )
+                    DeviceResult("background", *did, share_id=share_id(f"bg-{node}", "background", did, k), consumed_capacity={"cpu": Quantity(Fraction(amount))})
                 )
-        else:
-            order = list(range(len(devices)))
-            rng.shuffle(order)
-            used = 0
-            for k in order:
-                if used >= target:
-                    break
-                pool, d = devices[k]
-                used += sizes[k]
-                results.append(DeviceResult("background", "native.cpu", pool, d["name"]))
+            else:
+                results.append(DeviceResult("background", *did))
         if results:
             out.append(ClaimAllocation(f"background/{node}", tuple(results)))
+    return out
+
+
+def _pattern(rng: random.Random, sizes: Sequence[int], spec: ClusterSpec) -> list[tuple[int, int]]:
+    """One random usage pattern: (device index, CPUs taken) covering ``fill`` of the CPUs."""
+    target = int(sum(sizes) * spec.fill)
+    out: list[tuple[int, int]] = []
+    if spec.model == "grouped":
+        left = target
+        for k, size in enumerate(sizes):
+            share = min(left, int(size * spec.fill + rng.random()))
+            if share > 0:
+                left -= share
+                out.append((k, share))
+        return out
+    order = list(range(len(sizes)))
+    rng.shuffle(order)
+    used = 0
+    for k in order:
+        if used >= target:
+            break
+        used += sizes[k]
+        out.append((k, sizes[k]))
     return out

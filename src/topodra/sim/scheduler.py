@@ -42,6 +42,10 @@ from topodra.sim.costmodel import DEFAULT_COSTS, CostModel, num_feasible_nodes_t
 
 __all__ = ["Pod", "PodResult", "Scheduler"]
 
+#: Up to this many distinct node classes the scan evaluates every class once and runs in
+#: numpy; beyond it, nodes are evaluated one by one (memoised) only as far as the scan goes.
+VECTOR_CLASSES = 64
+
 
 @dataclass(frozen=True)
 class Pod:
@@ -192,8 +196,9 @@ class Scheduler:
 
     def schedule(self, pod: Pod) -> PodResult:
         claims, sig = self._parse(pod)
-        if self.memo_enabled:
+        if self.memo_enabled and len(self._class_size) <= VECTOR_CLASSES:
             return self._finish(pod, claims, *self._filter_vectorised(claims, sig))
+        # many distinct nodes (or no memo): evaluate node by node, only as far as the scan goes
         return self._finish(pod, claims, *self._filter_loop(claims, sig))
 
     def _filter_vectorised(self, claims: list[Claim], sig: str) -> tuple[Any, ...]:
