@@ -26,6 +26,7 @@ class RunConfig:
     workload: str = "prototype"
     pods: int | None = None  # default: the workload's spec.pods, else nodes * 4
     fill: float = 0.0
+    fill_patterns: int = 16
     reserved_cpus: int = 0
     seed: int = 1
     percentage_of_nodes_to_score: int | None = None
@@ -100,6 +101,7 @@ def run_simulation(
             reserved_cpus=config.reserved_cpus,
             fill=config.fill,
             seed=config.seed,
+            fill_patterns=config.fill_patterns,
         )
     )
     sched = Scheduler(
