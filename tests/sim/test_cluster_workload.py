@@ -184,3 +184,23 @@ def test_background_fill_uses_a_few_patterns_per_machine() -> None:
     shapes = {tuple(sorted(r.device for r in a.results)) for a in c.background}
     assert 1 <= len(shapes) <= 3
     assert all(len(s) == 16 for s in shapes)
+
+
+@pytest.mark.parametrize(("model", "workload"), [("cpu", "l3-8"), ("core", "first-available"), ("grouped", "grouped")])
+def test_memoised_runs_equal_plain_runs_on_generated_clusters(model: str, workload: str) -> None:
+    from topodra.sim.scheduler import Scheduler
+
+    c = build_cluster(ClusterSpec(nodes=12, machines={"64": 1}, model=model, fill=0.3, fill_patterns=3))
+    wl = load_workload(workload)
+    runs = []
+    for memo in (True, False):
+        s = Scheduler(c.nodes, c.slices, c.classes, memo=memo)
+        s.preallocate(c.background)
+        out = []
+        for n, p in enumerate(wl.generate(model, 30)):
+            r = s.schedule(p)
+            out.append((r.node, r.failure_kind, r.calls, r.visits, [a.to_api() for a in r.allocations]))
+            if n % 4 == 3:
+                s.delete(p.name)
+        runs.append(out)
+    assert runs[0] == runs[1]
