@@ -204,3 +204,23 @@ def test_memoised_runs_equal_plain_runs_on_generated_clusters(model: str, worklo
                 s.delete(p.name)
         runs.append(out)
     assert runs[0] == runs[1]
+
+
+def test_run_on_exported_objects_respects_existing_allocations(tmp_path: Path) -> None:
+    c = build_cluster(ClusterSpec(nodes=2, machines={"1s1d1n1l4c2t1e": 1}))  # 8 P-core CPUs + 1 E-core
+    taken = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "old", "namespace": "default"},
+        "spec": {},
+        "status": {"allocation": {"devices": {"results": [{"request": "r", "driver": "native.cpu", "pool": "node-00000", "device": f"cpu{i}"} for i in range(9)]}}},
+    }
+    f = tmp_path / "cluster.yaml"
+    f.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": [*c.nodes, *c.slices, *c.classes, taken]}))
+    r = CliRunner().invoke(app, ["sim", "run", "--objects", str(f), "--workload", "p-cores", "--pods", "9", "--json"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout[r.stdout.index("{") :])
+    assert data["nodes"] == 2
+    assert data["machines"] == "objects"
+    assert data["scheduled"] == 8  # node-00000 is taken; node-00001 has 8 P-core CPUs
+    assert data["failed_unschedulable"] == 1

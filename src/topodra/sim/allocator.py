@@ -68,6 +68,7 @@ __all__ = [
     "Allocator",
     "write_allocation",
     "share_id",
+    "allocation_of_claim",
 ]
 
 _SHARE_NS = uuid.UUID("6f1d3c1e-8a7b-4e55-9a43-7d0c2b1e5f10")
@@ -220,24 +221,44 @@ class AllocatedState:
         """The state implied by the ``status.allocation`` of existing claims."""
         st = cls()
         for c in claims:
-            alloc = ((c.get("status") or {}).get("allocation") or {}).get("devices") or {}
-            results = []
-            for r in alloc.get("results") or []:
-                cc = r.get("consumedCapacity")
-                results.append(
-                    DeviceResult(
-                        request=r.get("request", ""),
-                        driver=r["driver"],
-                        pool=r["pool"],
-                        device=r["device"],
-                        admin_access=bool(r.get("adminAccess")),
-                        share_id=r.get("shareID"),
-                        consumed_capacity={k: Quantity.parse(v) for k, v in cc.items()} if cc else None,
-                    )
-                )
-            if results:
-                st.add(ClaimAllocation(claim=str((c.get("metadata") or {}).get("name", "")), results=tuple(results)))
+            a = allocation_of_claim(c)
+            if a is not None:
+                st.add(a)
         return st
+
+
+def allocation_of_claim(claim: Mapping[str, Any]) -> ClaimAllocation | None:
+    """The ``status.allocation`` of a claim dict as a ``ClaimAllocation`` (None if unallocated)."""
+    meta = claim.get("metadata") or {}
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    devices = allocation.get("devices") or {}
+    results = []
+    for i, r in enumerate(devices.get("results") or []):
+        try:
+            cc = r.get("consumedCapacity")
+            results.append(
+                DeviceResult(
+                    request=r.get("request", ""),
+                    driver=r["driver"],
+                    pool=r["pool"],
+                    device=r["device"],
+                    admin_access=bool(r.get("adminAccess")),
+                    tolerations=tuple(r.get("tolerations") or ()),
+                    share_id=r.get("shareID"),
+                    consumed_capacity={k: Quantity.parse(v) for k, v in cc.items()} if cc else None,
+                )
+            )
+        except (KeyError, TypeError, AttributeError, ValueError) as e:
+            raise ApiError(f"ResourceClaim {meta.get('name')}: status.allocation.devices.results[{i}]: {e}") from None
+    if not results:
+        return None
+    ns, name = meta.get("namespace") or "", meta.get("name") or ""
+    return ClaimAllocation(
+        f"{ns}/{name}" if ns else str(name),
+        tuple(results),
+        tuple(devices.get("config") or ()),
+        allocation.get("nodeSelector"),
+    )
 
 
 @dataclass(slots=True)

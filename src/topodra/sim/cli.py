@@ -68,6 +68,10 @@ def run_cmd(
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Directory for summary.json and pods.csv.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
     scheduler_cores: Annotated[int, typer.Option("--scheduler-cores", min=1, help="CPUs of the kube-scheduler host (Filter runs on min(16, this) workers).")] = 16,
+    objects: Annotated[
+        list[Path] | None,
+        typer.Option("--objects", help="Simulate an exported cluster: YAML/JSON with Nodes, ResourceSlices, DeviceClasses and allocated ResourceClaims (repeatable)."),
+    ] = None,
     percentage: Annotated[int, typer.Option("--percentage-of-nodes-to-score", min=0, max=100, help="kube-scheduler's percentageOfNodesToScore (0: adaptive).")] = 0,
 ) -> None:
     """Schedule a workload on one synthetic cluster and report what kube-scheduler would spend."""
@@ -96,6 +100,7 @@ def run_cmd(
         reserved_cpus=reserved,
         seed=seed,
         percentage_of_nodes_to_score=percentage or None,
+        objects=tuple(str(p) for p in objects or ()),
     )
     console = Console(stderr=True)
     try:

@@ -25,12 +25,12 @@ from typing import Any
 from topodra.cpuset import CPUSet
 from topodra.dra.devices import DeviceModelConfig, build_devices, device_class
 from topodra.dra.slices import build_slices, slice_name
-from topodra.sim.allocator import ClaimAllocation, DeviceResult, share_id
+from topodra.sim.allocator import ClaimAllocation, DeviceResult, allocation_of_claim, share_id
 from topodra.sim.quantity import Quantity
 from topodra.topology.model import Topology
 from topodra.topology.synthetic import MachineSpec, SpecError, synthetic_topology
 
-__all__ = ["ClusterSpec", "Cluster", "ClusterError", "build_cluster", "machine_for_cpus", "topology_for"]
+__all__ = ["ClusterSpec", "Cluster", "ClusterError", "build_cluster", "cluster_from_objects", "machine_for_cpus", "topology_for"]
 
 
 class ClusterError(ValueError):
@@ -92,6 +92,7 @@ class Cluster:
     slices_per_machine: dict[str, int]
     bytes_per_machine: dict[str, int]
     background: list[ClaimAllocation] = field(default_factory=list)
+    from_objects: bool = False  # read from API objects (machine names are node names)
 
     @property
     def slice_count(self) -> int:
@@ -165,6 +166,56 @@ def build_cluster(spec: ClusterSpec) -> Cluster:
     if spec.fill > 0:
         cluster.background = _background(cluster, cpus_per_device)
     return cluster
+
+
+def cluster_from_objects(docs: Sequence[Mapping[str, Any]], model: str = "cpu") -> Cluster:
+    """A cluster from API objects (e.g. ``kubectl get nodes,resourceslices,deviceclasses,resourceclaims -o yaml``).
+
+    Nodes come from Node objects, or from the ``nodeName`` of node-local slices when
+    there are none. Allocated ResourceClaims become the cluster's existing allocations.
+    """
+    objs: list[Mapping[str, Any]] = []
+    for d in docs:
+        if isinstance(d, Mapping) and d.get("kind") == "List":
+            objs.extend(i for i in d.get("items") or [] if isinstance(i, Mapping))
+        elif isinstance(d, Mapping):
+            objs.append(d)
+    by_kind: dict[str, list[Mapping[str, Any]]] = {}
+    for o in objs:
+        by_kind.setdefault(str(o.get("kind")), []).append(o)
+    slices = [dict(s) for s in by_kind.get("ResourceSlice", [])]
+    if not slices:
+        raise ClusterError("the objects hold no ResourceSlice")
+    nodes = [dict(n) for n in by_kind.get("Node", [])]
+    if not nodes:
+        names = sorted({str((s.get("spec") or {}).get("nodeName")) for s in slices if (s.get("spec") or {}).get("nodeName")})
+        nodes = [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": n}} for n in names]
+    if not nodes:
+        raise ClusterError("the objects hold no Node and no node-local ResourceSlice")
+    devices: dict[str, int] = {}
+    sizes: dict[str, int] = {}
+    count: dict[str, int] = {}
+    for s in slices:
+        node = str((s.get("spec") or {}).get("nodeName") or "")
+        devices[node] = devices.get(node, 0) + len((s.get("spec") or {}).get("devices") or [])
+        sizes[node] = sizes.get(node, 0) + len(json.dumps(s, separators=(",", ":")))
+        count[node] = count.get(node, 0) + 1
+    names = [str(n["metadata"]["name"]) for n in nodes]
+    background = [a for a in (allocation_of_claim(c) for c in by_kind.get("ResourceClaim", [])) if a is not None]
+    shared = {k: v for k, v in devices.items() if k == ""}
+    machine_of = {n: n for n in names}
+    return Cluster(
+        spec=ClusterSpec(nodes=len(nodes), machines={"objects": 1.0}, model=model),
+        nodes=nodes,
+        slices=slices,
+        classes=[dict(c) for c in by_kind.get("DeviceClass", [])] or [device_class()],
+        machine_of=machine_of,
+        devices_per_machine={n: devices.get(n, 0) + sum(shared.values()) for n in names},
+        slices_per_machine={n: count.get(n, 0) for n in names},
+        bytes_per_machine={n: sizes.get(n, 0) for n in names},
+        background=background,
+        from_objects=True,
+    )
 
 
 def _for_node(template: Sequence[Mapping[str, Any]], node: str) -> list[dict[str, Any]]:
