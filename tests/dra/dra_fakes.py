@@ -126,3 +126,61 @@ class ClaimStore:
             return self.claims[(namespace, name)]
         except KeyError:
             raise LookupError(f'resourceclaims "{name}" not found in namespace {namespace!r}') from None
+
+
+# --- a tiny scheduler for end-to-end tests: real CEL over published ResourceSlice devices ---------
+
+def cel_matches(expression: str, device: dict[str, Any], driver: str = DRIVER) -> bool:
+    """Evaluate a DRA selector against a published (API JSON) device, as the scheduler does."""
+    from cel_expr_python import cel  # type: ignore[import-untyped]
+
+    attrs: dict[str, dict[str, Any]] = {}
+    for name, value in (device.get("attributes") or {}).items():
+        domain, _, ident = (name if "/" in name else f"{driver}/{name}").rpartition("/")
+        ((_, inner),) = value.items()
+        attrs.setdefault(domain, {})[ident] = inner
+    env = cel.NewEnv(variables={"device": cel.Type.DYN})
+    result = env.compile(expression).eval(data={"device": {"driver": driver, "attributes": attrs}}).value()
+    if not isinstance(result, bool):
+        raise AssertionError(f"{expression!r} gave {result!r}")
+    return result
+
+
+def allocate(
+    claim: dict[str, Any],
+    slices: list[dict[str, Any]],
+    classes: dict[str, dict[str, Any]],
+    taken: set[str],
+) -> list[dict[str, Any]]:
+    """First-fit allocation of a claim's ExactCount requests (no constraints), like the allocator's order."""
+    results = []
+    devices = [
+        (s["spec"]["driver"], s["spec"]["pool"]["name"], d)
+        for s in sorted(slices, key=lambda s: s["metadata"]["name"])
+        for d in s["spec"]["devices"]
+    ]
+    for request in claim["spec"]["devices"]["requests"]:
+        exact = request["exactly"]
+        cls = classes[exact["deviceClassName"]]
+        exprs = [s["cel"]["expression"] for s in cls["spec"].get("selectors", [])]
+        exprs += [s["cel"]["expression"] for s in exact.get("selectors", [])]
+        want_capacity = (exact.get("capacity") or {}).get("requests") or {}
+        need = exact.get("count", 1)
+        for driver, pool, dev in devices:
+            if need == 0:
+                break
+            key = f"{driver}/{pool}/{dev['name']}"
+            if key in taken and not dev.get("allowMultipleAllocations"):
+                continue
+            if not all(cel_matches(e, dev, driver) for e in exprs):
+                continue
+            result: dict[str, Any] = {"request": request["name"], "driver": driver, "pool": pool, "device": dev["name"]}
+            if dev.get("allowMultipleAllocations"):
+                result["consumedCapacity"] = {k: want_capacity.get(k, "1") for k in dev.get("capacity", {})}
+                result["shareID"] = f"share-{len(taken)}"
+            taken.add(key)
+            results.append(result)
+            need -= 1
+        if need:
+            raise AssertionError(f"cannot allocate request {request['name']}")
+    return results

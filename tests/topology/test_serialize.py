@@ -19,7 +19,8 @@ def test_fixture_round_trips_through_json_and_yaml(name: str) -> None:
     t = read_topology(unpacked_fixture(name))
     d = topology_to_dict(t)
     assert topology_from_dict(json.loads(json.dumps(d))) == t
-    assert topology_from_dict(yaml.safe_load(yaml.safe_dump(d))) == t
+    text = yaml.dump(d, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper))
+    assert topology_from_dict(yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))) == t
 
 
 @pytest.mark.parametrize("spec", ["1s8c2t", "2s1d2n2l8c2t", "1s6c2t8e+hbm", "2s2d1n1l4c1t+cxl+pmem"])
@@ -48,6 +49,9 @@ def _base() -> dict[str, Any]:
         (lambda d: d["cpus"].append(copy.deepcopy(d["cpus"][0])), "cpus[4].id"),
         (lambda d: d["nodes"][0].update(kind="SRAM"), "nodes[0].kind"),
         (lambda d: d["nodes"][0].pop("memory_bytes"), "nodes[0].memory_bytes"),
+        (lambda d: d["nodes"][0].update(memory_bytes=-1), "nodes[0].memory_bytes"),
+        (lambda d: d["cpus"][2].update(max_freq_khz=-5), "cpus[2].max_freq_khz"),
+        (lambda d: d["caches"][0].update(level=0), "caches[0].level"),
         (lambda d: d["distances"].update(matrix=[[10, 20]]), "distances.matrix[0]"),
         (lambda d: d["distances"].update(matrix=[["near"]]), "distances.matrix[0][0]"),
         (lambda d: d["cpu_sets"].update(online="3-1"), "cpu_sets.online"),

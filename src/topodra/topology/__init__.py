@@ -10,6 +10,7 @@ from topodra.topology.model import (
     NUMANode,
     Topology,
 )
+from topodra.topology.serialize import topology_from_dict, topology_to_dict
 from topodra.topology.synthetic import MachineSpec, synthetic_topology
 from topodra.topology.sysfs import read_topology
 
@@ -25,4 +26,6 @@ __all__ = [
     "TopologyError",
     "read_topology",
     "synthetic_topology",
+    "topology_from_dict",
+    "topology_to_dict",
 ]

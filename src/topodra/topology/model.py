@@ -104,7 +104,7 @@ class NUMANode:
     cpus: CPUSet
     memory_bytes: int
     kind: MemoryKind = MemoryKind.DRAM
-    tier: int | None = None  # kernel memory tier (abstract distance / 100 bands)
+    tier: int | None = None  # kernel memory tier: memory_tierN, N = abstract distance >> 7 (DRAM: 4)
     kind_reason: str = ""  # why this kind: "sysfs memory tier", "heuristic: ..."
 
     @property

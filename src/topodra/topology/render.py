@@ -68,6 +68,8 @@ def _node_label(t: Topology, n: Hashable, cpus: CPUSet) -> str:
     node = t.nodes.get(n)
     if node is None:
         return f"NUMA node {n}"
+    if node.memory_bytes == 0:
+        return f"NUMA node {n} · no memory"
     return f"NUMA node {n} · {format_bytes(node.memory_bytes)} {node.kind.value}"
 
 

@@ -117,16 +117,18 @@ class _Fields:
             raise TopologyError(self._name(key), "is missing")
         return self.data[key]
 
-    def opt_int(self, key: str, optional: bool = False) -> int | None:
+    def opt_int(self, key: str, optional: bool = False, minimum: int | None = None) -> int | None:
         v = self.data.get(key) if optional else self.get(key)
         if v is None and optional:
             return None
         if not isinstance(v, int) or isinstance(v, bool):
             raise TopologyError(self._name(key), "expected an integer", repr(v))
+        if minimum is not None and v < minimum:
+            raise TopologyError(self._name(key), f"must be at least {minimum}", repr(v))
         return v
 
-    def req_int(self, key: str) -> int:
-        v = self.opt_int(key)
+    def req_int(self, key: str, minimum: int | None = None) -> int:
+        v = self.opt_int(key, minimum=minimum)
         assert v is not None
         return v
 
@@ -174,18 +176,18 @@ def topology_from_dict(data: object) -> Topology:
     cpus: dict[int, CPUInfo] = {}
     for i, raw in enumerate(top.items("cpus")):
         f = _Fields(raw, f"cpus[{i}]")
-        opt = {name: f.opt_int(name, optional=True) for name in _CPU_OPT_INTS}
+        opt = {name: f.opt_int(name, optional=True, minimum=0) for name in _CPU_OPT_INTS}
         info = CPUInfo(
-            id=f.req_int("id"),
-            package=f.req_int("package"),
-            die=f.req_int("die"),
-            die_id=f.req_int("die_id"),
-            cluster=f.req_int("cluster"),
-            cluster_id=f.req_int("cluster_id"),
-            core=f.req_int("core"),
-            core_id=f.req_int("core_id"),
+            id=f.req_int("id", minimum=0),
+            package=f.req_int("package", minimum=0),
+            die=f.req_int("die", minimum=0),
+            die_id=f.req_int("die_id", minimum=0),
+            cluster=f.req_int("cluster", minimum=0),
+            cluster_id=f.req_int("cluster_id", minimum=-1),
+            core=f.req_int("core", minimum=0),
+            core_id=f.req_int("core_id", minimum=0),
             siblings=f.cpuset("siblings"),
-            node=f.req_int("node"),
+            node=f.req_int("node", minimum=0),
             l1d=opt["l1d"],
             l1i=opt["l1i"],
             l2=opt["l2"],
@@ -210,7 +212,7 @@ def topology_from_dict(data: object) -> Topology:
         node = NUMANode(
             id=f.req_int("id"),
             cpus=f.cpuset("cpus"),
-            memory_bytes=f.req_int("memory_bytes"),
+            memory_bytes=f.req_int("memory_bytes", minimum=0),
             kind=f.choice("kind", MemoryKind, MemoryKind.DRAM.value),
             tier=f.opt_int("tier", optional=True),
             kind_reason=f.text("kind_reason", ""),
@@ -227,11 +229,11 @@ def topology_from_dict(data: object) -> Topology:
         f = _Fields(raw, f"caches[{i}]")
         caches.append(
             CacheInstance(
-                level=f.req_int("level"),
+                level=f.req_int("level", minimum=1),
                 kind=f.text("kind"),
                 id=f.req_int("id"),
                 cpus=f.cpuset("cpus"),
-                size_bytes=f.opt_int("size_bytes", optional=True),
+                size_bytes=f.opt_int("size_bytes", optional=True, minimum=0),
             )
         )
     warnings = top.items("warnings", [])

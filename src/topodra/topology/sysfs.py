@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Hashable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from topodra.cpuset import CPUSet
 from topodra.topology.coretypes import CoreTypeInputs, classify_core_types
@@ -26,6 +26,7 @@ from topodra.topology.files import SysfsTree
 from topodra.topology.memkind import NodeMemoryFacts, classify_memory
 from topodra.topology.model import (
     CacheInstance,
+    CoreType,
     CPUInfo,
     MemoryKind,
     NUMANode,
@@ -52,11 +53,13 @@ def read_topology(root: str | os.PathLike[str] = "/") -> Topology:
 
 @dataclass
 class _CacheRaw:
+    """One cpuN/cache/indexK; ``id`` and ``size`` are read only for the CPU
+    that represents its group (they are the same for every CPU sharing it)."""
+
     level: int
     kind: str
-    id: int | None
     shared: CPUSet
-    size_bytes: int | None
+    dir: str
 
 
 @dataclass
@@ -116,8 +119,9 @@ def _partition(
     """Group CPUs by their sysfs sibling masks, else by an id key, else alone.
 
     Masks win because they are what the kernel's scheduler uses, and ids are
-    often only unique per package. Asymmetric masks (CPU a lists b, b does not
-    list a) are resolved in CPU order and reported.
+    often only unique per package. When the masks disagree (CPU a lists b but b
+    does not list a: hand-edited or buggy firmware), each CPU joins the group
+    that the most CPUs report it in (ties: its own report), and a warning says so.
     """
     by_key: dict[Hashable, int] = {}
     for c in online:
@@ -125,29 +129,34 @@ def _partition(
             k = key_of(c)
             if k is not None:
                 by_key[k] = by_key.get(k, 0) | (1 << c)
-    left = online.mask
-    groups: list[CPUSet] = []
-    inconsistent: list[int] = []
+    claim: dict[int, int] = {}
+    claimers: dict[int, int] = {}
     for c in online:
-        if not left >> c & 1:
-            continue
         mask = mask_of(c)
         if mask is not None:
             want = (mask.mask & online.mask) | (1 << c)
         else:
             k = key_of(c)
             want = by_key[k] if k is not None else 1 << c
-        got = want & left
-        if got != want:
-            inconsistent.append(c)
-        left &= ~got
-        groups.append(CPUSet.from_mask(got))
-    if inconsistent:
-        warnings.append(
-            f"{what} sibling lists disagree between CPUs (first at CPU {inconsistent[0]}); "
-            "grouped in CPU order"
+        claim[c] = want
+        claimers[want] = claimers.get(want, 0) | (1 << c)
+    if all(members == m for m, members in claimers.items()):
+        return _Partition(CPUSet.from_mask(m) for m in claimers)
+    votes = {m: members.bit_count() for m, members in claimers.items()}
+    chosen: dict[int, int] = {}
+    for c in online:
+        bit = 1 << c
+        best = max(
+            (m for m in claimers if m & bit),
+            key=lambda m: (votes[m], m == claim[c], -((m & -m).bit_length())),
         )
-    return _Partition(groups)
+        chosen[best] = chosen.get(best, 0) | bit
+    first_bad = min(c for c in online if claimers[claim[c]] != claim[c])
+    warnings.append(
+        f"{what} sibling lists disagree between CPUs (first at CPU {first_bad}); "
+        "each CPU is grouped where most CPUs report it"
+    )
+    return _Partition(CPUSet.from_mask(m) for m in chosen.values())
 
 
 # --- the reader ---------------------------------------------------------------------
@@ -206,8 +215,7 @@ class _Reader:
             nohz = t.cpulist(f"{CPU_DIR}/nohz_full") or _EMPTY
 
         raw = {c: self.read_cpu(c) for c in online}
-        cpus, caches = self.assemble_cpus(online, raw)
-        nodes, distances = self.read_nodes(online, present, raw, cpus)
+        nodes, distances, node_of = self.read_nodes(online, present, raw)
         core_types, source = classify_core_types(
             CoreTypeInputs(
                 online=online,
@@ -218,14 +226,7 @@ class _Reader:
                 max_freq_khz=_complete({c: r.max_freq for c, r in raw.items()}),
             )
         )
-        final: dict[int, CPUInfo] = {}
-        for c, info in cpus.items():
-            final[c] = _replace_cpu(
-                info,
-                node=info.node,
-                core_type=core_types[c],
-                isolated=c in isolated,
-            )
+        final, caches = self.assemble_cpus(online, raw, node_of, core_types, isolated)
         return Topology(
             cpus=final,
             nodes=nodes,
@@ -302,17 +303,38 @@ class _Reader:
             return None
         if kind not in ("Data", "Instruction", "Unified"):
             raise TopologyError(t.shown(f"{d}/type"), "expected Data, Instruction or Unified", kind)
-        size_text = t.text(f"{d}/size")
-        size = None
-        if size_text:
-            size = _parse_size(size_text)
-            if size is None:
-                self.warn(f"ignored: {t.shown(f'{d}/size')}: not a cache size ({size_text!r})")
-        return _CacheRaw(level, kind, t.int(f"{d}/id"), shared, size)
+        return _CacheRaw(level, kind, shared, d)
+
+    def cache_size(self, k: _CacheRaw) -> int | None:
+        rel = f"{k.dir}/size"
+        text = self.t.text(rel)
+        if not text:
+            return None
+        size = _parse_size(text)
+        if size is None:
+            self.warn(f"ignored: {self.t.shown(rel)}: not a cache size ({text!r})")
+        return size
+
+    def cache_ids(self, part: _Partition, of_cpu: Mapping[int, _CacheRaw]) -> list[int]:
+        """sysfs cache ids when every group has one and they are unique; else the
+        lowest CPU of each group's shared_cpu_list (as on ARM, where ``id`` is absent)."""
+        reps = [of_cpu[g.first()] for g in part.groups]
+        sys_ids = [self.t.int(f"{k.dir}/id") for k in reps]
+        if None not in sys_ids and len(set(sys_ids)) == len(sys_ids):
+            return [i for i in sys_ids if i is not None]
+        lowest = [k.shared.first() if k.shared else g.first() for k, g in zip(reps, part.groups, strict=True)]
+        if len(set(lowest)) == len(lowest):
+            return lowest
+        return [g.first() for g in part.groups]
 
     # --- grouping -------------------------------------------------------------
     def assemble_cpus(
-        self, online: CPUSet, raw: Mapping[int, _CPURaw]
+        self,
+        online: CPUSet,
+        raw: Mapping[int, _CPURaw],
+        node_of: Mapping[int, int],
+        core_types: Mapping[int, CoreType],
+        isolated: CPUSet,
     ) -> tuple[dict[int, CPUInfo], tuple[CacheInstance, ...]]:
         w = self.warnings
         pkg = _partition(
@@ -340,7 +362,7 @@ class _Reader:
         ).refine(die)
 
         # Caches: one partition per (level, type); ids from sysfs or lowest CPU.
-        cache_parts: dict[tuple[int, str], tuple[_Partition, list[int]]] = {}
+        cache_parts: dict[tuple[int, str], tuple[_Partition, list[int], dict[int, _CacheRaw]]] = {}
         kinds = sorted({(k.level, k.kind) for r in raw.values() for k in r.caches})
         for level, kind in kinds:
             of_cpu: dict[int, _CacheRaw] = {}
@@ -350,14 +372,16 @@ class _Reader:
                         of_cpu[c] = k
                         break
             covered = CPUSet(of_cpu)
+            # An empty shared_cpu_map (IA64 kernels do this for L3) means the
+            # cache is private to the core, as hwloc reads it.
             part = _partition(
                 covered,
-                lambda c, m=of_cpu: m[c].shared,  # type: ignore[misc]
+                lambda c, m=of_cpu: m[c].shared or core.groups[core.of[c]],  # type: ignore[misc]
                 lambda c: None,
                 f"L{level} {kind.lower()} cache",
                 w,
             )
-            cache_parts[(level, kind)] = (part, _cache_ids(part, of_cpu))
+            cache_parts[(level, kind)] = (part, self.cache_ids(part, of_cpu), of_cpu)
 
         def cache_of(c: int, level: int, *kinds: str) -> int | None:
             for kind in kinds:
@@ -396,7 +420,7 @@ class _Reader:
                 core=core.of[c],
                 core_id=r.core_id if r.core_id is not None else core.of[c],
                 siblings=core.groups[core.of[c]],
-                node=0,
+                node=node_of[c],
                 l1d=cache_of(c, 1, "Data", "Unified"),
                 l1i=cache_of(c, 1, "Instruction"),
                 l2=cache_of(c, 2, "Unified", "Data"),
@@ -405,14 +429,13 @@ class _Reader:
                 min_freq_khz=r.min_freq,
                 max_freq_khz=r.max_freq,
                 capacity=r.capacity,
+                core_type=core_types[c],
+                isolated=c in isolated,
             )
         caches: list[CacheInstance] = []
-        for (level, kind), (part, ids) in cache_parts.items():
+        for (level, kind), (part, ids, of_cpu) in cache_parts.items():
             for i, g in enumerate(part.groups):
-                size = next(
-                    (k.size_bytes for k in raw[g.first()].caches if k.level == level and k.kind == kind),
-                    None,
-                )
+                size = self.cache_size(of_cpu[g.first()])
                 caches.append(CacheInstance(level=level, kind=kind, id=ids[i], cpus=g, size_bytes=size))
         caches.sort(key=lambda k: (k.level, k.kind, k.cpus.first()))
         return cpus, tuple(caches)
@@ -438,8 +461,8 @@ class _Reader:
         online: CPUSet,
         present: CPUSet,
         raw: Mapping[int, _CPURaw],
-        cpus: dict[int, CPUInfo],
-    ) -> tuple[dict[int, NUMANode], dict[tuple[int, int], int]]:
+    ) -> tuple[dict[int, NUMANode], dict[tuple[int, int], int], dict[int, int]]:
+        """The NUMA nodes, their distances, and the node of each online CPU."""
         t = self.t
         node_dirs = t.numbered(NODE_DIR, "node")
         if not node_dirs:
@@ -447,6 +470,7 @@ class _Reader:
             return (
                 {0: NUMANode(0, online, total, MemoryKind.DRAM, None, "no NUMA information")},
                 {(0, 0): 10},
+                dict.fromkeys(online, 0),
             )
         listed: dict[int, CPUSet] = {}
         memory: dict[int, int] = {}
@@ -455,25 +479,34 @@ class _Reader:
             got = t.cpus_mask_first(f"{d}/cpumap", f"{d}/cpulist")
             listed[n] = got if got is not None else _EMPTY
             memory[n] = self.node_memtotal(n)
-        # Which node each CPU is on: the cpuN/nodeM link, else the node lists.
+        # Which node each CPU is on: the node that lists it; where several (or
+        # none) do, the cpuN/nodeM link decides.
         node_of: dict[int, int] = {}
         overlap = False
+        holders_of: dict[int, list[int]] = {}
+        for n in sorted(listed):
+            for c in listed[n] & online:
+                holders_of.setdefault(c, []).append(n)
         for c in online:
+            holders = holders_of.get(c, [])
             links = [n for n in raw[c].node_links if n in node_dirs]
-            holders = [n for n in sorted(listed) if c in listed[n]]
-            if len(holders) > 1:
-                overlap = True
+            if len(holders) == 1:
+                node_of[c] = holders[0]
+                continue
+            overlap = overlap or len(holders) > 1
             if len(links) == 1:
                 node_of[c] = links[0]
             elif holders:
                 node_of[c] = holders[0]
             else:
                 node_of[c] = min(node_dirs)
-                self.warn(f"CPU {c} is in no NUMA node's cpulist; put on node {node_of[c]}")
+                self.warn(
+                    f"CPU {c} is in no NUMA node's cpulist and has no node link; put on node {node_of[c]}"
+                )
         if overlap:
             self.warn(
-                "several NUMA nodes list the same CPUs (buggy firmware); each CPU is on the node "
-                "of its cpuN/nodeM link or the lowest node listing it"
+                "several NUMA nodes list the same CPUs (buggy firmware); such a CPU is on the node "
+                "of its cpuN/nodeM link, else on the lowest node listing it"
             )
         on_node: dict[int, int] = dict.fromkeys(node_dirs, 0)
         for c, n in node_of.items():
@@ -481,16 +514,13 @@ class _Reader:
         claimed = CPUSet.from_mask(sum(1 << c for c in node_of))
         offline = present - online
         cpu_sets = {n: CPUSet.from_mask(on_node[n]) | ((listed[n] & offline) - claimed) for n in node_dirs}
-        for c, n in node_of.items():
-            cpus[c] = _replace_cpu(cpus[c], node=n)
-
         distances = self.read_distances(sorted(node_dirs))
         kinds = self.memory_kinds(sorted(node_dirs), cpu_sets, memory, online)
         nodes: dict[int, NUMANode] = {}
         for n in sorted(node_dirs):
             kind, reason, tier = kinds[n]
             nodes[n] = NUMANode(n, cpu_sets[n], memory[n], kind, tier, reason)
-        return nodes, distances
+        return nodes, distances, node_of
 
     def node_memtotal(self, n: int) -> int:
         rel = f"{NODE_DIR}/node{n}/meminfo"
@@ -527,6 +557,7 @@ class _Reader:
         order_set = t.cpulist(f"{NODE_DIR}/online")  # node lists share the CPU list format
         order = list(order_set) if order_set is not None else node_ids
         out: dict[tuple[int, int], int] = {}
+        wanted = set(node_ids)
         for n in node_ids:
             rel = f"{NODE_DIR}/node{n}/distance"
             text = t.text(rel)
@@ -541,7 +572,7 @@ class _Reader:
                 )
                 continue
             for m, v in zip(order, fields, strict=True):
-                if m in node_ids:
+                if m in wanted:
                     out[(n, m)] = int(v)
         return out
 
@@ -598,23 +629,6 @@ class _Reader:
 # --- helpers ------------------------------------------------------------------------
 
 
-def _cache_ids(part: _Partition, of_cpu: Mapping[int, _CacheRaw]) -> list[int]:
-    """sysfs cache ids when every group has one, consistent and unique; else the
-    lowest CPU of each group's shared_cpu_list (as on ARM, where ``id`` is absent)."""
-    sys_ids = [of_cpu[g.first()].id for g in part.groups]
-    if all(
-        sys_ids[i] is not None and all(of_cpu[c].id == sys_ids[i] for c in g)
-        for i, g in enumerate(part.groups)
-    ) and len(set(sys_ids)) == len(sys_ids):
-        return [i for i in sys_ids if i is not None]
-    lowest = [
-        of_cpu[g.first()].shared.first() if of_cpu[g.first()].shared else g.first() for g in part.groups
-    ]
-    if len(set(lowest)) == len(lowest):
-        return lowest
-    return [g.first() for g in part.groups]
-
-
 def _complete(values: Mapping[int, int | None]) -> dict[int, int] | None:
     """The mapping when every CPU has a value, else None."""
     if any(v is None for v in values.values()):
@@ -641,7 +655,3 @@ def _dax_kind(path: str) -> MemoryKind | None:
 
 def _dax_bus(kind: MemoryKind) -> str:
     return "an NVDIMM region" if kind is MemoryKind.PMEM else "a CXL region"
-
-
-def _replace_cpu(info: CPUInfo, **changes: object) -> CPUInfo:
-    return replace(info, **changes)  # type: ignore[arg-type]

@@ -1,0 +1,391 @@
+"""DRA frontend: Prepare/Unprepare latency, slice publishing, and the Kubernetes client choice.
+
+- Prepare + Unprepare of a 16-CPU claim on a 256-CPU node: in-process (Driver:
+  claim fetch from memory, policy, CDI spec and checkpoint with fsync) and the
+  kubelet's whole path (gRPC over a unix socket, claim GET over HTTP from the
+  API server double).
+- Building and publishing the 256-CPU node's ResourceSlices.
+- lightkube vs the official kubernetes client (asyncio flavour), both against
+  the same API server double: import time, RSS, create / list / watch latency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import Result, median, percentile
+from topodra.cpuset import CPUSet
+from topodra.dra.claims import ClaimRef
+from topodra.dra.devices import DeviceModelConfig, build_devices
+from topodra.dra.driver import ClaimPolicy, Driver
+from topodra.dra.slices import build_slices
+from topodra.policy.api import Assignment, Changes, PolicyError
+from topodra.topology import CoreType, Topology, synthetic_topology
+
+MACHINE = "2s1d2n2l16c2t"  # 256 CPUs, 4 NUMA nodes, 8 L3 groups
+CLAIM_CPUS = 16
+
+
+class _StandInPolicy:
+    """Used only until topodra.policy.policy.Policy is importable: the same claim rules, no containers."""
+
+    def __init__(self, topology: Topology) -> None:
+        self._online = topology.online
+        self._claims: dict[str, CPUSet] = {}
+
+    def claim(self, claim_id: str, cpus: CPUSet) -> Changes:
+        if claim_id in self._claims:
+            if self._claims[claim_id] == cpus:
+                return {}
+            raise PolicyError("claimed with other CPUs")
+        for held in self._claims.values():
+            if held & cpus:
+                raise PolicyError("CPUs already claimed")
+        self._claims[claim_id] = cpus
+        return {"shared": Assignment(cpus=self._free())}
+
+    def release(self, claim_id: str) -> Changes:
+        return {"shared": Assignment(cpus=self._free())} if self._claims.pop(claim_id, None) is not None else {}
+
+    def pick(self, count: int, within: CPUSet, *, prefer: CoreType | None = None) -> CPUSet:
+        return (within - self._taken()).take(count)
+
+    def claimed(self, claim_id: str) -> CPUSet | None:
+        return self._claims.get(claim_id)
+
+    def _taken(self) -> CPUSet:
+        out = CPUSet()
+        for c in self._claims.values():
+            out |= c
+        return out
+
+    def _free(self) -> CPUSet:
+        return self._online - self._taken()
+
+
+def _policy(topology: Topology) -> tuple[ClaimPolicy, str]:
+    try:
+        from topodra.policy.policy import Policy  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        return _StandInPolicy(topology), "stand-in policy (topodra.policy.policy not on this branch yet)"
+    return Policy(topology), "topodra.policy.policy.Policy"  # type: ignore[no-any-return,unused-ignore]
+
+
+def _claim(uid: str, devices: list[str], consumed: int | None = None) -> dict[str, Any]:
+    results = []
+    for dev in devices:
+        r: dict[str, Any] = {"request": "cpus", "driver": "native.cpu", "pool": "node-a", "device": dev}
+        if consumed is not None:
+            r["consumedCapacity"] = {"cpu": str(consumed)}
+            r["shareID"] = f"share-{uid}"
+        results.append(r)
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"namespace": "default", "name": f"claim-{uid}", "uid": uid},
+        "spec": {"devices": {"requests": [{"name": "cpus", "exactly": {"deviceClassName": "native.cpu", "count": len(devices)}}]}},
+        "status": {
+            "allocation": {"devices": {"results": results}},
+            "reservedFor": [{"resource": "pods", "name": "p", "uid": f"pod-{uid}"}],
+        },
+    }
+
+
+def _stats(name: str, samples: list[float], goal_ms: float, note: str) -> list[Result]:
+    p50, p99 = median(samples) * 1e3, percentile(samples, 99) * 1e3
+    return [
+        Result(f"{name} p50", p50, "ms", note=note),
+        Result(f"{name} p99", p99, "ms", goal=f"< {goal_ms:g} ms", met=p99 < goal_ms, note=note),
+    ]
+
+
+async def _driver_cycle(model: str, rounds: int) -> tuple[list[float], str]:
+    topo = synthetic_topology(MACHINE)
+    policy, which = _policy(topo)
+    devices = build_devices(topo, DeviceModelConfig(model=model))  # type: ignore[arg-type]
+    claims: dict[tuple[str, str], dict[str, Any]] = {}
+
+    async def fetch(namespace: str, name: str) -> dict[str, Any]:
+        return claims[(namespace, name)]
+
+    with tempfile.TemporaryDirectory() as tmp:
+        driver = Driver(
+            policy=policy,
+            lock=asyncio.Lock(),
+            fetch_claim=fetch,
+            cdi_dir=Path(tmp) / "cdi",
+            checkpoint_path=Path(tmp) / "plugin" / "checkpoint.json",
+            devices=devices,
+            pool="node-a",
+        )
+        samples = []
+        for i in range(rounds):
+            uid = f"bench-{i}"
+            if model == "cpu":
+                first = (i * CLAIM_CPUS) % 128 + 64
+                claim = _claim(uid, [f"cpu{c}" for c in range(first, first + CLAIM_CPUS)])
+            else:
+                claim = _claim(uid, [devices[i % len(devices)].name], consumed=CLAIM_CPUS)
+            claims[("default", f"claim-{uid}")] = claim
+            ref = ClaimRef("default", uid, f"claim-{uid}")
+            t0 = time.perf_counter()
+            prepared = await driver.prepare([ref])
+            unprepared = await driver.unprepare([ref])
+            samples.append(time.perf_counter() - t0)
+            if prepared[uid].error or unprepared[uid].error or len(prepared[uid].claim.cpus) != CLAIM_CPUS:  # type: ignore[union-attr]
+                raise RuntimeError(f"benchmark claim failed: {prepared[uid].error or unprepared[uid].error}")
+    return samples, which
+
+
+async def _grpc_cycle(rounds: int) -> list[float]:
+    import grpc.aio
+
+    from topodra.dra.kubeletplugin import KubeletPlugin, PluginPaths
+    from topodra.dra.proto import dra_v1_pb2
+    from topodra.kube.apiserver import ApiServer
+    from topodra.kube.client import RESOURCE_CLAIMS, KubeClient
+
+    topo = synthetic_topology(MACHINE)
+    policy, _ = _policy(topo)
+    devices = build_devices(topo)
+    samples = []
+    tmp = Path(tempfile.mkdtemp(prefix="bdra", dir="/tmp"))
+    try:
+        async with ApiServer() as server:
+            client = KubeClient.for_url(server.url)
+
+            async def fetch(namespace: str, name: str) -> dict[str, Any]:
+                return await client.get(RESOURCE_CLAIMS, name, namespace)
+
+            paths = PluginPaths(kubelet_root=tmp / "kubelet")
+            driver = Driver(
+                policy=policy,
+                lock=asyncio.Lock(),
+                fetch_claim=fetch,
+                cdi_dir=tmp / "cdi",
+                checkpoint_path=paths.checkpoint,
+                devices=devices,
+                pool="node-a",
+            )
+            async with KubeletPlugin(driver, paths), grpc.aio.insecure_channel(f"unix:{paths.dra_socket}") as channel:
+                prepare = channel.unary_unary(
+                    "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources",
+                    request_serializer=dra_v1_pb2.NodePrepareResourcesRequest.SerializeToString,
+                    response_deserializer=dra_v1_pb2.NodePrepareResourcesResponse.FromString,
+                )
+                unprepare = channel.unary_unary(
+                    "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodeUnprepareResources",
+                    request_serializer=dra_v1_pb2.NodeUnprepareResourcesRequest.SerializeToString,
+                    response_deserializer=dra_v1_pb2.NodeUnprepareResourcesResponse.FromString,
+                )
+                for i in range(rounds):
+                    first = (i * CLAIM_CPUS) % 128 + 64
+                    body = _claim("x", [f"cpu{c}" for c in range(first, first + CLAIM_CPUS)])
+                    body["metadata"] = {"namespace": "default", "name": f"claim-{i}"}
+                    status = body.pop("status")
+                    created = await client.create(RESOURCE_CLAIMS, body)
+                    created["status"] = status
+                    created = await client.replace(RESOURCE_CLAIMS, created, status=True)
+                    uid = created["metadata"]["uid"]
+                    ref = dra_v1_pb2.Claim(namespace="default", uid=uid, name=f"claim-{i}")
+                    t0 = time.perf_counter()
+                    got = await prepare(dra_v1_pb2.NodePrepareResourcesRequest(claims=[ref]))
+                    gone = await unprepare(dra_v1_pb2.NodeUnprepareResourcesRequest(claims=[ref]))
+                    samples.append(time.perf_counter() - t0)
+                    if got.claims[uid].error or gone.claims[uid].error or len(got.claims[uid].devices) != CLAIM_CPUS:
+                        raise RuntimeError(f"gRPC benchmark claim failed: {got.claims[uid].error}")
+            await client.close()
+    finally:
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+    return samples
+
+
+def _time_best(fn: Callable[[], object], repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+_IMPORTS = {
+    "lightkube": "from lightkube import AsyncClient; import lightkube.generic_resource",
+    "kubernetes": "from kubernetes.aio import client as _c; _c.ResourceV1Api",
+}
+
+
+def _import_cost(stmt: str) -> tuple[float, float]:
+    """Seconds to import and the RSS it adds (MiB), in fresh interpreters (best of 3)."""
+    rss = "int(next(l for l in open('/proc/self/status') if l.startswith('VmRSS')).split()[1])"
+    probe = f"import time; r0 = {rss}; t = time.perf_counter(); {stmt}; print(time.perf_counter() - t, {rss} - r0)"
+    runs = []
+    for _ in range(3):
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+        t, rss = out.stdout.split()
+        runs.append((float(t), float(rss) / 1024))
+    return min(r[0] for r in runs), min(r[1] for r in runs)
+
+
+async def _client_latency(which: str, url: str, rounds: int) -> dict[str, float]:
+    slices = build_slices("node-a", build_devices(synthetic_topology(MACHINE)))
+    create_s: list[float] = []
+    list_s: list[float] = []
+    watch_s: list[float] = []
+    if which == "lightkube":
+        from topodra.kube.client import RESOURCE_SLICES, KubeClient
+
+        client = KubeClient.for_url(url)
+
+        async def create(obj: dict[str, Any]) -> None:
+            await client.create(RESOURCE_SLICES, obj)
+
+        async def list_() -> int:
+            items, _ = await client.list(RESOURCE_SLICES, fields={"spec.nodeName": "node-a"})
+            return len(items)
+
+        async def watch_one(rv: str, ready: asyncio.Event) -> None:
+            ready.set()
+            async for _ in client.watch(RESOURCE_SLICES, resource_version=rv):
+                return
+
+        async def current_rv() -> str:
+            return (await client.list(RESOURCE_SLICES))[1]
+
+        close: Callable[[], Awaitable[None]] = client.close
+    else:
+        from kubernetes.aio import client as k8s  # type: ignore[attr-defined,unused-ignore]
+        from kubernetes.aio import watch as k8s_watch  # type: ignore[attr-defined,unused-ignore]
+
+        api_client: Any = k8s.ApiClient(k8s.Configuration(host=url))
+        api: Any = k8s.ResourceV1Api(api_client)
+
+        async def create(obj: dict[str, Any]) -> None:
+            await api.create_resource_slice(obj)
+
+        async def list_() -> int:
+            return len((await api.list_resource_slice(field_selector="spec.nodeName=node-a")).items)
+
+        async def watch_one(rv: str, ready: asyncio.Event) -> None:
+            w: Any = k8s_watch.Watch()
+            ready.set()
+            async with w.stream(api.list_resource_slice, resource_version=rv) as stream:
+                async for _ in stream:
+                    w.stop()
+                    return
+
+        async def current_rv() -> str:
+            return str((await api.list_resource_slice(limit=1)).metadata.resource_version)
+
+        close = api_client.close
+
+    for i in range(rounds):
+        obj = copy.deepcopy(slices[0])
+        obj["metadata"]["name"] = f"{which}-{i}"
+        t0 = time.perf_counter()
+        await create(obj)
+        create_s.append(time.perf_counter() - t0)
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        await list_()
+        list_s.append(time.perf_counter() - t0)
+    for i in range(max(3, rounds // 4)):
+        rv = await current_rv()
+        ready = asyncio.Event()
+        task = asyncio.create_task(watch_one(rv, ready))
+        await ready.wait()
+        await asyncio.sleep(0.02)  # the watch request is on the wire
+        obj = copy.deepcopy(slices[0])
+        obj["metadata"]["name"] = f"{which}-w{i}"
+        t0 = time.perf_counter()
+        await create(obj)
+        await asyncio.wait_for(task, 10)
+        watch_s.append(time.perf_counter() - t0)
+    await close()
+    return {"create": median(create_s), "list": median(list_s), "watch": median(watch_s), "listed": float(rounds)}
+
+
+async def _clients(rounds: int) -> dict[str, dict[str, float]]:
+    from topodra.kube.apiserver import ApiServer
+
+    out = {}
+    for which in ("lightkube", "kubernetes"):
+        async with ApiServer() as server:
+            out[which] = await _client_latency(which, server.url, rounds)
+    return out
+
+
+async def _publish(rounds: int) -> list[float]:
+    from topodra.dra.reconciler import SliceReconciler
+    from topodra.kube.apiserver import ApiServer
+    from topodra.kube.client import NODES, KubeClient
+
+    devices = build_devices(synthetic_topology(MACHINE))
+    samples = []
+    for _ in range(rounds):
+        async with ApiServer() as server:
+            client = KubeClient.for_url(server.url)
+            await client.create(NODES, {"metadata": {"name": "node-a"}})
+            t0 = time.perf_counter()
+            await SliceReconciler(client, "node-a", devices).sync()
+            samples.append(time.perf_counter() - t0)
+            await client.close()
+    return samples
+
+
+def run(quick: bool) -> list[Result]:
+    rounds = 30 if quick else 300
+    results: list[Result] = []
+
+    samples, which = asyncio.run(_driver_cycle("cpu", rounds))
+    results += _stats(
+        f"prepare+unprepare {CLAIM_CPUS}-CPU claim, 256-CPU node, cpu devices (Driver)",
+        samples,
+        50,
+        f"{which}; includes CDI spec + checkpoint writes with fsync",
+    )
+    samples, which = asyncio.run(_driver_cycle("grouped", rounds))
+    results += _stats(
+        f"prepare+unprepare {CLAIM_CPUS}-CPU claim, 256-CPU node, grouped device (Driver)",
+        samples,
+        50,
+        f"{which}; the policy picks the CPUs",
+    )
+    samples = asyncio.run(_grpc_cycle(max(10, rounds // 3)))
+    results += _stats(
+        f"prepare+unprepare {CLAIM_CPUS}-CPU claim over kubelet gRPC + claim GET over HTTP",
+        samples,
+        100,
+        "unix socket gRPC v1, claim fetched from the API server double",
+    )
+
+    topo = synthetic_topology(MACHINE)
+    build = _time_best(lambda: build_slices("node-a", build_devices(topo)), 5 if quick else 20)
+    results.append(Result("build_devices + build_slices, 256 CPUs", build * 1e3, "ms", goal="< 50 ms", met=build < 0.05))
+    publish = asyncio.run(_publish(2 if quick else 5))
+    results.append(Result("initial publish of 256 devices (2 slices) via HTTP", median(publish) * 1e3, "ms"))
+
+    for name, stmt in _IMPORTS.items():
+        t, rss = _import_cost(stmt)
+        results.append(Result(f"{name}: import time", t * 1e3, "ms", note=stmt))
+        results.append(Result(f"{name}: RSS added by the import", rss, "MiB", note=stmt))
+    latency = asyncio.run(_clients(10 if quick else 40))
+    for name, figures in latency.items():
+        results.append(Result(f"{name}: create 128-device slice", figures["create"] * 1e3, "ms"))
+        results.append(Result(f"{name}: list node's slices", figures["list"] * 1e3, "ms", note=f"{int(figures['listed'])} slices"))
+        results.append(Result(f"{name}: watch event after create", figures["watch"] * 1e3, "ms"))
+    out = Path(__file__).parent / "out"
+    out.mkdir(exist_ok=True)
+    (out / "dra_clients.json").write_text(json.dumps(latency, indent=2))
+    return results

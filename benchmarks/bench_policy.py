@@ -1,0 +1,274 @@
+"""Policy quality against the kubelet's static policy, and time per operation.
+
+Quality: one churn workload of exclusive containers (random sizes, ~75 %
+occupancy, deterministic seed) is replayed on our policy and on the kubelet's
+takeByTopology (NUMA-packed) baseline. Reported per algorithm: the share of
+grants inside one NUMA node / one L3 (of those small enough to fit one), on
+full cores (they touch ceil(n / threads) cores), refused requests, and the
+fragmentation left behind (free CPUs on split cores; the largest grant one L3
+could still take on full cores, averaged over the run).
+
+Speed: a node with 500 containers (shared, exclusive, mixed, claim-pinned) on
+a 256-CPU machine; steady-state remove+add, resize, claim+release and pick
+are timed one call each. Goal: median <= 200 us.
+"""
+
+from __future__ import annotations
+
+import importlib
+import random
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from benchmarks.common import Result, percentile
+from topodra.cpuset import CPUSet
+from topodra.policy import ContainerRequest, Policy, PolicyConfig, PolicyError, QoSClass
+from topodra.policy.kubelet_baseline import take_by_topology
+from topodra.topology.model import Topology
+from topodra.topology.synthetic import synthetic_topology
+
+SIZES = [1, 1, 1, 2, 2, 2, 2, 3, 4, 4, 4, 6, 8, 8, 12, 16]
+#: Real trees: a 2-socket Intel and the biggest AMD (several L3 per NUMA node).
+FIXTURES = ("fakecpuid1f-64intel64-2p4d2n2c2t", "64amd64-4s2n4ca2co")
+
+
+def _machines() -> list[tuple[str, Topology]]:
+    """The 2-socket and the largest tree: real fixtures when discovery is available."""
+    out: list[tuple[str, Topology]] = []
+    try:  # the sysfs reader comes from the topology part
+        fixtures: Any = importlib.import_module("topodra.topology.fixtures")
+        sysfs: Any = importlib.import_module("topodra.topology.sysfs")
+    except ImportError:
+        fixtures = sysfs = None
+    if fixtures is not None and sysfs is not None:
+        for name in FIXTURES:
+            try:
+                out.append((name, sysfs.read_topology(fixtures.unpacked_fixture(name))))
+            except Exception:  # a missing fixture only narrows the benchmark
+                continue
+    out.append(("synthetic 2s1d2n2l16c2t (256 CPUs)", synthetic_topology("2s1d2n2l16c2t")))
+    return out
+
+
+def _req(cid: str, qos: QoSClass, milli: int, **kw: object) -> ContainerRequest:
+    limit = milli if qos is QoSClass.GUARANTEED else kw.pop("limit", None)
+    return ContainerRequest(
+        id=cid,
+        name="ctr",
+        pod_uid=f"uid-{cid}",
+        pod_name=f"pod-{cid}",
+        namespace=str(kw.pop("namespace", "default")),
+        qos=qos,
+        cpu_request_milli=milli,
+        cpu_limit_milli=limit,  # type: ignore[arg-type]
+        claims=tuple(kw.pop("claims", ())),  # type: ignore[arg-type]
+    )
+
+
+# --- quality ------------------------------------------------------------------------
+@dataclass
+class _Tally:
+    grants: int = 0
+    refused: int = 0
+    numa_eligible: int = 0
+    numa_local: int = 0
+    l3_eligible: int = 0
+    l3_local: int = 0
+    full_cores: int = 0
+    split_share: list[float] = field(default_factory=list)
+    l3_headroom: list[int] = field(default_factory=list)
+    numa_headroom: list[int] = field(default_factory=list)
+
+
+class _Geometry:
+    def __init__(self, topo: Topology, usable: CPUSet) -> None:
+        self.topo = topo
+        self.usable = usable
+        self.node_size = min(len(topo.cpus_of_node(n) & usable) for n in topo.numa_nodes() if topo.cpus_of_node(n) & usable)
+        nodes = [topo.cpus_of_node(n) & usable for n in topo.numa_nodes()]
+        self.nodes = [m for m in nodes if m]
+        l3s = [topo.cpus_of_l3(i) & usable for i in topo.l3_groups()]
+        self.l3s = [m for m in l3s if m] or [usable]
+        self.l3_size = min(len(m) for m in self.l3s)
+        self.threads = topo.threads_per_core
+        self.core_masks = {}
+        for c in usable:
+            self.core_masks[topo.cpus[c].core] = topo.siblings(c) & usable
+
+    def record(self, tally: _Tally, cpus: CPUSet) -> None:
+        n = len(cpus)
+        tally.grants += 1
+        if n <= self.node_size:
+            tally.numa_eligible += 1
+            tally.numa_local += len(self.topo.nodes_of(cpus)) == 1
+        if n <= self.l3_size:
+            tally.l3_eligible += 1
+            tally.l3_local += any(cpus <= m for m in self.l3s)
+        cores = {self.topo.cpus[c].core for c in cpus}
+        tally.full_cores += len(cores) == -(-n // self.threads)
+
+    def sample(self, tally: _Tally, free: CPUSet) -> None:
+        split = 0
+        clean = CPUSet()
+        for core in self.core_masks.values():
+            f = core & free
+            if f and f != core:
+                split += len(f)
+            elif f == core:
+                clean |= core
+        tally.split_share.append(split / len(free) if free else 0.0)
+        tally.l3_headroom.append(max(len(clean & m) for m in self.l3s))
+        tally.numa_headroom.append(max(len(clean & m) for m in self.nodes))
+
+
+def _churn(topo: Topology, steps: int, seed: int) -> tuple[_Tally, _Tally]:
+    rng = random.Random(seed)
+    policy = Policy(topo, PolicyConfig(reserved_cpu_count=2))
+    usable = policy.available_cpus - policy.reserved_cpus - policy.isolated_cpus
+    geo = _Geometry(topo, usable)
+    ours, kubelet = _Tally(), _Tally()
+    kube_free = usable
+    kube_held: dict[str, CPUSet] = {}
+    ours_held: dict[str, int] = {}
+    target = 0.75 * len(usable)
+    live: list[str] = []
+    for step in range(steps):
+        if live and (sum(ours_held.values()) >= target or rng.random() < 0.3):
+            cid = live.pop(rng.randrange(len(live)))
+            policy.remove(cid)
+            ours_held.pop(cid, None)
+            kube_free |= kube_held.pop(cid, CPUSet())
+        else:
+            cid = f"c{step}"
+            n = rng.choice(SIZES)
+            live.append(cid)
+            try:
+                got = policy.add(_req(cid, QoSClass.GUARANTEED, n * 1000))[cid].cpus
+                ours_held[cid] = n
+                geo.record(ours, got)
+            except PolicyError:
+                ours.refused += 1
+            if len(kube_free) >= n:
+                taken = take_by_topology(topo, kube_free, n)
+                kube_free -= taken
+                kube_held[cid] = taken
+                geo.record(kubelet, taken)
+            else:
+                kubelet.refused += 1
+        if step % 50 == 49:
+            geo.sample(ours, policy.stats().total.free & usable)
+            geo.sample(kubelet, kube_free)
+    return ours, kubelet
+
+
+def _quality(quick: bool) -> list[Result]:
+    out: list[Result] = []
+    steps = 600 if quick else 3000
+    for name, topo in _machines():
+        ours, kube = _churn(topo, steps, seed=7)
+
+        def pct(a: int, b: int) -> float:
+            return 100.0 * a / b if b else 100.0
+
+        for label, get in (
+            ("grants inside one NUMA node", lambda t: pct(t.numa_local, t.numa_eligible)),
+            ("grants inside one L3", lambda t: pct(t.l3_local, t.l3_eligible)),
+            ("grants on full cores", lambda t: pct(t.full_cores, t.grants)),
+            ("free CPUs on split cores (fragmentation)", lambda t: 100 * statistics.fmean(t.split_share or [0])),
+        ):
+            a, b = get(ours), get(kube)
+            better = a >= b if "fragmentation" not in label else a <= b
+            out.append(Result(f"{name}: {label}", a, "%", f"vs kubelet {b:.1f} %", better, f"kubelet {b:.1f} %"))
+        for level, ours_h, kube_h in (
+            ("NUMA node", ours.numa_headroom, kube.numa_headroom),
+            ("L3", ours.l3_headroom, kube.l3_headroom),
+        ):
+            a, b = statistics.fmean(ours_h or [0]), statistics.fmean(kube_h or [0])
+            out.append(Result(f"{name}: largest full-core grant one {level} can still take (mean)", a, "CPUs",
+                              note=f"kubelet {b:.1f}"))
+        out.append(Result(f"{name}: refused requests", ours.refused, "requests", f"vs kubelet {kube.refused}",
+                          ours.refused <= kube.refused + max(2, kube.refused // 10), f"kubelet {kube.refused}"))
+    return out
+
+
+# --- speed --------------------------------------------------------------------------
+def _populate(policy: Policy, rng: random.Random) -> list[ContainerRequest]:
+    reqs: list[ContainerRequest] = []
+    for i in range(10):
+        cpus = policy.pick(2, policy.available_cpus)
+        policy.claim(f"claim{i}", cpus)
+        reqs.append(_req(f"claimed{i}", QoSClass.GUARANTEED, 2000, claims=(f"claim{i}",)))
+    for i in range(70):
+        reqs.append(_req(f"excl{i}", QoSClass.GUARANTEED, rng.choice([1, 1, 2, 2, 2, 4]) * 1000))
+    for i in range(20):
+        reqs.append(_mixed(_req(f"mixed{i}", QoSClass.GUARANTEED, 1500)))
+    for i in range(150):
+        reqs.append(_req(f"be{i}", QoSClass.BEST_EFFORT, 0))
+    for i in range(250):
+        reqs.append(_req(f"bu{i}", QoSClass.BURSTABLE, rng.choice([50, 100, 100, 200]),
+                         limit=rng.choice([None, 1000, 4000])))
+    for r in reqs:
+        policy.add(r)
+    return reqs
+
+
+def _mixed(r: ContainerRequest) -> ContainerRequest:
+    return replace(r, annotations={"prefer-shared-cpus.resource-policy.nri.io": "false"})
+
+
+def _speed(quick: bool) -> list[Result]:
+    topo = synthetic_topology("2s1d2n2l16c2t")
+    rng = random.Random(11)
+    policy = Policy(topo, PolicyConfig(reserved_cpu_count=2))
+    reqs = _populate(policy, rng)
+    assert len(policy.grants()) == 500, len(policy.grants())
+    rounds = 150 if quick else 1500
+    times: dict[str, list[float]] = {"remove": [], "add": [], "update": [], "claim": [], "release": [], "pick": []}
+
+    def timed(kind: str, fn: Callable[..., object], *args: object) -> object:
+        t0 = time.perf_counter()
+        r = fn(*args)
+        times[kind].append(time.perf_counter() - t0)
+        return r
+
+    by_id = {r.id: r for r in reqs}
+    movable = [r.id for r in reqs if not r.claims]
+    for i in range(rounds):
+        cid = movable[rng.randrange(len(movable))]
+        r = by_id[cid]
+        timed("remove", policy.remove, cid)
+        timed("add", policy.add, r)
+        if r.qos is QoSClass.GUARANTEED and not r.annotations:
+            bigger = _req(cid, QoSClass.GUARANTEED, r.cpu_request_milli + 1000)
+            try:
+                timed("update", policy.update, bigger)
+                timed("update", policy.update, r)
+            except PolicyError:
+                pass
+        if i % 3 == 0:
+            try:
+                cpus = timed("pick", policy.pick, 2, topo.online)
+                assert isinstance(cpus, CPUSet)
+                timed("claim", policy.claim, "bench", cpus)
+                timed("release", policy.release, "bench")
+            except PolicyError:
+                pass
+    everything = [t for ts in times.values() for t in ts]
+    us = 1e6
+    out = [
+        Result("all operations, 500 containers, 256 CPUs: median", statistics.median(everything) * us, "us",
+               "<= 200 us", statistics.median(everything) * us <= 200),
+        Result("all operations: p99", percentile(everything, 99) * us, "us"),
+    ]
+    for kind, ts in times.items():
+        if ts:
+            out.append(Result(f"{kind}: median", statistics.median(ts) * us, "us", note=f"{len(ts)} calls, "
+                              f"p99 {percentile(ts, 99) * us:.0f} us"))
+    return out
+
+
+def run(quick: bool) -> list[Result]:
+    return _quality(quick) + _speed(quick)

@@ -1,0 +1,270 @@
+"""``topodra dra``: inspect the DRA devices and slices of a machine, run the API server double."""
+
+from __future__ import annotations
+
+import enum
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+__all__ = ["register"]
+
+dra_app = typer.Typer(
+    name="dra",
+    help="The native.cpu DRA driver: devices, ResourceSlices, DeviceClass, and an API server double.",
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+)
+
+
+class Model(enum.StrEnum):
+    CPU = "cpu"
+    CORE = "core"
+    GROUPED = "grouped"
+
+
+class GroupBy(enum.StrEnum):
+    NUMA = "numa"
+    L3 = "l3"
+    SOCKET = "socket"
+    MACHINE = "machine"
+
+
+class Format(enum.StrEnum):
+    TABLE = "table"
+    JSON = "json"
+    YAML = "yaml"
+
+
+RootOpt = Annotated[Path, typer.Option("--root", help="Filesystem root holding sys/ (default: this machine).", file_okay=False)]
+FixtureOpt = Annotated[str | None, typer.Option("--fixture", help="A hwloc sysfs test tree by name (topodra topology --list-fixtures).")]
+MachineOpt = Annotated[str | None, typer.Option("--machine", help="A synthetic machine spec such as 2s1d2n2l8c2t or 1s1n1l4c2t4e.")]
+ModelOpt = Annotated[Model | None, typer.Option("--model", help="Device model: one device per CPU, per core, or grouped.")]
+GroupOpt = Annotated[GroupBy | None, typer.Option("--group-by", help="Grouping of the grouped model.")]
+ReservedOpt = Annotated[str, typer.Option("--reserved", help="Reserved CPUs (kernel list format), left out of the devices.")]
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option("--config", help="YAML file with the device model settings (model, group_by, add/rename/drop_attributes, attribute_hook).", dir_okay=False),
+]
+
+
+def _fail(message: str) -> typer.Exit:
+    from rich.console import Console
+
+    Console(stderr=True).print(f"[red]error:[/red] {message}", highlight=False)
+    return typer.Exit(1)
+
+
+def _devices(
+    root: Path, fixture: str | None, machine: str | None, model: Model | None, group_by: GroupBy | None, reserved: str, config: Path | None
+) -> tuple[Any, list[Any]]:
+    import yaml
+    from pydantic import ValidationError
+
+    from topodra.cpuset import CPUSet, CPUSetParseError
+    from topodra.dra.attributes import AttributeValidationError
+    from topodra.dra.devices import DeviceModelConfig, DeviceModelError, build_devices
+
+    if sum(x is not None for x in (fixture, machine)) + (root != Path("/")) > 1:
+        raise _fail("give only one of --root, --fixture and --machine")
+    try:
+        raw: dict[str, Any] = {}
+        if config is not None:
+            loaded = yaml.safe_load(config.read_text()) or {}
+            if not isinstance(loaded, dict):
+                raise _fail(f"{config}: expected a mapping of device model settings")
+            raw.update(loaded)
+        if model is not None:
+            raw["model"] = model.value
+        if group_by is not None:
+            raw["group_by"] = group_by.value
+        cfg = DeviceModelConfig(**raw)
+        exclude = CPUSet.parse(reserved)
+    except OSError as exc:
+        raise _fail(f"cannot read --config: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise _fail(f"{config}: not valid YAML: {exc}") from None
+    except ValidationError as exc:
+        raise _fail(f"invalid device model settings: {exc}") from None
+    except CPUSetParseError as exc:
+        raise _fail(f"--reserved: {exc}") from None
+    try:
+        if machine is not None:
+            from topodra.topology.synthetic import SpecError, synthetic_topology
+
+            try:
+                topo = synthetic_topology(machine)
+            except SpecError as exc:
+                raise _fail(str(exc)) from None
+        else:
+            from topodra.topology.errors import TopologyError
+            from topodra.topology.fixtures import FixtureError, unpacked_fixture
+            from topodra.topology.sysfs import read_topology
+
+            try:
+                topo = read_topology(unpacked_fixture(fixture) if fixture else root)
+            except (TopologyError, FixtureError) as exc:
+                raise _fail(str(exc)) from None
+        unknown = exclude - topo.online
+        if unknown:
+            raise _fail(f"--reserved: CPUs {unknown} are not online on this machine ({topo.online})")
+        return topo, build_devices(topo, cfg, exclude=exclude)
+    except (AttributeValidationError, DeviceModelError) as exc:
+        raise _fail(str(exc)) from None
+
+
+def _emit(obj: Any, fmt: Format, *, documents: bool = False) -> None:
+    """JSON, or YAML (Kubernetes objects as a multi-document stream when ``documents``)."""
+    import yaml
+
+    if fmt is Format.JSON:
+        typer.echo(json.dumps(obj, indent=2))
+    elif documents and isinstance(obj, list):
+        typer.echo(yaml.safe_dump_all(obj, sort_keys=False), nl=False)
+    else:
+        typer.echo(yaml.safe_dump(obj, sort_keys=False), nl=False)
+
+
+@dra_app.command("devices")
+def devices_command(
+    root: RootOpt = Path("/"),
+    fixture: FixtureOpt = None,
+    machine: MachineOpt = None,
+    model: ModelOpt = None,
+    group_by: GroupOpt = None,
+    reserved: ReservedOpt = "",
+    config: ConfigOpt = None,
+    output: Annotated[Format, typer.Option("--format", "-f", help="table, or the API's Device JSON/YAML.")] = Format.TABLE,
+) -> None:
+    """Show the devices this machine publishes as driver native.cpu.
+
+    Examples:
+
+      topodra dra devices
+      topodra dra devices --fixture 20em64t-hybrid-1p6c2t+2ca4co1t --reserved 0-1
+      topodra dra devices --machine 2s1d2n2l8c2t --model grouped --group-by numa -f yaml
+    """
+    _, devices = _devices(root, fixture, machine, model, group_by, reserved, config)
+    if output is not Format.TABLE:
+        _emit([d.to_api() for d in devices], output)
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    from topodra.dra.attributes import attribute_to_api
+
+    columns = [
+        ("coreType", "type"),
+        ("package", "pkg"),
+        ("resource.kubernetes.io/numaNode", "numa"),
+        ("core", "core"),
+        ("l3Cache", "L3"),
+        ("smtSibling", "sib"),
+        ("isolated", "iso"),
+        ("maxFreq", "MHz"),
+    ]
+    shown = {k for k, _ in columns}
+    table = Table(title=f"{len(devices)} native.cpu devices", caption="all attributes: --format yaml")
+    table.add_column("device")
+    table.add_column("cpus")
+    for _, header in columns:
+        table.add_column(header)
+    table.add_column("capacity")
+    extra: set[str] = set()
+    for d in devices:
+        cells = []
+        for k, _ in columns:
+            v = d.attributes.get(k)
+            cells.append("" if v is None else json.dumps(next(iter(attribute_to_api(v).values()))).strip('"'))
+        extra |= set(d.attributes) - shown
+        cap = ", ".join(f"{k}={c.value}" for k, c in d.capacity.items())
+        table.add_row(d.name, str(d.cpus), *cells, cap + (" shared" if d.allow_multiple_allocations else ""))
+    console = Console()
+    console.print(table)
+    if extra:
+        console.print(f"other attributes: {', '.join(sorted(extra))}", highlight=False)
+
+
+@dra_app.command("slices")
+def slices_command(
+    node: Annotated[str, typer.Option("--node", help="Node name (the pool name).")] = "",
+    root: RootOpt = Path("/"),
+    fixture: FixtureOpt = None,
+    machine: MachineOpt = None,
+    model: ModelOpt = None,
+    group_by: GroupOpt = None,
+    reserved: ReservedOpt = "",
+    config: ConfigOpt = None,
+    generation: Annotated[int, typer.Option("--generation", min=1, help="Pool generation to stamp.")] = 1,
+    output: Annotated[Format, typer.Option("--format", "-f", help="yaml or json.")] = Format.YAML,
+) -> None:
+    """Print the ResourceSlices the driver would publish for this node."""
+    import socket
+
+    from topodra.dra.slices import build_slices
+
+    node = node or socket.gethostname().lower()
+    _, devices = _devices(root, fixture, machine, model, group_by, reserved, config)
+    try:
+        slices = build_slices(node, devices, generation=generation)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    _emit(slices, Format.YAML if output is Format.TABLE else output, documents=True)
+
+
+@dra_app.command("deviceclass")
+def deviceclass_command(
+    output: Annotated[Format, typer.Option("--format", "-f", help="yaml or json.")] = Format.YAML,
+) -> None:
+    """Print the native.cpu DeviceClass."""
+    from topodra.dra.devices import device_class
+
+    _emit(device_class(), Format.YAML if output is Format.TABLE else output)
+
+
+@dra_app.command("apiserver")
+def apiserver_command(
+    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="TCP port on 127.0.0.1 (0: any free port).")] = 0,
+    load: Annotated[
+        list[Path] | None, typer.Option("--load", help="Manifests (multi-document YAML) to create at start.", dir_okay=False)
+    ] = None,
+) -> None:
+    """Run the in-memory Kubernetes API server double on 127.0.0.1 until interrupted.
+
+    It serves nodes, namespaces, pods, resourceslices, deviceclasses, resourceclaims and
+    resourceclaimtemplates with the API's validation, for trying the driver without a cluster.
+    """
+    import asyncio
+
+    import yaml
+    from rich.console import Console
+
+    from topodra.kube.apiserver import ApiServer
+    from topodra.kube.errors import ApiError
+
+    console = Console()
+
+    async def main() -> None:
+        async with ApiServer(port=port) as server:
+            for path in load or []:
+                try:
+                    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+                    server.store.load(docs)
+                except (OSError, yaml.YAMLError, ApiError) as exc:
+                    raise _fail(f"{path}: {exc}") from None
+                console.print(f"loaded {len(docs)} object(s) from {path}")
+            console.print(f"[bold]API server double listening on {server.url}[/bold] (Ctrl-C to stop)")
+            await asyncio.Event().wait()
+
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        console.print("stopped")
+    except OSError as exc:
+        raise _fail(f"cannot listen on port {port}: {exc}") from None
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(dra_app)

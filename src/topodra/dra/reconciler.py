@@ -1,0 +1,212 @@
+"""Keeps this node's ``native.cpu`` ResourceSlices published, whatever happens to them.
+
+The kubelet deletes every node-local slice when it starts and 30 s after a
+driver goes away, so publishing once is not enough. The reconciler lists the
+slices of its node and driver, makes them equal to ``build_slices`` (create
+the missing, update the changed, delete the stale, first), then watches and
+re-syncs whenever a slice is deleted or drifts from what it published.
+
+Pool generation: bumped whenever anything in the pool changes (a wiped slice
+counts), so consumers never mix slices of two states; it never goes down,
+even after every slice was wiped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from topodra.dra.devices import DRIVER, Device
+from topodra.dra.slices import build_slices
+from topodra.kube.client import NODES, RESOURCE_SLICES, KubeClient
+from topodra.kube.errors import ApiError
+
+__all__ = ["SliceReconciler", "SyncReport"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class SyncReport:
+    generation: int
+    created: tuple[str, ...] = ()
+    updated: tuple[str, ...] = ()
+    deleted: tuple[str, ...] = ()
+    unchanged: tuple[str, ...] = field(default=())
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.created or self.updated or self.deleted)
+
+
+def _same(existing: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
+    return existing.get("spec") == desired.get("spec") and (existing.get("metadata") or {}).get(
+        "ownerReferences"
+    ) == desired["metadata"].get("ownerReferences")
+
+
+class SliceReconciler:
+    """Publishes ``devices`` as the node's pool and keeps it that way (``run()``)."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        node_name: str,
+        devices: Sequence[Device],
+        *,
+        driver: str = DRIVER,
+        resync_delay: float = 0.1,
+        max_backoff: float = 30.0,
+    ) -> None:
+        self._client = client
+        self.node_name = node_name
+        self._devices = list(devices)
+        self._driver = driver
+        self._resync_delay = resync_delay
+        self._max_backoff = max_backoff
+        self._generation = 0
+        self._node_uid: str | None = None
+        self._desired: dict[str, dict[str, Any]] = {}
+        self._list_rv = ""
+        self._wake = asyncio.Event()
+        self.synced = asyncio.Event()
+        self.syncs = 0
+        self.last_error = ""
+
+    @property
+    def generation(self) -> int:
+        return self._generation
+
+    def set_devices(self, devices: Sequence[Device]) -> None:
+        """Publish a new device list (CPU hotplug, config change) at the next sync."""
+        self._devices = list(devices)
+        self._wake.set()
+
+    def _fields(self) -> dict[str, str]:
+        return {"spec.nodeName": self.node_name, "spec.driver": self._driver}
+
+    async def _owner_uid(self) -> str | None:
+        if self._node_uid is None:
+            try:
+                node = await self._client.get(NODES, self.node_name)
+                self._node_uid = node["metadata"]["uid"]
+            except ApiError as exc:
+                if not exc.is_not_found:
+                    raise
+                log.warning("node %s not found; publishing slices without an owner reference", self.node_name)
+        return self._node_uid
+
+    async def sync(self) -> SyncReport:
+        """One pass: make the published slices equal to the desired ones."""
+        owner = await self._owner_uid()
+        existing_list, self._list_rv = await self._client.list(RESOURCE_SLICES, fields=self._fields())
+        existing: dict[str, dict[str, Any]] = {}
+        stale: list[dict[str, Any]] = []
+        for s in existing_list:
+            spec = s.get("spec") or {}
+            if spec.get("nodeName") != self.node_name or spec.get("driver") != self._driver:
+                continue  # a server without field selectors: skip others' slices
+            if (spec.get("pool") or {}).get("name") == self.node_name:
+                existing[s["metadata"]["name"]] = s
+            else:
+                stale.append(s)
+        seen_gen = max((int((s["spec"].get("pool") or {}).get("generation", 0)) for s in existing.values()), default=0)
+        generation = max(self._generation, seen_gen, 1)
+        desired = build_slices(self.node_name, self._devices, generation=generation, node_uid=owner, driver=self._driver)
+        names = {d["metadata"]["name"] for d in desired}
+        stale += [s for name, s in existing.items() if name not in names]
+        drift = any(d["metadata"]["name"] not in existing or not _same(existing[d["metadata"]["name"]], d) for d in desired)
+        if drift and (existing or self._generation or seen_gen):
+            generation += 1
+            desired = build_slices(self.node_name, self._devices, generation=generation, node_uid=owner, driver=self._driver)
+        self._desired = {d["metadata"]["name"]: d for d in desired}
+
+        deleted, created, updated, unchanged = [], [], [], []
+        for s in stale:  # obsolete slices go first, only if they are still what we saw
+            meta = s["metadata"]
+            try:
+                await self._client.delete(RESOURCE_SLICES, meta["name"], uid=meta.get("uid"), resource_version=meta.get("resourceVersion"))
+            except ApiError as exc:
+                if not exc.is_not_found:
+                    raise
+            deleted.append(meta["name"])
+        for d in desired:
+            name = d["metadata"]["name"]
+            have = existing.get(name)
+            if have is None:
+                await self._client.create(RESOURCE_SLICES, d)
+                created.append(name)
+            elif not _same(have, d):
+                body = {**d, "metadata": {**d["metadata"], "resourceVersion": have["metadata"]["resourceVersion"]}}
+                await self._client.replace(RESOURCE_SLICES, body)
+                updated.append(name)
+            else:
+                unchanged.append(name)
+        self._generation = generation
+        self.syncs += 1
+        report = SyncReport(generation, tuple(created), tuple(updated), tuple(deleted), tuple(unchanged))
+        if report.changed:
+            log.info(
+                "pool %s generation %d: created %s, updated %s, deleted %s",
+                self.node_name, generation, created, updated, deleted,
+            )
+        return report
+
+    def _drifted(self, event_type: str, obj: Mapping[str, Any]) -> bool:
+        spec = obj.get("spec") or {}
+        if spec.get("nodeName") != self.node_name or spec.get("driver") != self._driver:
+            return False
+        name = (obj.get("metadata") or {}).get("name", "")
+        desired = self._desired.get(name)
+        if event_type == "DELETED":
+            return desired is not None
+        if desired is None:
+            return True  # a slice of our node and driver we do not want
+        return not _same(obj, desired)
+
+    async def _watch_until_drift(self) -> None:
+        async for event_type, obj in self._client.watch(
+            RESOURCE_SLICES, fields=self._fields(), resource_version=self._list_rv
+        ):
+            if self._drifted(event_type, obj):
+                log.info("slice %s %s: re-syncing pool %s", obj.get("metadata", {}).get("name"), event_type.lower(), self.node_name)
+                return
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Sync, watch, re-sync on drift or ``set_devices``; back off on API errors. Until ``stop``."""
+        stop = stop or asyncio.Event()
+        backoff = 0.5
+        while not stop.is_set():
+            self._wake.clear()
+            try:
+                await self.sync()
+                self.synced.set()
+                self.last_error = ""
+                backoff = 0.5
+            except ApiError as exc:
+                self.last_error = str(exc)
+                log.warning("publishing slices for %s failed: %s (retry in %.1fs)", self.node_name, exc, backoff)
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), backoff)
+                backoff = min(backoff * 2, self._max_backoff)
+                continue
+            watcher = asyncio.create_task(self._watch_until_drift())
+            waker = asyncio.create_task(self._wake.wait())
+            stopper = asyncio.create_task(stop.wait())
+            try:
+                await asyncio.wait({watcher, waker, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for t in (watcher, waker, stopper):
+                    t.cancel()
+                for t in (watcher, waker, stopper):
+                    with contextlib.suppress(asyncio.CancelledError, ApiError):
+                        await t
+            if watcher.done() and not watcher.cancelled() and watcher.exception() is not None:
+                log.info("slice watch ended: %s", watcher.exception())
+            if not stop.is_set():
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self._resync_delay)

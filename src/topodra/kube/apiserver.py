@@ -1,0 +1,391 @@
+"""An in-memory Kubernetes API server double that speaks real HTTP, so real clients run against it.
+
+Serves the REST paths a DRA driver, the playground and the agent's tests
+use (nodes, namespaces, pods, resourceslices, deviceclasses, resourceclaims
+with ``/status``, resourceclaimtemplates): get, list (label and field
+selectors, paging), watch (chunked JSON event stream, resourceVersion
+replay, 410 Gone, ``timeoutSeconds``), create, update, merge patch and
+delete (with preconditions), with the store's validation and conflicts.
+HTTP/1.1 framing is h11's (sans-IO); asyncio is only the socket layer.
+Plain HTTP on loopback, any bearer token accepted.
+
+    async with ApiServer() as server:
+        client = KubeClient.for_url(server.url)
+
+``ApiServerThread`` runs one in a background thread for synchronous users.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import h11
+
+from topodra.kube.errors import ApiError
+from topodra.kube.store import Kind, Store, kind_for
+
+__all__ = ["ApiServer", "ApiServerThread", "Fault"]
+
+T = TypeVar("T")
+_JSON: Final = [("content-type", "application/json")]
+_MAX_BODY: Final = 8 << 20  # 8 MiB, far above any object here; protects the double from runaway input
+
+
+@dataclass(slots=True)
+class Fault:
+    """Answer the next ``times`` matching requests with ``code`` (fault injection for tests)."""
+
+    method: str
+    plural: str
+    code: int = 500
+    times: int = 1
+    reason: str = "InternalError"
+
+
+@dataclass(frozen=True, slots=True)
+class _Route:
+    kind: Kind
+    namespace: str | None
+    name: str | None
+    subresource: str
+
+
+def _route(path: str) -> _Route | str:
+    parts = [unquote(p) for p in path.strip("/").split("/") if p]
+    if parts[:2] == ["api", "v1"]:
+        group, version, rest = "", "v1", parts[2:]
+    elif len(parts) >= 3 and parts[0] == "apis":
+        group, version, rest = parts[1], parts[2], parts[3:]
+    else:
+        return "/".join(parts)
+    namespace: str | None = None
+    if len(rest) >= 3 and rest[0] == "namespaces" and not (group == "" and rest[2] == "status" and len(rest) == 3):
+        namespace, rest = rest[1], rest[2:]
+    if not rest or len(rest) > 3:
+        raise ApiError(404, "NotFound", f"the server could not find the requested resource: {path}")
+    kind = kind_for(group, version, rest[0])
+    name = rest[1] if len(rest) > 1 else None
+    sub = rest[2] if len(rest) > 2 else ""
+    return _Route(kind, namespace, name, sub)
+
+
+def _audit_entry(method: str, route: _Route, query: dict[str, list[str]]) -> tuple[str, str, str]:
+    if method == "GET":
+        verb = "get" if route.name else ("watch" if _query_flag(query, "watch") else "list")
+    else:
+        verb = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method, method.lower())
+    resource = f"{route.kind.plural}/{route.subresource}" if route.subresource else route.kind.plural
+    return (route.kind.group, resource, verb)
+
+
+def _query_flag(query: dict[str, list[str]], key: str) -> bool:
+    return query.get(key, [""])[-1].lower() in ("true", "1")
+
+
+def _q(query: dict[str, list[str]], key: str) -> str | None:
+    values = query.get(key)
+    return values[-1] if values else None
+
+
+class ApiServer:
+    """The HTTP front of a ``Store`` on 127.0.0.1."""
+
+    def __init__(self, store: Store | None = None, *, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.store = store or Store()
+        self._host, self._port = host, port
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+        self.faults: list[Fault] = []
+        self.requests: list[tuple[str, str]] = []  # (method, path) of every request, for tests
+        #: (API group, resource[/subresource], RBAC verb) of every routed request: what RBAC must allow
+        self.audit: list[tuple[str, str, str]] = []
+        self.url = ""
+
+    async def start(self) -> str:
+        self._server = await asyncio.start_server(self._accept, self._host, self._port)
+        host, port = self._server.sockets[0].getsockname()[:2]
+        self.url = f"http://{host}:{port}"
+        return self.url
+
+    async def stop(self) -> None:
+        self.store.close_watches()
+        if self._server is not None:
+            self._server.close()
+        await asyncio.sleep(0)  # let watch streams finish their last chunk
+        for task in list(self._connections):
+            task.cancel()
+        for task in list(self._connections):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await self._server.wait_closed()
+            self._server = None
+
+    async def __aenter__(self) -> ApiServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    def inject(self, method: str, plural: str, code: int = 500, times: int = 1, reason: str = "InternalError") -> None:
+        self.faults.append(Fault(method.upper(), plural, code, times, reason))
+
+    # --- connection ---------------------------------------------------------------------------
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        try:
+            await self._serve(reader, writer)
+        except (ConnectionError, h11.ProtocolError, asyncio.IncompleteReadError):
+            pass
+        except asyncio.CancelledError:
+            pass  # stop(): the server owns this task; end it quietly
+        finally:
+            self._connections.discard(task)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _next(self, conn: h11.Connection, reader: asyncio.StreamReader) -> Any:
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                conn.receive_data(await reader.read(65536))
+                continue
+            return event
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=_MAX_BODY)
+        while True:
+            event = await self._next(conn, reader)
+            if isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
+                return
+            if not isinstance(event, h11.Request):
+                return
+            body = bytearray()
+            while True:
+                part = await self._next(conn, reader)
+                if isinstance(part, h11.Data):
+                    body += part.data
+                    if len(body) > _MAX_BODY:
+                        await self._respond(conn, writer, 413, ApiError(413, "RequestEntityTooLarge", "request body too large").status())
+                        return
+                elif isinstance(part, h11.EndOfMessage):
+                    break
+                else:
+                    return
+            headers = {k.decode().lower(): v.decode() for k, v in event.headers}
+            await self._handle(conn, reader, writer, event.method.decode(), event.target.decode(), headers, bytes(body))
+            if conn.our_state is h11.MUST_CLOSE or conn.their_state is h11.MUST_CLOSE:
+                return
+            try:
+                conn.start_next_cycle()
+            except h11.LocalProtocolError:
+                return
+
+    async def _respond(self, conn: h11.Connection, writer: asyncio.StreamWriter, code: int, obj: Any) -> None:
+        data = json.dumps(obj).encode()
+        writer.write(conn.send(h11.Response(status_code=code, headers=[*_JSON, ("content-length", str(len(data)))])) or b"")
+        writer.write(conn.send(h11.Data(data=data)) or b"")
+        writer.write(conn.send(h11.EndOfMessage()) or b"")
+        await writer.drain()
+
+    # --- request dispatch -----------------------------------------------------------------------
+    async def _handle(
+        self,
+        conn: h11.Connection,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        method: str,
+        target: str,
+        headers: dict[str, str],
+        body: bytes,
+    ) -> None:
+        split = urlsplit(target)
+        query = parse_qs(split.query)
+        self.requests.append((method, split.path))
+        try:
+            route = _route(split.path)
+            if isinstance(route, str):
+                code, obj = self._misc(route)
+                await self._respond(conn, writer, code, obj)
+                return
+            self.audit.append(_audit_entry(method, route, query))
+            fault = self._fault(method, route.kind.plural)
+            if fault is not None:
+                raise ApiError(fault.code, fault.reason, f"injected fault for {method} {route.kind.plural}")
+            if method == "GET" and route.name is None and _query_flag(query, "watch"):
+                await self._watch(conn, reader, writer, route, query)
+                return
+            code, obj = self._call(method, route, query, headers, body)
+        except ApiError as exc:
+            code, obj = exc.code, exc.status()
+        await self._respond(conn, writer, code, obj)
+
+    def _fault(self, method: str, plural: str) -> Fault | None:
+        for fault in self.faults:
+            if fault.method == method and fault.plural == plural and fault.times > 0:
+                fault.times -= 1
+                return fault
+        return None
+
+    def _misc(self, path: str) -> tuple[int, Any]:
+        if path in ("healthz", "readyz", "livez"):
+            return 200, "ok"
+        if path == "version":
+            return 200, {"major": "1", "minor": "37", "gitVersion": "v1.37.0-topodra-double", "platform": "linux/amd64"}
+        raise ApiError(404, "NotFound", f"the server could not find the requested resource: /{path}")
+
+    @staticmethod
+    def _body(body: bytes) -> Any:
+        if not body:
+            return None
+        try:
+            return json.loads(body)
+        except ValueError as exc:
+            raise ApiError.bad_request(f"the request body is not valid JSON: {exc}") from None
+
+    def _call(
+        self, method: str, route: _Route, query: dict[str, list[str]], headers: dict[str, str], body: bytes
+    ) -> tuple[int, Any]:
+        store, kind, ns, name = self.store, route.kind, route.namespace, route.name
+        dry_run = _q(query, "dryRun") == "All"
+        if route.subresource and route.subresource != "status":
+            raise ApiError(404, "NotFound", f"unknown subresource {route.subresource!r}")
+        if method == "GET":
+            if name is not None:
+                return 200, store.get(kind, ns, name)
+            if kind.namespaced is False and ns is not None:
+                raise ApiError(404, "NotFound", f"{kind.plural} are not namespaced")
+            limit = _q(query, "limit")
+            return 200, store.list(
+                kind,
+                ns,
+                label_selector=_q(query, "labelSelector"),
+                field_selector=_q(query, "fieldSelector"),
+                limit=int(limit) if limit and limit.isdigit() else None,
+                continue_token=_q(query, "continue"),
+            )
+        if method == "POST" and name is None:
+            if kind.namespaced and ns is None:
+                raise ApiError(404, "NotFound", f"{kind.plural} must be created in a namespace")
+            return 201, store.create(kind, ns, self._body(body), dry_run=dry_run)
+        if method == "PUT" and name is not None:
+            return 200, store.update(kind, ns, name, self._body(body), subresource=route.subresource, dry_run=dry_run)
+        if method == "PATCH" and name is not None:
+            ctype = headers.get("content-type", "").split(";")[0].strip()
+            return 200, store.patch(
+                kind, ns, name, self._body(body), content_type=ctype, subresource=route.subresource, dry_run=dry_run
+            )
+        if method == "DELETE" and name is not None:
+            options = self._body(body) or {}
+            pre = options.get("preconditions") if isinstance(options, dict) else None
+            return 200, store.delete(kind, ns, name, preconditions=pre, dry_run=dry_run or options.get("dryRun") == ["All"])
+        raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on this path")
+
+    async def _watch(
+        self,
+        conn: h11.Connection,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        route: _Route,
+        query: dict[str, list[str]],
+    ) -> None:
+        watch = self.store.watch(
+            route.kind,
+            route.namespace,
+            resource_version=_q(query, "resourceVersion"),
+            label_selector=_q(query, "labelSelector"),
+            field_selector=_q(query, "fieldSelector"),
+        )
+        timeout_s = _q(query, "timeoutSeconds")
+        timeout = float(timeout_s) if timeout_s and timeout_s.isdigit() else None
+        writer.write(conn.send(h11.Response(status_code=200, headers=[*_JSON, ("transfer-encoding", "chunked")])) or b"")
+        await writer.drain()
+
+        async def watch_peer() -> None:
+            # The peer closing its side ends the watch; anything it sends early is kept for h11.
+            while True:
+                data = await reader.read(65536)
+                conn.receive_data(data)
+                if not data:
+                    watch.close()
+                    return
+
+        peer = asyncio.create_task(watch_peer())
+        timer = asyncio.get_running_loop().call_later(timeout, watch.close) if timeout else None
+        try:
+            async for event in watch:
+                writer.write(conn.send(h11.Data(data=json.dumps(event.to_json()).encode() + b"\n")) or b"")
+                await writer.drain()
+            if conn.their_state is not h11.ERROR and not peer.done():
+                writer.write(conn.send(h11.EndOfMessage()) or b"")
+                await writer.drain()
+        finally:
+            watch.close()
+            if timer is not None:
+                timer.cancel()
+            peer.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await peer
+
+
+class ApiServerThread:
+    """An ``ApiServer`` on its own event loop in a daemon thread (for synchronous callers)."""
+
+    def __init__(self, store: Store | None = None) -> None:
+        self._store = store
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="topodra-apiserver", daemon=True)
+        self.server: ApiServer | None = None
+        self.url = ""
+
+    def start(self) -> str:
+        self._thread.start()
+        self.server = ApiServer(self._store)
+        self.url = asyncio.run_coroutine_threadsafe(self.server.start(), self._loop).result(10)
+        return self.url
+
+    def call(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` on the server's loop (the store is not thread-safe) and return its result."""
+        fut: Future[T] = Future()
+
+        def run() -> None:
+            try:
+                fut.set_result(fn())
+            except BaseException as exc:
+                fut.set_exception(exc)
+
+        self._loop.call_soon_threadsafe(run)
+        return fut.result(10)
+
+    def stop(self) -> None:
+        if self.server is not None:
+            asyncio.run_coroutine_threadsafe(self.server.stop(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+
+    def __enter__(self) -> ApiServerThread:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def store(self) -> Store:
+        assert self.server is not None
+        return self.server.store
+

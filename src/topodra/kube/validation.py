@@ -1,0 +1,408 @@
+"""The API server's validation rules for the objects the double stores.
+
+Enough of the real rules that a driver bug (a 129-device slice, a bad
+attribute name, a changed pool name, a missing slice count) is rejected here
+exactly as a real resource.k8s.io/v1 API server would reject it, with the
+field path in the error. Limits: docs/dra.md and resource.k8s.io/v1 types.go.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from topodra.dra.attributes import (
+    AttributeValidationError,
+    Capacity,
+    attribute_from_api,
+    is_dns_label,
+    is_dns_subdomain,
+    validate_attributes,
+)
+from topodra.dra.claims import parse_quantity
+from topodra.kube.errors import FieldError
+
+__all__ = ["VALIDATORS", "validate_metadata", "Validator"]
+
+Validator = Callable[[Mapping[str, Any], Mapping[str, Any] | None], list[FieldError]]
+
+MAX_DEVICES: Final = 128
+MAX_DEVICES_ADVANCED: Final = 64
+MAX_TAINTS: Final = 16
+MAX_REQUESTS: Final = 32
+MAX_SELECTORS: Final = 32
+MAX_CEL_LENGTH: Final = 10 * 1024
+MAX_RESULTS: Final = 32
+MAX_RESERVED_FOR: Final = 256
+MAX_SUBREQUESTS: Final = 8
+MAX_COUNTER_SETS: Final = 8
+_LABEL_VALUE: Final = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?\Z")
+_LABEL_NAME: Final = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]\Z")
+
+
+def _m(value: Any) -> Mapping[str, Any]:
+    """The value if it is an object, else an empty one (shape errors are reported where they matter)."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def _l(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _req(errors: list[FieldError], obj: Mapping[str, Any], key: str, path: str) -> Any:
+    value = obj.get(key)
+    if value is None or value == "":
+        errors.append(FieldError(f"{path}.{key}", "Required value", "FieldValueRequired"))
+    return value
+
+
+def _label_key_ok(key: str) -> bool:
+    prefix, slash, name = key.rpartition("/")
+    if slash and not is_dns_subdomain(prefix):
+        return False
+    return len(name) <= 63 and bool(_LABEL_NAME.match(name))
+
+
+def validate_metadata(meta: Mapping[str, Any], *, namespaced: bool, dns_label: bool = False) -> list[FieldError]:
+    errors: list[FieldError] = []
+    name = meta.get("name")
+    if not name:
+        errors.append(FieldError("metadata.name", "name or generateName is required", "FieldValueRequired"))
+    elif not (is_dns_label(name) if dns_label else is_dns_subdomain(name)):
+        rule = "a lowercase RFC 1123 label" if dns_label else "a lowercase RFC 1123 subdomain"
+        errors.append(FieldError("metadata.name", f"Invalid value: {name!r}: must be {rule}"))
+    if namespaced:
+        ns = meta.get("namespace")
+        if not ns or not is_dns_label(ns):
+            errors.append(FieldError("metadata.namespace", f"Invalid value: {ns!r}: must be a DNS label"))
+    for key, value in _m(meta.get("labels")).items():
+        if not isinstance(key, str) or not _label_key_ok(key):
+            errors.append(FieldError("metadata.labels", f"Invalid value: {key!r}: not a valid label key"))
+        if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.match(value):
+            errors.append(FieldError(f"metadata.labels[{key}]", f"Invalid value: {value!r}: not a valid label value"))
+    return errors
+
+
+# --- ResourceSlice ------------------------------------------------------------------------------
+
+def _validate_capacity(raw: Any, path: str, errors: list[FieldError]) -> Capacity | None:
+    if not isinstance(raw, Mapping) or "value" not in raw:
+        errors.append(FieldError(f"{path}.value", "Required value", "FieldValueRequired"))
+        return None
+    try:
+        value = parse_quantity(raw["value"])
+    except ValueError as exc:
+        errors.append(FieldError(f"{path}.value", f"Invalid value: {exc}"))
+        return None
+    policy = raw.get("requestPolicy")
+    if policy is not None:
+        if not isinstance(policy, Mapping):
+            errors.append(FieldError(f"{path}.requestPolicy", "must be an object"))
+        elif "validRange" in policy and "validValues" in policy:
+            errors.append(FieldError(f"{path}.requestPolicy", "validRange and validValues are mutually exclusive"))
+        else:
+            try:
+                default = parse_quantity(policy["default"]) if "default" in policy else None
+                rng = policy.get("validRange")
+                if isinstance(rng, Mapping):
+                    lo = parse_quantity(_need(rng, "min"))
+                    hi = parse_quantity(rng["max"]) if "max" in rng else None
+                    step = parse_quantity(rng["step"]) if "step" in rng else None
+                    if hi is not None and hi < lo:
+                        errors.append(FieldError(f"{path}.requestPolicy.validRange.max", "must not be less than min"))
+                    if step is not None and (step <= 0 or lo + step > value):
+                        errors.append(
+                            FieldError(f"{path}.requestPolicy.validRange.step", "min + step must not exceed the capacity value")
+                        )
+                    if default is not None and (default < lo or (hi is not None and default > hi)):
+                        errors.append(FieldError(f"{path}.requestPolicy.default", "must lie within validRange"))
+                values = policy.get("validValues")
+                if values is not None:
+                    parsed = [parse_quantity(v) for v in values]
+                    if len(parsed) > 10 or parsed != sorted(set(parsed)):
+                        errors.append(FieldError(f"{path}.requestPolicy.validValues", "at most 10, ascending, unique"))
+                    if default is not None and default not in parsed:
+                        errors.append(FieldError(f"{path}.requestPolicy.default", "must be one of validValues"))
+            except (ValueError, KeyError) as exc:
+                errors.append(FieldError(f"{path}.requestPolicy", f"Invalid value: {exc}"))
+    return Capacity(int(value)) if value.denominator == 1 else Capacity(0)
+
+
+def _need(obj: Mapping[str, Any], key: str) -> Any:
+    if key not in obj:
+        raise KeyError(f"{key} is required")
+    return obj[key]
+
+
+def _device_is_advanced(device: Mapping[str, Any]) -> bool:
+    if device.get("taints") or device.get("consumesCounters"):
+        return True
+    return any(
+        isinstance(v, Mapping) and any(k in v for k in ("ints", "bools", "strings", "versions"))
+        for v in _m(device.get("attributes")).values()
+    )
+
+
+def _validate_device(device: Any, path: str, driver: str, errors: list[FieldError]) -> None:
+    if not isinstance(device, Mapping):
+        errors.append(FieldError(path, "must be an object"))
+        return
+    name = device.get("name")
+    if not name or not isinstance(name, str) or not is_dns_label(name):
+        errors.append(FieldError(f"{path}.name", f"Invalid value: {name!r}: must be a DNS label"))
+        name = str(name)
+    attrs: dict[str, Any] = {}
+    raw_attrs = _m(device.get("attributes"))
+    if not isinstance(raw_attrs, Mapping):
+        errors.append(FieldError(f"{path}.attributes", "must be a map"))
+        raw_attrs = {}
+    for key, raw in raw_attrs.items():
+        if not isinstance(raw, Mapping):
+            errors.append(FieldError(f"{path}.attributes[{key}]", "must be a DeviceAttribute object"))
+            continue
+        try:
+            attrs[key] = attribute_from_api(dict(raw), name=key, device=name)
+        except AttributeValidationError as exc:
+            errors.append(FieldError(f"{path}.attributes[{key}]", str(exc)))
+    caps: dict[str, Capacity] = {}
+    raw_caps = _m(device.get("capacity"))
+    for key, raw in (raw_caps.items() if isinstance(raw_caps, Mapping) else []):
+        cap = _validate_capacity(raw, f"{path}.capacity[{key}]", errors)
+        if cap is not None:
+            caps[key] = cap
+        if isinstance(raw, Mapping) and raw.get("requestPolicy") and not device.get("allowMultipleAllocations"):
+            errors.append(FieldError(f"{path}.capacity[{key}].requestPolicy", "requires allowMultipleAllocations"))
+    try:
+        validate_attributes(attrs, caps, driver=driver, device=name)
+    except AttributeValidationError as exc:
+        errors.append(FieldError(f"{path}", str(exc)))
+    taints = _l(device.get("taints"))
+    if len(taints) > MAX_TAINTS:
+        errors.append(FieldError(f"{path}.taints", f"Too many: {len(taints)}: must have at most {MAX_TAINTS} items", "FieldValueTooMany"))
+    for i, t in enumerate(taints):
+        if not isinstance(t, Mapping) or not t.get("key") or t.get("effect") not in ("None", "NoSchedule", "NoExecute"):
+            errors.append(FieldError(f"{path}.taints[{i}]", "needs a key and effect None, NoSchedule or NoExecute"))
+    if len(_l(device.get("consumesCounters"))) > 2:
+        errors.append(FieldError(f"{path}.consumesCounters", "must have at most 2 items", "FieldValueTooMany"))
+
+
+def _validate_pool_name(name: Any) -> bool:
+    return isinstance(name, str) and 0 < len(name) <= 253 and all(is_dns_subdomain(p) for p in name.split("/"))
+
+
+def validate_resource_slice(obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> list[FieldError]:
+    errors = validate_metadata(_m(obj.get("metadata")), namespaced=False)
+    spec = obj.get("spec")
+    if not isinstance(spec, Mapping):
+        return [*errors, FieldError("spec", "Required value", "FieldValueRequired")]
+    driver = _req(errors, spec, "driver", "spec")
+    if driver is not None and (not isinstance(driver, str) or len(driver) > 63 or not is_dns_subdomain(driver)):
+        errors.append(FieldError("spec.driver", f"Invalid value: {driver!r}: must be a DNS subdomain of at most 63 characters"))
+    pool = spec.get("pool")
+    if not isinstance(pool, Mapping):
+        errors.append(FieldError("spec.pool", "Required value", "FieldValueRequired"))
+        pool = {}
+    else:
+        if not _validate_pool_name(pool.get("name")):
+            errors.append(FieldError("spec.pool.name", f"Invalid value: {pool.get('name')!r}: DNS subdomains joined by '/', at most 253"))
+        gen = pool.get("generation")
+        if not isinstance(gen, int) or isinstance(gen, bool) or gen < 0:
+            errors.append(FieldError("spec.pool.generation", f"Invalid value: {gen!r}: must be greater than or equal to 0"))
+        count = pool.get("resourceSliceCount")
+        if not isinstance(count, int) or isinstance(count, bool) or count <= 0:
+            errors.append(FieldError("spec.pool.resourceSliceCount", f"Invalid value: {count!r}: must be greater than zero"))
+    selectors = [k for k in ("nodeName", "nodeSelector", "allNodes", "perDeviceNodeSelection") if spec.get(k)]
+    if len(selectors) != 1:
+        errors.append(
+            FieldError("spec", f"exactly one of nodeName, nodeSelector, allNodes, perDeviceNodeSelection is required, got {selectors or 'none'}")
+        )
+    node = spec.get("nodeName")
+    if node is not None and (not isinstance(node, str) or not is_dns_subdomain(node)):
+        errors.append(FieldError("spec.nodeName", f"Invalid value: {node!r}"))
+    devices = _l(spec.get("devices"))
+    if not isinstance(devices, list):
+        errors.append(FieldError("spec.devices", "must be a list"))
+        devices = []
+    if devices and spec.get("sharedCounters"):
+        errors.append(FieldError("spec", "devices and sharedCounters are mutually exclusive"))
+    if len(_l(spec.get("sharedCounters"))) > MAX_COUNTER_SETS:
+        errors.append(FieldError("spec.sharedCounters", f"must have at most {MAX_COUNTER_SETS} items", "FieldValueTooMany"))
+    limit = MAX_DEVICES_ADVANCED if any(isinstance(d, Mapping) and _device_is_advanced(d) for d in devices) else MAX_DEVICES
+    if len(devices) > limit:
+        errors.append(FieldError("spec.devices", f"Too many: {len(devices)}: must have at most {limit} items", "FieldValueTooMany"))
+    seen: set[str] = set()
+    for i, device in enumerate(devices):
+        _validate_device(device, f"spec.devices[{i}]", str(driver or ""), errors)
+        name = device.get("name") if isinstance(device, Mapping) else None
+        if isinstance(name, str):
+            if name in seen:
+                errors.append(FieldError(f"spec.devices[{i}].name", f"Duplicate value: {name!r}", "FieldValueDuplicate"))
+            seen.add(name)
+    if old is not None:
+        old_spec = _m(old.get("spec"))
+        for path, new_v, old_v in (
+            ("spec.driver", spec.get("driver"), old_spec.get("driver")),
+            ("spec.nodeName", spec.get("nodeName"), old_spec.get("nodeName")),
+            ("spec.pool.name", pool.get("name"), _m(old_spec.get("pool")).get("name")),
+        ):
+            if new_v != old_v:
+                errors.append(FieldError(path, "field is immutable"))
+    return errors
+
+
+# --- DeviceClass, ResourceClaim(Template) ------------------------------------------------------------
+
+def _validate_selectors(selectors: Any, path: str, errors: list[FieldError]) -> None:
+    if selectors is None:
+        return
+    if not isinstance(selectors, list):
+        errors.append(FieldError(path, "must be a list"))
+        return
+    if len(selectors) > MAX_SELECTORS:
+        errors.append(FieldError(path, f"must have at most {MAX_SELECTORS} items", "FieldValueTooMany"))
+    for i, s in enumerate(selectors):
+        expr = s.get("cel", {}).get("expression") if isinstance(s, Mapping) and isinstance(s.get("cel"), Mapping) else None
+        if not isinstance(expr, str) or not expr.strip():
+            errors.append(FieldError(f"{path}[{i}].cel.expression", "Required value", "FieldValueRequired"))
+        elif len(expr) > MAX_CEL_LENGTH:
+            errors.append(FieldError(f"{path}[{i}].cel.expression", f"Too long: may not be more than {MAX_CEL_LENGTH} bytes", "FieldValueTooLong"))
+
+
+def validate_device_class(obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> list[FieldError]:
+    errors = validate_metadata(_m(obj.get("metadata")), namespaced=False)
+    spec = _m(obj.get("spec"))
+    _validate_selectors(spec.get("selectors"), "spec.selectors", errors)
+    return errors
+
+
+def _validate_exact(req: Mapping[str, Any], path: str, errors: list[FieldError]) -> None:
+    if not req.get("deviceClassName"):
+        errors.append(FieldError(f"{path}.deviceClassName", "Required value", "FieldValueRequired"))
+    _validate_selectors(req.get("selectors"), f"{path}.selectors", errors)
+    mode = req.get("allocationMode", "ExactCount")
+    if mode not in ("ExactCount", "All"):
+        errors.append(FieldError(f"{path}.allocationMode", f"Unsupported value: {mode!r}", "FieldValueNotSupported"))
+    if "count" in req:
+        count = req["count"]
+        if mode == "All":
+            errors.append(FieldError(f"{path}.count", "must not be set when allocationMode is All"))
+        elif not isinstance(count, int) or isinstance(count, bool) or count <= 0:
+            errors.append(FieldError(f"{path}.count", f"Invalid value: {count!r}: must be greater than zero"))
+
+
+def validate_claim_spec(spec: Mapping[str, Any], path: str) -> list[FieldError]:
+    errors: list[FieldError] = []
+    devices = _m(spec.get("devices"))
+    requests = _l(devices.get("requests"))
+    if len(requests) > MAX_REQUESTS:
+        errors.append(FieldError(f"{path}.devices.requests", f"must have at most {MAX_REQUESTS} items", "FieldValueTooMany"))
+    names: set[str] = set()
+    for i, r in enumerate(requests):
+        rp = f"{path}.devices.requests[{i}]"
+        if not isinstance(r, Mapping):
+            errors.append(FieldError(rp, "must be an object"))
+            continue
+        name = r.get("name")
+        if not isinstance(name, str) or not is_dns_label(name):
+            errors.append(FieldError(f"{rp}.name", f"Invalid value: {name!r}: must be a DNS label"))
+        elif name in names:
+            errors.append(FieldError(f"{rp}.name", f"Duplicate value: {name!r}", "FieldValueDuplicate"))
+        else:
+            names.add(name)
+        exact, first = r.get("exactly"), r.get("firstAvailable")
+        if (exact is None) == (first is None):
+            errors.append(FieldError(rp, "exactly one of exactly or firstAvailable is required"))
+        elif isinstance(exact, Mapping):
+            _validate_exact(exact, f"{rp}.exactly", errors)
+        elif isinstance(first, list):
+            if not first or len(first) > MAX_SUBREQUESTS:
+                errors.append(FieldError(f"{rp}.firstAvailable", f"must have 1 to {MAX_SUBREQUESTS} items"))
+            for j, sub in enumerate(first):
+                if not isinstance(sub, Mapping) or not is_dns_label(str(sub.get("name", ""))):
+                    errors.append(FieldError(f"{rp}.firstAvailable[{j}].name", "must be a DNS label"))
+                else:
+                    _validate_exact(sub, f"{rp}.firstAvailable[{j}]", errors)
+    for key in ("constraints", "config"):
+        if len(_l(devices.get(key))) > 32:
+            errors.append(FieldError(f"{path}.devices.{key}", "must have at most 32 items", "FieldValueTooMany"))
+    return errors
+
+
+def validate_claim_status(status: Mapping[str, Any]) -> list[FieldError]:
+    errors: list[FieldError] = []
+    allocation = status.get("allocation")
+    if allocation is not None:
+        results = _l(_m(allocation.get("devices")).get("results"))
+        if len(results) > MAX_RESULTS:
+            errors.append(FieldError("status.allocation.devices.results", f"must have at most {MAX_RESULTS} items", "FieldValueTooMany"))
+        for i, r in enumerate(results):
+            for key in ("request", "driver", "pool", "device"):
+                if not isinstance(r, Mapping) or not r.get(key):
+                    errors.append(FieldError(f"status.allocation.devices.results[{i}].{key}", "Required value", "FieldValueRequired"))
+    reserved = _l(status.get("reservedFor"))
+    if len(reserved) > MAX_RESERVED_FOR:
+        errors.append(FieldError("status.reservedFor", f"must have at most {MAX_RESERVED_FOR} items", "FieldValueTooMany"))
+    uids = set()
+    for i, r in enumerate(reserved):
+        if not isinstance(r, Mapping) or not r.get("resource") or not r.get("name") or not r.get("uid"):
+            errors.append(FieldError(f"status.reservedFor[{i}]", "resource, name and uid are required"))
+        elif r["uid"] in uids:
+            errors.append(FieldError(f"status.reservedFor[{i}].uid", "Duplicate value", "FieldValueDuplicate"))
+        else:
+            uids.add(r["uid"])
+    if reserved and allocation is None:
+        errors.append(FieldError("status.reservedFor", "may not be set when the claim is not allocated", "FieldValueForbidden"))
+    return errors
+
+
+def validate_resource_claim(obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> list[FieldError]:
+    errors = validate_metadata(_m(obj.get("metadata")), namespaced=True)
+    errors += validate_claim_spec(_m(obj.get("spec")), "spec")
+    errors += validate_claim_status(_m(obj.get("status")))
+    if old is not None and _m(obj.get("spec")) != _m(old.get("spec")):
+        errors.append(FieldError("spec", "field is immutable"))
+    if old is not None:
+        old_alloc = _m(old.get("status")).get("allocation")
+        new_alloc = _m(obj.get("status")).get("allocation")
+        if old_alloc is not None and new_alloc is not None and old_alloc != new_alloc:
+            errors.append(FieldError("status.allocation", "field is immutable once set"))
+    return errors
+
+
+def validate_claim_template(obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> list[FieldError]:
+    errors = validate_metadata(_m(obj.get("metadata")), namespaced=True)
+    inner = _m(_m(obj.get("spec")).get("spec"))
+    errors += validate_claim_spec(inner, "spec.spec")
+    return errors
+
+
+def validate_pod(obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> list[FieldError]:
+    errors = validate_metadata(_m(obj.get("metadata")), namespaced=True)
+    containers = _m(obj.get("spec")).get("containers")
+    if not containers:
+        errors.append(FieldError("spec.containers", "Required value", "FieldValueRequired"))
+    if old is not None:
+        old_node = _m(old.get("spec")).get("nodeName")
+        if old_node and _m(obj.get("spec")).get("nodeName") != old_node:
+            errors.append(FieldError("spec.nodeName", "field is immutable once set"))
+    return errors
+
+
+def validate_node(obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> list[FieldError]:
+    return validate_metadata(_m(obj.get("metadata")), namespaced=False)
+
+
+def validate_namespace(obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> list[FieldError]:
+    return validate_metadata(_m(obj.get("metadata")), namespaced=False, dns_label=True)
+
+
+VALIDATORS: Final[dict[str, Validator]] = {
+    "resourceslices": validate_resource_slice,
+    "deviceclasses": validate_device_class,
+    "resourceclaims": validate_resource_claim,
+    "resourceclaimtemplates": validate_claim_template,
+    "pods": validate_pod,
+    "nodes": validate_node,
+    "namespaces": validate_namespace,
+}

@@ -1,0 +1,682 @@
+"""The plugin side of NRI: connect, register, serve a ``Plugin``, reconnect.
+
+``Stub`` connects to the runtime's socket (or takes fd 3 when the runtime
+launched it), registers while already serving conn 1 (Configure and even
+Synchronize may arrive before the RegisterPlugin reply), subscribes the
+events the plugin handles within what the runtime's NRI version accepts,
+joins split Synchronize chunks, and answers every event within the runtime's
+deadline. ``update_containers`` queues unsolicited updates and sends them only
+while no runtime request is unanswered: containerd holds one lock while it
+delivers an event and needs it to apply updates, so an update sent from inside
+a handler deadlocks until the runtime drops the plugin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import os
+import re
+import socket
+import time
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from google.protobuf.message import DecodeError, Message
+
+from topodra.nri import convert
+from topodra.nri.errors import (
+    ConnectionClosed,
+    ConversionError,
+    EmptyCPUSetError,
+    NRIError,
+    RegistrationError,
+    RpcError,
+    UpdateInHandlerError,
+)
+from topodra.nri.plugin import Plugin
+from topodra.nri.proto import api_pb2
+from topodra.nri.session import RequestReceived, Role, Session
+from topodra.nri.transport import Connection, Reply
+from topodra.nri.ttrpc import Code, Status
+from topodra.nri.types import (
+    Container,
+    ContainerAdjustment,
+    ContainerUpdate,
+    CreateContainerResult,
+    Event,
+    Pod,
+    event_mask,
+    events_in_mask,
+)
+from topodra.nri.version import CURRENT, RuntimeInfo
+
+__all__ = [
+    "DEFAULT_SOCKET_PATH",
+    "PLUGIN_SERVICE",
+    "RUNTIME_SERVICE",
+    "Stub",
+    "StubState",
+    "UpdateFuture",
+    "check_plugin_index",
+    "check_plugin_name",
+]
+
+log = logging.getLogger("topodra.nri.stub")
+
+DEFAULT_SOCKET_PATH: Final = "/var/run/nri/nri.sock"
+PLUGIN_SERVICE: Final = "nri.pkg.api.v1alpha1.Plugin"
+RUNTIME_SERVICE: Final = "nri.pkg.api.v1alpha1.Runtime"
+ENV_SOCKET: Final = "NRI_PLUGIN_SOCKET"
+ENV_NAME: Final = "NRI_PLUGIN_NAME"
+ENV_IDX: Final = "NRI_PLUGIN_IDX"
+DEFAULT_REQUEST_TIMEOUT: Final = 2.0
+
+_NAME_RE: Final = re.compile(r"^[A-Za-z0-9_.+-]+$")
+
+#: Notification events that have a dedicated rpc since v0.12.0 and the StateChange fallback.
+_NOTIFICATIONS: Final = {
+    "RunPodSandbox": Event.RUN_POD_SANDBOX,
+    "StopPodSandbox": Event.STOP_POD_SANDBOX,
+    "RemovePodSandbox": Event.REMOVE_POD_SANDBOX,
+    "PostUpdatePodSandbox": Event.POST_UPDATE_POD_SANDBOX,
+    "PostCreateContainer": Event.POST_CREATE_CONTAINER,
+    "StartContainer": Event.START_CONTAINER,
+    "PostStartContainer": Event.POST_START_CONTAINER,
+    "PostUpdateContainer": Event.POST_UPDATE_CONTAINER,
+    "RemoveContainer": Event.REMOVE_CONTAINER,
+}
+
+
+def check_plugin_index(idx: str) -> None:
+    """The runtime's rule: exactly two ASCII digits (plugins run in idx order)."""
+    if len(idx) != 2:
+        raise ValueError(f"invalid plugin index {idx!r}, must be 2 digits")
+    if not (idx.isascii() and idx.isdigit()):
+        raise ValueError(f"invalid plugin index {idx!r} (not [0-9][0-9])")
+
+
+def check_plugin_name(name: str) -> None:
+    """The runtime's rule: non-empty, only [a-zA-Z0-9_.+-]."""
+    if not name:
+        raise ValueError("invalid plugin name: name is empty")
+    if not _NAME_RE.match(name):
+        bad = next(ch for ch in name if not _NAME_RE.match(ch))
+        raise ValueError(f"invalid plugin name {name!r}: contains invalid character {bad!r}")
+
+
+class StubState(enum.Enum):
+    IDLE = "idle"
+    CONNECTING = "connecting"
+    REGISTERING = "registering"
+    REGISTERED = "registered"
+    SYNCHRONIZED = "synchronized"
+    DISCONNECTED = "disconnected"
+    STOPPED = "stopped"
+
+
+class UpdateFuture(asyncio.Future[list[ContainerUpdate]]):
+    """Result of ``Stub.update_containers``: the updates the runtime reported as failed.
+
+    Awaiting it from inside the event handler that queued it raises
+    ``UpdateInHandlerError`` at once: the update can only go out after that
+    handler's reply, so waiting for it there would wait forever.
+    """
+
+    def __init__(self, stub: Stub, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(loop=loop)
+        self._stub = stub
+
+    def __await__(self) -> Generator[Any, None, list[ContainerUpdate]]:
+        if not self.done() and asyncio.current_task() in self._stub._handler_tasks:
+            raise UpdateInHandlerError(
+                "update_containers() awaited inside an event handler: it is sent only after that "
+                "handler's reply (the runtime holds its lock until then); keep the future and let the "
+                "handler return, or put the changes in the handler's own reply"
+            )
+        return (yield from super().__await__())
+
+    __iter__ = __await__
+
+
+@dataclass
+class _Link:
+    """Per-connection state; a reconnect starts a fresh one."""
+
+    conn: Connection
+    in_flight: int = 0
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
+    synchronized: asyncio.Event = field(default_factory=asyncio.Event)
+    runtime: RuntimeInfo | None = None
+    events: int = 0
+    sync_pods: list[Pod] = field(default_factory=list)
+    sync_containers: list[Container] = field(default_factory=list)
+    updates: asyncio.Queue[tuple[api_pb2.UpdateContainersRequest, UpdateFuture]] = field(default_factory=asyncio.Queue)
+    sender: asyncio.Task[None] | None = None
+    sending: UpdateFuture | None = None
+
+    def __post_init__(self) -> None:
+        self.idle.set()
+
+
+class Stub:
+    """Runs a ``Plugin`` against a runtime; see the module docstring."""
+
+    def __init__(
+        self,
+        plugin: Plugin,
+        *,
+        socket_path: str = DEFAULT_SOCKET_PATH,
+        name: str | None = None,
+        idx: str | None = None,
+        registration_timeout: float = 5.0,
+        update_timeout: float = 10.0,
+        reconnect: bool = True,
+        backoff_initial: float = 0.5,
+        backoff_max: float = 10.0,
+        nri_version: str = str(CURRENT),
+        use_state_change: bool = False,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        """``env`` defaults to ``os.environ``; ``NRI_PLUGIN_SOCKET`` there selects launched mode.
+
+        ``use_state_change=True`` answers the v0.12 notification rpcs with
+        UNIMPLEMENTED, so the runtime falls back to StateChange (what plugins
+        built before v0.12 do); handlers are called the same either way.
+        """
+        environ = os.environ if env is None else env
+        self.plugin = plugin
+        self.socket_path = socket_path
+        self.launched_fd: int | None = None
+        if environ.get(ENV_SOCKET):
+            try:
+                self.launched_fd = int(environ[ENV_SOCKET])
+            except ValueError:
+                raise ValueError(f"{ENV_SOCKET}={environ[ENV_SOCKET]!r} is not a file descriptor number") from None
+            name = environ.get(ENV_NAME) or name
+            idx = environ.get(ENV_IDX) or idx
+        if name is None or idx is None:
+            raise ValueError("a plugin name and a two-digit index are required (name=..., idx=...)")
+        check_plugin_name(name)
+        check_plugin_index(idx)
+        self.name = name
+        self.idx = idx
+        self.registration_timeout = registration_timeout
+        self.update_timeout = update_timeout
+        self.reconnect = reconnect and self.launched_fd is None
+        self.backoff_initial = backoff_initial
+        self.backoff_max = backoff_max
+        self.nri_version = nri_version
+        self.use_state_change = use_state_change
+        self.state = StubState.IDLE
+        self.connections = 0
+        self.last_error: str | None = None
+        self._link: _Link | None = None
+        self._handler_lock = asyncio.Lock()
+        self._handler_tasks: set[asyncio.Task[Any]] = set()
+        self._stopping = False
+        self._wake = asyncio.Event()
+        self._state_changed = asyncio.Event()
+        self._warned_unsafe = False
+
+    # ---------------------------------------------------------------- observable state
+    @property
+    def connected(self) -> bool:
+        return self._link is not None and not self._link.conn.closed
+
+    @property
+    def registered(self) -> bool:
+        return self.state in (StubState.REGISTERED, StubState.SYNCHRONIZED)
+
+    @property
+    def synchronized(self) -> bool:
+        return self.state is StubState.SYNCHRONIZED
+
+    @property
+    def runtime(self) -> RuntimeInfo | None:
+        """What Configure told us about the runtime on the current connection."""
+        return self._link.runtime if self._link else None
+
+    @property
+    def subscribed_events(self) -> frozenset[Event]:
+        return events_in_mask(self._link.events) if self._link else frozenset()
+
+    def _set_state(self, state: StubState) -> None:
+        if state is not self.state:
+            log.debug("%s-%s: %s -> %s", self.idx, self.name, self.state.value, state.value)
+        self.state = state
+        self._state_changed.set()
+        self._state_changed = asyncio.Event()
+
+    async def wait_state(self, state: StubState, timeout: float | None = None) -> None:
+        """Wait until the stub reaches ``state`` (e.g. ``SYNCHRONIZED``)."""
+
+        async def _wait() -> None:
+            while self.state is not state:
+                await self._state_changed.wait()
+
+        await asyncio.wait_for(_wait(), timeout)
+
+    async def wait_synchronized(self, timeout: float | None = None) -> None:
+        await self.wait_state(StubState.SYNCHRONIZED, timeout)
+
+    # ---------------------------------------------------------------- run / stop
+    async def run(self) -> None:
+        """Connect, register and serve until ``stop()``; reconnect with backoff.
+
+        Returns after ``stop()``, when a launched plugin's socket closes, or when
+        the connection ends and ``reconnect`` is off. Raises
+        ``RegistrationError`` when the runtime refuses the registration.
+        """
+        delay = self.backoff_initial
+        try:
+            while not self._stopping:
+                try:
+                    reader, writer = await self._open()
+                except OSError as exc:
+                    self.last_error = f"cannot connect to {self.socket_path}: {exc}"
+                    if not self.reconnect:
+                        raise ConnectionClosed(self.last_error) from exc
+                    log.info("%s; retrying in %.1f s", self.last_error, delay)
+                else:
+                    registered = await self._serve(reader, writer)
+                    if registered:
+                        delay = self.backoff_initial
+                    if self._stopping or not self.reconnect:
+                        break
+                    log.info("connection to the runtime lost (%s); reconnecting in %.1f s", self.last_error, delay)
+                self._set_state(StubState.DISCONNECTED)
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), delay)
+                delay = min(delay * 2, self.backoff_max)
+        finally:
+            self._set_state(StubState.STOPPED if self._stopping else StubState.DISCONNECTED)
+
+    async def stop(self) -> None:
+        """Close the connection and make ``run()`` return."""
+        self._stopping = True
+        self._wake.set()
+        link = self._link
+        if link is not None:
+            await self._close_link(link, "stub stopped")
+
+    async def _open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        self._set_state(StubState.CONNECTING)
+        if self.launched_fd is not None:
+            sock = socket.socket(fileno=self.launched_fd)
+            self.launched_fd = None  # the socket object owns the fd now
+            return await asyncio.open_unix_connection(sock=sock)
+        return await asyncio.open_unix_connection(self.socket_path)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        """One connection's life; returns whether registration succeeded."""
+        self.connections += 1
+        link: _Link
+        conn = Connection(
+            reader,
+            writer,
+            Session(Role.PLUGIN),
+            lambda event: self._dispatch(link, event),
+            name=f"{self.idx}-{self.name}",
+            on_reply_sent=lambda _sid: self._reply_sent(link),
+        )
+        link = _Link(conn)
+        self._link = link
+        conn.start()
+        link.sender = asyncio.get_running_loop().create_task(self._send_updates(link))
+        self._set_state(StubState.REGISTERING)
+        registered = False
+        try:
+            req = api_pb2.RegisterPluginRequest(plugin_name=self.name, plugin_idx=self.idx, NRI_version=self.nri_version)
+            await conn.call(RUNTIME_SERVICE, "RegisterPlugin", req.SerializeToString(), timeout=self.registration_timeout)
+            registered = True
+            if not link.synchronized.is_set() and not conn.closed:
+                self._set_state(StubState.REGISTERED)
+            await conn.wait_closed()
+            self.last_error = conn.close_reason
+        except RpcError as exc:
+            self.last_error = f"runtime refused registration as {self.idx}-{self.name}: {exc.message}"
+            await self._close_link(link, self.last_error)
+            raise RegistrationError(self.last_error) from None
+        except TimeoutError:
+            self.last_error = f"no RegisterPlugin reply within {self.registration_timeout:g} s"
+        except ConnectionClosed as exc:
+            self.last_error = str(exc)
+        finally:
+            await self._close_link(link, self.last_error or "connection ended")
+        return registered
+
+    async def _close_link(self, link: _Link, reason: str) -> None:
+        await link.conn.close(reason)
+        if link.sender is not None:
+            link.sender.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await link.sender
+        pending = [link.sending] if link.sending is not None else []
+        while not link.updates.empty():
+            pending.append(link.updates.get_nowait()[1])
+        for fut in pending:
+            if not fut.done():
+                fut.set_exception(ConnectionClosed(f"update not delivered: {reason}"))
+        if self._link is link:
+            self._link = None
+
+    # ---------------------------------------------------------------- unsolicited updates
+    def update_containers(self, updates: Iterable[ContainerUpdate]) -> UpdateFuture:
+        """Queue an UpdateContainers call; the returned future gives the failed updates.
+
+        Callable from anywhere, including from inside an event handler (then it
+        goes out right after that handler's reply; do not await it there).
+        Fails with ``ConnectionClosed`` when there is no connection or it ends
+        before the answer, and with ``TimeoutError`` after ``update_timeout``.
+        """
+        batch = list(updates)
+        request = api_pb2.UpdateContainersRequest()
+        for update in batch:
+            convert.update_to_proto(update, request.update.add())
+        fut = UpdateFuture(self, asyncio.get_running_loop())
+        link = self._link
+        if not batch:
+            fut.set_result([])
+        elif link is None or link.conn.closed:
+            fut.set_exception(ConnectionClosed("not connected to a runtime"))
+        else:
+            runtime = link.runtime
+            if runtime is not None and not runtime.unsolicited_updates_safe and not self._warned_unsafe:
+                self._warned_unsafe = True
+                log.warning(
+                    "runtime %s %s (NRI %s) may deadlock on unsolicited updates (containerd#13733, fixed in "
+                    "NRI v0.12.1); prefer returning updates from event handlers",
+                    runtime.name,
+                    runtime.version,
+                    runtime.nri_version or "unknown",
+                )
+            link.updates.put_nowait((request, fut))
+        return fut
+
+    async def _send_updates(self, link: _Link) -> None:
+        while not link.conn.closed:
+            request, fut = await link.updates.get()
+            if fut.done():
+                continue
+            link.sending = fut
+            await link.synchronized.wait()
+            while link.in_flight:
+                await link.idle.wait()
+            try:
+                payload = await link.conn.call(
+                    RUNTIME_SERVICE, "UpdateContainers", request.SerializeToString(), timeout=self.update_timeout
+                )
+                reply = api_pb2.UpdateContainersResponse()
+                reply.ParseFromString(payload)
+                failed = convert.updates_from_proto(reply.failed)
+            except (NRIError, TimeoutError, DecodeError) as exc:
+                if not fut.done():
+                    fut.set_exception(exc)
+            else:
+                if not fut.done():
+                    fut.set_result(failed)
+            link.sending = None
+
+    # ---------------------------------------------------------------- dispatch
+    def _dispatch(self, link: _Link, event: RequestReceived) -> Awaitable[Reply]:
+        link.in_flight += 1
+        link.idle.clear()
+        return self._handle(link, event)
+
+    def _reply_sent(self, link: _Link) -> None:
+        link.in_flight -= 1
+        if link.in_flight == 0:
+            link.idle.set()
+
+    async def _handle(self, link: _Link, event: RequestReceived) -> Reply:
+        req = event.request
+        if req.service != PLUGIN_SERVICE:
+            return b"", Status(Code.UNIMPLEMENTED, f"service {req.service}")
+        handler = self._METHODS.get(req.method)
+        if handler is None:
+            return b"", Status(Code.UNIMPLEMENTED, f"method {req.method}")
+        if self.use_state_change and req.method in _NOTIFICATIONS:
+            return b"", Status(Code.UNIMPLEMENTED, f"method {req.method}")
+        request_type, run = handler
+        message = request_type()
+        try:
+            message.ParseFromString(req.payload)
+        except (DecodeError, ValueError, RuntimeError) as exc:
+            return b"", Status(Code.INVALID_ARGUMENT, f"invalid {request_type.__name__} payload: {exc}")
+        budget = self._budget(link, req.timeout_nano)
+        started = time.monotonic()
+        task = asyncio.get_running_loop().create_task(self._locked(run, self, link, message))
+        self._handler_tasks.add(task)
+        try:
+            done, _ = await asyncio.wait({task}, timeout=budget)
+            if not done:
+                task.cancel()
+                log.error("%s handler still running after %.2f s: cancelled, answering DEADLINE_EXCEEDED", req.method, budget)
+                return b"", Status(Code.DEADLINE_EXCEEDED, f"{req.method} handler did not finish within {budget:.2f} s")
+            reply = task.result()
+        except RpcError as exc:
+            return b"", Status(exc.code, exc.message)
+        except EmptyCPUSetError as exc:  # the plugin tried to send "": never let that pass as "no change"
+            log.error("%s handler answered an empty set: %s", req.method, exc)
+            return b"", Status(Code.UNKNOWN, str(exc))
+        except ConversionError as exc:  # the runtime sent something we cannot read
+            return b"", Status(Code.INVALID_ARGUMENT, str(exc))
+        except asyncio.CancelledError:
+            if task.cancelled() and not _current_cancelling():
+                return b"", Status(Code.CANCELLED, f"{req.method} handler was cancelled")
+            raise
+        except Exception as exc:
+            log.warning("%s handler failed: %s", req.method, exc, exc_info=not isinstance(exc, NRIError))
+            return b"", Status(Code.UNKNOWN, str(exc) or type(exc).__name__)
+        finally:
+            self._handler_tasks.discard(task)
+            if not task.done():
+                task.cancel()
+        elapsed = time.monotonic() - started
+        if elapsed > budget / 2:
+            log.warning("%s handler took %.3f s of its %.2f s budget", req.method, elapsed, budget)
+        return reply.SerializeToString(), None
+
+    def _budget(self, link: _Link, timeout_nano: int) -> float:
+        """Time a handler may take: the caller's deadline minus a margin for the reply."""
+        if timeout_nano > 0:
+            total = timeout_nano / 1e9
+        elif link.runtime is not None and link.runtime.request_timeout:
+            total = link.runtime.request_timeout
+        else:
+            total = DEFAULT_REQUEST_TIMEOUT
+        return max(0.001, total - max(0.005, min(0.25, total * 0.1)))
+
+    async def _locked(self, run: _Run, stub: Stub, link: _Link, message: Any) -> Message:
+        async with self._handler_lock:
+            return await run(stub, link, message)
+
+    # ---------------------------------------------------------------- handlers
+    async def _on_configure(self, link: _Link, req: api_pb2.ConfigureRequest) -> Message:
+        info = RuntimeInfo.from_configure(
+            req.runtime_name, req.runtime_version, req.NRI_version, req.registration_timeout, req.request_timeout
+        )
+        link.runtime = info
+        chosen = await self.plugin.configure(req.config, info)
+        wanted = frozenset(chosen) if chosen is not None else self.plugin.overridden_events()
+        mask = event_mask(wanted)
+        valid = info.valid_events
+        if mask & ~valid:
+            dropped = sorted(e.rpc for e in events_in_mask(mask & ~valid))
+            log.warning(
+                "runtime %s %s (NRI %s) does not know %s; not subscribing to them",
+                info.name,
+                info.version,
+                info.nri_version or "unknown",
+                ", ".join(dropped),
+            )
+            mask &= valid
+        if mask == 0:
+            log.info("no events subscribed: the runtime reads an empty mask as 'all events'")
+        link.events = mask or valid
+        log.info(
+            "configured by %s %s (NRI %s%s), events 0x%x",
+            info.name,
+            info.version,
+            info.nri_version or "unknown",
+            ", inferred" if info.nri_version_inferred else "",
+            mask,
+        )
+        return api_pb2.ConfigureResponse(events=mask)
+
+    async def _on_synchronize(self, link: _Link, req: api_pb2.SynchronizeRequest) -> Message:
+        link.sync_pods.extend(convert.pod_from_proto(p) for p in req.pods)
+        link.sync_containers.extend(convert.container_from_proto(c) for c in req.containers)
+        if req.more:
+            return api_pb2.SynchronizeResponse(more=True)
+        pods, containers = link.sync_pods, link.sync_containers
+        link.sync_pods, link.sync_containers = [], []
+        updates = await self.plugin.synchronize(pods, containers) or ()
+        reply = api_pb2.SynchronizeResponse()
+        for update in updates:
+            convert.update_to_proto(update, reply.update.add())
+        link.synchronized.set()
+        self._set_state(StubState.SYNCHRONIZED)
+        return reply
+
+    async def _on_shutdown(self, link: _Link, req: api_pb2.Empty) -> Message:
+        log.info("runtime asked the plugin to shut down")
+        return api_pb2.Empty()
+
+    async def _on_create_container(self, link: _Link, req: api_pb2.CreateContainerRequest) -> Message:
+        pod, ctr = convert.pod_from_proto(req.pod), convert.container_from_proto(req.container)
+        result = await self.plugin.create_container(pod, ctr)
+        reply = api_pb2.CreateContainerResponse()
+        if isinstance(result, ContainerAdjustment):
+            result = CreateContainerResult(adjust=result)
+        if result is not None:
+            if result.adjust is not None:
+                convert.adjustment_to_proto(result.adjust, reply.adjust)
+            for update in result.updates:
+                if update.container_id == ctr.id:
+                    raise ValueError(
+                        f"an update of {ctr.id} during its own creation fails the creation; "
+                        "put its resources in the adjustment"
+                    )
+                convert.update_to_proto(update, reply.update.add())
+        return reply
+
+    async def _on_update_container(self, link: _Link, req: api_pb2.UpdateContainerRequest) -> Message:
+        pod, ctr = convert.pod_from_proto(req.pod), convert.container_from_proto(req.container)
+        resources = (
+            convert.resources_from_proto(req.linux_resources, "UpdateContainerRequest.linux_resources")
+            if req.HasField("linux_resources")
+            else None
+        )
+        updates = await self.plugin.update_container(pod, ctr, resources) or ()
+        reply = api_pb2.UpdateContainerResponse()
+        for update in updates:
+            convert.update_to_proto(update, reply.update.add())
+        return reply
+
+    async def _on_stop_container(self, link: _Link, req: api_pb2.StopContainerRequest) -> Message:
+        pod, ctr = convert.pod_from_proto(req.pod), convert.container_from_proto(req.container)
+        updates = await self.plugin.stop_container(pod, ctr) or ()
+        reply = api_pb2.StopContainerResponse()
+        for update in updates:
+            convert.update_to_proto(update, reply.update.add())
+        return reply
+
+    async def _on_update_pod_sandbox(self, link: _Link, req: api_pb2.UpdatePodSandboxRequest) -> Message:
+        overhead = (
+            convert.resources_from_proto(req.overhead_linux_resources, "overhead_linux_resources")
+            if req.HasField("overhead_linux_resources")
+            else None
+        )
+        resources = (
+            convert.resources_from_proto(req.linux_resources, "linux_resources") if req.HasField("linux_resources") else None
+        )
+        await self.plugin.update_pod_sandbox(convert.pod_from_proto(req.pod), overhead, resources)
+        return api_pb2.UpdatePodSandboxResponse()
+
+    async def _on_validate(self, link: _Link, req: api_pb2.ValidateContainerAdjustmentRequest) -> Message:
+        adjust = convert.adjustment_from_proto(req.adjust) if req.HasField("adjust") else None
+        reason = await self.plugin.validate_container_adjustment(
+            convert.pod_from_proto(req.pod),
+            convert.container_from_proto(req.container),
+            adjust,
+            convert.updates_from_proto(req.update),
+        )
+        if reason is None:
+            return api_pb2.ValidateContainerAdjustmentResponse()
+        return api_pb2.ValidateContainerAdjustmentResponse(reject=True, reason=reason)
+
+    async def _notify(self, event: Event, pod_pb: api_pb2.PodSandbox, ctr_pb: api_pb2.Container | None) -> None:
+        pod = convert.pod_from_proto(pod_pb)
+        plugin = self.plugin
+        if event is Event.RUN_POD_SANDBOX:
+            await plugin.run_pod_sandbox(pod)
+        elif event is Event.STOP_POD_SANDBOX:
+            await plugin.stop_pod_sandbox(pod)
+        elif event is Event.REMOVE_POD_SANDBOX:
+            await plugin.remove_pod_sandbox(pod)
+        elif event is Event.POST_UPDATE_POD_SANDBOX:
+            await plugin.post_update_pod_sandbox(pod)
+        else:
+            ctr = convert.container_from_proto(ctr_pb if ctr_pb is not None else api_pb2.Container())
+            if event is Event.POST_CREATE_CONTAINER:
+                await plugin.post_create_container(pod, ctr)
+            elif event is Event.START_CONTAINER:
+                await plugin.start_container(pod, ctr)
+            elif event is Event.POST_START_CONTAINER:
+                await plugin.post_start_container(pod, ctr)
+            elif event is Event.POST_UPDATE_CONTAINER:
+                await plugin.post_update_container(pod, ctr)
+            elif event is Event.REMOVE_CONTAINER:
+                await plugin.remove_container(pod, ctr)
+            else:
+                raise RpcError(Code.INVALID_ARGUMENT, f"event {event.name} is not a notification")
+
+    async def _on_state_change(self, link: _Link, req: api_pb2.StateChangeEvent) -> Message:
+        try:
+            event = Event(req.event)
+        except ValueError:
+            log.warning("StateChange with unknown event %d ignored", req.event)
+            return api_pb2.Empty()
+        await self._notify(event, req.pod, req.container if req.HasField("container") else None)
+        return api_pb2.Empty()
+
+    @staticmethod
+    def _notification(event: Event, response: type[Message]) -> _Run:
+        async def run(stub: Stub, link: _Link, req: Any) -> Message:
+            await stub._notify(event, req.pod, req.container if "container" in req.DESCRIPTOR.fields_by_name else None)
+            return response()
+
+        return run
+
+    _METHODS: dict[str, tuple[type[Message], _Run]]
+
+
+_Run = Callable[[Stub, _Link, Any], Awaitable[Message]]
+
+
+def _current_cancelling() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+Stub._METHODS = {
+    "Configure": (api_pb2.ConfigureRequest, Stub._on_configure),
+    "Synchronize": (api_pb2.SynchronizeRequest, Stub._on_synchronize),
+    "Shutdown": (api_pb2.Empty, Stub._on_shutdown),
+    "CreateContainer": (api_pb2.CreateContainerRequest, Stub._on_create_container),
+    "UpdateContainer": (api_pb2.UpdateContainerRequest, Stub._on_update_container),
+    "StopContainer": (api_pb2.StopContainerRequest, Stub._on_stop_container),
+    "UpdatePodSandbox": (api_pb2.UpdatePodSandboxRequest, Stub._on_update_pod_sandbox),
+    "ValidateContainerAdjustment": (api_pb2.ValidateContainerAdjustmentRequest, Stub._on_validate),
+    "StateChange": (api_pb2.StateChangeEvent, Stub._on_state_change),
+    **{
+        method: (getattr(api_pb2, f"{method}Request"), Stub._notification(event, getattr(api_pb2, f"{method}Response")))
+        for method, event in _NOTIFICATIONS.items()
+    },
+}

@@ -1,0 +1,183 @@
+"""What a container needs: its CPU class, counts and preferences, decided once per request.
+
+First match wins:
+
+1. DRA claims: pinned to the claimed CPUs (the claim is the allocation);
+2. ``cpu.preserve``: the policy leaves the CPUs alone;
+3. reserved: ``prefer-reserved-cpus: true``, or a kube-system / reserved-pool
+   namespace unless annotated ``prefer-reserved-cpus: false`` (only when
+   reserved CPUs exist);
+4. shared: BestEffort, Burstable, fractional Guaranteed, and whole-CPU
+   Guaranteed that prefers shared CPUs;
+5. exclusive: whole-CPU Guaranteed; kernel-isolated CPUs preferred for 1-2
+   CPUs when the machine has any (``preferIsolatedCPUs``), for more only
+   when annotated;
+6. mixed (exclusive cores plus a shared fraction): fractional Guaranteed of
+   at least one CPU annotated ``prefer-shared-cpus: false``.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+from topodra.policy.annotations import Preferences, parse_preferences
+from topodra.policy.api import ContainerRequest, PolicyError, QoSClass
+from topodra.policy.config import CPUPriority, PolicyConfig, TopologyLevel
+from topodra.topology.model import CoreType, MemoryKind
+
+__all__ = ["GrantKind", "Isolation", "Need", "classify", "validate_request", "core_types_for"]
+
+
+class GrantKind(enum.StrEnum):
+    RESERVED = "reserved"
+    PRESERVE = "preserve"
+    SHARED = "shared"
+    EXCLUSIVE = "exclusive"
+    MIXED = "mixed"
+    CLAIMED = "claimed"
+
+
+class Isolation(enum.StrEnum):
+    NO = "no"
+    PREFER = "prefer"
+    REQUIRE = "require"
+
+
+@dataclass(frozen=True, slots=True)
+class Need:
+    """The policy's reading of one ContainerRequest."""
+
+    kind: GrantKind
+    exclusive: int = 0  # whole CPUs (exclusive, mixed)
+    milli: int = 0  # shared CPU in milli-CPU (shared, mixed, reserved)
+    isolation: Isolation = Isolation.NO
+    isolation_key: str = ""
+    core_types: frozenset[CoreType] | None = None  # preferred kinds for exclusive CPUs
+    memory_kinds: frozenset[MemoryKind] = frozenset({MemoryKind.DRAM})
+    memory_kinds_annotated: bool = False
+    memory: int = 0  # bytes
+    hide_hyperthreads: bool = False
+    memory_preserve: bool = False
+    burst_limit: int | None = None  # milli-CPU limit of a limited Burstable container
+    unlimited_level: TopologyLevel | None = None  # level for an unlimited Burstable container
+    claims: tuple[str, ...] = ()
+
+
+def core_types_for(priority: CPUPriority) -> frozenset[CoreType] | None:
+    """The core kinds a CPU priority prefers (None: no preference)."""
+    if priority is CPUPriority.HIGH:
+        return frozenset({CoreType.P_CORE})
+    if priority is CPUPriority.NORMAL:
+        return frozenset({CoreType.P_CORE, CoreType.STANDARD})
+    if priority is CPUPriority.LOW:
+        return frozenset({CoreType.E_CORE})
+    return None
+
+
+def validate_request(req: ContainerRequest) -> None:
+    """Reject requests no runtime could have produced, naming the field."""
+    if not req.id:
+        raise PolicyError("container request has an empty id")
+    where = f"container {req.id} ({req.namespace}/{req.pod_name}/{req.name})"
+    if not isinstance(req.qos, QoSClass):
+        raise PolicyError(f"{where}: qos {req.qos!r} is not one of {', '.join(q.value for q in QoSClass)}")
+    for name in ("cpu_request_milli", "memory_request"):
+        value = getattr(req, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise PolicyError(f"{where}: {name} must be a non-negative integer, got {value!r}")
+    for name in ("cpu_limit_milli", "memory_limit"):
+        value = getattr(req, name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            raise PolicyError(f"{where}: {name} must be None or a non-negative integer, got {value!r}")
+    if len(set(req.claims)) != len(req.claims) or any(not c for c in req.claims):
+        raise PolicyError(f"{where}: claims {list(req.claims)!r} must be distinct non-empty ids")
+
+
+def classify(
+    req: ContainerRequest,
+    config: PolicyConfig,
+    *,
+    has_reserved: bool,
+    has_isolated: bool,
+    ignore_claims: bool = False,
+    prefs: Preferences | None = None,
+) -> Need:
+    """Decide how ``req`` is placed (see the module docstring for the rule order)."""
+    validate_request(req)
+    if prefs is None:
+        prefs = parse_preferences(req.annotations, req.name)
+    kinds = prefs.memory_types if prefs.memory_types is not None else frozenset(config.default_memory_types)
+    priority = prefs.cpu_priority if prefs.cpu_priority is not None else config.default_cpu_priority
+
+    def need(kind: GrantKind, **extra: Any) -> Need:
+        return Need(
+            kind=kind,
+            memory_kinds=kinds,
+            memory_kinds_annotated=prefs.memory_types is not None,
+            memory=req.memory_request,
+            hide_hyperthreads=prefs.hide_hyperthreads,
+            memory_preserve=prefs.memory_preserve,
+            **extra,
+        )
+
+    if req.claims and not ignore_claims:
+        return need(GrantKind.CLAIMED, claims=tuple(req.claims))
+    if prefs.cpu_preserve:
+        return need(GrantKind.PRESERVE)
+    wants_reserved = prefs.prefer_reserved is True or (
+        prefs.prefer_reserved is None and config.reserved_namespace(req.namespace)
+    )
+    if wants_reserved and has_reserved:
+        return need(GrantKind.RESERVED, milli=req.cpu_request_milli)
+
+    request = req.cpu_request_milli
+    if req.qos is QoSClass.BEST_EFFORT:
+        return need(GrantKind.SHARED, milli=0)
+    if req.qos is QoSClass.BURSTABLE or request == 0:
+        limit = req.cpu_limit_milli
+        return need(
+            GrantKind.SHARED,
+            milli=request,
+            burst_limit=limit if req.qos is QoSClass.BURSTABLE and limit is not None else None,
+            unlimited_level=(
+                (prefs.unlimited_burstable or config.unlimited_burstable)
+                if req.qos is QoSClass.BURSTABLE and limit is None
+                else None
+            ),
+        )
+
+    # Guaranteed.
+    whole, fraction = divmod(request, 1000)
+    prefer_shared = prefs.prefer_shared if prefs.prefer_shared is not None else config.prefer_shared_cpus
+    if fraction:
+        if whole >= 1 and prefs.prefer_shared is False:
+            isolation = _isolation(prefs, default=False)
+            return need(
+                GrantKind.MIXED,
+                exclusive=whole,
+                milli=fraction,
+                isolation=isolation,
+                isolation_key=prefs.isolation_key,
+                core_types=core_types_for(priority),
+            )
+        return need(GrantKind.SHARED, milli=request)
+    if prefer_shared:
+        return need(GrantKind.SHARED, milli=request)
+    isolation = _isolation(prefs, default=whole <= 2 and config.prefer_isolated_cpus and has_isolated)
+    return need(
+        GrantKind.EXCLUSIVE,
+        exclusive=whole,
+        isolation=isolation,
+        isolation_key=prefs.isolation_key,
+        core_types=core_types_for(priority),
+    )
+
+
+def _isolation(prefs: Preferences, *, default: bool) -> Isolation:
+    if prefs.require_isolated:
+        return Isolation.REQUIRE
+    if prefs.prefer_isolated is not None:
+        return Isolation.PREFER if prefs.prefer_isolated else Isolation.NO
+    return Isolation.PREFER if default else Isolation.NO

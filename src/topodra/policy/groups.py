@@ -1,0 +1,168 @@
+"""The machine as a tree of CPU groups: system, package, die, NUMA node, L3, cluster, L2, core.
+
+Built from the topology restricted to the CPUs the policy may use. Groups
+with the same CPUs are one node carrying several labels (a one-socket laptop's
+root is also its package, NUMA node and L3), so redundant levels collapse by
+construction. Nesting follows the CPU sets, not a fixed level order: a NUMA
+node holding several dies sits above them. A group that crosses another
+(shares some CPUs without one containing the other) cannot be a tree node
+and is left out; ``notes`` says so.
+
+Pools are the nodes labelled system, package, die, NUMA node or L3; the
+finer levels only guide the packing of exclusive CPUs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from topodra.cpuset import CPUSet
+from topodra.topology.model import Topology
+
+__all__ = ["Group", "GroupTree", "LEVELS", "POOL_LEVELS", "build_group_tree"]
+
+#: Levels from the top; "numa" and "l3cache" use the upstream level names.
+LEVELS = ("system", "package", "die", "numa", "l3cache", "cluster", "l2", "core")
+POOL_LEVELS = frozenset({"system", "package", "die", "numa", "l3cache"})
+_RANK = {name: i for i, name in enumerate(LEVELS)}
+
+
+@dataclass(slots=True)
+class Group:
+    """One node of the tree: its CPUs (a bitmask) and the (level, id) labels it stands for."""
+
+    index: int
+    mask: int
+    labels: list[tuple[str, int]]
+    parent: int = -1
+    children: list[int] = field(default_factory=list)
+    pool: int = -1  # pool index, or -1 when this group is not a pool
+    cores: tuple[int, ...] = ()  # core masks inside this group, ascending
+
+    @property
+    def cpus(self) -> CPUSet:
+        return CPUSet.from_mask(self.mask)
+
+    @property
+    def level(self) -> str:
+        """The highest level this node stands for."""
+        return self.labels[0][0]
+
+    def has_level(self, level: str) -> bool:
+        return any(lv == level for lv, _ in self.labels)
+
+    def label(self) -> str:
+        return "+".join(f"{lv}{i}" if lv != "system" else lv for lv, i in self.labels)
+
+
+@dataclass(slots=True)
+class GroupTree:
+    """Groups in depth-first order (index 0 is the root, parents before children)."""
+
+    groups: list[Group]
+    notes: list[str]
+    core_of: dict[int, int]  # CPU id -> mask of its core's usable CPUs
+    max_threads: int
+
+    @property
+    def root(self) -> Group:
+        return self.groups[0]
+
+    def deepest_containing(self, mask: int, start: int = 0) -> int:
+        """Index of the deepest group under ``start`` whose CPUs include all of ``mask``."""
+        g = start
+        while True:
+            for c in self.groups[g].children:
+                cm = self.groups[c].mask
+                if mask & cm == mask:
+                    g = c
+                    break
+            else:
+                return g
+
+
+def _level_keys(topology: Topology, cpu: int) -> list[tuple[str, int]]:
+    info = topology.cpus[cpu]
+    keys = [("package", info.package), ("die", info.die), ("numa", info.node)]
+    if info.l3 is not None:
+        keys.append(("l3cache", info.l3))
+    keys.append(("cluster", info.cluster))
+    if info.l2 is not None:
+        keys.append(("l2", info.l2))
+    keys.append(("core", info.core))
+    return keys
+
+
+def build_group_tree(topology: Topology, allowed: CPUSet) -> GroupTree:
+    """The laminar group tree over ``allowed`` (online CPUs the policy may use)."""
+    allowed_mask = allowed.mask
+    sets: dict[tuple[str, int], int] = {}
+    for cpu in allowed:
+        for key in _level_keys(topology, cpu):
+            sets[key] = sets.get(key, 0) | (1 << cpu)
+    ordered = sorted(sets.items(), key=lambda kv: (-kv[1].bit_count(), _RANK[kv[0][0]], kv[0][1]))
+
+    # Insert biggest first: every node already placed is at least as big as the
+    # newcomer, so it can only contain it, equal it, miss it or cross it.
+    masks: list[int] = [allowed_mask]
+    labels: list[list[tuple[str, int]]] = [[("system", 0)]]
+    kids: list[list[int]] = [[]]
+    notes: list[str] = []
+    for key, mask in ordered:
+        node = 0
+        while True:
+            if masks[node] == mask:
+                labels[node].append(key)
+                break
+            inner = next((c for c in kids[node] if masks[c] & mask == mask), None)
+            if inner is not None:
+                node = inner
+                continue
+            crossing = next((c for c in kids[node] if masks[c] & mask), None)
+            if crossing is not None:
+                notes.append(
+                    f"{key[0]} {key[1]} (CPUs {CPUSet.from_mask(mask)}) crosses "
+                    f"{'+'.join(f'{lv} {i}' for lv, i in labels[crossing])} "
+                    f"(CPUs {CPUSet.from_mask(masks[crossing])}); it is not used for placement"
+                )
+                break
+            masks.append(mask)
+            labels.append([key])
+            kids.append([])
+            kids[node].append(len(masks) - 1)
+            break
+
+    # Renumber depth-first, children ordered by their lowest CPU.
+    groups: list[Group] = []
+
+    def visit(old: int, parent: int) -> int:
+        idx = len(groups)
+        group = Group(index=idx, mask=masks[old], labels=sorted(labels[old], key=lambda k: _RANK[k[0]]), parent=parent)
+        groups.append(group)
+        for child in sorted(kids[old], key=lambda c: (masks[c] & -masks[c])):
+            group.children.append(visit(child, idx))
+        return idx
+
+    if allowed_mask:
+        visit(0, -1)
+    else:
+        groups.append(Group(index=0, mask=0, labels=[("system", 0)]))
+
+    core_of: dict[int, int] = {}
+    for key, mask in sets.items():
+        if key[0] == "core":
+            m = mask
+            while m:
+                low = m & -m
+                core_of[low.bit_length() - 1] = mask
+                m ^= low
+    core_masks = sorted(set(core_of.values()), key=lambda m: m & -m)
+    for g in reversed(groups):
+        g.cores = tuple(c for c in core_masks if c & g.mask == c)
+    pool = 0
+    for g in groups:
+        if any(lv in POOL_LEVELS for lv, _ in g.labels):
+            g.pool = pool
+            pool += 1
+    max_threads = max((m.bit_count() for m in core_masks), default=1)
+    return GroupTree(groups=groups, notes=notes, core_of=core_of, max_threads=max_threads)

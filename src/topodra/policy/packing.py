@@ -1,0 +1,197 @@
+"""Topology-packed choice of exclusive CPUs: full cores first, in the smallest group that fits.
+
+The choice descends the group tree (package, die, NUMA node, L3, cluster, L2,
+core). At each node it looks for the children that can supply the whole
+request and takes the tightest one (best fit: the fewest free CPUs), which
+keeps big free blocks whole for later big requests. When no child fits, it
+spans the fewest children: the biggest ones whole, then the tightest one that
+fits the rest.
+
+"Clean" first: CPUs count only on cores whose every thread is free, so a
+request of n CPUs lands on n/threads whole cores, and an odd remainder goes
+to a thread whose sibling is already taken before it breaks a new core. Only
+when the candidates cannot supply the request cleanly does any free CPU count.
+
+``limits`` bounds how many CPUs may come out of a group (a pool whose shared
+containers need the rest); the caller checks the start group's own limit.
+Everything is bitmask arithmetic: no sets, no sorting of CPUs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from topodra.policy.groups import GroupTree
+
+__all__ = ["pack", "clean_mask", "pack_near"]
+
+_INF = 1 << 30
+
+
+def clean_mask(tree: GroupTree, start: int, cand: int) -> int:
+    """The candidate CPUs that sit on cores whose every usable thread is a candidate."""
+    out = 0
+    for core in tree.groups[start].cores:
+        if core & cand == core:
+            out |= core
+    return out
+
+
+def _lowest(mask: int, n: int) -> int:
+    out = 0
+    for _ in range(n):
+        if not mask:
+            break
+        low = mask & -mask
+        out |= low
+        mask ^= low
+    return out
+
+
+class _Packer:
+    __slots__ = ("cand", "clean", "groups", "limits", "strict", "threads")
+
+    def __init__(self, tree: GroupTree, cand: int, clean: int, limits: Sequence[int] | None, strict: bool) -> None:
+        self.groups = tree.groups
+        self.cand = cand
+        self.clean = clean
+        self.limits = limits
+        self.strict = strict  # clean mode
+        self.threads = tree.max_threads
+
+    def limit(self, g: int) -> int:
+        if self.limits is None:
+            return _INF
+        pool = self.groups[g].pool
+        return self.limits[pool] if pool >= 0 else _INF
+
+    def take(self, g: int, need: int) -> int:
+        """Up to ``need`` candidate CPUs from group ``g`` (fewer if it cannot)."""
+        group = self.groups[g]
+        if not group.children:
+            # A core (or an undivided leaf): its lowest free threads.
+            return _lowest(self.cand & group.mask, need)
+        cand, clean, strict, threads = self.cand, self.clean, self.strict, self.threads
+        rows = []
+        for c in group.children:
+            m = self.groups[c].mask
+            free = (cand & m).bit_count()
+            if not free:
+                continue
+            cl = (clean & m).bit_count()
+            rows.append((c, free, cl, self.limit(c)))
+        result = 0
+        remaining = need
+        while remaining > 0 and rows:
+            rem = remaining % threads
+            best = None
+            best_key: tuple[int, int, int, int] | None = None
+            for row in rows:
+                c, free, cl, lim = row
+                if lim < remaining:
+                    continue
+                if strict:
+                    if cl + min(free - cl, rem) < remaining:
+                        continue
+                    # An odd remainder is free on a half-used core; best fit on whole cores.
+                    key = (0 if free - cl >= rem else 1, cl, free, c)
+                else:
+                    if free < remaining:
+                        continue
+                    key = (0, free, free, c)
+                if best_key is None or key < best_key:
+                    best, best_key = row, key
+            if best is not None:
+                got = self.take(best[0], remaining)
+                rows.remove(best)
+                if got:
+                    result |= got
+                    remaining -= got.bit_count()
+                continue
+            # Nothing fits the rest: take the biggest child whole.
+            pick = None
+            pick_key: tuple[int, int] | None = None
+            assert rows
+            for row in rows:
+                c, free, cl, lim = row
+                whole = min(cl if strict else free, lim, remaining)
+                if strict and whole < min(cl, remaining) and whole >= threads:
+                    whole -= whole % threads  # do not split a core because of a limit
+                span_key = (-whole, c)
+                if pick_key is None or span_key < pick_key:
+                    pick, pick_key = row, span_key
+            assert pick is not None
+            assert pick_key is not None
+            rows.remove(pick)
+            whole = -pick_key[0]
+            if whole <= 0:
+                continue
+            got = self.take(pick[0], whole)
+            result |= got
+            remaining -= got.bit_count()
+        return result
+
+
+def pack(
+    tree: GroupTree,
+    start: int,
+    cand: int,
+    n: int,
+    limits: Sequence[int] | None = None,
+) -> int | None:
+    """``n`` CPUs out of ``cand`` inside group ``start``, topology-packed; None if impossible.
+
+    ``limits[pool]`` is the most CPUs that may be taken from that pool's
+    group (groups that are not pools are unlimited).
+    """
+    if n <= 0:
+        return 0
+    cand &= tree.groups[start].mask
+    if cand.bit_count() < n:
+        return None
+    clean = clean_mask(tree, start, cand)
+    for strict in (True, False):
+        if strict and clean.bit_count() + min((cand & ~clean).bit_count(), n % tree.max_threads) < n:
+            continue
+        got = _Packer(tree, cand, clean, limits, strict).take(start, n)
+        if got.bit_count() == n:
+            return got
+    return None
+
+
+def pack_near(
+    tree: GroupTree,
+    start: int,
+    anchor: int,
+    cand: int,
+    n: int,
+    limits: Sequence[int] | None = None,
+) -> int | None:
+    """Like ``pack`` but as close to the ``anchor`` CPUs as possible.
+
+    Tries the deepest group under ``start`` holding all of ``anchor`` first,
+    then each wider group up to ``start``, each time within the limits of the
+    pools between that group and ``start``.
+    """
+    if n <= 0:
+        return 0
+    anchor &= tree.groups[start].mask
+    if not anchor:
+        return pack(tree, start, cand, n, limits)
+    g = tree.deepest_containing(anchor, start)
+    chain = [g]
+    while g != start:
+        g = tree.groups[g].parent
+        chain.append(g)
+    for i, g in enumerate(chain):
+        if limits is not None:
+            bound = min(
+                (limits[tree.groups[h].pool] for h in chain[i:] if tree.groups[h].pool >= 0),
+                default=_INF,
+            )
+            if bound < n:
+                continue
+        got = pack(tree, g, cand, n, limits)
+        if got is not None:
+            return got
+    return None

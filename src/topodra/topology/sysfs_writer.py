@@ -1,0 +1,174 @@
+"""Write a Topology out as a Linux sysfs tree (for tests, demos and the playground).
+
+``write_sysfs(t, root)`` lays out the files ``read_topology`` reads, the way
+the kernel writes them: CPU sets in list and hex-mask form, sibling masks
+limited to online CPUs, offline CPUs as bare ``cpuN`` folders with
+``online`` = 0, node ``meminfo``/``distance``, and evidence for core types
+and memory kinds. :class:`TreeStyle` switches parts off to imitate older
+kernels, containers and VMs (no caches, no cpufreq, no NUMA folder, no
+die/cluster files, masks only) so tests can check every fallback.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from topodra.cpuset import CPUSet
+from topodra.topology.model import CoreType, MemoryKind, Topology
+
+__all__ = ["TreeStyle", "format_hexmask", "write_sysfs"]
+
+
+def format_hexmask(cpus: CPUSet, width_bits: int = 64) -> str:
+    """The kernel's cpumap format: comma-separated 32-bit hex words, high first."""
+    nbits = max(width_bits, cpus.last() + 1 if cpus else 0)
+    words = (nbits + 31) // 32
+    mask = cpus.mask
+    return ",".join(f"{(mask >> (32 * i)) & 0xFFFFFFFF:08x}" for i in reversed(range(words)))
+
+
+@dataclass(frozen=True)
+class TreeStyle:
+    """Which parts of sysfs to write (all on = a recent kernel on bare metal)."""
+
+    caches: bool = True
+    cpufreq: bool = True
+    numa: bool = True
+    die_cluster_files: bool = True
+    list_files: bool = True  # *_list twins next to the hex masks
+    sibling_masks: bool = True  # off: only the *_id files (grouping falls back to ids)
+    online_file: bool = True  # cpu/online (old kernels only have cpuN/online)
+    #: How hybrid machines say which core is which: "pmu", "capacity", "cppc" or "frequency".
+    core_type_evidence: str = "pmu"
+    memory_evidence: bool = True  # memory tiers and DAX devices for memory-only nodes
+
+
+def _write(root: Path, rel: str, text: str) -> None:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text + "\n")
+
+
+def _cpus(root: Path, rel: str, cpus: CPUSet, style: TreeStyle, list_name: str | None = None) -> None:
+    _write(root, rel, format_hexmask(cpus))
+    if style.list_files and list_name is not None:
+        _write(root, str(Path(rel).parent / list_name), cpus.format())
+
+
+_TIER = {MemoryKind.DRAM: 4, MemoryKind.HBM: 3, MemoryKind.PMEM: 5, MemoryKind.CXL: 5}
+
+
+def write_sysfs(t: Topology, root: str | os.PathLike[str], style: TreeStyle = TreeStyle()) -> Path:
+    """Write ``t`` below ``root`` (which must be empty or new); returns the root."""
+    base = Path(root)
+    cpu_dir = "sys/devices/system/cpu"
+    online = t.online
+    present = t.present or online
+    possible = t.possible or present
+    _write(base, f"{cpu_dir}/possible", possible.format())
+    _write(base, f"{cpu_dir}/present", present.format())
+    if style.online_file:
+        _write(base, f"{cpu_dir}/online", online.format())
+    _write(base, f"{cpu_dir}/offline", (possible - online).format())
+    _write(base, f"{cpu_dir}/isolated", t.isolated.format())
+    _write(base, f"{cpu_dir}/nohz_full", t.nohz_full.format() if t.nohz_full else "(null)")
+    for c in present - online:
+        _write(base, f"{cpu_dir}/cpu{c}/online", "0")
+
+    hybrid = t.hybrid
+    for c, info in t.cpus.items():
+        d = f"{cpu_dir}/cpu{c}"
+        if c != 0:
+            _write(base, f"{d}/online", "1")
+        topo = f"{d}/topology"
+        _write(base, f"{topo}/physical_package_id", str(info.package))
+        _write(base, f"{topo}/core_id", str(info.core_id))
+        core = info.siblings & online
+        pkg = t.cpus_of_package(info.package)
+        if style.die_cluster_files:
+            _write(base, f"{topo}/die_id", str(info.die_id))
+            _write(base, f"{topo}/cluster_id", str(info.cluster_id))
+        if style.sibling_masks:
+            _cpus(base, f"{topo}/thread_siblings", core, style, "thread_siblings_list")
+            _cpus(base, f"{topo}/core_siblings", pkg, style, "core_siblings_list")
+        if style.sibling_masks and style.die_cluster_files:
+            _cpus(base, f"{topo}/core_cpus", core, style, "core_cpus_list")
+            _cpus(base, f"{topo}/package_cpus", pkg, style, "package_cpus_list")
+            _cpus(base, f"{topo}/die_cpus", t.cpus_of_die(info.die), style, "die_cpus_list")
+            _cpus(base, f"{topo}/cluster_cpus", t.cpus_of_cluster(info.cluster), style, "cluster_cpus_list")
+        if style.caches:
+            index = 0
+            for cache in t.caches:
+                if c not in cache.cpus:
+                    continue
+                idx = f"{d}/cache/index{index}"
+                index += 1
+                _write(base, f"{idx}/level", str(cache.level))
+                _write(base, f"{idx}/type", cache.kind)
+                _write(base, f"{idx}/id", str(cache.id))
+                _cpus(base, f"{idx}/shared_cpu_map", cache.cpus & online, style, "shared_cpu_list")
+                if cache.size_bytes:
+                    _write(base, f"{idx}/size", f"{cache.size_bytes // 1024}K")
+        if style.cpufreq:
+            for name, value in (
+                ("base_frequency", info.base_freq_khz),
+                ("cpuinfo_min_freq", info.min_freq_khz),
+                ("cpuinfo_max_freq", info.max_freq_khz),
+            ):
+                if value is not None:
+                    _write(base, f"{d}/cpufreq/{name}", str(value))
+        if hybrid and style.core_type_evidence == "capacity":
+            _write(base, f"{d}/cpu_capacity", "1024" if info.core_type is CoreType.P_CORE else "400")
+        if hybrid and style.core_type_evidence == "cppc":
+            _write(base, f"{d}/acpi_cppc/highest_perf", "64" if info.core_type is CoreType.P_CORE else "39")
+        if style.numa:
+            (base / d).mkdir(parents=True, exist_ok=True)
+            os.symlink(f"../../node/node{info.node}", base / d / f"node{info.node}")
+    if hybrid and style.core_type_evidence == "pmu":
+        _write(base, "sys/devices/cpu_core/cpus", t.cpus_of_type(CoreType.P_CORE).format())
+        _write(base, "sys/devices/cpu_atom/cpus", t.cpus_of_type(CoreType.E_CORE).format())
+
+    total_kb = sum(n.memory_bytes for n in t.nodes.values()) // 1024
+    _write(base, "proc/meminfo", f"MemTotal:       {total_kb} kB\nMemFree:        {total_kb // 2} kB")
+    if not style.numa:
+        return base
+    node_dir = "sys/devices/system/node"
+    ids = sorted(t.nodes)
+    _write(base, f"{node_dir}/online", CPUSet(ids).format())
+    _write(base, f"{node_dir}/possible", CPUSet(ids).format())
+    _write(base, f"{node_dir}/has_cpu", CPUSet(n for n in ids if t.nodes[n].cpus).format())
+    tiers: dict[int, list[int]] = {}
+    dax = 0
+    for n in ids:
+        node = t.nodes[n]
+        d = f"{node_dir}/node{n}"
+        _cpus(base, f"{d}/cpumap", node.cpus, style, "cpulist")
+        kb = node.memory_bytes // 1024
+        _write(
+            base, f"{d}/meminfo", f"Node {n} MemTotal:       {kb} kB\nNode {n} MemFree:        {kb // 2} kB"
+        )
+        _write(base, f"{d}/distance", " ".join(str(t.distance(n, m)) for m in ids))
+        if style.memory_evidence:
+            tiers.setdefault(_TIER[node.kind], []).append(n)
+            if node.memory_only and node.kind in (MemoryKind.PMEM, MemoryKind.CXL):
+                bus = (
+                    "devices/LNXSYSTM:00/LNXSYBUS:00/ACPI0012:00/ndbus0/region{i}/dax{i}.1"
+                    if node.kind is MemoryKind.PMEM
+                    else "devices/platform/ACPI0017:00/root0/decoder0.{i}/region{i}/dax_region{i}"
+                ).format(i=dax)
+                dev = f"sys/{bus}/dax{dax}.0"
+                _write(base, f"{dev}/target_node", str(n))
+                links = base / "sys/bus/dax/devices"
+                links.mkdir(parents=True, exist_ok=True)
+                os.symlink(f"../../../{bus}/dax{dax}.0", links / f"dax{dax}.0")
+                kmem = base / "sys/bus/dax/drivers/kmem"
+                kmem.mkdir(parents=True, exist_ok=True)
+                os.symlink(f"../../../../{bus}/dax{dax}.0", kmem / f"dax{dax}.0")
+                if node.kind is MemoryKind.CXL:
+                    _write(base, f"sys/bus/cxl/devices/mem{dax}/serial", str(dax))
+                dax += 1
+    for tier, nodes in tiers.items():
+        _write(base, f"sys/devices/virtual/memory_tiering/memory_tier{tier}/nodelist", CPUSet(nodes).format())
+    return base

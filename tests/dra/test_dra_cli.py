@@ -1,0 +1,75 @@
+"""``topodra dra`` commands, in-process."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+from typer.testing import CliRunner
+
+from topodra.cli import app
+
+runner = CliRunner()
+
+
+def test_devices_table_and_json() -> None:
+    r = runner.invoke(app, ["dra", "devices", "--machine", "1s1n1l2c2t2e", "--reserved", "0"])
+    assert r.exit_code == 0, r.output
+    assert "5 native.cpu devices" in r.output
+    assert "P-core" in r.output
+    assert "E-core" in r.output
+    r = runner.invoke(app, ["dra", "devices", "--machine", "1s1n1l2c2t", "-f", "json"])
+    assert r.exit_code == 0, r.output
+    devices = json.loads(r.output)
+    assert [d["name"] for d in devices] == ["cpu0", "cpu1", "cpu2", "cpu3"]
+    assert devices[0]["attributes"]["coreType"] == {"string": "standard"}
+
+
+def test_devices_grouped_from_a_fixture() -> None:
+    r = runner.invoke(
+        app, ["dra", "devices", "--fixture", "20em64t-hybrid-1p6c2t+2ca4co1t", "--model", "grouped", "-f", "yaml"]
+    )
+    assert r.exit_code == 0, r.output
+    docs = yaml.safe_load(r.output)
+    assert [d["name"] for d in docs] == ["numa0-pcore", "numa0-ecore"]
+    assert docs[0]["capacity"]["cpu"]["value"] == "12"
+
+
+def test_devices_with_a_config_file(tmp_path: Path) -> None:
+    cfg = tmp_path / "devices.yaml"
+    cfg.write_text("model: core\nadd_attributes:\n  rack: r1\ndrop_attributes: [minFreq]\n")
+    r = runner.invoke(app, ["dra", "devices", "--machine", "1s1n1l2c2t", "--config", str(cfg), "-f", "json"])
+    assert r.exit_code == 0, r.output
+    devices = json.loads(r.output)
+    assert [d["name"] for d in devices] == ["core0", "core1"]
+    assert devices[0]["attributes"]["rack"] == {"string": "r1"}
+    assert "minFreq" not in devices[0]["attributes"]
+
+
+def test_slices_and_deviceclass() -> None:
+    r = runner.invoke(app, ["dra", "slices", "--node", "node-a", "--machine", "2s1d2n2l16c2t", "--generation", "3"])
+    assert r.exit_code == 0, r.output
+    slices = list(yaml.safe_load_all(r.output))
+    assert [s["metadata"]["name"] for s in slices] == ["node-a-native.cpu-0", "node-a-native.cpu-1"]
+    assert slices[0]["spec"]["pool"] == {"name": "node-a", "generation": 3, "resourceSliceCount": 2}
+    r = runner.invoke(app, ["dra", "deviceclass"])
+    assert r.exit_code == 0
+    assert yaml.safe_load(r.output)["metadata"]["name"] == "native.cpu"
+
+
+def test_clear_errors(tmp_path: Path) -> None:
+    cases = [
+        (["dra", "devices", "--machine", "2x"], "invalid machine spec"),
+        (["dra", "devices", "--machine", "1s1n1l2c2t", "--reserved", "0-x"], "--reserved"),
+        (["dra", "devices", "--machine", "1s1n1l2c2t", "--reserved", "9"], "not online"),
+        (["dra", "devices", "--machine", "1s1n1l2c2t", "--fixture", "x"], "only one of"),
+        (["dra", "slices", "--node", "Bad_Node", "--machine", "1s1n1l2c2t"], "DNS subdomain"),
+    ]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("add_attributes:\n  bad name: 1\n")
+    cases.append((["dra", "devices", "--machine", "1s1n1l2c2t", "--config", str(bad)], "bad name"))
+    for args, needle in cases:
+        r = runner.invoke(app, args)
+        assert r.exit_code == 1, (args, r.output)
+        assert needle in r.output, (args, r.output)

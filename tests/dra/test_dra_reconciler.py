@@ -1,0 +1,216 @@
+"""The ResourceSlice reconciler against the API server double over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from topodra.cpuset import CPUSet
+from topodra.dra.devices import build_devices
+from topodra.dra.reconciler import SliceReconciler
+from topodra.dra.slices import build_slices
+from topodra.kube.apiserver import ApiServer
+from topodra.kube.client import NODES, RESOURCE_SLICES, KubeClient
+from topodra.topology import synthetic_topology
+
+TOPO = synthetic_topology("2s1d2n2l16c2t")  # 256 CPUs
+DEVICES = build_devices(TOPO)
+
+
+def scenario(body: Callable[[KubeClient, ApiServer], Awaitable[Any]]) -> Any:
+    async def main() -> Any:
+        async with ApiServer() as server:
+            client = KubeClient.for_url(server.url)
+            try:
+                return await asyncio.wait_for(body(client, server), 30)
+            finally:
+                await client.close()
+
+    return asyncio.run(main())
+
+
+async def ours(client: KubeClient, node: str = "node-a") -> list[dict[str, Any]]:
+    items, _ = await client.list(RESOURCE_SLICES, fields={"spec.nodeName": node, "spec.driver": "native.cpu"})
+    return sorted(items, key=lambda s: s["metadata"]["name"])
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 10) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await check():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
+        await asyncio.sleep(0.02)
+
+
+def test_publishes_chunked_slices_owned_by_the_node() -> None:
+    async def body(c: KubeClient, server: ApiServer) -> None:
+        node = await c.create(NODES, {"metadata": {"name": "node-a"}})
+        rec = SliceReconciler(c, "node-a", DEVICES)
+        report = await rec.sync()
+        assert report.created == ("node-a-native.cpu-0", "node-a-native.cpu-1")
+        assert report.generation == 1
+        slices = await ours(c)
+        assert [len(s["spec"]["devices"]) for s in slices] == [128, 128]
+        for s in slices:
+            assert s["spec"]["pool"] == {"name": "node-a", "generation": 1, "resourceSliceCount": 2}
+            assert s["metadata"]["ownerReferences"][0]["uid"] == node["metadata"]["uid"]
+            assert s["metadata"]["ownerReferences"][0]["controller"] is True
+        assert [d["name"] for s in slices for d in s["spec"]["devices"]] == [d.name for d in DEVICES]
+        # a second pass changes nothing
+        again = await rec.sync()
+        assert not again.changed
+        assert again.generation == 1
+
+    scenario(body)
+
+
+def test_wiped_slices_are_recreated_with_a_new_generation() -> None:
+    async def body(c: KubeClient, server: ApiServer) -> None:
+        await c.create(NODES, {"metadata": {"name": "node-a"}})
+        rec = SliceReconciler(c, "node-a", DEVICES, resync_delay=0.01)
+        stop = asyncio.Event()
+        task = asyncio.create_task(rec.run(stop))
+        await asyncio.wait_for(rec.synced.wait(), 10)
+        for s in await ours(c):  # the kubelet wipes node-local slices at start-up
+            await c.delete(RESOURCE_SLICES, s["metadata"]["name"])
+
+        async def back() -> bool:
+            slices = await ours(c)
+            return len(slices) == 2 and all(s["spec"]["pool"]["generation"] == 2 for s in slices)
+
+        await eventually(back)
+        assert rec.generation == 2
+        # partial wipe: only one slice gone
+        await c.delete(RESOURCE_SLICES, "node-a-native.cpu-1")
+
+        async def back3() -> bool:
+            slices = await ours(c)
+            return len(slices) == 2 and all(s["spec"]["pool"]["generation"] == 3 for s in slices)
+
+        await eventually(back3)
+        stop.set()
+        await asyncio.wait_for(task, 5)
+
+    scenario(body)
+
+
+def test_stale_slices_are_deleted_and_others_left_alone() -> None:
+    async def body(c: KubeClient, server: ApiServer) -> None:
+        await c.create(NODES, {"metadata": {"name": "node-a"}})
+        old = build_slices("node-a", DEVICES[:10], generation=4)[0]
+        old["metadata"]["name"] = "node-a-native.cpu-7"  # an old layout's slice
+        await c.create(RESOURCE_SLICES, old)
+        prototype_pool = build_slices("pool0", DEVICES[:3])[0]  # the prototype's non-node pool name
+        prototype_pool["spec"]["nodeName"] = "node-a"
+        await c.create(RESOURCE_SLICES, prototype_pool)
+        other_driver = build_slices("node-a", DEVICES[:3], driver="gpu.example.com")[0]
+        await c.create(RESOURCE_SLICES, other_driver)
+        other_node = build_slices("node-b", DEVICES[:3])[0]
+        await c.create(RESOURCE_SLICES, other_node)
+
+        rec = SliceReconciler(c, "node-a", DEVICES)
+        report = await rec.sync()
+        assert set(report.deleted) == {"node-a-native.cpu-7", prototype_pool["metadata"]["name"]}
+        assert report.generation == 5  # above the generation seen in the pool
+        names = [s["metadata"]["name"] for s in await ours(c)]
+        assert names == ["node-a-native.cpu-0", "node-a-native.cpu-1"]
+        everything, _ = await c.list(RESOURCE_SLICES)
+        assert {s["metadata"]["name"] for s in everything} == {
+            "node-a-native.cpu-0",
+            "node-a-native.cpu-1",
+            other_driver["metadata"]["name"],
+            other_node["metadata"]["name"],
+        }
+
+    scenario(body)
+
+
+def test_device_changes_bump_the_generation_and_shrink_the_pool() -> None:
+    async def body(c: KubeClient, server: ApiServer) -> None:
+        await c.create(NODES, {"metadata": {"name": "node-a"}})
+        rec = SliceReconciler(c, "node-a", DEVICES, resync_delay=0.01)
+        stop = asyncio.Event()
+        task = asyncio.create_task(rec.run(stop))
+        await asyncio.wait_for(rec.synced.wait(), 10)
+        fewer = build_devices(TOPO, exclude=CPUSet(range(8, 256)))
+        rec.set_devices(fewer)
+
+        async def shrunk() -> bool:
+            slices = await ours(c)
+            return len(slices) == 1 and slices[0]["spec"]["pool"] == {
+                "name": "node-a",
+                "generation": 2,
+                "resourceSliceCount": 1,
+            }
+
+        await eventually(shrunk)
+        assert [d["name"] for d in (await ours(c))[0]["spec"]["devices"]] == [f"cpu{i}" for i in range(8)]
+        stop.set()
+        await asyncio.wait_for(task, 5)
+
+    scenario(body)
+
+
+def test_drifted_slices_are_restored() -> None:
+    async def body(c: KubeClient, server: ApiServer) -> None:
+        await c.create(NODES, {"metadata": {"name": "node-a"}})
+        rec = SliceReconciler(c, "node-a", DEVICES, resync_delay=0.01)
+        stop = asyncio.Event()
+        task = asyncio.create_task(rec.run(stop))
+        await asyncio.wait_for(rec.synced.wait(), 10)
+        victim = (await ours(c))[0]
+        edited = copy.deepcopy(victim)
+        edited["spec"]["devices"] = edited["spec"]["devices"][:5]
+        await c.replace(RESOURCE_SLICES, edited)
+
+        async def restored() -> bool:
+            s = (await ours(c))[0]
+            return len(s["spec"]["devices"]) == 128 and s["spec"]["pool"]["generation"] == 2
+
+        await eventually(restored)
+        stop.set()
+        await asyncio.wait_for(task, 5)
+
+    scenario(body)
+
+
+def test_api_errors_are_retried() -> None:
+    async def body(c: KubeClient, server: ApiServer) -> None:
+        await c.create(NODES, {"metadata": {"name": "node-a"}})
+        server.inject("POST", "resourceslices", 500, times=2)
+        rec = SliceReconciler(c, "node-a", DEVICES, resync_delay=0.01)
+        rec._max_backoff = 0.05
+        stop = asyncio.Event()
+        task = asyncio.create_task(rec.run(stop))
+        await asyncio.wait_for(rec.synced.wait(), 10)
+        assert len(await ours(c)) == 2
+        stop.set()
+        await asyncio.wait_for(task, 5)
+
+    scenario(body)
+
+
+def test_restarted_reconciler_keeps_an_identical_pool() -> None:
+    async def body(c: KubeClient, server: ApiServer) -> None:
+        await c.create(NODES, {"metadata": {"name": "node-a"}})
+        await SliceReconciler(c, "node-a", DEVICES).sync()
+        await SliceReconciler(c, "node-a", DEVICES[:200]).sync()  # generation 2
+        before = await ours(c)
+        writes = sum(1 for m, _ in server.requests if m in ("POST", "PUT", "DELETE"))
+        report = await SliceReconciler(c, "node-a", DEVICES[:200]).sync()
+        assert not report.changed
+        assert report.generation == 2
+        assert await ours(c) == before
+        assert sum(1 for m, _ in server.requests if m in ("POST", "PUT", "DELETE")) == writes
+
+    scenario(body)
+
+
+def test_missing_node_publishes_without_owner() -> None:
+    async def body(c: KubeClient, server: ApiServer) -> None:
+        await SliceReconciler(c, "node-z", DEVICES[:4]).sync()
+        (s,) = await ours(c, "node-z")
+        assert "ownerReferences" not in s["metadata"]
+
+    scenario(body)

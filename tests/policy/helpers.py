@@ -1,0 +1,162 @@
+"""Shared builders and the invariant checker for the policy tests."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from topodra.cpuset import CPUSet
+from topodra.policy import Assignment, Changes, ContainerRequest, GrantKind, Policy, QoSClass
+from topodra.topology.model import CPUInfo, NUMANode, Topology
+
+GIB = 1 << 30
+
+
+def request(
+    cid: str,
+    qos: QoSClass = QoSClass.GUARANTEED,
+    cpu: int = 1000,
+    *,
+    limit: int | None = -1,
+    memory: int = 0,
+    namespace: str = "default",
+    pod: str | None = None,
+    name: str = "ctr",
+    annotations: Mapping[str, str] | None = None,
+    claims: tuple[str, ...] = (),
+) -> ContainerRequest:
+    """A container request; Guaranteed gets limit == request unless told otherwise."""
+    if limit == -1:
+        limit = cpu if qos is QoSClass.GUARANTEED else None
+    return ContainerRequest(
+        id=cid,
+        name=name,
+        pod_uid=pod or f"uid-{cid}",
+        pod_name=pod or f"pod-{cid}",
+        namespace=namespace,
+        qos=qos,
+        cpu_request_milli=cpu,
+        cpu_limit_milli=limit,
+        memory_request=memory,
+        memory_limit=memory or None,
+        annotations=dict(annotations or {}),
+        claims=claims,
+    )
+
+
+def guaranteed(cid: str, cpus: float, **kw: object) -> ContainerRequest:
+    return request(cid, QoSClass.GUARANTEED, int(cpus * 1000), **kw)  # type: ignore[arg-type]
+
+
+def besteffort(cid: str, **kw: object) -> ContainerRequest:
+    return request(cid, QoSClass.BEST_EFFORT, 0, **kw)  # type: ignore[arg-type]
+
+
+def burstable(cid: str, cpu: int = 500, **kw: object) -> ContainerRequest:
+    return request(cid, QoSClass.BURSTABLE, cpu, **kw)  # type: ignore[arg-type]
+
+
+def check_invariants(p: Policy) -> None:
+    """Every rule the policy promises about its state, checked from the outside in."""
+    assigned = p.assignments()
+    claims = p.claims()
+    claimed = CPUSet()
+    for cpus in claims.values():
+        assert cpus, "a claim holds no CPUs"
+        assert claimed.isdisjoint(cpus), "two claims share CPUs"
+        claimed |= cpus
+    assert claimed.isdisjoint(p.reserved_cpus)
+    exclusive = CPUSet()
+    all_ids = set(assigned)
+    for cid in p.grants():
+        g = p.grant(cid)
+        assert g is not None
+        if g.kind is GrantKind.PRESERVE:
+            assert cid not in assigned
+        else:
+            assert cid in all_ids, f"{cid} has a grant but no assignment"
+    for cid, a in assigned.items():
+        g = p.grant(cid)
+        assert g is not None
+        assert a.cpus, f"{cid} has an empty cpuset"
+        ex = CPUSet.from_mask(g.exclusive)
+        if g.kind in (GrantKind.EXCLUSIVE, GrantKind.MIXED):
+            assert ex, f"{cid}: {g.kind} without exclusive CPUs"
+            assert exclusive.isdisjoint(ex), f"{cid}: exclusive CPUs overlap another grant"
+            exclusive |= ex
+            assert ex.isdisjoint(claimed), f"{cid}: exclusive CPUs {ex} are claimed"
+            assert ex.isdisjoint(p.reserved_cpus)
+            assert ex <= p.available_cpus
+            if g.isolated:
+                assert ex <= p.isolated_cpus
+        else:
+            assert not ex
+        pool = p.pools[g.pool]
+        if not p.config.pin_cpu and g.kind is not GrantKind.CLAIMED:
+            continue
+        cpus = a.cpus
+        if g.hide_hyperthreads:
+            continue  # thinned sets are checked by their own tests
+        if g.kind is GrantKind.CLAIMED:
+            union = CPUSet()
+            assert g.claims, f"{cid}: claimed container without claims"
+            assert set(g.claims) <= set(g.request.claims)
+            for c in g.claims:
+                union |= claims[c]
+            assert cpus == union, f"{cid}: claimed container on {cpus}, claims hold {union}"
+        elif g.kind is GrantKind.RESERVED:
+            assert cpus == p.reserved_cpus
+        elif g.kind is GrantKind.EXCLUSIVE:
+            assert cpus == ex
+        else:
+            shared = p.shared_cpus(pool.name)
+            assert shared, f"{cid}: pool {pool.name} has an empty shared set"
+            assert shared <= CPUSet.from_mask(pool.cpus), "shared set outside its pool"
+            assert cpus == (shared | ex), f"{cid}: {cpus} is not pool {pool.name}'s shared set {shared} (+{ex})"
+    for cid, a in assigned.items():
+        g = p.grant(cid)
+        assert g is not None
+        if g.kind is GrantKind.CLAIMED or (not p.config.pin_cpu):
+            continue
+        assert a.cpus.isdisjoint(claimed), f"{cid} runs on claimed CPUs {a.cpus & claimed}"
+        own = CPUSet.from_mask(g.exclusive)
+        assert (a.cpus - own).isdisjoint(exclusive), f"{cid} runs on another container's exclusive CPUs"
+
+
+def check_changes(before: dict[str, Assignment], after: dict[str, Assignment], changes: Changes, subject: str | None) -> None:
+    """``changes`` is exactly the difference between two states (plus the subject)."""
+    for cid, a in after.items():
+        if before.get(cid) != a:
+            assert cid in changes, f"{cid} changed from {before.get(cid)} to {a} but is not in the changes"
+    for cid, a in changes.items():
+        assert after.get(cid) == a, f"changes give {cid} {a}, the policy holds {after.get(cid)}"
+        assert cid == subject or before.get(cid) != a, f"{cid} is in the changes but did not change"
+
+
+def make_topology(layout: dict[int, tuple[int, int, int]], *, l3_of_node: bool = True) -> Topology:
+    """A hand-built machine: CPU -> (package, NUMA node, core); L3 per NUMA node unless told."""
+    cores: dict[int, set[int]] = {}
+    for cpu, (_, _, core) in layout.items():
+        cores.setdefault(core, set()).add(cpu)
+    cpus = {}
+    for cpu, (pkg, node, core) in sorted(layout.items()):
+        cpus[cpu] = CPUInfo(
+            id=cpu,
+            package=pkg,
+            die=pkg,
+            die_id=0,
+            cluster=core,
+            cluster_id=-1,
+            core=core,
+            core_id=core,
+            siblings=CPUSet(cores[core]),
+            node=node,
+            l2=core,
+            l3=node if l3_of_node else pkg,
+        )
+    nodes = {}
+    for node in sorted({n for _, n, _ in layout.values()}):
+        nodes[node] = NUMANode(
+            id=node, cpus=CPUSet(c for c, (_, n, _) in layout.items() if n == node), memory_bytes=64 * GIB
+        )
+    online = CPUSet(layout)
+    return Topology(cpus=cpus, nodes=nodes, possible=online, present=online, online_cpus=online, source="test")
