@@ -178,3 +178,17 @@ def test_a_timed_out_node_ends_the_attempt(memo: bool) -> None:
     assert r.failure_kind == "timeout"
     assert r.nodes_filtered == 1
     assert r.predicted_s >= 10
+
+
+@pytest.mark.parametrize(("scoring", "second"), [("least-allocated", "node-1"), ("first", "node-0")])
+def test_scoring_spreads_or_packs(scoring: str, second: str) -> None:
+    nodes, slices = cluster(50)
+    s = Scheduler(nodes, slices, [CLS], scoring=scoring)
+    assert s.schedule(pod(claim("c", req("r")))).node == "node-0"
+    assert s.schedule(pod(claim("c", req("r")))).node == second
+
+
+def test_unknown_scoring_is_rejected() -> None:
+    nodes, slices = cluster(2)
+    with pytest.raises(ValueError, match="scoring must be one of"):
+        Scheduler(nodes, slices, [CLS], scoring="random")

@@ -72,6 +72,7 @@ def run_cmd(
         list[Path] | None,
         typer.Option("--objects", help="Simulate an exported cluster: YAML/JSON with Nodes, ResourceSlices, DeviceClasses and allocated ResourceClaims (repeatable)."),
     ] = None,
+    scoring: Annotated[str, typer.Option("--scoring", help="Among feasible nodes: least-allocated (spread, like NodeResourcesFit) or first (pack).")] = "least-allocated",
     percentage: Annotated[int, typer.Option("--percentage-of-nodes-to-score", min=0, max=100, help="kube-scheduler's percentageOfNodesToScore (0: adaptive).")] = 0,
 ) -> None:
     """Schedule a workload on one synthetic cluster and report what kube-scheduler would spend."""
@@ -88,6 +89,8 @@ def run_cmd(
         (mod, group), = parse_models([model])
     except ValueError as e:
         _fail(str(e))
+    if scoring not in ("least-allocated", "first"):
+        _fail(f"--scoring {scoring!r}: must be least-allocated or first")
     config = RunConfig(
         nodes=nodes,
         machines=_machines(machine, cpus),
@@ -101,6 +104,7 @@ def run_cmd(
         seed=seed,
         percentage_of_nodes_to_score=percentage or None,
         objects=tuple(str(p) for p in objects or ()),
+        scoring=scoring,
     )
     console = Console(stderr=True)
     try:
@@ -162,6 +166,7 @@ def sweep_cmd(
     processes: Annotated[int, typer.Option("--processes", "-j", min=0, help="Worker processes (0: all cores).")] = 0,
     out: Annotated[Path, typer.Option("--out", "-o", help="Output directory (CSV, JSON, PNG plots, report.md).")] = Path("sim-sweep"),
     scheduler_cores: Annotated[int, typer.Option("--scheduler-cores", min=1, help="CPUs of the kube-scheduler host (Filter runs on min(16, this) workers).")] = 16,
+    scoring: Annotated[str, typer.Option("--scoring", help="Among feasible nodes: least-allocated (spread) or first (pack).")] = "least-allocated",
 ) -> None:
     """Run the simulator over nodes x CPUs x device models on all cores; write CSV/JSON, plots and a report."""
     import os
@@ -187,7 +192,10 @@ def sweep_cmd(
         pods=pods or None,
         fill=fill,
         processes=processes or os.cpu_count() or 1,
+        scoring=scoring,
     )
+    if scoring not in ("least-allocated", "first"):
+        _fail(f"--scoring {scoring!r}: must be least-allocated or first")
     bad = [c for c in cfg.cpus if c % 16]
     if bad:
         _fail(f"--cpus {bad[0]}: must be a multiple of 16 (16-CPU L3 groups)")

@@ -30,6 +30,7 @@ class RunConfig:
     reserved_cpus: int = 0
     seed: int = 1
     percentage_of_nodes_to_score: int | None = None
+    scoring: str = "least-allocated"  # or "first"
     objects: tuple[str, ...] = ()  # YAML/JSON files with the cluster's API objects instead of a synthetic cluster
 
 
@@ -111,6 +112,7 @@ def run_simulation(
         list(cluster.classes) + list(wl.classes),
         costs=costs,
         percentage_of_nodes_to_score=config.percentage_of_nodes_to_score,
+        scoring=config.scoring,
     )
     if cluster.background:
         sched.preallocate(cluster.background)

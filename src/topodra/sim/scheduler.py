@@ -42,6 +42,11 @@ from topodra.sim.costmodel import DEFAULT_COSTS, CostModel, num_feasible_nodes_t
 
 __all__ = ["Pod", "PodResult", "Scheduler"]
 
+#: How to choose among feasible nodes after the DRA score: "least-allocated" (the free
+#: share of the node's devices, as NodeResourcesFit's default strategy spreads pods) or
+#: "first" (the first node in scan order). Remaining ties go to the first in scan order.
+SCORINGS = ("least-allocated", "first")
+
 #: Up to this many distinct node classes the scan evaluates every class once and runs in
 #: numpy; beyond it, nodes are evaluated one by one (memoised) only as far as the scan goes.
 VECTOR_CLASSES = 64
@@ -116,10 +121,16 @@ class Scheduler:
         percentage_of_nodes_to_score: int | None = None,
         memo: bool = True,
         max_calls: int = 2_000_000,
+        scoring: str = "least-allocated",
     ) -> None:
         self.nodes = [n if isinstance(n, Node) else parse_node(n) for n in nodes]
         if not self.nodes:
             raise ValueError("a cluster needs at least one node")
+        if scoring not in SCORINGS:
+            raise ValueError(f"scoring must be one of {', '.join(SCORINGS)}, got {scoring!r}")
+        self.scoring = scoring
+        #: fraction of each node's device capacity still free (the least-allocated score)
+        self._free = np.ones(len(self.nodes))
         self.state = AllocatedState()
         self.allocator = Allocator(slices, classes, self.state, max_calls=max_calls)
         self.costs = costs
@@ -135,6 +146,7 @@ class Scheduler:
         self._node_key: list[tuple[Any, ...]] = []
         self._held: dict[int, dict[int, DeviceID]] = {}
         self._ids: list[list[DeviceID]] = []  # node -> device ids by position
+        self._capacity_of: dict[DeviceID, dict[str, Any]] = {}  # shared devices: capacity totals
         self._spec_cache: dict[tuple[int, ...], tuple[list[Any], list[Claim], str]] = {}  # node -> position -> device in use
         self.memo_hits = 0
         self.memo_misses = 0
@@ -154,6 +166,8 @@ class Scheduler:
                     for d in s.devices:
                         self._where[(p.driver, p.name, d.name)] = (i, pos)
                         ids.append((p.driver, p.name, d.name))
+                        if d.allow_multiple and d.capacity:
+                            self._capacity_of[(p.driver, p.name, d.name)] = {k: c.value.amount for k, c in d.capacity.items()}
                         pos += 1
                 counters = json.dumps({k: {c: str(q) for c, q in v.items()} for k, v in p.counter_sets.items()}, sort_keys=True)
                 layout.append((p.driver, tuple(shapes), counters))
@@ -254,7 +268,9 @@ class Scheduler:
         if failure is None:
             fidx = np.flatnonzero(f[:stop])
             if fidx.size:
-                scores = np.array([e.score for e in entries])[rot[fidx]]
+                scores = np.array([e.score for e in entries], dtype=float)[rot[fidx]] * 2.0
+                if self.scoring == "least-allocated":
+                    scores = scores + self._free[(start + fidx) % N]
                 best = int(fidx[int(np.argmax(scores))])
                 feasible = [((start + best) % N, entries[rot[best]])]
             found = int(fidx.size)
@@ -351,7 +367,9 @@ class Scheduler:
             why = "invalid resource pools on every node" if invalid_only and processed else "no node can allocate the claims"
             result.failure = f"0/{N} nodes are available: {why}"
             return result
-        best_i, best = max(feasible, key=lambda t: t[1].score)  # max keeps the first of equal scores
+        least = self.scoring == "least-allocated"
+        # max keeps the first of equal scores
+        best_i, best = max(feasible, key=lambda t: t[1].score * 2.0 + (float(self._free[t[0]]) if least else 0.0))
         allocs = self._replay(best, best_i, claims) if self.memo_enabled else None
         if allocs is None:
             allocs = self.allocator.allocate(self.nodes[best_i], claims)
@@ -432,6 +450,7 @@ class Scheduler:
                     held.pop(pos, None)
             self._node_key[i] = self._alloc_key(i)
             self._move(i, self._key_id(self._node_key[i]))
+            self._free[i] = self._free_share(i)
 
     def _move(self, i: int, new: int) -> None:
         """Node ``i`` changes class: keep class sizes and representatives current."""
@@ -455,6 +474,22 @@ class Scheduler:
         if kid is None:
             kid = self._key_ids[key] = len(self._key_ids)
         return kid
+
+    def _free_share(self, i: int) -> float:
+        """Share of node ``i``'s devices still free; shared devices count by consumed capacity."""
+        total = len(self._ids[i])
+        if not total:
+            return 0.0
+        used = 0.0
+        for _, did in self._held.get(i, {}).items():
+            if did in self.state.devices:
+                used += 1.0
+                continue
+            consumed = self.state.capacity.get(did, {})
+            cap = self._capacity_of.get(did, {})
+            fractions = [float(v / cap[k]) for k, v in consumed.items() if cap.get(k)]
+            used += max(fractions, default=1.0)
+        return max(0.0, 1.0 - used / total)
 
     def _alloc_key(self, i: int) -> tuple[Any, ...]:
         parts: list[tuple[Any, ...]] = []
