@@ -23,61 +23,38 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import Result, median, percentile
-from topodra.cpuset import CPUSet
 from topodra.dra.claims import ClaimRef
 from topodra.dra.devices import DeviceModelConfig, build_devices
 from topodra.dra.driver import ClaimPolicy, Driver
 from topodra.dra.slices import build_slices
-from topodra.policy.api import Assignment, Changes, PolicyError
-from topodra.topology import CoreType, Topology, synthetic_topology
+from topodra.policy.api import ContainerRequest, QoSClass
+from topodra.policy.policy import Policy
+from topodra.topology import Topology, synthetic_topology
 
 MACHINE = "2s1d2n2l16c2t"  # 256 CPUs, 4 NUMA nodes, 8 L3 groups
 CLAIM_CPUS = 16
 
 
-class _StandInPolicy:
-    """Used only until topodra.policy.policy.Policy is importable: the same claim rules, no containers."""
-
-    def __init__(self, topology: Topology) -> None:
-        self._online = topology.online
-        self._claims: dict[str, CPUSet] = {}
-
-    def claim(self, claim_id: str, cpus: CPUSet) -> Changes:
-        if claim_id in self._claims:
-            if self._claims[claim_id] == cpus:
-                return {}
-            raise PolicyError("claimed with other CPUs")
-        for held in self._claims.values():
-            if held & cpus:
-                raise PolicyError("CPUs already claimed")
-        self._claims[claim_id] = cpus
-        return {"shared": Assignment(cpus=self._free())}
-
-    def release(self, claim_id: str) -> Changes:
-        return {"shared": Assignment(cpus=self._free())} if self._claims.pop(claim_id, None) is not None else {}
-
-    def pick(self, count: int, within: CPUSet, *, prefer: CoreType | None = None) -> CPUSet:
-        return (within - self._taken()).take(count)
-
-    def claimed(self, claim_id: str) -> CPUSet | None:
-        return self._claims.get(claim_id)
-
-    def _taken(self) -> CPUSet:
-        out = CPUSet()
-        for c in self._claims.values():
-            out |= c
-        return out
-
-    def _free(self) -> CPUSet:
-        return self._online - self._taken()
-
-
 def _policy(topology: Topology) -> tuple[ClaimPolicy, str]:
-    try:
-        from topodra.policy.policy import Policy  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        return _StandInPolicy(topology), "stand-in policy (topodra.policy.policy not on this branch yet)"
-    return Policy(topology), "topodra.policy.policy.Policy"  # type: ignore[no-any-return,unused-ignore]
+    """The real policy with a realistic load: 30 burstable and 10 guaranteed 2-CPU containers."""
+    policy = Policy(topology)
+    for i in range(40):
+        guaranteed = i % 4 == 0
+        policy.add(
+            ContainerRequest(
+                id=f"ctr-{i}",
+                name="app",
+                pod_uid=f"pod-{i}",
+                pod_name=f"pod-{i}",
+                namespace="default",
+                qos=QoSClass.GUARANTEED if guaranteed else QoSClass.BURSTABLE,
+                cpu_request_milli=2000 if guaranteed else 250,
+                cpu_limit_milli=2000 if guaranteed else None,
+                memory_request=1 << 28,
+                memory_limit=(1 << 28) if guaranteed else None,
+            )
+        )
+    return policy, "topodra Policy with 40 containers (10 guaranteed 2-CPU)"
 
 
 def _claim(uid: str, devices: list[str], consumed: int | None = None) -> dict[str, Any]:

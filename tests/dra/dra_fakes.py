@@ -1,11 +1,4 @@
-"""Test doubles for the DRA tests: a policy that enforces the real one's claim rules, claim builders.
-
-FakePolicy follows the interface of topodra.policy.policy.Policy (claim,
-release, pick, claimed, claims, reserved_cpus) and its rules: a CPU is in at
-most one claim, reserved and unknown CPUs are refused, re-claiming the same
-id with the same CPUs is a no-op. Every change is reported like the real
-policy does: one shared container whose cpuset is the unclaimed CPUs.
-"""
+"""Helpers for the DRA tests: the real policy with a call log, claim builders, a tiny scheduler."""
 
 from __future__ import annotations
 
@@ -13,66 +6,48 @@ from typing import Any
 
 from topodra.cpuset import CPUSet
 from topodra.dra.devices import DRIVER
-from topodra.policy.api import Assignment, Changes, PolicyError
-from topodra.topology.model import CoreType
+from topodra.policy.api import Changes, ContainerRequest, QoSClass
+from topodra.policy.config import PolicyConfig
+from topodra.policy.policy import Policy
+from topodra.topology.model import CoreType, Topology
 
 SHARED = "ctr-shared"
 
 
-class FakePolicy:
-    def __init__(self, online: CPUSet, reserved: CPUSet | None = None) -> None:
-        self.online = online
-        self._reserved = reserved or CPUSet()
-        self._claims: dict[str, CPUSet] = {}
+class RecordingPolicy:
+    """The real topodra Policy, with one shared container (so claims produce changes) and a call log."""
+
+    def __init__(self, topology: Topology, reserved: CPUSet | None = None, *, shared: bool = True) -> None:
+        self.inner = Policy(topology, PolicyConfig(reserved_cpus=reserved or CPUSet()))
+        if shared:
+            self.inner.add(
+                ContainerRequest(
+                    id=SHARED, name="app", pod_uid="pod-shared", pod_name="shared", namespace="default",
+                    qos=QoSClass.BURSTABLE, cpu_request_milli=100,
+                )
+            )
         self.calls: list[tuple[str, str]] = []
 
     @property
     def reserved_cpus(self) -> CPUSet:
-        return self._reserved
-
-    def _shared(self) -> Changes:
-        free = self.online - self._reserved
-        for c in self._claims.values():
-            free -= c
-        return {SHARED: Assignment(cpus=free or self._reserved)}
+        return self.inner.reserved_cpus
 
     def claim(self, claim_id: str, cpus: CPUSet) -> Changes:
         self.calls.append(("claim", claim_id))
-        if not cpus:
-            raise PolicyError(f"claim {claim_id}: no CPUs")
-        if claim_id in self._claims:
-            if self._claims[claim_id] == cpus:
-                return {}
-            raise PolicyError(f"claim {claim_id} already holds {self._claims[claim_id]}")
-        if not cpus <= self.online:
-            raise PolicyError(f"CPUs {cpus - self.online} are not online")
-        if cpus & self._reserved:
-            raise PolicyError(f"CPUs {cpus & self._reserved} are reserved")
-        for other, held in self._claims.items():
-            if held & cpus:
-                raise PolicyError(f"CPUs {held & cpus} are held by claim {other}")
-        self._claims[claim_id] = cpus
-        return self._shared()
+        return self.inner.claim(claim_id, cpus)
 
     def release(self, claim_id: str) -> Changes:
         self.calls.append(("release", claim_id))
-        if self._claims.pop(claim_id, None) is None:
-            return {}
-        return self._shared()
+        return self.inner.release(claim_id)
 
     def pick(self, count: int, within: CPUSet, *, prefer: CoreType | None = None) -> CPUSet:
-        free = within - self._reserved
-        for held in self._claims.values():
-            free -= held
-        if len(free) < count:
-            raise PolicyError(f"only {len(free)} free CPUs in {within}, {count} wanted")
-        return free.take(count)
+        return self.inner.pick(count, within, prefer=prefer)
 
     def claimed(self, claim_id: str) -> CPUSet | None:
-        return self._claims.get(claim_id)
+        return self.inner.claimed(claim_id)
 
     def claims(self) -> dict[str, CPUSet]:
-        return dict(self._claims)
+        return self.inner.claims()
 
 
 def make_claim(

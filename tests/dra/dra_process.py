@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dra_fakes import FakePolicy
+from dra_fakes import RecordingPolicy
 
 from topodra.cpuset import CPUSet
 from topodra.dra import cdi
@@ -25,7 +25,7 @@ TOPO = synthetic_topology("1s1n1l8c2t")
 
 
 async def main(mode: str, root: Path) -> dict[str, Any]:
-    policy = FakePolicy(TOPO.online, CPUSet([0]))
+    policy = RecordingPolicy(TOPO, CPUSet([0]))
     claims = json.loads((root / "claims.json").read_text())
 
     async def fetch(namespace: str, name: str) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from dra_fakes import SHARED, ClaimStore, FakePolicy, make_claim
+from dra_fakes import SHARED, ClaimStore, RecordingPolicy, make_claim
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -33,9 +33,9 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
 class Rig:
     """A driver over a fake policy and claim store, in a temp dir."""
 
-    def __init__(self, tmp: Path, *, model: str = "cpu", policy: FakePolicy | None = None) -> None:
+    def __init__(self, tmp: Path, *, model: str = "cpu", policy: RecordingPolicy | None = None) -> None:
         self.tmp = tmp
-        self.policy = policy or FakePolicy(TOPO.online, RESERVED)
+        self.policy = policy or RecordingPolicy(TOPO, RESERVED)
         self.store = ClaimStore()
         self.pushed: list[Changes] = []
         self.devices = build_devices(TOPO, DeviceModelConfig(model=model), exclude=RESERVED)  # type: ignore[arg-type]
@@ -162,6 +162,11 @@ def test_every_claim_gets_an_answer(rig: Rig) -> None:
     assert "not found" in res["missing"].error
 
 
+def _admin(claim: dict[str, Any]) -> dict[str, Any]:
+    claim["status"]["allocation"]["devices"]["results"][0]["adminAccess"] = True
+    return claim
+
+
 @pytest.mark.parametrize(
     ("claim", "needle"),
     [
@@ -171,6 +176,7 @@ def test_every_claim_gets_an_answer(rig: Rig) -> None:
         (make_claim("u1", ["cpu0"]), "'cpu0' is not a native.cpu device"),  # reserved CPUs are not published
         (make_claim("u1", ["cpu4"], pool="node-b"), "another pool"),
         (make_claim("u1", ["cpu4", "cpu4"]), "allocated twice"),
+        (_admin(make_claim("u1", ["cpu4"])), "adminAccess is not supported"),
     ],
 )
 def test_bad_claims_are_refused_without_leaks(rig: Rig, claim: dict[str, Any], needle: str) -> None:
@@ -202,7 +208,7 @@ def test_cpus_already_claimed_are_refused(rig: Rig) -> None:
 
 
 def test_policy_refusal_is_a_claim_error(tmp_path: Path) -> None:
-    policy = FakePolicy(TOPO.online, RESERVED)
+    policy = RecordingPolicy(TOPO, RESERVED)
     policy.claim("agent-owned", CPUSet([7]))  # claimed outside this driver
     rig = Rig(tmp_path, policy=policy)
     rig.store.add(make_claim("u1", ["cpu7"]))
@@ -243,7 +249,7 @@ def test_grouped_device_cpus_are_picked_by_the_policy(tmp_path: Path) -> None:
     assert res["g1"].devices[0].share_id == "share-g1-0"
     assert rig.spec_cpus("g2") == b
     # restart keeps the picked CPUs, not a new pick
-    rig.policy = FakePolicy(TOPO.online, RESERVED)
+    rig.policy = RecordingPolicy(TOPO, RESERVED)
     rig.driver = rig.new_driver()
     run(rig.driver.restore())
     assert rig.prepare("g1")["g1"].claim.cpus == a
@@ -260,6 +266,11 @@ def test_grouped_bad_amounts(tmp_path: Path, amount: str, needle: str) -> None:
 def test_grouped_without_consumed_capacity_takes_the_whole_device(tmp_path: Path) -> None:
     rig = Rig(tmp_path, model="grouped")
     rig.store.add(make_claim("g1", ["numa0"]))
+    # the policy keeps CPUs for its shared containers: the whole group is refused with them ...
+    assert "no shared CPU" in rig.prepare("g1")["g1"].error
+    # ... and granted without them
+    rig = Rig(tmp_path / "empty", model="grouped", policy=RecordingPolicy(TOPO, RESERVED, shared=False))
+    rig.store.add(make_claim("g1", ["numa0"]))
     assert rig.prepare("g1")["g1"].claim.cpus == TOPO.online - RESERVED
 
 
@@ -275,7 +286,7 @@ def test_restart_answers_with_the_same_cpus_and_frees_on_unprepare(rig: Rig) -> 
     rig.store.add(make_claim("u1", ["cpu4", "cpu5"]))
     first = rig.prepare("u1")["u1"]
     # a new process: new policy, new driver, same checkpoint and CDI dir
-    rig.policy = FakePolicy(TOPO.online, RESERVED)
+    rig.policy = RecordingPolicy(TOPO, RESERVED)
     rig.pushed.clear()
     rig.driver = rig.new_driver()
     report = run(rig.driver.restore())
@@ -295,7 +306,7 @@ def test_restore_rewrites_missing_specs_and_removes_stale_ones(rig: Rig) -> None
     rig.prepare("u1")
     cdi.remove_spec(rig.tmp / "cdi", "u1")
     cdi.write_spec(rig.tmp / "cdi", "stale", CPUSet([9]))
-    rig.policy = FakePolicy(TOPO.online, RESERVED)
+    rig.policy = RecordingPolicy(TOPO, RESERVED)
     rig.driver = rig.new_driver()
     report = run(rig.driver.restore())
     assert report.removed_stale_specs == ("stale",)
@@ -306,7 +317,7 @@ def test_restore_rewrites_missing_specs_and_removes_stale_ones(rig: Rig) -> None
 def test_restore_with_cpus_now_reserved(rig: Rig) -> None:
     rig.store.add(make_claim("u1", ["cpu4"]))
     rig.prepare("u1")
-    rig.policy = FakePolicy(TOPO.online, RESERVED | CPUSet([4]))
+    rig.policy = RecordingPolicy(TOPO, RESERVED | CPUSet([4]))
     rig.driver = rig.new_driver()
     report = run(rig.driver.restore())
     assert "reserved" in report.failed["u1"]
@@ -331,7 +342,7 @@ def test_corrupt_checkpoint_is_a_clear_error_and_claims_nothing(rig: Rig, mangle
     rig.prepare("u1")
     path = rig.tmp / "plugin" / "checkpoint.json"
     path.write_bytes(mangle(path.read_bytes()))
-    rig.policy = FakePolicy(TOPO.online, RESERVED)
+    rig.policy = RecordingPolicy(TOPO, RESERVED)
     rig.driver = rig.new_driver()
     with pytest.raises(CheckpointError, match=r"checkpoint\.json"):
         run(rig.driver.restore())
@@ -376,7 +387,7 @@ def test_parse_claim_env_ignores_other_variables() -> None:
 # --- concurrency and invariants ---------------------------------------------------------------------------
 
 def test_concurrent_prepares_never_double_a_cpu(tmp_path: Path) -> None:
-    rig = Rig(tmp_path, model="grouped")
+    rig = Rig(tmp_path, model="grouped", policy=RecordingPolicy(TOPO, RESERVED, shared=False))
     for i in range(8):
         rig.store.add(make_claim(f"g{i}", ["numa0"], consumed={"numa0": "2"}))
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
-from dra_fakes import FakePolicy, allocate
+from dra_fakes import RecordingPolicy, allocate
 
 from topodra.cpuset import CPUSet
 from topodra.dra import cdi
@@ -103,7 +103,7 @@ async def _flow(tmp: Path, template: str, model: DeviceModelConfig) -> dict[str,
         uid = claim["metadata"]["uid"]
 
         # the kubelet: registration, then Prepare and Unprepare over gRPC
-        policy = FakePolicy(topo.online, RESERVED)
+        policy = RecordingPolicy(topo, RESERVED)
         paths = PluginPaths(kubelet_root=tmp / "kubelet")
 
         async def fetch(namespace: str, name: str) -> dict[str, Any]:

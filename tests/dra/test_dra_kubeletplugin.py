@@ -15,7 +15,7 @@ from typing import Any
 import grpc
 import grpc.aio
 import pytest
-from dra_fakes import ClaimStore, FakePolicy, make_claim
+from dra_fakes import ClaimStore, RecordingPolicy, make_claim
 
 from topodra.cpuset import CPUSet
 from topodra.dra.devices import build_devices
@@ -46,7 +46,7 @@ def root() -> Iterator[Path]:
 
 class Env:
     def __init__(self, root: Path) -> None:
-        self.policy = FakePolicy(TOPO.online)
+        self.policy = RecordingPolicy(TOPO)
         self.store = ClaimStore()
         self.paths = PluginPaths(kubelet_root=root / "kubelet")
         self.driver = Driver(

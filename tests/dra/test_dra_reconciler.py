@@ -8,20 +8,21 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from topodra.cpuset import CPUSet
-from topodra.dra.devices import build_devices
+from topodra.dra.devices import DeviceModelConfig, build_devices
 from topodra.dra.reconciler import SliceReconciler
 from topodra.dra.slices import build_slices
 from topodra.kube.apiserver import ApiServer
 from topodra.kube.client import NODES, RESOURCE_SLICES, KubeClient
+from topodra.kube.store import Kind, Store
 from topodra.topology import synthetic_topology
 
 TOPO = synthetic_topology("2s1d2n2l16c2t")  # 256 CPUs
 DEVICES = build_devices(TOPO)
 
 
-def scenario(body: Callable[[KubeClient, ApiServer], Awaitable[Any]]) -> Any:
+def scenario(body: Callable[[KubeClient, ApiServer], Awaitable[Any]], store: Store | None = None) -> Any:
     async def main() -> Any:
-        async with ApiServer() as server:
+        async with ApiServer(store) as server:
             client = KubeClient.for_url(server.url)
             try:
                 return await asyncio.wait_for(body(client, server), 30)
@@ -212,5 +213,61 @@ def test_missing_node_publishes_without_owner() -> None:
         await SliceReconciler(c, "node-z", DEVICES[:4]).sync()
         (s,) = await ours(c, "node-z")
         assert "ownerReferences" not in s["metadata"]
+
+    scenario(body)
+
+
+def test_fields_dropped_by_the_server_are_reported_without_a_resync_loop() -> None:
+    grouped = build_devices(TOPO, DeviceModelConfig(model="grouped"))
+
+    def consumable_capacity_off(kind: Kind, obj: dict[str, Any]) -> None:
+        if kind.plural == "resourceslices":
+            for d in obj.get("spec", {}).get("devices", []):
+                d.pop("allowMultipleAllocations", None)
+                for cap in d.get("capacity", {}).values():
+                    cap.pop("requestPolicy", None)
+
+    store = Store()
+    store.admission.append(consumable_capacity_off)
+
+    async def body(c: KubeClient, server: ApiServer) -> None:
+        await c.create(NODES, {"metadata": {"name": "node-a"}})
+        rec = SliceReconciler(c, "node-a", grouped, resync_delay=0.01)
+        stop = asyncio.Event()
+        task = asyncio.create_task(rec.run(stop))
+        await asyncio.wait_for(rec.synced.wait(), 10)
+        await asyncio.sleep(0.3)
+        assert rec.dropped_fields == {"node-a-native.cpu-0"}
+        assert rec.syncs == 1  # no re-sync loop on the server's version
+        (s,) = await ours(c)
+        assert "allowMultipleAllocations" not in s["spec"]["devices"][0]
+        await c.delete(RESOURCE_SLICES, s["metadata"]["name"])  # a real wipe is still repaired
+        await eventually(lambda: _count(c, 1))
+        stop.set()
+        await asyncio.wait_for(task, 5)
+
+    scenario(body, store)
+
+
+async def _count(c: KubeClient, n: int) -> bool:
+    return len(await ours(c)) == n
+
+
+def test_periodic_resync_adds_the_owner_once_the_node_exists() -> None:
+    async def body(c: KubeClient, server: ApiServer) -> None:
+        rec = SliceReconciler(c, "node-a", DEVICES[:4], resync_delay=0.01, resync_period=0.1)
+        stop = asyncio.Event()
+        task = asyncio.create_task(rec.run(stop))
+        await asyncio.wait_for(rec.synced.wait(), 10)
+        assert "ownerReferences" not in (await ours(c))[0]["metadata"]
+        node = await c.create(NODES, {"metadata": {"name": "node-a"}})
+
+        async def owned() -> bool:
+            refs = (await ours(c))[0]["metadata"].get("ownerReferences") or []
+            return [r["uid"] for r in refs] == [node["metadata"]["uid"]]
+
+        await eventually(owned)
+        stop.set()
+        await asyncio.wait_for(task, 5)
 
     scenario(body)

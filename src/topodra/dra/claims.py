@@ -165,6 +165,10 @@ def allocated_devices(claim: Mapping[str, Any], ref: ClaimRef, *, pool: str, dri
         assert isinstance(res_pool, str)
         if res_pool != pool:
             raise ClaimError(f"{where}: device {res_pool}/{device} belongs to another pool than this node's {pool!r}")
+        if result.get("adminAccess"):
+            # Admin access shares devices already in use; a CPU claim is exclusive by nature, and
+            # pinning a monitoring container onto someone else's claimed CPUs is never what is meant.
+            raise ClaimError(f"{where}: adminAccess is not supported for {driver} devices")
         share = result.get("shareID")
         if share is not None and not isinstance(share, str):
             raise ClaimError(f"{where}.shareID is not a string")

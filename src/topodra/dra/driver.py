@@ -166,6 +166,10 @@ class Driver:
     def devices(self) -> list[Device]:
         return list(self._devices.values())
 
+    def set_devices(self, devices: Sequence[Device]) -> None:
+        """New device list (CPU hotplug, config change); claims already prepared keep their CPUs."""
+        self._devices = {d.name: d for d in devices}
+
     def prepared(self, uid: str) -> PreparedClaim | None:
         """The prepared claim (None if unknown or if restoring it failed)."""
         p = self._prepared.get(uid)

@@ -202,8 +202,12 @@ class KubeletPlugin:
                 ),
             )
         )
-        self._bind(registration, paths.registration_socket)
-        await registration.start()
+        try:
+            self._bind(registration, paths.registration_socket)
+            await registration.start()
+        except BaseException:
+            await self.stop(0)
+            raise
         self._reg_server = registration
         log.info("kubelet plugin %s serving %s, registering at %s", self._driver.driver_name, paths.dra_socket, paths.registration_socket)
 

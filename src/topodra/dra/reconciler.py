@@ -61,6 +61,7 @@ class SliceReconciler:
         driver: str = DRIVER,
         resync_delay: float = 0.1,
         max_backoff: float = 30.0,
+        resync_period: float = 600.0,
     ) -> None:
         self._client = client
         self.node_name = node_name
@@ -68,6 +69,7 @@ class SliceReconciler:
         self._driver = driver
         self._resync_delay = resync_delay
         self._max_backoff = max_backoff
+        self._resync_period = resync_period
         self._generation = 0
         self._node_uid: str | None = None
         self._desired: dict[str, dict[str, Any]] = {}
@@ -76,6 +78,8 @@ class SliceReconciler:
         self.synced = asyncio.Event()
         self.syncs = 0
         self.last_error = ""
+        #: slices the API server stored differently from what was sent (see sync())
+        self.dropped_fields: set[str] = set()
 
     @property
     def generation(self) -> int:
@@ -90,14 +94,16 @@ class SliceReconciler:
         return {"spec.nodeName": self.node_name, "spec.driver": self._driver}
 
     async def _owner_uid(self) -> str | None:
-        if self._node_uid is None:
-            try:
-                node = await self._client.get(NODES, self.node_name)
-                self._node_uid = node["metadata"]["uid"]
-            except ApiError as exc:
-                if not exc.is_not_found:
-                    raise
+        """The Node's current UID (read every sync: a re-created Node has a new one)."""
+        try:
+            node = await self._client.get(NODES, self.node_name)
+            self._node_uid = node["metadata"]["uid"]
+        except ApiError as exc:
+            if not exc.is_not_found:
+                raise
+            if self._node_uid is not None or self.syncs == 0:
                 log.warning("node %s not found; publishing slices without an owner reference", self.node_name)
+            self._node_uid = None
         return self._node_uid
 
     async def sync(self) -> SyncReport:
@@ -138,14 +144,26 @@ class SliceReconciler:
             name = d["metadata"]["name"]
             have = existing.get(name)
             if have is None:
-                await self._client.create(RESOURCE_SLICES, d)
+                stored = await self._client.create(RESOURCE_SLICES, d)
                 created.append(name)
             elif not _same(have, d):
                 body = {**d, "metadata": {**d["metadata"], "resourceVersion": have["metadata"]["resourceVersion"]}}
-                await self._client.replace(RESOURCE_SLICES, body)
+                stored = await self._client.replace(RESOURCE_SLICES, body)
                 updated.append(name)
             else:
                 unchanged.append(name)
+                continue
+            if not _same(stored, d):
+                # The server dropped or changed fields (a feature gate off, e.g. DRAConsumableCapacity
+                # for grouped devices). Say so, and take its version as the published state so the
+                # watch does not re-sync forever.
+                log.error(
+                    "API server changed ResourceSlice %s on write (fields dropped by a disabled feature gate?); "
+                    "devices may not be allocatable as published",
+                    name,
+                )
+                self.dropped_fields.add(name)
+                self._desired[name] = {**d, "spec": stored.get("spec"), "metadata": {**d["metadata"]}}
         self._generation = generation
         self.syncs += 1
         report = SyncReport(generation, tuple(created), tuple(updated), tuple(deleted), tuple(unchanged))
@@ -177,7 +195,7 @@ class SliceReconciler:
                 return
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
-        """Sync, watch, re-sync on drift or ``set_devices``; back off on API errors. Until ``stop``."""
+        """Sync, watch, re-sync on drift, ``set_devices`` or every ``resync_period`` s; back off on API errors."""
         stop = stop or asyncio.Event()
         backoff = 0.5
         while not stop.is_set():
@@ -198,7 +216,11 @@ class SliceReconciler:
             waker = asyncio.create_task(self._wake.wait())
             stopper = asyncio.create_task(stop.wait())
             try:
-                await asyncio.wait({watcher, waker, stopper}, return_when=asyncio.FIRST_COMPLETED)
+                # a periodic full sync as well, like an informer's resync: catches what no event shows
+                # (a Node created after the slices, so the owner reference can now be set)
+                await asyncio.wait(
+                    {watcher, waker, stopper}, timeout=self._resync_period, return_when=asyncio.FIRST_COMPLETED
+                )
             finally:
                 for t in (watcher, waker, stopper):
                     t.cancel()

@@ -249,7 +249,9 @@ class Store:
         self._last_rv = 0
         self._log: deque[_Logged] = deque(maxlen=event_log)
         self._watches: set[Watch] = set()
-        self._names = itertools.count(1)
+        #: Mutating admission: ``fn(kind, obj)`` may change an object being created or updated
+        #: (e.g. drop fields of a disabled feature gate, as a real API server does).
+        self.admission: list[Callable[[Kind, Obj], None]] = []
 
     # --- helpers -------------------------------------------------------------------------------
     @property
@@ -395,6 +397,8 @@ class Store:
             meta["name"] = f"{meta['generateName']}{uuid.uuid4().hex[:5]}"
         if kind.plural in ("resourceclaims", "pods"):
             obj.pop("status", None)  # set only through the status subresource, as on a real server
+        for admit in self.admission:
+            admit(kind, obj)
         self._validate(kind, obj, None)
         if (ns, meta["name"]) in self._bucket(kind):
             raise ApiError.already_exists(kind.plural, meta["name"], kind.group)
@@ -449,6 +453,8 @@ class Store:
                 else:
                     new["metadata"].pop(key, None)
             new["metadata"]["name"] = name
+        for admit in self.admission:
+            admit(kind, new)
         self._validate(kind, new, old)
         if new.get("spec") != old.get("spec"):
             new["metadata"]["generation"] = int(old["metadata"].get("generation", 1)) + 1
