@@ -42,6 +42,7 @@ def _register() -> None:
 
 _COMMAND_MODULES: list[str] = [
     "topodra.topology.cli",
+    "topodra.policy.commands",
     "topodra.dra.cli",
     "topodra.sim.cli",
     "topodra.agent.cli",

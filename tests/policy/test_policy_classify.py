@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from topodra.policy import ContainerRequest, PolicyConfig, PolicyError, QoSClass
 from topodra.policy.annotations import parse_bool, parse_preferences
@@ -174,3 +176,35 @@ def test_empty_id_and_duplicate_claims() -> None:
         kind_of(request("", QoSClass.BEST_EFFORT, 0))
     with pytest.raises(PolicyError, match="claims"):
         kind_of(guaranteed("a", 1, claims=("x", "x")))
+
+
+KEYS = [
+    f"prefer-isolated-cpus.{D}",
+    f"require-isolated-cpus.{D}",
+    f"prefer-shared-cpus.{D}",
+    f"prefer-cpu-priority.{D}",
+    f"hide-hyperthreads.{D}",
+    f"unlimited-burstable.{D}",
+    f"memory-type.{D}",
+    f"cpu.preserve.{D}",
+    "unrelated.example.com/x",
+]
+
+
+@given(
+    st.dictionaries(
+        st.builds(lambda k, scope: k + scope, st.sampled_from(KEYS), st.sampled_from(["", "/pod", "/container.c"])),
+        st.text(max_size=12) | st.sampled_from(["true", "false", "high", "low", "dram,hbm", "numa", "mixed"]),
+        max_size=5,
+    )
+)
+def test_annotation_parsing_never_crashes(annotations: dict[str, str]) -> None:
+    try:
+        prefs = parse_preferences(annotations, "c")
+    except PolicyError as e:
+        assert any(k in str(e) for k in annotations)
+        return
+    req = guaranteed("a", 2, annotations=annotations, name="c")
+    n = classify(req, PolicyConfig(), has_reserved=True, has_isolated=True)
+    assert n.kind in set(GrantKind)
+    assert prefs.hide_hyperthreads in (True, False)

@@ -67,7 +67,7 @@ def test_reserved_count_rounds_up() -> None:
         ({"defaultMemoryTypes": ["dram", "optane"]}, "defaultMemoryTypes", "optane"),
         ({"reservedPoolNamespaces": "kube-*"}, "reservedPoolNamespaces", "kube-*"),
         ({"reservedPoolNamespaces": [""]}, "reservedPoolNamespaces", "''"),
-        ({"pinCpu": "maybe"}, "pinCpu", "maybe"),
+        ({"pinCPU": "maybe"}, "pinCPU", "maybe"),
         ({"typo": 1}, "typo", "1"),
     ],
 )

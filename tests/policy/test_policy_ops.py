@@ -487,7 +487,7 @@ def test_restore_rejects_bad_snapshots() -> None:
     with pytest.raises(PolicyError, match="unknown qos"):
         Policy.restore(p.topology, bad)
     bad = json.loads(json.dumps(snap))
-    bad["config"]["pinCpu"] = "perhaps"
+    bad["config"]["pinCPU"] = "perhaps"
     with pytest.raises(PolicyError, match="invalid config"):
         Policy.restore(p.topology, bad)
     with pytest.raises(PolicyError, match="expected an object"):
@@ -603,3 +603,29 @@ def test_qos_enum_checked() -> None:
     with pytest.raises(PolicyError, match="qos"):
         Policy(SMALL).add(replace(besteffort("x"), qos="Gold"))  # type: ignore[arg-type]
     assert QoSClass("Burstable") is QoSClass.BURSTABLE
+
+
+def test_release_of_one_of_two_claims_keeps_the_other() -> None:
+    p = Policy(SERVER)
+    p.claim("a", CPUSet.parse("8-9"))
+    p.claim("b", CPUSet.parse("40-41"))
+    assert p.add(guaranteed("u", 4, claims=("a", "b")))["u"].cpus == CPUSet.parse("8-9,40-41")
+    ch = p.release("a")
+    assert ch["u"].cpus == CPUSet.parse("40-41")
+    assert grant_of(p, "u").claims == ("b",)
+    assert grant_of(p, "u").degraded
+    check_invariants(p)
+    # the released claim id coming back later does not re-pin the container
+    p.claim("a", CPUSet.parse("10-11"))
+    assert assigned(p, "u").cpus == CPUSet.parse("40-41")
+
+
+def test_claim_moves_a_degraded_container_with_broken_annotations() -> None:
+    p = Policy(SMALL)
+    bad = guaranteed("x", 1, annotations={f"hide-hyperthreads.{D}": "perhaps"})
+    p.sync([(bad, Assignment(cpus=CPUSet([0]), mems=CPUSet([0])))])
+    assert grant_of(p, "x").kind is GrantKind.EXCLUSIVE
+    assert "annotations ignored" in grant_of(p, "x").degraded
+    ch = p.claim("c", CPUSet([0]))
+    assert ch["x"].cpus.isdisjoint(CPUSet([0]))
+    check_invariants(p)

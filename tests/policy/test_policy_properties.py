@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from topodra.cpuset import CPUSet
-from topodra.policy import Changes, ContainerRequest, Policy, PolicyConfig, PolicyError, QoSClass
+from topodra.policy import Changes, ContainerRequest, GrantKind, Policy, PolicyConfig, PolicyError, QoSClass
 from topodra.topology.model import Topology
 from topodra.topology.synthetic import synthetic_topology
 
@@ -45,7 +45,7 @@ CONFIGS = [
     {"preferSharedCPUs": True},
     {"pinMemory": False, "defaultCPUPriority": "low"},
     {"colocatePods": True, "unlimitedBurstable": "numa"},
-    {"pinCpu": False},
+    {"pinCPU": False},
 ]
 
 ANNOTATIONS = [
@@ -203,6 +203,10 @@ class PolicyMachine(RuleBasedStateMachine):
         for cid, a in changes.items():
             assert after[cid] == a
             assert reported[cid] != a
+        if old.config.pin_cpu:
+            for cid, g in old.grants().items():
+                if g.kind is GrantKind.EXCLUSIVE and not g.hide_hyperthreads:
+                    assert fresh.assignment(cid) == reported[cid], f"{cid} lost its exclusive CPUs in a restart"
         self.policy = fresh
 
     @invariant()

@@ -140,7 +140,12 @@ class PolicyConfig(BaseModel):
         serialization_alias="excludedCPUs",
         description="CPUs the policy must never use.",
     )
-    pin_cpu: bool = Field(default=True, description="Set containers' cpuset.cpus.")
+    pin_cpu: bool = Field(
+        default=True,
+        validation_alias=AliasChoices("pinCPU", "pin_cpu"),
+        serialization_alias="pinCPU",
+        description="Set containers' cpuset.cpus.",
+    )
     pin_memory: bool = Field(default=True, description="Set containers' cpuset.mems.")
     prefer_isolated_cpus: bool = Field(
         default=True,

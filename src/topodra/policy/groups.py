@@ -157,8 +157,13 @@ def build_group_tree(topology: Topology, allowed: CPUSet) -> GroupTree:
                 core_of[low.bit_length() - 1] = mask
                 m ^= low
     core_masks = sorted(set(core_of.values()), key=lambda m: m & -m)
-    for g in reversed(groups):
-        g.cores = tuple(c for c in core_masks if c & g.mask == c)
+    for g in reversed(groups):  # children before parents
+        if g.children:
+            nested = [m for child in g.children for m in groups[child].cores]
+            g.cores = tuple(sorted(nested, key=lambda m: m & -m))
+        else:
+            inside = {core_of[c] for c in CPUSet.from_mask(g.mask)}
+            g.cores = tuple(sorted((m for m in inside if m & g.mask == m), key=lambda m: m & -m))
     pool = 0
     for g in groups:
         if any(lv in POOL_LEVELS for lv, _ in g.labels):

@@ -17,7 +17,7 @@ a few dozen ints.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from topodra.cpuset import CPUSet
@@ -53,6 +53,15 @@ def _where(req: ContainerRequest) -> str:
     return f"container {req.id} ({req.namespace}/{req.pod_name}/{req.name})"
 
 
+@dataclass(frozen=True, slots=True)
+class _Capacity:
+    version: int
+    counts: list[int]  # shared CPUs per pool
+    free: list[int]  # free shared milli-CPU, bounded by the ancestors
+    slack: list[int]  # CPUs the pool itself can give up and still hold its shared requests
+    reach: list[int]  # slack bounded by the ancestors: the most an exclusive grant may take here
+
+
 class Policy:
     """Topology-aware CPU and memory placement for one node (see docs/policy.md)."""
 
@@ -75,6 +84,9 @@ class Policy:
         self._claim_users: dict[str, dict[str, None]] = {}
         self._assigned: dict[str, Assignment] = {}
         self._log: list[tuple[str, str, Any]] | None = None
+        self._version = 0  # bumped by every state change; keys the capacity cache
+        self._mem_hints: dict[str, int] = {}  # during sync: the memory nodes containers run on
+        self._cap: _Capacity | None = None
         self._touched: dict[str, None] = {}
 
     # ------------------------------------------------------------------ setup
@@ -140,7 +152,18 @@ class Policy:
         for g in tree.groups:
             self._pool_of_group[g.index] = g.pool if g.pool >= 0 else self._pool_of_group[g.parent]
         self._by_name = {p.name: p.index for p in pools}
+        self._depth = [p.depth for p in pools]
+        self._parents = [p.parent for p in pools]
+        self._sharables = [p.sharable for p in pools]
+        self._level_dist = {lv: [self._level_distance(p, lv) for p in pools] for lv in TopologyLevel}
+        # CPU -> every pool holding it (the path of the deepest one)
+        self._cpu_pools: dict[int, tuple[int, ...]] = {}
+        for p in pools:
+            for c in _bits(p.cpus):
+                if len(p.path) > len(self._cpu_pools.get(c, ())):
+                    self._cpu_pools[c] = p.path
         self._mem_size_cache: dict[tuple[int, frozenset[MemoryKind]], int] = {}
+        self._missing_cache: dict[frozenset[MemoryKind], list[int]] = {}
         self._assignment_cache: dict[tuple[int, int], Assignment] = {}
 
     # ------------------------------------------------------------- properties
@@ -280,16 +303,16 @@ class Policy:
             # Move the biggest grants first: they are the hardest to fit.
             for cid in sorted(victims, key=lambda c: (-olds[c].exclusive.bit_count(), c)):
                 g = olds[cid]
-                need = self._classify(g.request)
+                need, note = self._classify_for_sync(g.request)
                 try:
-                    new = self._place(g.request, need, hint=g, keep=g.exclusive & ~mask)
+                    new = self._with_note(self._place(g.request, need, hint=g, keep=g.exclusive & ~mask), note)
                 except PolicyError as e:
                     raise PolicyError(
                         f"claim {claim_id!r} of CPUs {cpus} refused: {_where(g.request)} holds "
                         f"{_fmt(g.exclusive & mask)} exclusively and cannot move: {e}"
                     ) from None
                 self._put(cid, new)
-            self._rebalance(f"claim {claim_id!r} of CPUs {cpus}")
+            self._rebalance(f"claim {claim_id!r} of CPUs {cpus}", mask)
 
         return self._transaction(body)
 
@@ -321,8 +344,7 @@ class Policy:
                 f"{_fmt(usable & self._excl)}, reserved or unavailable {_fmt(within.mask & ~usable)})"
             )
         start = self._tree.deepest_containing(usable) if usable else 0
-        counts = self._shared_counts()
-        slack = self._slack(counts)
+        slack = self._capacity().slack
         choices = [cand]
         if prefer is not None:
             pref = cand & self._kind_masks.get(prefer, 0)
@@ -384,6 +406,7 @@ class Policy:
         def body() -> None:
             for cid in sorted(self._grants):
                 self._put(cid, None)
+            self._mem_hints = {req.id: cur.mems.mask for req, cur in containers if cur is not None}
             for req, need, _cur, note in phases[0]:
                 self._put(req.id, self._with_note(self._place(req, need), note))
             retry: list[tuple[ContainerRequest, Need, Assignment | None, str]] = []
@@ -406,7 +429,10 @@ class Policy:
                 hint = self._pool_hint(cur.cpus.mask) if cur is not None else None
                 self._put(req.id, self._with_note(self._place(req, need, hint_pool=hint), note))
 
-        return self._transaction(body, reported=reported)
+        try:
+            return self._transaction(body, reported=reported)
+        finally:
+            self._mem_hints = {}
 
     # ---------------------------------------------------------------- stats
     def stats(self) -> PolicyStats:
@@ -504,7 +530,11 @@ class Policy:
         need = reading(False)
         if need.kind is GrantKind.CLAIMED:
             missing = [c for c in need.claims if c not in self._claims]
-            if missing:
+            known = tuple(c for c in need.claims if c in self._claims)
+            if missing and known:
+                notes.append(f"claims {', '.join(map(repr, missing))} are not prepared; pinned to the others")
+                need = replace(need, claims=known)
+            elif missing:
                 notes.append(f"claims {', '.join(map(repr, missing))} are not prepared; placed by its CPU request")
                 need = reading(True)
         if not self._pools[0].nodes_of(need.memory_kinds):
@@ -530,15 +560,16 @@ class Policy:
     ) -> Changes:
         self._log = []
         self._touched = {}
-        self._assignment_cache.clear()
-        before = self._shared_masks()
+        if len(self._assignment_cache) > 4096:
+            self._assignment_cache.clear()
+        used_before = self._excl | self._claimed
         claimed_before = self._claimed
         try:
             body()
             if reported is None:
                 if not self._config.pin_cpu and self._claimed != claimed_before:
                     self._touched.update(dict.fromkeys(self._grants))  # unpinned containers avoid claims
-                changes, assigned = self._diff(before, subject)
+                changes, assigned = self._diff(used_before, subject)
             else:
                 changes, assigned = self._diff_reported(reported)
         except BaseException:
@@ -565,34 +596,52 @@ class Policy:
             else:
                 self._set_claim(key, old)
 
-    def _shared_masks(self) -> list[int]:
-        used = self._excl | self._claimed
-        return [p.sharable & ~used for p in self._pools]
-
-    def _diff(self, before: list[int], subject: str | None) -> tuple[Changes, dict[str, Assignment | None]]:
-        after = self._shared_masks()
+    def _diff(self, used_before: int, subject: str | None) -> tuple[Changes, dict[str, Assignment | None]]:
+        # Shared sets changed exactly in the pools holding a sharable CPU that was taken or freed.
+        delta = (used_before ^ (self._excl | self._claimed)) & self._sharable
         candidates: dict[str, None] = dict(self._touched)
-        for i, (was, now) in enumerate(zip(before, after, strict=True)):
-            if was != now:
+        if delta:
+            pools: set[int] = set()
+            for c in _bits(delta):
+                pools.update(self._cpu_pools[c])
+            for i in pools:
                 candidates.update(self._followers[i])
         new: dict[str, Assignment | None] = {}
         changes: Changes = {}
-        order = sorted(candidates)
-        if subject is not None and subject in candidates:
-            order.remove(subject)
-            order.insert(0, subject)
-        for cid in order:
-            g = self._grants.get(cid)
-            a = self._compute(g) if g is not None else None
-            old = self._assigned.get(cid)
+        assigned = self._assigned
+        grants = self._grants
+        shared = GrantKind.SHARED
+        same: dict[tuple[int, int, bool, bool], Assignment | None] = {}  # shared followers of one pool
+        for cid in candidates:
+            g = grants.get(cid)
+            if g is None:
+                a = None
+            elif g.kind is shared:
+                key = (g.pool, g.mems, g.hide_hyperthreads, g.memory_preserve)
+                if key in same:
+                    a = same[key]
+                else:
+                    a = same[key] = self._compute(g)
+            else:
+                a = self._compute(g)
+            old = assigned.get(cid)
             if a is None:
                 if old is not None:
                     new[cid] = None
                 continue
-            if cid == subject or a != old:
+            if a is not old and a != old:
                 changes[cid] = a
                 new[cid] = a
-        return changes, new
+        if subject is not None:
+            a = new[subject] if subject in new else assigned.get(subject)
+            if a is not None:
+                changes[subject] = a
+        ordered: Changes = {}
+        if subject is not None and subject in changes:
+            ordered[subject] = changes.pop(subject)
+        for cid in sorted(changes):
+            ordered[cid] = changes[cid]
+        return ordered, new
 
     def _diff_reported(self, reported: dict[str, Assignment | None]) -> tuple[Changes, dict[str, Assignment | None]]:
         changes: Changes = {}
@@ -607,6 +656,7 @@ class Policy:
 
     # --- primitive state changes (logged for rollback) -------------------------
     def _put(self, cid: str, grant: Grant | None) -> None:
+        self._version += 1
         old = self._grants.get(cid)
         if self._log is not None:
             self._log.append(("g", cid, old))
@@ -667,6 +717,7 @@ class Policy:
                 del self._claim_users[claim]
 
     def _set_claim(self, claim_id: str, mask: int | None) -> None:
+        self._version += 1
         old = self._claims.get(claim_id)
         if self._log is not None:
             self._log.append(("c", claim_id, old))
@@ -723,21 +774,43 @@ class Policy:
         return out
 
     # --- capacity views ----------------------------------------------------------
-    def _shared_counts(self) -> list[int]:
-        used = self._excl | self._claimed
-        return [(p.sharable & ~used).bit_count() for p in self._pools]
+    def _capacity(self) -> _Capacity:
+        """Per pool: shared CPUs, free shared milli-CPU and how many CPUs may still be sliced off.
 
-    def _free_milli(self, counts: list[int]) -> list[int]:
-        """Shared milli-CPU still free in each pool, bounded by every ancestor."""
-        out = [0] * len(self._pools)
-        for p in self._pools:
-            own = 1000 * counts[p.index] - self._milli[p.index]
-            out[p.index] = own if p.parent < 0 else min(own, out[p.parent])
-        return out
-
-    def _slack(self, counts: list[int]) -> list[int]:
-        """How many shared CPUs each pool can give up and still hold its shared containers."""
-        return [counts[i] - (self._milli[i] + 999) // 1000 for i in range(len(counts))]
+        Both bounds are taken along the path from the root (a pool cannot give
+        what an ancestor lacks). Cached until the state changes.
+        """
+        cap = self._cap
+        if cap is not None and cap.version == self._version:
+            return cap
+        free_mask = ~(self._excl | self._claimed)
+        n = len(self._pools)
+        counts = [0] * n
+        free = [0] * n
+        slack = [0] * n
+        reach = [0] * n
+        milli = self._milli
+        parents = self._parents
+        for i, sharable in enumerate(self._sharables):  # parents come first
+            c = (sharable & free_mask).bit_count()
+            counts[i] = c
+            m = milli[i]
+            f = 1000 * c - m
+            s = c - (m + 999) // 1000
+            slack[i] = s
+            par = parents[i]
+            if par >= 0:
+                pf = free[par]
+                if pf < f:
+                    f = pf
+                ps = reach[par]
+                if ps < s:
+                    s = ps
+            free[i] = f
+            reach[i] = s
+        cap = _Capacity(self._version, counts, free, slack, reach)
+        self._cap = cap
+        return cap
 
     def _mem_size(self, pool: int, kinds: frozenset[MemoryKind]) -> int:
         key = (pool, kinds)
@@ -760,9 +833,14 @@ class Policy:
                 f"{_where(req)}: memory type {', '.join(sorted(k.value for k in kinds))} requested but this "
                 f"node has only {', '.join(have) or 'no'} memory"
             )
+        hint = self._mem_hints.get(req.id)
+        if hint:  # sync: a running container keeps its memory nodes if they are a pool's
+            for p in reversed(self._pools[pool].path):
+                if self._pools[p].nodes_of(kinds) == hint:
+                    return p, hint
         for p in reversed(self._pools[pool].path):
             nodes = self._pools[p].nodes_of(kinds)
-            if not nodes:
+            if not nodes or self._missing_kinds(kinds)[p]:
                 continue
             if need.memory <= 0 or self._mem_free(p, kinds) >= need.memory:
                 return p, nodes
@@ -848,10 +926,21 @@ class Policy:
             **common,
         )
 
+    def _missing_kinds(self, kinds: frozenset[MemoryKind]) -> list[int]:
+        """Per pool: how many of the wanted memory kinds this machine has but the pool lacks."""
+        got = self._missing_cache.get(kinds)
+        if got is None:
+            root = self._pools[0].memory
+            got = [sum(1 for k in kinds if k in root and k not in p.memory) for p in self._pools]
+            self._missing_cache[kinds] = got
+        return got
+
     def _mem_fit(self, pool: int, need: Need) -> int:
+        """0 when the pool has every wanted memory kind and room for the request; higher is worse."""
+        missing = self._missing_kinds(need.memory_kinds)[pool]
         if need.memory <= 0:
-            return 0
-        return 0 if self._mem_free(pool, need.memory_kinds) >= need.memory else 1
+            return 2 * missing
+        return 2 * missing + (0 if self._mem_free(pool, need.memory_kinds) >= need.memory else 1)
 
     def _level_distance(self, pool: Pool, level: TopologyLevel) -> int:
         target = _LEVEL_RANK[level]
@@ -863,24 +952,28 @@ class Policy:
         return 100 + min(ranks) - target
 
     def _choose_shared(self, req: ContainerRequest, need: Need, hint_pool: int | None) -> int:
-        counts = self._shared_counts()
-        free = self._free_milli(counts)
+        cap = self._capacity()
+        counts, free = cap.counts, cap.free
         milli = max(need.milli, 1)
         pods = self._pod_pools.get(req.pod_uid, {}) if self._config.colocate_pods else {}
         spaces = self._ns_pools.get(req.namespace, {}) if self._config.colocate_namespaces else {}
+        level = self._level_dist[need.unlimited_level] if need.unlimited_level is not None else None
+        limit = need.burst_limit
+        with_memory = need.memory > 0 or any(self._missing_kinds(need.memory_kinds))
+        depth = self._depth
         best, best_key = -1, None
-        for p in self._pools:
-            i = p.index
-            if counts[i] == 0 or free[i] < milli:
+        for i in range(len(counts)):
+            f = free[i]
+            if f < milli or not counts[i]:
                 continue
             key = (
-                self._mem_fit(i, need),
+                self._mem_fit(i, need) if with_memory else 0,
                 0 if i == hint_pool else 1,
-                0 if need.burst_limit is None or free[i] >= need.burst_limit else 1,
-                self._level_distance(p, need.unlimited_level) if need.unlimited_level is not None else 0,
-                -(pods.get(i, 0) + spaces.get(i, 0)),
-                -p.depth,
-                -free[i],
+                0 if limit is None or f >= limit else 1,
+                level[i] if level is not None else 0,
+                -(pods.get(i, 0) + spaces.get(i, 0)) if pods or spaces else 0,
+                -depth[i],
+                -f,
                 i,
             )
             if best_key is None or key < best_key:
@@ -894,15 +987,17 @@ class Policy:
             raise PolicyError(f"{_where(req)}: no shared CPUs are left (all are allocated, claimed or reserved)")
         return max(open_pools, key=lambda i: (free[i], -i))
 
-    def _exclusive_ok(self, mask: int, pool: int, frac: int, counts: list[int]) -> bool:
+    def _exclusive_ok(self, mask: int, pool: int, frac: int) -> bool:
         """Taking ``mask`` leaves every pool's shared containers their requested CPU."""
+        counts = self._capacity().counts
         path = self._pools[pool].path
-        for p in self._pools:
-            t = (mask & p.sharable).bit_count()
-            extra = frac if p.index in path else 0
-            if not t and not extra:
-                continue
-            if 1000 * (counts[p.index] - t) < self._milli[p.index] + extra:
+        touched: set[int] = set(path) if frac else set()
+        for c in _bits(mask & self._sharable):
+            touched.update(self._cpu_pools[c])
+        for i in touched:
+            t = (mask & self._pools[i].sharable).bit_count()
+            extra = frac if i in path else 0
+            if 1000 * (counts[i] - t) < self._milli[i] + extra:
                 return False
         return True
 
@@ -912,14 +1007,13 @@ class Policy:
         n = need.exclusive
         frac = need.milli if need.kind is GrantKind.MIXED else 0
         used = self._excl | self._claimed
-        counts = self._shared_counts()
         pref_mask: int | None = None
         if need.core_types is not None:
             pref_mask = 0
             for t in need.core_types:
                 pref_mask |= self._kind_masks.get(t, 0)
         if need.isolation is not Isolation.NO and self._isolated:
-            got = self._try_exclusive(need, n, frac, self._isolated & ~used, counts, pref_mask, hint_pool, keep, True)
+            got = self._try_exclusive(need, n, frac, self._isolated & ~used, pref_mask, hint_pool, keep, True)
             if got is not None:
                 return got[0], got[1], True
             if need.isolation is Isolation.REQUIRE:
@@ -932,22 +1026,21 @@ class Policy:
                 f"{_where(req)}: {need.isolation_key or 'require-isolated-cpus'} but this node has no "
                 "isolated CPUs the policy may use"
             )
-        got = self._try_exclusive(need, n, frac, self._sharable & ~used, counts, pref_mask, hint_pool, keep, False)
+        got = self._try_exclusive(need, n, frac, self._sharable & ~used, pref_mask, hint_pool, keep, False)
         if got is not None:
             return got[0], got[1], False
-        raise PolicyError(self._no_fit(req, need, counts))
+        raise PolicyError(self._no_fit(req, need))
 
-    def _no_fit(self, req: ContainerRequest, need: Need, counts: list[int]) -> str:
-        slack = self._slack(counts)
+    def _no_fit(self, req: ContainerRequest, need: Need) -> str:
+        cap = self._capacity()
         root = self._pools[0]
-        free = counts[0]
         held = (self._milli[0] + 999) // 1000
         what = f"{need.exclusive} exclusive CPUs" + (f" + {need.milli}m shared" if need.kind is GrantKind.MIXED else "")
-        best = max(self._pools, key=lambda p: (min(slack[a] for a in p.path), -p.index))
+        best = max(range(len(self._pools)), key=lambda i: (cap.reach[i], -i))
         return (
-            f"{_where(req)}: no pool can supply {what}: {root.name} has {free} shared CPUs of which "
+            f"{_where(req)}: no pool can supply {what}: {root.name} has {cap.counts[0]} shared CPUs of which "
             f"{held} hold its shared containers' requests; the most any pool can give is "
-            f"{max(0, min(slack[a] for a in best.path))} ({best.name})"
+            f"{max(0, cap.reach[best])} ({self._pools[best].name})"
         )
 
     def _try_exclusive(
@@ -956,7 +1049,6 @@ class Policy:
         n: int,
         frac: int,
         cand_all: int,
-        counts: list[int],
         pref_mask: int | None,
         hint_pool: int | None,
         keep: int,
@@ -965,9 +1057,9 @@ class Policy:
         if cand_all.bit_count() < n:
             return None
         tree = self._tree
-        free = self._free_milli(counts)
-        slack = None if isolated else self._slack(counts)
-        limits = slack
+        cap = self._capacity()
+        free = cap.free
+        limits = None if isolated else cap.slack
         # Keep what the container had, where it can stay (resize, claim moves, sync).
         if keep & cand_all and hint_pool is None:
             hint_pool = self._pool_of_group[tree.deepest_containing(keep & cand_all)]
@@ -988,17 +1080,26 @@ class Policy:
                     )
                     mask = None if extra is None else keep_mask | extra
                 if mask is not None and (frac == 0 or free[hint_pool] >= frac) and (
-                    isolated or self._exclusive_ok(mask, hint_pool, frac, counts)
+                    isolated or self._exclusive_ok(mask, hint_pool, frac)
                 ):
                     return hint_pool, mask
         pref_all = cand_all & pref_mask if pref_mask is not None else cand_all
         clean_all = clean_mask(tree, 0, cand_all)
         clean_pref = clean_all if pref_all == cand_all else clean_mask(tree, 0, pref_all)
         threads = tree.max_threads
+        reach = cap.reach
+        whole: dict[int, int] = {}  # clean CPUs per pool, for the top-down best fit
+
+        def clean_of(a: int) -> int:
+            got = whole.get(a)
+            if got is None:
+                got = whole[a] = (clean_all & self._pools[a].cpus).bit_count()
+            return got
+
         rows = []
         for p in self._pools:
             i = p.index
-            if slack is not None and min(slack[a] for a in p.path) < n:
+            if not isolated and reach[i] < n:
                 continue
             if frac and free[i] - (0 if isolated else 1000 * n) < frac:
                 continue
@@ -1020,7 +1121,7 @@ class Policy:
                 -p.depth,
                 0 if half >= rem else 1,  # an odd remainder fills a half-used core
                 # best fit on whole cores, top down: the fullest socket, NUMA node, then L3
-                tuple((clean_all & self._pools[a].cpus).bit_count() for a in p.path[1:]),
+                tuple(clean_of(a) for a in p.path[1:]),
                 use.bit_count(),
                 self._milli[i],  # on a tie, disturb fewer shared containers
                 i,
@@ -1031,7 +1132,7 @@ class Policy:
             pool = self._pools[i]
             for choice in (use, cand) if use != cand else (use,):
                 mask = pack(tree, pool.group, choice, n, limits)
-                if mask is not None and (isolated or self._exclusive_ok(mask, i, frac, counts)):
+                if mask is not None and (isolated or self._exclusive_ok(mask, i, frac)):
                     return i, mask
         return None
 
@@ -1044,7 +1145,7 @@ class Policy:
         if isolated and isolated != cpus:
             return None
         pool = self._pool_of_group[self._tree.deepest_containing(cpus)]
-        if not isolated and not self._exclusive_ok(cpus, pool, 0, self._shared_counts()):
+        if not isolated and not self._exclusive_ok(cpus, pool, 0):
             return None
         mem_pool, mems = self._memory_for(req, need, pool)
         return Grant(
@@ -1072,21 +1173,20 @@ class Policy:
 
     def _replace_claimed(self, g: Grant, why: str) -> Grant:
         """Re-place a claim-pinned container after one of its claims went away."""
-        remaining = tuple(c for c in g.request.claims if c in self._claims)
-        need = self._classify(g.request, ignore_claims=not remaining)
-        if remaining:
-            need = replace(need, claims=remaining)
+        need, _ = self._classify_for_sync(g.request)  # pinned to the claims that remain, if any
         try:
             new = self._place(g.request, need)
         except PolicyError:
-            need = replace(self._classify(g.request, ignore_claims=True), kind=GrantKind.SHARED, exclusive=0)
-            new = self._place(g.request, need)
+            new = self._place(g.request, replace(need, kind=GrantKind.SHARED, exclusive=0, claims=()))
         return replace(new, degraded=why)
 
-    def _rebalance(self, what: str) -> None:
+    def _rebalance(self, what: str, taken: int) -> None:
         """After a claim shrank shared sets: move shared containers up from pools that cannot hold them."""
-        counts = self._shared_counts()
-        for p in sorted(self._pools, key=lambda p: (-p.depth, p.index)):
+        counts = self._capacity().counts
+        hit: set[int] = set()
+        for c in _bits(taken):
+            hit.update(self._cpu_pools.get(c, ()))
+        for p in sorted((self._pools[i] for i in hit), key=lambda p: (-p.depth, p.index)):
             i = p.index
             followers = self._followers[i]
             if not followers:

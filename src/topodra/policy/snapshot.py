@@ -196,8 +196,9 @@ def load(cls: type[Policy], topology: Topology, snap: Any) -> Policy:
         mems = _cpus(gd.get("mems"), f"{where}.mems").mask
         if mems & ~CPUSet(topology.nodes).mask:
             raise PolicyError(f"snapshot: {where}: mems {gd.get('mems')!r} names nodes this machine does not have")
-        if pools[1] not in policy.pools[pools[0]].path:
-            raise PolicyError(f"snapshot: {where}: memory pool {gd['memPool']!r} does not hold pool {gd['pool']!r}")
+        if pools[1] not in policy.pools[pools[0]].path and pools[0] not in policy.pools[pools[1]].path:
+            # memory widens to an ancestor; a shared container moved up by a claim keeps its memory
+            raise PolicyError(f"snapshot: {where}: memory pool {gd['memPool']!r} is unrelated to pool {gd['pool']!r}")
         grant = Grant(
             request=req,
             kind=kind,

@@ -1,0 +1,327 @@
+"""``topodra policy``: show the pool tree and try placements without a cluster.
+
+``pools`` prints the pools the policy builds for a machine and a config;
+``place`` runs a workload file (claims and containers) through the policy and
+prints where everything lands, so an operator can check a config or an
+annotation before rolling it out.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+if TYPE_CHECKING:
+    from topodra.policy.policy import Policy
+    from topodra.topology.model import Topology
+
+__all__ = ["register", "load_workload", "parse_memory_quantity"]
+
+app = typer.Typer(
+    name="policy",
+    help="The topology-aware placement policy: pool trees and dry-run placements.",
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+)
+
+
+class OutputFormat(enum.StrEnum):
+    TABLE = "table"
+    JSON = "json"
+
+
+_MEMORY = re.compile(r"^(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|Pi|k|K|M|G|T|P|m)?$")
+_SCALE = {
+    None: 1,
+    "k": 10**3,
+    "K": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "Ki": 1 << 10,
+    "Mi": 1 << 20,
+    "Gi": 1 << 30,
+    "Ti": 1 << 40,
+    "Pi": 1 << 50,
+}
+
+
+def parse_memory_quantity(value: object, what: str) -> int:
+    """A Kubernetes memory quantity (``512Mi``, ``1G``, ``1000``) in bytes."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if isinstance(value, str):
+        m = _MEMORY.match(value.strip())
+        if m and m.group(2) != "m":
+            number = float(m.group(1)) if "." in m.group(1) else int(m.group(1))
+            return int(number * _SCALE[m.group(2)])
+    raise ValueError(f"{what}: expected a memory quantity like 512Mi or 2G, got {value!r}")
+
+
+def _machine(root: Path | None, fixture: str | None, machine: str | None) -> Topology:
+    from topodra.topology.synthetic import synthetic_topology
+
+    given = [x for x in (root, fixture, machine) if x is not None]
+    if len(given) > 1:
+        raise ValueError("give one of --root, --fixture and --machine")
+    if machine is not None:
+        return synthetic_topology(machine)
+    from topodra.topology.fixtures import unpacked_fixture
+    from topodra.topology.sysfs import read_topology
+
+    if fixture is not None:
+        return read_topology(unpacked_fixture(fixture))
+    return read_topology(root or Path("/"))
+
+
+def _config(path: Path | None, inline: dict[str, Any] | None = None) -> Any:
+    import yaml
+
+    from topodra.policy.config import PolicyConfig
+
+    data: Any = inline
+    if path is not None:
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except (OSError, yaml.YAMLError) as e:
+            raise ValueError(f"{path}: {e}") from None
+        if isinstance(data, dict) and "policy" in data and len(data) == 1:
+            data = data["policy"]
+    return PolicyConfig.model_validate(data or {})
+
+
+def load_workload(data: Any, source: str = "workload") -> tuple[dict[str, Any], dict[str, Any], list[Any]]:
+    """Check a workload document: ``{config, claims, containers}`` -> (config, claims, requests)."""
+    from topodra.policy.api import ContainerRequest, QoSClass
+    from topodra.policy.config import parse_cpu_quantity
+
+    if not isinstance(data, dict):
+        raise ValueError(f"{source}: expected a mapping with 'containers', got {type(data).__name__}")
+    unknown = set(data) - {"config", "claims", "containers"}
+    if unknown:
+        raise ValueError(f"{source}: unknown keys {sorted(unknown)} (known: config, claims, containers)")
+    config = data.get("config") or {}
+    claims = data.get("claims") or {}
+    if not isinstance(config, dict) or not isinstance(claims, dict):
+        raise ValueError(f"{source}: 'config' and 'claims' must be mappings")
+    items = data.get("containers") or []
+    if not isinstance(items, list):
+        raise ValueError(f"{source}: 'containers' must be a list")
+    requests: list[ContainerRequest] = []
+    seen: set[str] = set()
+    fields = {"name", "pod", "namespace", "qos", "cpu", "cpuLimit", "memory", "memoryLimit", "annotations", "claims"}
+    for i, item in enumerate(items):
+        where = f"{source}: containers[{i}]"
+        if not isinstance(item, dict) or "name" not in item:
+            raise ValueError(f"{where}: expected a mapping with at least 'name'")
+        bad = set(item) - fields
+        if bad:
+            raise ValueError(f"{where}: unknown keys {sorted(bad)} (known: {', '.join(sorted(fields))})")
+        name = str(item["name"])
+        pod = str(item.get("pod", name))
+        namespace = str(item.get("namespace", "default"))
+        cid = f"{namespace}/{pod}/{name}"
+        if cid in seen:
+            raise ValueError(f"{where}: container {cid} is listed twice")
+        seen.add(cid)
+        cpu = parse_cpu_quantity(item["cpu"], f"{where}.cpu") if "cpu" in item else 0
+        limit = parse_cpu_quantity(item["cpuLimit"], f"{where}.cpuLimit") if "cpuLimit" in item else None
+        memory = parse_memory_quantity(item["memory"], f"{where}.memory") if "memory" in item else 0
+        mem_limit = parse_memory_quantity(item["memoryLimit"], f"{where}.memoryLimit") if "memoryLimit" in item else None
+        if "qos" in item:
+            try:
+                qos = QoSClass(item["qos"])
+            except ValueError:
+                raise ValueError(f"{where}.qos: {item['qos']!r} is not Guaranteed, Burstable or BestEffort") from None
+        elif not cpu and not memory and limit is None:
+            qos = QoSClass.BEST_EFFORT
+        elif cpu and limit in (None, cpu) and (mem_limit is None or mem_limit == memory):
+            qos, limit = QoSClass.GUARANTEED, cpu
+        else:
+            qos = QoSClass.BURSTABLE
+        annotations = item.get("annotations") or {}
+        if not isinstance(annotations, dict):
+            raise ValueError(f"{where}.annotations: expected a mapping")
+        item_claims = item.get("claims") or []
+        if not isinstance(item_claims, list):
+            raise ValueError(f"{where}.claims: expected a list of claim names")
+        requests.append(
+            ContainerRequest(
+                id=cid,
+                name=name,
+                pod_uid=f"{namespace}/{pod}",
+                pod_name=pod,
+                namespace=namespace,
+                qos=qos,
+                cpu_request_milli=cpu,
+                cpu_limit_milli=limit,
+                memory_request=memory,
+                memory_limit=mem_limit,
+                annotations={str(k): str(v) for k, v in annotations.items()},
+                claims=tuple(str(c) for c in item_claims),
+            )
+        )
+    return config, claims, requests
+
+
+def _pool_table(policy: Policy, title: str) -> Any:
+    from rich.table import Table
+
+    stats = policy.stats()
+    table = Table(title=title)
+    for col in ("pool", "CPUs", "shared", "excl", "claimed", "reserved", "isolated", "mems", "shared req"):
+        table.add_column(col, overflow="fold", no_wrap=col == "pool")
+    for p in stats.pools:
+        u = p.usage
+        table.add_row(
+            "  " * p.depth + p.name,
+            str(u.cpus),
+            str(len(u.shared)),
+            str(len(u.allocated)),
+            str(len(u.claimed)),
+            str(len(u.reserved)),
+            str(len(u.isolated)),
+            str(p.mems),
+            f"{p.shared_requested_milli}m/{p.shared_capacity_milli // 1000}",
+        )
+    return table
+
+
+MachineOpts = Annotated[str | None, typer.Option("--machine", help="A synthetic machine spec, e.g. 2s1d2n2l8c2t.")]
+RootOpt = Annotated[
+    Path | None, typer.Option("--root", help="Filesystem root holding sys/ (default: this machine).", file_okay=False)
+]
+FixtureOpt = Annotated[str | None, typer.Option("--fixture", help="A hwloc test tree by name.")]
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option("--config", "-c", help="Policy configuration (YAML; a top-level 'policy:' key is unwrapped).",
+                 dir_okay=False),
+]
+
+
+@app.command("pools")
+def pools_command(
+    root: RootOpt = None,
+    fixture: FixtureOpt = None,
+    machine: MachineOpts = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Show the pool tree (root, sockets, dies, NUMA nodes, L3 groups) and each pool's supply.
+
+    Examples:
+
+      topodra policy pools
+      topodra policy pools --fixture 64amd64-4s2n4ca2co --config policy.yaml
+      topodra policy pools --machine 2s1d2n2l8c2t
+    """
+    from rich.console import Console
+    from rich.markup import escape
+
+    from topodra.policy.policy import Policy
+
+    console, err = Console(), Console(stderr=True)
+    try:
+        policy = Policy(_machine(root, fixture, machine), _config(config))
+    except Exception as e:  # every input error ends here with its message
+        err.print(f"[red]error:[/red] {escape(str(e))}", highlight=False)
+        raise typer.Exit(1) from None
+    console.print(_pool_table(policy, f"pools of {fixture or machine or root or 'this machine'}"))
+    for note in policy.notes:
+        console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
+
+
+@app.command("place")
+def place_command(
+    workload: Annotated[Path, typer.Argument(help="YAML: optional config and claims, and a list of containers.",
+                                             exists=True, dir_okay=False)],
+    root: RootOpt = None,
+    fixture: FixtureOpt = None,
+    machine: MachineOpts = None,
+    config: ConfigOpt = None,
+    output: Annotated[OutputFormat, typer.Option("--format", "-f", help="table or json.")] = OutputFormat.TABLE,
+) -> None:
+    """Dry-run a workload: claims first, then containers in order; print every cpuset and mems.
+
+    The workload file looks like:
+
+      claims: {gpu-cpus: "4-5"}          # DRA claims: id -> CPU list
+      containers:
+        - {name: db, cpu: "4", memory: 8Gi}                  # Guaranteed: exclusive
+        - {name: web, cpu: 500m, cpuLimit: "2"}               # Burstable: shared
+        - {name: side, annotations: {"memory-type.resource-policy.nri.io": "dram"}}
+        - {name: inf, cpu: "2", claims: [gpu-cpus]}            # pinned to the claim
+    """
+    import yaml
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.progress import track
+    from rich.table import Table
+
+    from topodra.cpuset import CPUSet
+    from topodra.policy.api import PolicyError
+    from topodra.policy.policy import Policy
+
+    console, err = Console(), Console(stderr=True)
+    try:
+        data = yaml.safe_load(workload.read_text())
+        inline_config, claims, requests = load_workload(data, str(workload))
+        cfg = _config(config) if config is not None else _config(None, inline_config)
+        policy = Policy(_machine(root, fixture, machine), cfg)
+        for claim_id, cpus in claims.items():
+            policy.claim(str(claim_id), CPUSet.parse(str(cpus)))
+    except Exception as e:
+        err.print(f"[red]error:[/red] {escape(str(e))}", highlight=False)
+        raise typer.Exit(1) from None
+    refused: dict[str, str] = {}
+    show = output is OutputFormat.TABLE and len(requests) > 200
+    for req in track(requests, description="placing", disable=not show, console=err):
+        try:
+            policy.add(req)
+        except PolicyError as e:
+            refused[req.id] = str(e)
+    if output is OutputFormat.JSON:
+        out = {
+            "containers": {
+                cid: None if a is None else {"cpus": a.cpus.format(), "mems": a.mems.format()}
+                for cid, a in ((r.id, policy.assignment(r.id)) for r in requests)
+                if cid not in refused
+            },
+            "refused": refused,
+            "snapshot": policy.snapshot(),
+        }
+        typer.echo(json.dumps(out, indent=2))
+        raise typer.Exit(1 if refused else 0)
+    table = Table(title="placements")
+    for col in ("container", "class", "pool", "cpus", "mems", "note"):
+        table.add_column(col, overflow="fold")
+    for req in requests:
+        g = policy.grant(req.id)
+        if g is None:
+            table.add_row(req.id, "[red]refused[/red]", "", "", "", "see below")
+            continue
+        a = policy.assignment(req.id)
+        table.add_row(
+            req.id,
+            g.kind.value,
+            policy.pool_name(g.pool),
+            "(unchanged)" if a is None else f"{a.cpus} ({len(a.cpus)})",
+            "" if a is None else str(a.mems),
+            g.degraded,
+        )
+    console.print(table)
+    console.print(_pool_table(policy, "pools after placement"))
+    for cid, why in refused.items():
+        err.print(f"[red]refused[/red] {escape(cid)}: {escape(why)}", highlight=False, soft_wrap=True)
+    if refused:
+        raise typer.Exit(1)
+
+
+def register(root_app: typer.Typer) -> None:
+    """Add ``policy`` to the topodra command line."""
+    root_app.add_typer(app, name="policy")
