@@ -41,6 +41,7 @@ def _register() -> None:
 
 
 _COMMAND_MODULES: list[str] = [
+    "topodra.nri.cli",
 ]
 
 
