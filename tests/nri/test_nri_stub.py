@@ -421,3 +421,23 @@ def test_os_environ_is_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
     stub = Stub(Plugin())
     assert (stub.name, stub.idx, stub.launched_fd) == ("fromenv", "33", 7)
     assert os.environ["NRI_PLUGIN_SOCKET"] == "7"
+
+
+def test_handle_answers_a_call_without_a_socket() -> None:
+    class Adjust(Plugin):
+        async def create_container(self, pod: Pod, container: Container) -> ContainerAdjustment:
+            return ContainerAdjustment(cpus=CPUSet({container.name.count("x")}))
+
+    async def main() -> None:
+        stub = Stub(Adjust(), name="t", idx="42", env={})
+        payload, status = await stub.handle("CreateContainer", _create_request().SerializeToString())
+        assert status is None
+        assert api_pb2.CreateContainerResponse.FromString(payload).adjust.linux.resources.cpu.cpus == "0"
+        payload, status = await stub.handle("Synchronize", api_pb2.SynchronizeRequest(more=True).SerializeToString())
+        assert (payload, status) == (b"\x10\x01", None)
+        assert stub.state is StubState.IDLE  # offline calls leave the live state alone
+        _, status = await stub.handle("Nope")
+        assert status is not None
+        assert status.code == Code.UNIMPLEMENTED
+
+    run(main())
