@@ -381,6 +381,7 @@ class Stub:
         for update in batch:
             convert.update_to_proto(update, request.update.add())
         fut = UpdateFuture(self, asyncio.get_running_loop())
+        fut.add_done_callback(_log_undelivered)
         link = self._link
         if not batch:
             fut.set_result([])
@@ -675,6 +676,12 @@ class Stub:
 
 
 _Run = Callable[[Stub, _Link, Any], Awaitable[Message]]
+
+
+def _log_undelivered(fut: asyncio.Future[list[ContainerUpdate]]) -> None:
+    """Log (and mark as seen) a failed delivery, so fire-and-forget callers still hear of it."""
+    if not fut.cancelled() and (exc := fut.exception()) is not None:
+        log.warning("unsolicited update not delivered: %s", exc)
 
 
 def _current_cancelling() -> bool:
