@@ -45,6 +45,7 @@ _COMMAND_MODULES: list[str] = [
     "topodra.policy.commands",
     "topodra.dra.cli",
     "topodra.sim.cli",
+    "topodra.nri.cli",
 ]
 
 
