@@ -47,6 +47,7 @@ _COMMAND_MODULES: list[str] = [
     "topodra.sim.cli",
     "topodra.agent.cli",
     "topodra.playground.cli",
+    "topodra.nri.cli",
 ]
 
 
