@@ -171,3 +171,24 @@ def test_config_reload_applies_policy_and_pushes() -> None:
         assert pg.cpus_of("web") == pg.topology.online - CPUSet([0, 1])
 
     run(body)
+
+
+def test_metrics_and_state_endpoints() -> None:
+    async def body(pg: Playground) -> None:
+        assert pg.agent is not None
+        await pg.apply([_pod("web", "500m")])
+        await pg.apply(list(yaml.safe_load_all(EXAMPLE.read_text())))
+        await pg.delete_pod("pcore-test")
+        status, _, text = pg.agent._metrics_route()
+        body_text = text.decode()
+        assert status == 200
+        assert 'topodra_dra_prepare_total{result="ok"} 1.0' in body_text
+        assert 'topodra_dra_unprepare_total{result="ok"} 1.0' in body_text
+        assert "topodra_unsolicited_updates_sent_total 2.0" in body_text  # shrink at Prepare, widen at Unprepare
+        assert 'topodra_nri_event_seconds_count{event="CreateContainer"} 2.0' in body_text
+        assert 'topodra_cpus{kind="P-core",pool="root",use="shared"}' in body_text
+        state = pg.agent.state()
+        assert state["claims"] == {}
+        assert state["push_idle"] is True
+
+    run(body)

@@ -32,7 +32,14 @@ from topodra.agent.pusher import UpdatePusher, to_update
 from topodra.agent.requests import container_request
 from topodra.cpuset import CPUSet
 from topodra.dra.devices import Device, build_devices
-from topodra.dra.driver import ClaimCheckError, ClaimEnvError, Driver
+from topodra.dra.driver import (
+    ClaimCheckError,
+    ClaimEnvError,
+    ClaimRef,
+    Driver,
+    PrepareResult,
+    UnprepareResult,
+)
 from topodra.faults import crash_point
 from topodra.nri.plugin import Plugin
 from topodra.nri.types import (
@@ -94,6 +101,28 @@ def load_topology(config: AgentConfig) -> Topology:
         return read_topology(spec)
     except (TopologyError, ValueError, OSError, KeyError) as err:
         raise AgentError(f"cannot read the topology ({spec or config.sysfs_root}): {err}") from err
+
+
+class _MeteredDriver(Driver):
+    """The DRA driver with Prepare/Unprepare counts and latency recorded."""
+
+    metrics: AgentMetrics
+
+    async def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
+        t0 = time.perf_counter()
+        out = await super().prepare(claims)
+        self.metrics.prepare_seconds.observe(time.perf_counter() - t0)
+        for r in out.values():
+            self.metrics.prepare_total.labels("error" if r.error else "ok").inc()
+        return out
+
+    async def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, UnprepareResult]:
+        t0 = time.perf_counter()
+        out = await super().unprepare(claims)
+        self.metrics.unprepare_seconds.observe(time.perf_counter() - t0)
+        for r in out.values():
+            self.metrics.unprepare_total.labels("error" if r.error else "ok").inc()
+        return out
 
 
 class _AgentPlugin(Plugin):
@@ -230,7 +259,7 @@ class Agent:
 
         cfg.state_dir.mkdir(parents=True, exist_ok=True)
         cfg.cdi_dir.mkdir(parents=True, exist_ok=True)
-        self.driver = Driver(
+        self.driver = driver = _MeteredDriver(
             policy=self.policy,
             lock=self.lock,
             fetch_claim=fetch,
@@ -240,6 +269,7 @@ class Agent:
             pool=cfg.node_name,
             on_changes=self._on_driver_changes,
         )
+        driver.metrics = self.metrics
         try:
             report = await self.driver.restore()
         except Exception as err:
