@@ -192,3 +192,26 @@ def test_metrics_and_state_endpoints() -> None:
         assert state["push_idle"] is True
 
     run(body)
+
+
+def test_unsolicited_updates_off_defers_to_the_next_event_reply() -> None:
+    """For runtimes whose NRI may deadlock on unsolicited updates: the changes ride on the next reply."""
+
+    async def body(pg: Playground) -> None:
+        await pg.apply([_pod("web", "500m")])
+        await pg.apply(list(yaml.safe_load_all(EXAMPLE.read_text())))
+        claimed = pg.cpus_of("pcore-test", "ctr0")
+        assert pg.agent is not None
+        assert pg.agent.pusher is not None
+        # The shrink rode on the claiming container's CreateContainer reply, not a push.
+        assert pg.cpus_of("web").isdisjoint(claimed)
+        assert pg.last_source[_cid(pg, "web")] == "update"
+        await pg.delete_pod("pcore-test")
+        # Released, but nothing pushed: web waits for the next event...
+        assert pg.cpus_of("web").isdisjoint(claimed)
+        await pg.apply([_pod("later", "100m")])
+        # ...which carries it.
+        assert claimed <= pg.cpus_of("web")
+        assert pg.agent.pusher.stats.sent == 0
+
+    run(body, agent_overrides={"nri": {"unsolicitedUpdates": False}})

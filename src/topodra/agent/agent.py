@@ -21,7 +21,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -200,6 +200,7 @@ class Agent:
         self._config_mtime = self._mtime()
         self.started = asyncio.Event()
         self.events: list[str] = []  # recent notable events, newest last (UI, /state)
+        self._deferred: set[str] = set()  # changes held for the next event reply (unsolicited off)
 
     # --- construction helpers -------------------------------------------------------------------
     def _build_devices(self, config: AgentConfig) -> list[Device]:
@@ -370,8 +371,27 @@ class Agent:
         self._record(changes)
         if changes:
             self._note("claim change moves " + ", ".join(f"{c}->{a.cpus}" for c, a in sorted(changes.items())))
-        if self.pusher is not None:
-            self.pusher.push(changes)
+        self._push(changes)
+
+    def _push(self, container_ids: Iterable[str]) -> None:
+        """Send these containers' current assignments now, or with the next event reply when
+        unsolicited updates are turned off (``nri.unsolicitedUpdates: false``, for runtimes whose
+        NRI can deadlock on them)."""
+        if self.config.nri.unsolicited_updates and self.pusher is not None:
+            self.pusher.push(container_ids)
+        else:
+            self._deferred.update(container_ids)
+
+    def _with_deferred(self, updates: list[ContainerUpdate], exclude: str) -> list[ContainerUpdate]:
+        if not self._deferred:
+            return updates
+        have = {u.container_id for u in updates} | {exclude}
+        for cid in sorted(self._deferred - have):
+            a = self._pushable(cid)
+            if a is not None:
+                updates.append(to_update(cid, a))
+        self._deferred.clear()
+        return updates
 
     def _updates(self, changes: Changes, *, exclude: str | None = None) -> list[ContainerUpdate]:
         return [
@@ -441,7 +461,7 @@ class Agent:
             raise
         mine = changes.get(container.id)
         adjust = ContainerAdjustment(cpus=mine.cpus, mems=mine.mems or None) if mine is not None else None
-        updates = self._updates(changes, exclude=container.id)
+        updates = self._with_deferred(self._updates(changes, exclude=container.id), container.id)
         self.metrics.nri_event_seconds.labels("CreateContainer").observe(time.perf_counter() - t0)
         if mine is not None:
             extra = f" (+{len(updates)} moved)" if updates else ""
@@ -470,7 +490,7 @@ class Agent:
             self.metrics.nri_errors.labels("UpdateContainer").inc()
             self._note(f"refused update of {container.id}: {err}")
             raise
-        updates = self._updates(changes, exclude=container.id)
+        updates = self._with_deferred(self._updates(changes, exclude=container.id), container.id)
         if mine is not None:
             updates.insert(0, to_update(container.id, mine))
         self.metrics.nri_event_seconds.labels("UpdateContainer").observe(time.perf_counter() - t0)
@@ -486,7 +506,8 @@ class Agent:
         if self.pusher is not None:
             self.pusher.forget(container.id)
         self.metrics.nri_event_seconds.labels("StopContainer").observe(time.perf_counter() - t0)
-        updates = self._updates(changes, exclude=container.id)
+        self._deferred.discard(container.id)
+        updates = self._with_deferred(self._updates(changes, exclude=container.id), container.id)
         if updates:
             self._note(f"stopped {container.id}: {len(updates)} container(s) widened")
         return updates
@@ -499,7 +520,8 @@ class Agent:
             self._record(changes)
         if self.pusher is not None:
             self.pusher.forget(container.id)
-            self.pusher.push(c for c in changes if c != container.id)
+        self._deferred.discard(container.id)
+        self._push(c for c in changes if c != container.id)
 
     # --- configuration reload ------------------------------------------------------------------------
     async def _watch_config(self) -> None:
@@ -553,8 +575,7 @@ class Agent:
         self.config = new.model_copy(update={k: getattr(old, k) for k in unchanged}) if unchanged else new
         self.metrics.config_reloads.labels("applied").inc()
         self._note(f"configuration reloaded: {len(changes)} container(s) moved")
-        if self.pusher is not None:
-            self.pusher.push(changes)
+        self._push(changes)
         return changes
 
     # --- observability ---------------------------------------------------------------------------------
