@@ -37,9 +37,10 @@ from topodra.nri.runtime import EmbeddedRuntime
 from topodra.nri.session import RequestReceived, ResponseReceived, Role, Session
 from topodra.nri.stub import PLUGIN_SERVICE, Stub
 from topodra.nri.types import Container, ContainerAdjustment, LinuxResources, Pod
+from topodra.topology.fixtures import shared_dir
 
 ROOT = Path(__file__).resolve().parents[1]
-TRANSCRIPTS = Path("/work/shared/nri-transcripts")
+TRANSCRIPTS = shared_dir() / "nri-transcripts"
 
 _PLUGIN_PROCESS = """
 import asyncio, sys

@@ -17,10 +17,10 @@ from topodra.cpuset import CPUSet
 from topodra.nri.types import Container, ContainerState, Pod
 from topodra.playground.runner import resolve_topology
 from topodra.playground.world import Playground
-from topodra.topology.fixtures import fixture_dir
+from topodra.topology.fixtures import shared_dir
 from topodra.topology.model import CoreType
 
-EXAMPLE = fixture_dir().parents[1] / "examples" / "upstream-prototype.yaml"
+EXAMPLE = shared_dir() / "examples" / "upstream-prototype.yaml"
 
 
 def _pod(name: str, cpu: str | None = None, limit: str | None = None) -> dict[str, Any]:

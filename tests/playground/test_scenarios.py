@@ -11,11 +11,11 @@ from topodra.cpuset import CPUSet
 from topodra.playground.runner import resolve_topology, run_scenario
 from topodra.playground.scenario import builtin_names, builtin_scenario
 from topodra.playground.world import Playground
-from topodra.topology.fixtures import fixture_dir
+from topodra.topology.fixtures import shared_dir
 from topodra.topology.model import CoreType
 
 # ../shared/examples next to ../shared/fixtures, wherever the fixture lookup found them.
-SHARED_EXAMPLE = fixture_dir().parents[1] / "examples" / "upstream-prototype.yaml"
+SHARED_EXAMPLE = shared_dir() / "examples" / "upstream-prototype.yaml"
 
 
 @pytest.mark.parametrize("name", ["default", "count", "numa", "grouped", "unsatisfiable"])

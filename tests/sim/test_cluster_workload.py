@@ -18,17 +18,16 @@ from topodra.sim.cluster import ClusterError, ClusterSpec, build_cluster, machin
 from topodra.sim.run import RunConfig, run_simulation
 from topodra.sim.sweep import SweepConfig, run_sweep, write_outputs
 from topodra.sim.workload import WorkloadError, builtin_workloads, load_workload, parse_workload
+from topodra.topology.fixtures import shared_dir
 from topodra.topology.model import CoreType
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _shared_example() -> Path:
-    for base in (ROOT.parent, ROOT.parent.parent, Path("/work")):
-        p = base / "shared" / "examples" / "upstream-prototype.yaml"
-        if p.is_file():
-            return p
-    raise AssertionError("shared/examples/upstream-prototype.yaml not found next to the repository")
+    p = shared_dir() / "examples" / "upstream-prototype.yaml"
+    assert p.is_file(), f"{p} not found"
+    return p
 
 
 @pytest.mark.parametrize("cpus", [64, 256, 512])

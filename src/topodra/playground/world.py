@@ -273,10 +273,17 @@ class Playground:
         """Until the agent has pushed every pending container update."""
         if self.agent is not None and self.agent.pusher is not None:
             await self.agent.pusher.wait_idle(timeout)
-        elif self.process is not None and self.process.returncode is None:
+        elif self.process is not None:
             loop = asyncio.get_running_loop()
             deadline = loop.time() + timeout
-            while not (await self.agent_state()).get("push_idle", True):
+            while self.process.returncode is None:
+                try:
+                    if (await self.agent_state()).get("push_idle", True):
+                        return
+                except OSError:
+                    # Not listening yet, or gone (a crash test): a dead agent has nothing to push.
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(asyncio.shield(self.process.wait()), 0.05)
                 if loop.time() > deadline:
                     raise PlaygroundError("the agent did not finish pushing container updates")
                 await asyncio.sleep(0.02)
