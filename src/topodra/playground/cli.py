@@ -38,10 +38,7 @@ def playground_command(
 ) -> None:
     """Run topodra's agent on a simulated node with an embedded runtime, kubelet and scheduler.
 
-    The agent is the real one; the runtime speaks NRI to it over a unix socket, the kubelet calls
-    its DRA gRPC service, and the scheduler is the simulator's allocator. Without FILES the built-in
-    scenario applies the upstream prototype's example (a pod claiming a P-core) next to shared
-    workloads, then deletes it: the shared containers get the CPU back at once.
+    The agent is the real one: the runtime speaks NRI to it over a unix socket, the kubelet calls its DRA gRPC service, and the scheduler is the simulator's allocator. Without FILES the built-in scenario applies the upstream prototype's example (a pod claiming a P-core) next to shared workloads, then deletes it: the shared containers get the CPU back at once.
     """
     from rich.console import Console
 
