@@ -45,6 +45,9 @@ _COMMAND_MODULES: list[str] = [
     "topodra.policy.commands",
     "topodra.dra.cli",
     "topodra.sim.cli",
+    "topodra.agent.cli",
+    "topodra.playground.cli",
+    "topodra.nri.cli",
 ]
 
 

@@ -12,19 +12,17 @@ from cel_expr_python import cel  # type: ignore[import-untyped]
 from topodra.dra.attributes import Version, qualify
 from topodra.dra.devices import DRIVER, Device, build_devices, device_class
 from topodra.topology import CoreType, Topology, synthetic_topology
-from topodra.topology.fixtures import unpacked_fixture
+from topodra.topology.fixtures import shared_dir, unpacked_fixture
 from topodra.topology.sysfs import read_topology
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "upstream-prototype.yaml"
 
 def _shared_example() -> Path:
-    """The original in shared/ (beside the repository, or above a worktree)."""
-    for parent in ROOT.parents:
-        candidate = parent / "shared" / "examples" / "upstream-prototype.yaml"
-        if candidate.is_file():
-            return candidate
-    raise AssertionError(f"shared/examples/upstream-prototype.yaml not found above {ROOT}")
+    """The original in shared/examples, beside shared/fixtures wherever the fixture lookup finds it."""
+    candidate = shared_dir() / "examples" / "upstream-prototype.yaml"
+    assert candidate.is_file(), f"{candidate} not found"
+    return candidate
 
 HYBRID = synthetic_topology("1s1n2l4c2t4e")
 INTEL_HYBRID_FIXTURE = "20em64t-hybrid-1p6c2t+2ca4co1t"  # a real Alder Lake: 6 P-cores x 2 threads + 8 E-cores

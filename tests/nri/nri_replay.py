@@ -22,10 +22,9 @@ from typing import Any
 from google.protobuf.message import Message
 
 from topodra.nri.proto import api_pb2, ttrpc_pb2
+from topodra.topology.fixtures import shared_dir
 
-TRANSCRIPTS = Path("/work/shared/nri-transcripts")
-if not TRANSCRIPTS.is_dir():  # the suite may run from a checkout with its own copy
-    TRANSCRIPTS = Path(__file__).resolve().parents[2] / "shared" / "nri-transcripts"
+TRANSCRIPTS = shared_dir() / "nri-transcripts"
 
 Key = tuple[int, int, int]  # (mux conn, ttrpc type, stream id)
 

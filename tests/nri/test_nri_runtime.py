@@ -299,6 +299,8 @@ def test_unanswered_request_drops_the_plugin_and_the_operation_goes_on(tmp_path:
             assert res.ok
             assert res.dropped == ("50-raw",)
             assert rt.plugins == []
+            gone = await rt.wait_for_plugin_gone("50-raw")
+            assert gone.close_reason == "context deadline exceeded"
             assert "failed to handle CreateContainer request: context deadline exceeded" in " ".join(rt.log)
             await raw.close()
 

@@ -388,3 +388,80 @@ def test_l3_group_search_is_counted_not_executed() -> None:
     assert result is None
     assert stats.calls == 1 + 4 * (2**16 - 1)
     assert stats.our_calls == 1
+
+
+def test_distinct_attribute_keeps_one_value_per_request_as_upstream() -> None:
+    # Upstream stores the distinct value per request name, so the third device of one request is
+    # only compared with the second: x=1, x=2, x=1 is accepted. We mirror it to match the scheduler.
+    devices = [device("d0", attrs(x=1)), device("d1", attrs(x=2)), device("d2", attrs(x=1))]
+    c = claim("c", req("r", "cls", 3), constraints=[{"distinctAttribute": f"{DRIVER}/x"}])
+    assert picked(alloc([slice_("s", "node-1", devices)], [c])) == [[("r", "d0"), ("r", "d1"), ("r", "d2")]]
+    two_requests = claim("c", req("a", "cls", 1), req("b", "cls", 1), req("c", "cls", 1), constraints=[{"distinctAttribute": f"{DRIVER}/x"}])
+    assert alloc([slice_("s", "node-1", devices)], [two_requests]) is None
+
+
+def test_admin_access_may_share_a_device_being_allocated_in_the_same_call() -> None:
+    got = alloc([slice_("s", "node-1", devs("d1", "d2"))], [claim("c0", req("r")), claim("c1", req("r", "cls", 1, adminAccess=True))])
+    assert picked(got) == [[("r", "d1")], [("r", "d1")]]
+
+
+def test_first_available_backtracks_to_a_smaller_subrequest() -> None:
+    big = f'device.capacity["{DRIVER}"].memory.compareTo(quantity("8Gi")) >= 0'
+    small = f'device.capacity["{DRIVER}"].memory.compareTo(quantity("4Gi")) >= 0'
+    slices = [
+        slice_("s1", "node-1", [device("d-big", None, {"memory": "8Gi"})], pool="p1"),
+        slice_("s2", "node-1", [device("d-small", None, {"memory": "4Gi"})], pool="p2"),
+    ]
+    c = claim("c", first_available("a", sub("big", "cls", 1, big), sub("small", "cls", 1, small)), req("b", "cls", 1, big))
+    assert picked(alloc(slices, [c])) == [[("a/small", "d-small"), ("b", "d-big")]]
+
+
+def test_shared_capacity_backtracks_across_requests_and_claims() -> None:
+    policy2 = {"value": "2", "requestPolicy": {"default": "1", "validRange": {"min": "1"}}}
+    policy4 = {"value": "4", "requestPolicy": {"default": "1", "validRange": {"min": "1"}}}
+    slices = [
+        slice_(
+            "s",
+            "node-1",
+            [
+                device("small", attrs(tag="one"), {"slots": policy2}, allowMultipleAllocations=True),
+                device("large", attrs(tag="two"), {"slots": policy4}, allowMultipleAllocations=True),
+            ],
+        )
+    ]
+    two = {"capacity": {"requests": {"slots": "2"}}}
+    c0 = claim("c0", req("a", "cls", 1, **two), req("b", "cls", 1, **two), constraints=[{"matchAttribute": f"{DRIVER}/tag"}])
+    c1 = claim("c1", req("a", "cls", 1, **two))
+    got = alloc(slices, [c0, c1])
+    assert picked(got) == [[("a", "large"), ("b", "large")], [("a", "small")]]
+    assert got[0].results[0].share_id != got[0].results[1].share_id
+
+
+def test_admin_access_does_not_bypass_taints() -> None:
+    st = AllocatedState()
+    st.devices = {(DRIVER, "node-1", "d1")}
+    tainted = [device("d1", taints=[{"key": "k", "value": "v", "effect": "NoSchedule"}])]
+    assert alloc([slice_("s", "node-1", tainted)], [claim("c", req("r", "cls", 1, adminAccess=True))], state=st) is None
+
+
+def test_counters_pick_the_pair_that_fits() -> None:
+    def part(name: str, gib: int) -> dict[str, Any]:
+        return device(name, consumesCounters=[{"counterSet": "mem", "counters": {"memory": {"value": f"{gib}Gi"}}}])
+
+    slices = [
+        slice_("a", "node-1", [part("p4a", 4), part("p6", 6), part("p4b", 4)], pool="gpu", count=2),
+        slice_("b", "node-1", [], pool="gpu", count=2, sharedCounters=[{"name": "mem", "counters": {"memory": {"value": "8Gi"}}}]),
+    ]
+    assert picked(alloc(slices, [claim("c", req("x"), req("y"))])) == [[("x", "p4a"), ("y", "p4b")]]
+
+
+def test_admin_all_mode_conflicts_with_a_device_taken_earlier_in_the_same_claim() -> None:
+    c = claim("c", req("one", "cls", 1, adminAccess=True), req("all", "cls", None, adminAccess=True, allocationMode="All"))
+    assert alloc([slice_("s", "node-1", devs("d1", "d2"))], [c]) is None
+
+
+def test_admin_count_may_take_allocated_devices() -> None:
+    st = AllocatedState()
+    st.devices = {(DRIVER, "node-1", "d1")}
+    got = alloc([slice_("s", "node-1", devs("d1", "d2"))], [claim("c", req("r", "cls", 2, adminAccess=True))], state=st)
+    assert picked(got) == [[("r", "d1"), ("r", "d2")]]

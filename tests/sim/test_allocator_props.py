@@ -200,3 +200,64 @@ def test_allocated_state_add_remove_round_trip(ops: list[tuple[bool, int]]) -> N
     assert not a.state.devices
     assert not a.state.capacity
     assert not a.state.shared
+
+
+@st.composite
+def rich_scenario(draw: Any) -> dict[str, Any]:
+    """Devices with taints, shared capacity and counters; requests with every mode and constraint."""
+    devices = []
+    counters = draw(st.booleans())
+    for i in range(draw(st.integers(1, 7))):
+        extra: dict[str, Any] = {}
+        if draw(st.booleans()):
+            extra["allowMultipleAllocations"] = True
+        cap = {"cpu": draw(st.integers(1, 4))} if draw(st.booleans()) else None
+        if draw(st.integers(0, 4)) == 0:
+            extra["taints"] = [{"key": "t", "value": "v", "effect": draw(st.sampled_from(["NoSchedule", "None", "NoExecute"]))}]
+        if counters:
+            extra["consumesCounters"] = [{"counterSet": "set", "counters": {"n": {"value": str(draw(st.integers(1, 3)))}}}]
+        devices.append(device(f"d{i}", attrs(numa=draw(st.integers(0, 1)), kind=draw(st.sampled_from(["p", "e"]))), cap, **extra))
+    slices = [slice_("s0", "node-1", devices, pool="p", count=2 if counters else 1)]
+    if counters:
+        slices.append(slice_("s1", "node-1", [], pool="p", count=2, sharedCounters=[{"name": "set", "counters": {"n": {"value": "4"}}}]))
+    reqs = []
+    for r in range(draw(st.integers(1, 3))):
+        extra = {}
+        if draw(st.booleans()):
+            extra["capacity"] = {"requests": {"cpu": str(draw(st.integers(1, 3)))}}
+        if draw(st.integers(0, 3)) == 0:
+            extra["tolerations"] = [{"key": "t", "operator": "Exists"}]
+        if draw(st.integers(0, 5)) == 0:
+            extra["adminAccess"] = True
+        if draw(st.integers(0, 5)) == 0:
+            reqs.append(req(f"r{r}", "cls", None, allocationMode="All", **extra))
+        elif draw(st.integers(0, 3)) == 0:
+            reqs.append(first_available(f"r{r}", sub("a", "cls", draw(st.integers(1, 3)), **extra), sub("b", "cls", 1)))
+        else:
+            reqs.append(req(f"r{r}", "cls", draw(st.integers(1, 3)), **extra))
+    constraints = []
+    for _ in range(draw(st.integers(0, 2))):
+        kind = draw(st.sampled_from(["matchAttribute", "distinctAttribute"]))
+        constraints.append({kind: f"{DRIVER}/" + draw(st.sampled_from(["numa", "kind"]))})
+    return {"slices": slices, "claims": [claim("c", *reqs, constraints=constraints)]}
+
+
+@given(rich_scenario())
+def test_pruning_is_transparent_with_every_feature(sc: dict[str, Any]) -> None:
+    from topodra.sim.allocator import AllocationError
+
+    node = {"metadata": {"name": "node-1"}}
+    outcomes: list[tuple[Any, ...]] = []
+    for prune in (True, False):
+        try:
+            got, stats = Allocator(sc["slices"], CLASSES, prune=prune).allocate_with_stats(node, sc["claims"])
+            outcomes.append((None if got is None else [a.to_api() for a in got], stats.calls, stats.visits, stats.checks, stats.cel_evals))
+        except AllocationError as e:
+            outcomes.append((str(e), 0, 0, 0, 0))
+    assert outcomes[0] == outcomes[1]
+    # whatever was allocated respects exclusivity and capacity
+    result = outcomes[0][0]
+    if isinstance(result, list):
+        devs = [r for a in result for r in a["devices"]["results"]]
+        exclusive = [r["device"] for r in devs if "shareID" not in r and not r.get("adminAccess")]
+        assert len(exclusive) == len(set(exclusive))

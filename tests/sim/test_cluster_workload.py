@@ -18,17 +18,16 @@ from topodra.sim.cluster import ClusterError, ClusterSpec, build_cluster, machin
 from topodra.sim.run import RunConfig, run_simulation
 from topodra.sim.sweep import SweepConfig, run_sweep, write_outputs
 from topodra.sim.workload import WorkloadError, builtin_workloads, load_workload, parse_workload
+from topodra.topology.fixtures import shared_dir
 from topodra.topology.model import CoreType
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _shared_example() -> Path:
-    for base in (ROOT.parent, ROOT.parent.parent, Path("/work")):
-        p = base / "shared" / "examples" / "upstream-prototype.yaml"
-        if p.is_file():
-            return p
-    raise AssertionError("shared/examples/upstream-prototype.yaml not found next to the repository")
+    p = shared_dir() / "examples" / "upstream-prototype.yaml"
+    assert p.is_file(), f"{p} not found"
+    return p
 
 
 @pytest.mark.parametrize("cpus", [64, 256, 512])
@@ -177,3 +176,50 @@ def test_workload_parser_rejects_garbage_with_workload_error(docs: list[object])
     except WorkloadError:
         return
     assert wl.pods
+
+
+def test_background_fill_uses_a_few_patterns_per_machine() -> None:
+    c = build_cluster(ClusterSpec(nodes=40, machines={"64": 1}, fill=0.25, fill_patterns=3))
+    shapes = {tuple(sorted(r.device for r in a.results)) for a in c.background}
+    assert 1 <= len(shapes) <= 3
+    assert all(len(s) == 16 for s in shapes)
+
+
+@pytest.mark.parametrize(("model", "workload"), [("cpu", "l3-8"), ("core", "first-available"), ("grouped", "grouped")])
+def test_memoised_runs_equal_plain_runs_on_generated_clusters(model: str, workload: str) -> None:
+    from topodra.sim.scheduler import Scheduler
+
+    c = build_cluster(ClusterSpec(nodes=12, machines={"64": 1}, model=model, fill=0.3, fill_patterns=3))
+    wl = load_workload(workload)
+    runs = []
+    for memo in (True, False):
+        s = Scheduler(c.nodes, c.slices, c.classes, memo=memo)
+        s.preallocate(c.background)
+        out = []
+        for n, p in enumerate(wl.generate(model, 30)):
+            r = s.schedule(p)
+            out.append((r.node, r.failure_kind, r.calls, r.visits, [a.to_api() for a in r.allocations]))
+            if n % 4 == 3:
+                s.delete(p.name)
+        runs.append(out)
+    assert runs[0] == runs[1]
+
+
+def test_run_on_exported_objects_respects_existing_allocations(tmp_path: Path) -> None:
+    c = build_cluster(ClusterSpec(nodes=2, machines={"1s1d1n1l4c2t1e": 1}))  # 8 P-core CPUs + 1 E-core
+    taken = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "old", "namespace": "default"},
+        "spec": {},
+        "status": {"allocation": {"devices": {"results": [{"request": "r", "driver": "native.cpu", "pool": "node-00000", "device": f"cpu{i}"} for i in range(9)]}}},
+    }
+    f = tmp_path / "cluster.yaml"
+    f.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": [*c.nodes, *c.slices, *c.classes, taken]}))
+    r = CliRunner().invoke(app, ["sim", "run", "--objects", str(f), "--workload", "p-cores", "--pods", "9", "--json"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout[r.stdout.index("{") :])
+    assert data["nodes"] == 2
+    assert data["machines"] == "objects"
+    assert data["scheduled"] == 8  # node-00000 is taken; node-00001 has 8 P-core CPUs
+    assert data["failed_unschedulable"] == 1

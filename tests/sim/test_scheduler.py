@@ -116,8 +116,21 @@ def test_cost_model_is_linear_in_counted_steps() -> None:
 
 
 @settings(max_examples=25)
-@given(st.lists(st.tuples(st.sampled_from(["one", "two", "pair", "fa", "del"]), st.integers(0, 50)), min_size=1, max_size=25))
-def test_memo_is_transparent(ops: list[tuple[str, int]]) -> None:
+@given(
+    st.lists(st.tuples(st.sampled_from(["one", "two", "pair", "fa", "del"]), st.integers(0, 50)), min_size=1, max_size=25),
+    st.sampled_from([64, 0]),
+)
+def test_memo_is_transparent(ops: list[tuple[str, int]], vector_classes: int) -> None:
+    import topodra.sim.scheduler as scheduler_module
+
+    scheduler_module.VECTOR_CLASSES = vector_classes  # 0: the node-by-node scan with the memo
+    try:
+        _check_memo(ops)
+    finally:
+        scheduler_module.VECTOR_CLASSES = 64
+
+
+def _check_memo(ops: list[tuple[str, int]]) -> None:
     nodes, slices = cluster(6, per_node=4)
     fast = Scheduler(nodes, slices, [CLS], memo=True)
     slow = Scheduler(nodes, slices, [CLS], memo=False)
@@ -149,3 +162,33 @@ def test_memo_is_transparent(ops: list[tuple[str, int]]) -> None:
         if a.node:
             live.append(p.name)
     assert fast.state.devices == slow.state.devices
+
+
+@pytest.mark.parametrize("memo", [True, False])
+def test_a_timed_out_node_ends_the_attempt(memo: bool) -> None:
+    # node-0 is empty (groups of 20 cannot hold 21: the search explodes), node-1 has a
+    # device that makes the request possible. The scan starts at node-0 and stops there.
+    nodes = [{"metadata": {"name": "node-0"}}, {"metadata": {"name": "node-1"}}]
+    slices = [
+        slice_("a", "node-0", [device(f"cpu{i}", attrs(l3=i // 20)) for i in range(40)]),
+        slice_("b", "node-1", [device(f"cpu{i}", attrs(l3=0)) for i in range(21)]),
+    ]
+    c = claim("c", req("r", "cls", 21), constraints=[{"matchAttribute": f"{DRIVER}/l3"}])
+    r = Scheduler(nodes, slices, [CLS], memo=memo, costs=CostModel(per_call_s=10e-6)).schedule(pod(c))
+    assert r.failure_kind == "timeout"
+    assert r.nodes_filtered == 1
+    assert r.predicted_s >= 10
+
+
+@pytest.mark.parametrize(("scoring", "second"), [("least-allocated", "node-1"), ("first", "node-0")])
+def test_scoring_spreads_or_packs(scoring: str, second: str) -> None:
+    nodes, slices = cluster(50)
+    s = Scheduler(nodes, slices, [CLS], scoring=scoring)
+    assert s.schedule(pod(claim("c", req("r")))).node == "node-0"
+    assert s.schedule(pod(claim("c", req("r")))).node == second
+
+
+def test_unknown_scoring_is_rejected() -> None:
+    nodes, slices = cluster(2)
+    with pytest.raises(ValueError, match="scoring must be one of"):
+        Scheduler(nodes, slices, [CLS], scoring="random")

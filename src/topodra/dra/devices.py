@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.alias_generators import to_camel
 
 from topodra.cpuset import CPUSet
 from topodra.dra.attributes import (
@@ -91,7 +92,7 @@ class DeviceModelConfig(BaseModel):
     Order: built-in, hook, add (wins over both), drop, rename.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True)
 
     model: Literal["cpu", "core", "grouped"] = "cpu"
     group_by: Literal["numa", "l3", "socket", "machine"] = "numa"

@@ -43,6 +43,7 @@ from topodra.dra.claims import (
     resolve_cpus,
 )
 from topodra.dra.devices import DRIVER, Device
+from topodra.faults import crash_point
 from topodra.policy.api import Changes, PolicyError
 from topodra.topology.model import CoreType
 
@@ -310,6 +311,7 @@ class Driver:
                 changes = self._policy.claim(ref.uid, cpus)
             except PolicyError as exc:
                 return PrepareResult(error=f"claim {ref}: the policy refuses CPUs {cpus}: {exc}")
+        crash_point("prepare.claimed")
         prepared = PreparedClaim(
             uid=ref.uid,
             namespace=ref.namespace,
@@ -323,6 +325,7 @@ class Driver:
         )
         try:
             cdi.write_spec(self._cdi_dir, ref.uid, cpus)
+            crash_point("prepare.cdi-written")
             self._prepared[ref.uid] = prepared
             self._save()
         except (OSError, ClaimError) as exc:
@@ -335,7 +338,9 @@ class Driver:
                 log.exception("claim %s: cannot remove CDI spec after a failed prepare", ref)
             await self._push(merge_changes(changes, undo))
             return PrepareResult(error=f"claim {ref}: cannot record the prepared claim: {exc}")
+        crash_point("prepare.saved")
         await self._push(changes)
+        crash_point("prepare.pushed")
         return PrepareResult(claim=prepared)
 
     async def _prepare_again(
@@ -386,14 +391,18 @@ class Driver:
         if known is not None and not known.error:
             async with self._lock:
                 changes = self._policy.release(ref.uid)
+            crash_point("unprepare.released")
         self._prepared.pop(ref.uid, None)
         error = ""
         try:
             if known is not None or self._dirty:
                 self._save()
+                crash_point("unprepare.saved")
             cdi.remove_spec(self._cdi_dir, ref.uid)
         except OSError as exc:
             error = f"claim {ref}: released, but cannot record it: {exc}"
+        if known is not None:
+            crash_point("unprepare.cdi-removed")
         await self._push(changes)
         return UnprepareResult(error=error, changes=changes)
 

@@ -152,12 +152,15 @@ class EventLogger(Plugin):
         if data.get("addEnv") is not None:
             self.add_env = str(data["addEnv"])
         if data.get("logFile") and self.log_files:
-            path = os.fspath(str(data["logFile"]))
-            self.close()
-            try:
-                self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 (kept open)
-            except OSError as exc:  # keep logging to the sink rather than failing Configure
-                self._emit("LogFileError", path=path, error=str(exc))
+            self.open_log(str(data["logFile"]))
+
+    def open_log(self, path: str) -> None:
+        """Also append every record to ``path`` as a JSON line (an error is logged, not raised)."""
+        self.close()
+        try:
+            self._file = open(os.fspath(path), "a", encoding="utf-8")  # noqa: SIM115 (kept open)
+        except OSError as exc:  # keep logging to the sink rather than failing Configure
+            self._emit("LogFileError", path=path, error=str(exc))
 
     async def synchronize(self, pods: Sequence[Pod], containers: Sequence[Container]) -> Sequence[ContainerUpdate] | None:
         self._emit("Synchronize", pods=len(pods), containers=len(containers))

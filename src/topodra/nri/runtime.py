@@ -362,8 +362,8 @@ class EmbeddedRuntime:
     def _changed_plugins(self) -> None:
         self._plugins_changed.set()
 
-    async def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await self._start_plugin(reader, writer, launched=None)
+    def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._spawn(self._start_plugin(reader, writer, launched=None))  # tracked, so stop() can cancel it
 
     async def attach(self, sock: socket.socket, *, name: str, idx: str) -> None:
         """Serve a pre-connected plugin socket (what a runtime-launched plugin gets on fd 3)."""

@@ -41,7 +41,7 @@ from topodra.nri.plugin import Plugin
 from topodra.nri.proto import api_pb2
 from topodra.nri.session import RequestReceived, Role, Session
 from topodra.nri.transport import Connection, Reply
-from topodra.nri.ttrpc import Code, Status
+from topodra.nri.ttrpc import Code, Request, Status
 from topodra.nri.types import (
     Container,
     ContainerAdjustment,
@@ -144,9 +144,9 @@ class UpdateFuture(asyncio.Future[list[ContainerUpdate]]):
 
 @dataclass
 class _Link:
-    """Per-connection state; a reconnect starts a fresh one."""
+    """Per-connection state; a reconnect starts a fresh one (``conn`` is None for ``Stub.handle``)."""
 
-    conn: Connection
+    conn: Connection | None
     in_flight: int = 0
     idle: asyncio.Event = field(default_factory=asyncio.Event)
     synchronized: asyncio.Event = field(default_factory=asyncio.Event)
@@ -215,6 +215,7 @@ class Stub:
         self.connections = 0
         self.last_error: str | None = None
         self._link: _Link | None = None
+        self._offline: _Link | None = None
         self._handler_lock = asyncio.Lock()
         self._handler_tasks: set[asyncio.Task[Any]] = set()
         self._stopping = False
@@ -225,7 +226,7 @@ class Stub:
     # ---------------------------------------------------------------- observable state
     @property
     def connected(self) -> bool:
-        return self._link is not None and not self._link.conn.closed
+        return self._link is not None and self._link.conn is not None and not self._link.conn.closed
 
     @property
     def registered(self) -> bool:
@@ -351,7 +352,8 @@ class Stub:
         return registered
 
     async def _close_link(self, link: _Link, reason: str) -> None:
-        await link.conn.close(reason)
+        if link.conn is not None:
+            await link.conn.close(reason)
         if link.sender is not None:
             link.sender.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -379,10 +381,11 @@ class Stub:
         for update in batch:
             convert.update_to_proto(update, request.update.add())
         fut = UpdateFuture(self, asyncio.get_running_loop())
+        fut.add_done_callback(_log_undelivered)
         link = self._link
         if not batch:
             fut.set_result([])
-        elif link is None or link.conn.closed:
+        elif link is None or link.conn is None or link.conn.closed:
             fut.set_exception(ConnectionClosed("not connected to a runtime"))
         else:
             runtime = link.runtime
@@ -399,7 +402,9 @@ class Stub:
         return fut
 
     async def _send_updates(self, link: _Link) -> None:
-        while not link.conn.closed:
+        conn = link.conn
+        assert conn is not None
+        while not conn.closed:
             request, fut = await link.updates.get()
             if fut.done():
                 continue
@@ -408,7 +413,7 @@ class Stub:
             while link.in_flight:
                 await link.idle.wait()
             try:
-                payload = await link.conn.call(
+                payload = await conn.call(
                     RUNTIME_SERVICE, "UpdateContainers", request.SerializeToString(), timeout=self.update_timeout
                 )
                 reply = api_pb2.UpdateContainersResponse()
@@ -423,6 +428,18 @@ class Stub:
             link.sending = None
 
     # ---------------------------------------------------------------- dispatch
+    async def handle(self, method: str, payload: bytes = b"", *, timeout_nano: int = 0) -> Reply:
+        """Answer one Plugin-service call as if the runtime had sent it, without a socket.
+
+        Returns (reply payload, error status or None). For tests and fuzzing:
+        it runs the same decoding, dispatch, deadline and encoding as a call
+        arriving on the connection, with state kept apart from any live one.
+        """
+        if self._offline is None:
+            self._offline = _Link(None)
+        request = RequestReceived(0, Request(PLUGIN_SERVICE, method, payload, timeout_nano))
+        return await self._handle(self._offline, request)
+
     def _dispatch(self, link: _Link, event: RequestReceived) -> Awaitable[Reply]:
         link.in_flight += 1
         link.idle.clear()
@@ -541,7 +558,8 @@ class Stub:
         for update in updates:
             convert.update_to_proto(update, reply.update.add())
         link.synchronized.set()
-        self._set_state(StubState.SYNCHRONIZED)
+        if link is self._link:
+            self._set_state(StubState.SYNCHRONIZED)
         return reply
 
     async def _on_shutdown(self, link: _Link, req: api_pb2.Empty) -> Message:
@@ -658,6 +676,12 @@ class Stub:
 
 
 _Run = Callable[[Stub, _Link, Any], Awaitable[Message]]
+
+
+def _log_undelivered(fut: asyncio.Future[list[ContainerUpdate]]) -> None:
+    """Log (and mark as seen) a failed delivery, so fire-and-forget callers still hear of it."""
+    if not fut.cancelled() and (exc := fut.exception()) is not None:
+        log.warning("unsolicited update not delivered: %s", exc)
 
 
 def _current_cancelling() -> bool:

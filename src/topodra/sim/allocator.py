@@ -58,6 +58,7 @@ from topodra.sim.pools import Pool, _device_matches, gather_pools
 from topodra.sim.quantity import Quantity
 
 __all__ = [
+    "ApiError",
     "AllocationError",
     "SearchAborted",
     "AllocatedState",
@@ -67,6 +68,7 @@ __all__ = [
     "Allocator",
     "write_allocation",
     "share_id",
+    "allocation_of_claim",
 ]
 
 _SHARE_NS = uuid.UUID("6f1d3c1e-8a7b-4e55-9a43-7d0c2b1e5f10")
@@ -219,24 +221,44 @@ class AllocatedState:
         """The state implied by the ``status.allocation`` of existing claims."""
         st = cls()
         for c in claims:
-            alloc = ((c.get("status") or {}).get("allocation") or {}).get("devices") or {}
-            results = []
-            for r in alloc.get("results") or []:
-                cc = r.get("consumedCapacity")
-                results.append(
-                    DeviceResult(
-                        request=r.get("request", ""),
-                        driver=r["driver"],
-                        pool=r["pool"],
-                        device=r["device"],
-                        admin_access=bool(r.get("adminAccess")),
-                        share_id=r.get("shareID"),
-                        consumed_capacity={k: Quantity.parse(v) for k, v in cc.items()} if cc else None,
-                    )
-                )
-            if results:
-                st.add(ClaimAllocation(claim=str((c.get("metadata") or {}).get("name", "")), results=tuple(results)))
+            a = allocation_of_claim(c)
+            if a is not None:
+                st.add(a)
         return st
+
+
+def allocation_of_claim(claim: Mapping[str, Any]) -> ClaimAllocation | None:
+    """The ``status.allocation`` of a claim dict as a ``ClaimAllocation`` (None if unallocated)."""
+    meta = claim.get("metadata") or {}
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    devices = allocation.get("devices") or {}
+    results = []
+    for i, r in enumerate(devices.get("results") or []):
+        try:
+            cc = r.get("consumedCapacity")
+            results.append(
+                DeviceResult(
+                    request=r.get("request", ""),
+                    driver=r["driver"],
+                    pool=r["pool"],
+                    device=r["device"],
+                    admin_access=bool(r.get("adminAccess")),
+                    tolerations=tuple(r.get("tolerations") or ()),
+                    share_id=r.get("shareID"),
+                    consumed_capacity={k: Quantity.parse(v) for k, v in cc.items()} if cc else None,
+                )
+            )
+        except (KeyError, TypeError, AttributeError, ValueError) as e:
+            raise ApiError(f"ResourceClaim {meta.get('name')}: status.allocation.devices.results[{i}]: {e}") from None
+    if not results:
+        return None
+    ns, name = meta.get("namespace") or "", meta.get("name") or ""
+    return ClaimAllocation(
+        f"{ns}/{name}" if ns else str(name),
+        tuple(results),
+        tuple(devices.get("config") or ()),
+        allocation.get("nodeSelector"),
+    )
 
 
 @dataclass(slots=True)
@@ -435,8 +457,8 @@ class _ConstraintState:
         if self.num == 0:
             return True
         if self.distinct:
-            if value[0] == "list":
-                return False
+            if value[0] == "list":  # unknown to the scalar comparison: rejected by any stored value
+                return not self.values
             return all(not (v[0] == value[0] and v[1] == value[1]) for v in self.values.values())
         assert self.stored is not None
         return value[0] != "list" and self.stored[0] == value[0] and self.stored[1] == value[1]
@@ -815,14 +837,14 @@ class _Search:
         unfixed = [c for c in cons if c.num == 0]
         fixed = [c for c in cons if c.num > 0]
         spec = rd.spec
-        driver_of = self.cands
+        cands = self.cands
         # Pass 1 (cheap, no counting): stop as soon as some group could be filled.
         groups: dict[Any, list[int]] = {}
         checked: list[int] = []  # positions reaching allocateDevice
         first_error: AllocationError | None = None
         free_positions: list[int] = []
         for pos in range(start, self.D):
-            cand = driver_of[pos]
+            cand = cands[pos]
             if not self._free(cand, spec, ci):
                 continue
             free_positions.append(pos)
@@ -862,7 +884,7 @@ class _Search:
         if first_error is not None:
             raise first_error
         for pos in free_positions:
-            self._selectable(driver_of[pos], rd, rkey, True)
+            self._selectable(cands[pos], rd, rkey, True)
         # checks_from[t] = number of checked positions >= t (suffix count by bisect)
         def checks_from(t: int) -> int:
             return len(checked) - bisect.bisect_left(checked, t)
@@ -1042,5 +1064,3 @@ def _violates(value: Quantity, cap: Capacity) -> bool:
         return all(value != v for v in pol.valid_values)
     return False
 
-
-__all__ += ["ApiError"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
@@ -511,6 +511,3 @@ def _requirement(req: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
         return have > want if op == "Gt" else have < want
     raise ApiError(f"node selector requirement {key!r}: unknown operator {op!r}")
 
-
-def ordered(seq: Sequence[Any]) -> list[Any]:
-    return list(seq)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -61,16 +62,25 @@ def run_cmd(
     workload: Annotated[str, typer.Option("--workload", "-w", help="Workload YAML file or built-in name (see `topodra sim workloads`).")] = "prototype",
     pods: Annotated[int, typer.Option("--pods", min=0, help="Pods to schedule (0: the workload's spec.pods, else 4 per node).")] = 0,
     fill: Annotated[float, typer.Option("--fill", min=0.0, max=0.99, help="Fraction of every node already allocated by background pods.")] = 0.0,
+    fill_patterns: Annotated[int, typer.Option("--fill-patterns", min=1, help="Distinct random fill patterns per machine; every node takes one.")] = 16,
     reserved: Annotated[int, typer.Option("--reserved-cpus", min=0, help="CPUs per node kept out of DRA (not published).")] = 0,
     seed: Annotated[int, typer.Option("--seed", help="Seed for the background fill.")] = 1,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Directory for summary.json and pods.csv.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    scheduler_cores: Annotated[int, typer.Option("--scheduler-cores", min=1, help="CPUs of the kube-scheduler host (Filter runs on min(16, this) workers).")] = 16,
+    objects: Annotated[
+        list[Path] | None,
+        typer.Option("--objects", help="Simulate an exported cluster: YAML/JSON with Nodes, ResourceSlices, DeviceClasses and allocated ResourceClaims (repeatable)."),
+    ] = None,
+    scoring: Annotated[str, typer.Option("--scoring", help="Among feasible nodes: least-allocated (spread, like NodeResourcesFit) or first (pack).")] = "least-allocated",
+    percentage: Annotated[int, typer.Option("--percentage-of-nodes-to-score", min=0, max=100, help="kube-scheduler's percentageOfNodesToScore (0: adaptive).")] = 0,
 ) -> None:
     """Schedule a workload on one synthetic cluster and report what kube-scheduler would spend."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from topodra.sim.cluster import ClusterError
+    from topodra.sim.costmodel import DEFAULT_COSTS
     from topodra.sim.run import RunConfig, run_simulation
     from topodra.sim.sweep import parse_models
     from topodra.sim.workload import WorkloadError
@@ -79,14 +89,30 @@ def run_cmd(
         (mod, group), = parse_models([model])
     except ValueError as e:
         _fail(str(e))
+    if scoring not in ("least-allocated", "first"):
+        _fail(f"--scoring {scoring!r}: must be least-allocated or first")
     config = RunConfig(
-        nodes=nodes, machines=_machines(machine, cpus), model=mod, group_by=group, workload=workload, pods=pods or None, fill=fill, reserved_cpus=reserved, seed=seed
+        nodes=nodes,
+        machines=_machines(machine, cpus),
+        model=mod,
+        group_by=group,
+        workload=workload,
+        pods=pods or None,
+        fill=fill,
+        fill_patterns=fill_patterns,
+        reserved_cpus=reserved,
+        seed=seed,
+        percentage_of_nodes_to_score=percentage or None,
+        objects=tuple(str(p) for p in objects or ()),
+        scoring=scoring,
     )
     console = Console(stderr=True)
     try:
         with Progress(TextColumn("[bold]scheduling"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True) as bar:
             task = bar.add_task("pods", total=None)
-            summary, results = run_simulation(config, progress=lambda done, total: bar.update(task, completed=done, total=total))
+            summary, results = run_simulation(
+                config, costs=replace(DEFAULT_COSTS, cores=scheduler_cores), progress=lambda done, total: bar.update(task, completed=done, total=total)
+            )
     except (ClusterError, WorkloadError, ValueError) as e:
         _fail(str(e))
     if out is not None:
@@ -139,6 +165,8 @@ def sweep_cmd(
     fill: Annotated[float, typer.Option("--fill", min=0.0, max=0.99, help="Background fill of every node.")] = 0.0,
     processes: Annotated[int, typer.Option("--processes", "-j", min=0, help="Worker processes (0: all cores).")] = 0,
     out: Annotated[Path, typer.Option("--out", "-o", help="Output directory (CSV, JSON, PNG plots, report.md).")] = Path("sim-sweep"),
+    scheduler_cores: Annotated[int, typer.Option("--scheduler-cores", min=1, help="CPUs of the kube-scheduler host (Filter runs on min(16, this) workers).")] = 16,
+    scoring: Annotated[str, typer.Option("--scoring", help="Among feasible nodes: least-allocated (spread) or first (pack).")] = "least-allocated",
 ) -> None:
     """Run the simulator over nodes x CPUs x device models on all cores; write CSV/JSON, plots and a report."""
     import os
@@ -146,6 +174,7 @@ def sweep_cmd(
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from topodra.sim.costmodel import DEFAULT_COSTS
     from topodra.sim.sweep import SweepConfig, parse_models, run_sweep, sweep_points, write_outputs
     from topodra.sim.workload import WorkloadError, load_workload
 
@@ -163,7 +192,10 @@ def sweep_cmd(
         pods=pods or None,
         fill=fill,
         processes=processes or os.cpu_count() or 1,
+        scoring=scoring,
     )
+    if scoring not in ("least-allocated", "first"):
+        _fail(f"--scoring {scoring!r}: must be least-allocated or first")
     bad = [c for c in cfg.cpus if c % 16]
     if bad:
         _fail(f"--cpus {bad[0]}: must be a multiple of 16 (16-CPU L3 groups)")
@@ -176,7 +208,7 @@ def sweep_cmd(
             bar.update(task, advance=1, description=f"{s.model} {s.cpus_per_node:g} CPUs x {s.nodes} nodes: p99 {s.predicted_p99_ms:.1f} ms")
 
         try:
-            summaries = run_sweep(cfg, progress=done)
+            summaries = run_sweep(cfg, costs=replace(DEFAULT_COSTS, cores=scheduler_cores), progress=done)
         except WorkloadError as e:
             _fail(str(e))
     files = write_outputs(summaries, out)

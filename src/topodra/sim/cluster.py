@@ -25,12 +25,12 @@ from typing import Any
 from topodra.cpuset import CPUSet
 from topodra.dra.devices import DeviceModelConfig, build_devices, device_class
 from topodra.dra.slices import build_slices, slice_name
-from topodra.sim.allocator import ClaimAllocation, DeviceResult, share_id
+from topodra.sim.allocator import ClaimAllocation, DeviceResult, allocation_of_claim, share_id
 from topodra.sim.quantity import Quantity
 from topodra.topology.model import Topology
 from topodra.topology.synthetic import MachineSpec, SpecError, synthetic_topology
 
-__all__ = ["ClusterSpec", "Cluster", "ClusterError", "build_cluster", "machine_for_cpus", "topology_for"]
+__all__ = ["ClusterSpec", "Cluster", "ClusterError", "build_cluster", "cluster_from_objects", "machine_for_cpus", "topology_for"]
 
 
 class ClusterError(ValueError):
@@ -78,6 +78,7 @@ class ClusterSpec:
     reserved_cpus: int = 0  # the first N CPUs of each node are kept for the system
     fill: float = 0.0  # fraction of each node's CPUs already allocated by background pods
     seed: int = 1
+    fill_patterns: int = 16  # distinct random usage patterns per machine (nodes pick one each)
 
 
 @dataclass
@@ -91,6 +92,7 @@ class Cluster:
     slices_per_machine: dict[str, int]
     bytes_per_machine: dict[str, int]
     background: list[ClaimAllocation] = field(default_factory=list)
+    from_objects: bool = False  # read from API objects (machine names are node names)
 
     @property
     def slice_count(self) -> int:
@@ -166,6 +168,56 @@ def build_cluster(spec: ClusterSpec) -> Cluster:
     return cluster
 
 
+def cluster_from_objects(docs: Sequence[Mapping[str, Any]], model: str = "cpu") -> Cluster:
+    """A cluster from API objects (e.g. ``kubectl get nodes,resourceslices,deviceclasses,resourceclaims -o yaml``).
+
+    Nodes come from Node objects, or from the ``nodeName`` of node-local slices when
+    there are none. Allocated ResourceClaims become the cluster's existing allocations.
+    """
+    objs: list[Mapping[str, Any]] = []
+    for d in docs:
+        if isinstance(d, Mapping) and d.get("kind") == "List":
+            objs.extend(i for i in d.get("items") or [] if isinstance(i, Mapping))
+        elif isinstance(d, Mapping):
+            objs.append(d)
+    by_kind: dict[str, list[Mapping[str, Any]]] = {}
+    for o in objs:
+        by_kind.setdefault(str(o.get("kind")), []).append(o)
+    slices = [dict(s) for s in by_kind.get("ResourceSlice", [])]
+    if not slices:
+        raise ClusterError("the objects hold no ResourceSlice")
+    nodes = [dict(n) for n in by_kind.get("Node", [])]
+    if not nodes:
+        names = sorted({str((s.get("spec") or {}).get("nodeName")) for s in slices if (s.get("spec") or {}).get("nodeName")})
+        nodes = [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": n}} for n in names]
+    if not nodes:
+        raise ClusterError("the objects hold no Node and no node-local ResourceSlice")
+    devices: dict[str, int] = {}
+    sizes: dict[str, int] = {}
+    count: dict[str, int] = {}
+    for s in slices:
+        node = str((s.get("spec") or {}).get("nodeName") or "")
+        devices[node] = devices.get(node, 0) + len((s.get("spec") or {}).get("devices") or [])
+        sizes[node] = sizes.get(node, 0) + len(json.dumps(s, separators=(",", ":")))
+        count[node] = count.get(node, 0) + 1
+    names = [str(n["metadata"]["name"]) for n in nodes]
+    background = [a for a in (allocation_of_claim(c) for c in by_kind.get("ResourceClaim", [])) if a is not None]
+    shared = {k: v for k, v in devices.items() if k == ""}
+    machine_of = {n: n for n in names}
+    return Cluster(
+        spec=ClusterSpec(nodes=len(nodes), machines={"objects": 1.0}, model=model),
+        nodes=nodes,
+        slices=slices,
+        classes=[dict(c) for c in by_kind.get("DeviceClass", [])] or [device_class()],
+        machine_of=machine_of,
+        devices_per_machine={n: devices.get(n, 0) + sum(shared.values()) for n in names},
+        slices_per_machine={n: count.get(n, 0) for n in names},
+        bytes_per_machine={n: sizes.get(n, 0) for n in names},
+        background=background,
+        from_objects=True,
+    )
+
+
 def _for_node(template: Sequence[Mapping[str, Any]], node: str) -> list[dict[str, Any]]:
     """``build_slices(node, devices)`` from the template-node slices, sharing the device lists."""
     out = []
@@ -180,41 +232,54 @@ def _for_node(template: Sequence[Mapping[str, Any]], node: str) -> list[dict[str
 
 def _background(cluster: Cluster, cpus_per_device: Mapping[str, list[int]]) -> list[ClaimAllocation]:
     """Allocations that occupy ``fill`` of every node's CPUs: random exclusive devices, or
-    capacity on grouped devices (deterministic for a seed)."""
+    capacity on grouped devices. Each node takes one of ``fill_patterns`` random patterns of
+    its machine (deterministic for a seed), so nodes fall into a few usage classes."""
     rng = random.Random(cluster.spec.seed)
+    patterns: dict[str, list[list[tuple[int, int]]]] = {}  # machine -> patterns of (device index, CPUs)
     out: list[ClaimAllocation] = []
     by_node: dict[str, list[dict[str, Any]]] = {}
     for s in cluster.slices:
         by_node.setdefault(s["spec"]["nodeName"], []).append(s)
     for node, node_slices in by_node.items():
+        machine = cluster.machine_of[node]
         devices = [(s["spec"]["pool"]["name"], d) for s in sorted(node_slices, key=lambda s: s["metadata"]["name"]) for d in s["spec"]["devices"]]
-        sizes = cpus_per_device[cluster.machine_of[node]]
-        total = sum(sizes)
-        target = int(total * cluster.spec.fill)
+        sizes = cpus_per_device[machine]
+        if machine not in patterns:
+            patterns[machine] = [_pattern(rng, sizes, cluster.spec) for _ in range(max(1, cluster.spec.fill_patterns))]
+        chosen = rng.choice(patterns[machine])
         results: list[DeviceResult] = []
-        if cluster.spec.model == "grouped":
-            left = target
-            for n, ((pool, d), size) in enumerate(zip(devices, sizes, strict=True)):
-                share = min(left, int(size * cluster.spec.fill + rng.random()))
-                if share <= 0:
-                    continue
-                left -= share
-                did = ("native.cpu", pool, d["name"])
+        for k, amount in chosen:
+            pool, d = devices[k]
+            did = ("native.cpu", pool, d["name"])
+            if cluster.spec.model == "grouped":
                 results.append(
-                    DeviceResult(
-                        "background", *did, share_id=share_id(f"bg-{node}", "background", did, n), consumed_capacity={"cpu": Quantity(Fraction(share))}
-                    )
+                    DeviceResult("background", *did, share_id=share_id(f"bg-{node}", "background", did, k), consumed_capacity={"cpu": Quantity(Fraction(amount))})
                 )
-        else:
-            order = list(range(len(devices)))
-            rng.shuffle(order)
-            used = 0
-            for k in order:
-                if used >= target:
-                    break
-                pool, d = devices[k]
-                used += sizes[k]
-                results.append(DeviceResult("background", "native.cpu", pool, d["name"]))
+            else:
+                results.append(DeviceResult("background", *did))
         if results:
             out.append(ClaimAllocation(f"background/{node}", tuple(results)))
+    return out
+
+
+def _pattern(rng: random.Random, sizes: Sequence[int], spec: ClusterSpec) -> list[tuple[int, int]]:
+    """One random usage pattern: (device index, CPUs taken) covering ``fill`` of the CPUs."""
+    target = int(sum(sizes) * spec.fill)
+    out: list[tuple[int, int]] = []
+    if spec.model == "grouped":
+        left = target
+        for k, size in enumerate(sizes):
+            share = min(left, int(size * spec.fill + rng.random()))
+            if share > 0:
+                left -= share
+                out.append((k, share))
+        return out
+    order = list(range(len(sizes)))
+    rng.shuffle(order)
+    used = 0
+    for k in order:
+        if used >= target:
+            break
+        used += sizes[k]
+        out.append((k, sizes[k]))
     return out

@@ -26,9 +26,12 @@ class RunConfig:
     workload: str = "prototype"
     pods: int | None = None  # default: the workload's spec.pods, else nodes * 4
     fill: float = 0.0
+    fill_patterns: int = 16
     reserved_cpus: int = 0
     seed: int = 1
     percentage_of_nodes_to_score: int | None = None
+    scoring: str = "least-allocated"  # or "first"
+    objects: tuple[str, ...] = ()  # YAML/JSON files with the cluster's API objects instead of a synthetic cluster
 
 
 @dataclass
@@ -91,7 +94,7 @@ def run_simulation(
     """Schedule the workload's pods on a fresh cluster; return the summary and every pod's result."""
     t0 = time.perf_counter()
     wl = workload or load_workload(config.workload)
-    cluster = build_cluster(
+    cluster = _objects_cluster(config) if config.objects else build_cluster(
         ClusterSpec(
             nodes=config.nodes,
             machines=dict(config.machines),
@@ -100,6 +103,7 @@ def run_simulation(
             reserved_cpus=config.reserved_cpus,
             fill=config.fill,
             seed=config.seed,
+            fill_patterns=config.fill_patterns,
         )
     )
     sched = Scheduler(
@@ -108,11 +112,12 @@ def run_simulation(
         list(cluster.classes) + list(wl.classes),
         costs=costs,
         percentage_of_nodes_to_score=config.percentage_of_nodes_to_score,
+        scoring=config.scoring,
     )
     if cluster.background:
         sched.preallocate(cluster.background)
     build_s = time.perf_counter() - t0
-    count = config.pods or wl.pod_count or config.nodes * 4
+    count = config.pods or wl.pod_count or len(cluster.nodes) * 4
     results: list[PodResult] = []
     bound: deque[str] = deque()
     deleted = 0
@@ -133,12 +138,13 @@ def run_simulation(
     per_node = [r.filter_cpu_s / max(1, r.nodes_filtered) * 1e3 for r in results]
     reasons = Counter(f"{r.failure_kind}: {_short(r.failure)}" for r in results if r.failure)
     kinds = Counter(r.failure_kind for r in results if r.failure_kind)
-    machines = ",".join(f"{m}:{w:g}" for m, w in config.machines.items())
+    machines = "objects" if cluster.from_objects else ",".join(f"{m}:{w:g}" for m, w in config.machines.items())
     mean_pred = statistics.fmean(predicted) if predicted else 0.0
+    n_nodes = len(cluster.nodes)
     summary = RunSummary(
-        nodes=config.nodes,
+        nodes=n_nodes,
         machines=machines,
-        cpus_per_node=cluster.device_count / config.nodes if config.model == "cpu" else _cpus_per_node(cluster),
+        cpus_per_node=cluster.device_count / n_nodes if config.model == "cpu" or cluster.from_objects else _cpus_per_node(cluster),
         model=config.model if config.model != "grouped" else f"grouped/{config.group_by}",
         workload=wl.name,
         pods=len(results),
@@ -161,7 +167,7 @@ def run_simulation(
         cel_evals=sum(r.cel_evals for r in results),
         devices_visited=sum(r.visits for r in results),
         allocate_calls=sum(r.calls for r in results),
-        devices_per_node=cluster.device_count / config.nodes,
+        devices_per_node=cluster.device_count / n_nodes,
         resource_slices=cluster.slice_count,
         api_bytes=cluster.api_bytes,
         memo_hits=sched.memo_hits,
@@ -169,6 +175,21 @@ def run_simulation(
         failure_reasons=dict(reasons.most_common(5)),
     )
     return summary, results
+
+
+def _objects_cluster(config: RunConfig) -> Any:
+    import yaml
+
+    from topodra.sim.cluster import ClusterError, cluster_from_objects
+
+    docs: list[Any] = []
+    for path in config.objects:
+        try:
+            with open(path) as f:
+                docs.extend(d for d in yaml.safe_load_all(f) if d is not None)
+        except (OSError, yaml.YAMLError) as e:
+            raise ClusterError(f"{path}: {e}") from None
+    return cluster_from_objects(docs, config.model)
 
 
 def _cpus_per_node(cluster: Any) -> float:

@@ -42,6 +42,15 @@ from topodra.sim.costmodel import DEFAULT_COSTS, CostModel, num_feasible_nodes_t
 
 __all__ = ["Pod", "PodResult", "Scheduler"]
 
+#: How to choose among feasible nodes after the DRA score: "least-allocated" (the free
+#: share of the node's devices, as NodeResourcesFit's default strategy spreads pods) or
+#: "first" (the first node in scan order). Remaining ties go to the first in scan order.
+SCORINGS = ("least-allocated", "first")
+
+#: Up to this many distinct node classes the scan evaluates every class once and runs in
+#: numpy; beyond it, nodes are evaluated one by one (memoised) only as far as the scan goes.
+VECTOR_CLASSES = 64
+
 
 @dataclass(frozen=True)
 class Pod:
@@ -112,10 +121,16 @@ class Scheduler:
         percentage_of_nodes_to_score: int | None = None,
         memo: bool = True,
         max_calls: int = 2_000_000,
+        scoring: str = "least-allocated",
     ) -> None:
         self.nodes = [n if isinstance(n, Node) else parse_node(n) for n in nodes]
         if not self.nodes:
             raise ValueError("a cluster needs at least one node")
+        if scoring not in SCORINGS:
+            raise ValueError(f"scoring must be one of {', '.join(SCORINGS)}, got {scoring!r}")
+        self.scoring = scoring
+        #: fraction of each node's device capacity still free (the least-allocated score)
+        self._free = np.ones(len(self.nodes))
         self.state = AllocatedState()
         self.allocator = Allocator(slices, classes, self.state, max_calls=max_calls)
         self.costs = costs
@@ -131,6 +146,7 @@ class Scheduler:
         self._node_key: list[tuple[Any, ...]] = []
         self._held: dict[int, dict[int, DeviceID]] = {}
         self._ids: list[list[DeviceID]] = []  # node -> device ids by position
+        self._capacity_of: dict[DeviceID, dict[str, Any]] = {}  # shared devices: capacity totals
         self._spec_cache: dict[tuple[int, ...], tuple[list[Any], list[Claim], str]] = {}  # node -> position -> device in use
         self.memo_hits = 0
         self.memo_misses = 0
@@ -150,6 +166,8 @@ class Scheduler:
                     for d in s.devices:
                         self._where[(p.driver, p.name, d.name)] = (i, pos)
                         ids.append((p.driver, p.name, d.name))
+                        if d.allow_multiple and d.capacity:
+                            self._capacity_of[(p.driver, p.name, d.name)] = {k: c.value.amount for k, c in d.capacity.items()}
                         pos += 1
                 counters = json.dumps({k: {c: str(q) for c, q in v.items()} for k, v in p.counter_sets.items()}, sort_keys=True)
                 layout.append((p.driver, tuple(shapes), counters))
@@ -158,6 +176,13 @@ class Scheduler:
             self._node_key.append((self._template_of[i], ()))
         self._key_ids: dict[tuple[Any, ...], int] = {}
         self._kid = np.array([self._key_id(k) for k in self._node_key], dtype=np.int64)
+        # live node classes: key id -> number of nodes, and one node that has it
+        self._class_size: dict[int, int] = {}
+        self._class_rep: dict[int, int] = {}
+        for i, kid in enumerate(self._kid.tolist()):
+            self._class_size[kid] = self._class_size.get(kid, 0) + 1
+            self._class_rep.setdefault(kid, i)
+        self._lut = np.zeros(max(16, 2 * len(self._key_ids)), dtype=np.int64)
 
     # ---- public API
     @property
@@ -185,17 +210,23 @@ class Scheduler:
 
     def schedule(self, pod: Pod) -> PodResult:
         claims, sig = self._parse(pod)
-        if self.memo_enabled:
+        if self.memo_enabled and len(self._class_size) <= VECTOR_CLASSES:
             return self._finish(pod, claims, *self._filter_vectorised(claims, sig))
+        # many distinct nodes (or no memo): evaluate node by node, only as far as the scan goes
         return self._finish(pod, claims, *self._filter_loop(claims, sig))
 
     def _filter_vectorised(self, claims: list[Claim], sig: str) -> tuple[Any, ...]:
         """The filter loop over node classes: one evaluation per distinct node key, numpy for the scan."""
         N = len(self.nodes)
-        kids, first, inverse = np.unique(self._kid, return_index=True, return_inverse=True)
-        entries = [self._evaluate(int(first[u]), claims, sig) for u in range(len(kids))]
+        live = list(self._class_size)
+        self._lut[live] = np.arange(len(live))
+        inverse = self._lut[self._kid]
+        kids = live
+        entries = [self._evaluate(self._class_rep[k], claims, sig) for k in live]
         feas = np.array([e.feasible for e in entries], dtype=bool)
-        errs = np.array([e.error is not None and e.kind != "invalid-pool" for e in entries], dtype=bool)
+        # A Filter error -- a CEL error, or a node past the filter timeout -- ends the attempt.
+        timed_out = np.array([e.seconds > self.costs.timeout_s for e in entries], dtype=bool)
+        errs = np.array([e.error is not None and e.kind != "invalid-pool" for e in entries], dtype=bool) | timed_out
         start = self.next_start
         rot = np.concatenate((inverse[start:], inverse[:start]))
         f = feas[rot]
@@ -225,19 +256,21 @@ class Scheduler:
                 timeouts += n
             if not (e.error is not None and e.kind == "invalid-pool"):
                 invalid_only = False
-        if timeouts:
-            j = int(np.flatnonzero(np.array([entries[u].seconds for u in seen]) > self.costs.timeout_s)[0])
-            i = (start + j) % N
-            failure = ("timeout", f"filter on node {self.nodes[i].name} would take {entries[seen[j]].seconds:.1f} s (timeout {self.costs.timeout_s:g} s)")
-        if err_at.size and failure is None:
+        if err_at.size:
             j = int(err_at[0])
             e = entries[seen[j]]
-            failure = (e.kind or "error", f"node {self.nodes[(start + j) % N].name}: {e.error}")
+            name = self.nodes[(start + j) % N].name
+            if e.seconds > self.costs.timeout_s:
+                failure = ("timeout", f"filter on node {name} would take {e.seconds:.1f} s (timeout {self.costs.timeout_s:g} s)")
+            else:
+                failure = (e.kind or "error", f"node {name}: {e.error}")
         feasible: list[tuple[int, _Entry]] = []
         if failure is None:
             fidx = np.flatnonzero(f[:stop])
             if fidx.size:
-                scores = np.array([e.score for e in entries])[rot[fidx]]
+                scores = np.array([e.score for e in entries], dtype=float)[rot[fidx]] * 2.0
+                if self.scoring == "least-allocated":
+                    scores = scores + self._free[(start + fidx) % N]
                 best = int(fidx[int(np.argmax(scores))])
                 feasible = [((start + best) % N, entries[rot[best]])]
             found = int(fidx.size)
@@ -274,6 +307,7 @@ class Scheduler:
                 timeouts += 1
                 if failure is None:
                     failure = ("timeout", f"filter on node {self.nodes[i].name} would take {e.seconds:.1f} s (timeout {self.costs.timeout_s:g} s)")
+                break
             if e.error is not None:
                 if e.kind == "invalid-pool":
                     continue
@@ -333,7 +367,9 @@ class Scheduler:
             why = "invalid resource pools on every node" if invalid_only and processed else "no node can allocate the claims"
             result.failure = f"0/{N} nodes are available: {why}"
             return result
-        best_i, best = max(feasible, key=lambda t: t[1].score)  # max keeps the first of equal scores
+        least = self.scoring == "least-allocated"
+        # max keeps the first of equal scores
+        best_i, best = max(feasible, key=lambda t: t[1].score * 2.0 + (float(self._free[t[0]]) if least else 0.0))
         allocs = self._replay(best, best_i, claims) if self.memo_enabled else None
         if allocs is None:
             allocs = self.allocator.allocate(self.nodes[best_i], claims)
@@ -413,13 +449,47 @@ class Scheduler:
                 else:
                     held.pop(pos, None)
             self._node_key[i] = self._alloc_key(i)
-            self._kid[i] = self._key_id(self._node_key[i])
+            self._move(i, self._key_id(self._node_key[i]))
+            self._free[i] = self._free_share(i)
+
+    def _move(self, i: int, new: int) -> None:
+        """Node ``i`` changes class: keep class sizes and representatives current."""
+        old = int(self._kid[i])
+        if old == new:
+            return
+        self._kid[i] = new
+        self._class_size[old] -= 1
+        if self._class_size[old] == 0:
+            del self._class_size[old]
+            del self._class_rep[old]
+        elif self._class_rep[old] == i:
+            self._class_rep[old] = int(np.flatnonzero(self._kid == old)[0])
+        self._class_size[new] = self._class_size.get(new, 0) + 1
+        self._class_rep.setdefault(new, i)
+        if new >= len(self._lut):
+            self._lut = np.zeros(2 * new + 16, dtype=np.int64)
 
     def _key_id(self, key: tuple[Any, ...]) -> int:
         kid = self._key_ids.get(key)
         if kid is None:
             kid = self._key_ids[key] = len(self._key_ids)
         return kid
+
+    def _free_share(self, i: int) -> float:
+        """Share of node ``i``'s devices still free; shared devices count by consumed capacity."""
+        total = len(self._ids[i])
+        if not total:
+            return 0.0
+        used = 0.0
+        for _, did in self._held.get(i, {}).items():
+            if did in self.state.devices:
+                used += 1.0
+                continue
+            consumed = self.state.capacity.get(did, {})
+            cap = self._capacity_of.get(did, {})
+            fractions = [float(v / cap[k]) for k, v in consumed.items() if cap.get(k)]
+            used += max(fractions, default=1.0)
+        return max(0.0, 1.0 - used / total)
 
     def _alloc_key(self, i: int) -> tuple[Any, ...]:
         parts: list[tuple[Any, ...]] = []

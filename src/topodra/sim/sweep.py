@@ -32,6 +32,7 @@ class SweepConfig:
     fill: float = 0.0
     seed: int = 1
     processes: int = field(default_factory=lambda: os.cpu_count() or 1)
+    scoring: str = "least-allocated"
 
 
 def parse_models(models: Sequence[str]) -> list[tuple[str, str]]:
@@ -63,6 +64,7 @@ def sweep_points(cfg: SweepConfig) -> list[RunConfig]:
                         pods=cfg.pods or min(2 * n, 10_000),
                         fill=cfg.fill,
                         seed=cfg.seed,
+                        scoring=cfg.scoring,
                     )
                 )
     return points

@@ -25,6 +25,7 @@ from pathlib import Path
 __all__ = [
     "FixtureError",
     "fixture_dir",
+    "shared_dir",
     "fixture_names",
     "fixture_tarball",
     "unpacked_fixture",
@@ -76,6 +77,11 @@ def fixture_dir() -> Path:
     raise FixtureError(
         "cannot find the hwloc-linux fixture folder; set TOPODRA_FIXTURES or put it at one of:\n  " + listing
     )
+
+
+def shared_dir() -> Path:
+    """The ``shared/`` folder the fixtures live in (with ``examples/`` and ``nri-transcripts/``)."""
+    return fixture_dir().parents[1]
 
 
 def fixture_names() -> list[str]:

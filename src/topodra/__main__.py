@@ -1,0 +1,5 @@
+"""``python -m topodra``: the same as the ``topodra`` command."""
+
+from topodra.cli import main
+
+main()

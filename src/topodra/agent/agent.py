@@ -1,0 +1,659 @@
+"""The node agent: policy + NRI plugin + DRA kubelet plugin + slices + metrics, one event loop.
+
+Ordering rules (why the code looks like this):
+- Every policy operation runs under one ``asyncio.Lock`` (shared with the DRA
+  driver), so operations are serialized and each returns its ``Changes``.
+- Changes caused by an NRI event travel in that event's reply (adjustment of
+  the container being created, updates of the others). Changes caused by
+  anything else (claim prepared or released, configuration reload, restart
+  corrections) are pushed at once with an unsolicited UpdateContainers by the
+  ``UpdatePusher``, which the NRI stub only sends when no event reply is
+  outstanding (containerd holds its lock while delivering events).
+- Start-up: restore prepared claims from the checkpoint into the policy
+  first, then serve the kubelet, then connect to the runtime, whose
+  Synchronize rebuilds container placement (``Policy.sync``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from topodra.agent.config import AgentConfig, ConfigError, load_config
+from topodra.agent.http import HttpEndpoint, Route, json_route
+from topodra.agent.metrics import AgentMetrics
+from topodra.agent.pusher import UpdatePusher, to_update
+from topodra.agent.requests import container_request
+from topodra.cpuset import CPUSet
+from topodra.dra.devices import Device, build_devices
+from topodra.dra.driver import (
+    ClaimCheckError,
+    ClaimEnvError,
+    ClaimRef,
+    Driver,
+    PrepareResult,
+    UnprepareResult,
+)
+from topodra.faults import crash_point
+from topodra.nri.plugin import Plugin
+from topodra.nri.types import (
+    Container,
+    ContainerAdjustment,
+    ContainerState,
+    ContainerUpdate,
+    CreateContainerResult,
+    Event,
+    LinuxResources,
+    Pod,
+)
+from topodra.nri.version import RuntimeInfo
+from topodra.policy import Policy
+from topodra.policy.api import Assignment, Changes, ContainerRequest, PolicyError
+from topodra.topology.model import Topology
+
+__all__ = ["Agent", "AgentError", "load_topology"]
+
+log = logging.getLogger(__name__)
+
+#: Events the agent subscribes to (all exist in every NRI version; the
+#: notification ones arrive as StateChange on runtimes before v0.12).
+EVENTS = frozenset(
+    {
+        Event.RUN_POD_SANDBOX,
+        Event.STOP_POD_SANDBOX,
+        Event.REMOVE_POD_SANDBOX,
+        Event.CREATE_CONTAINER,
+        Event.UPDATE_CONTAINER,
+        Event.STOP_CONTAINER,
+        Event.REMOVE_CONTAINER,
+    }
+)
+
+
+class AgentError(RuntimeError):
+    """The agent cannot start (bad topology, config, sockets...)."""
+
+
+def load_topology(config: AgentConfig) -> Topology:
+    """The machine to manage: sysfs under ``sysfsRoot``, or a fixture / synthetic machine."""
+    from topodra.topology.errors import TopologyError
+    from topodra.topology.sysfs import read_topology
+
+    spec = config.topology
+    try:
+        if not spec:
+            return read_topology(config.sysfs_root)
+        if spec.startswith("synthetic:"):
+            from topodra.topology.synthetic import synthetic_topology
+
+            return synthetic_topology(spec.removeprefix("synthetic:"))
+        if spec.startswith("fixture:") or not Path(spec).exists():
+            from topodra.topology.fixtures import unpacked_fixture
+
+            with unpacked_fixture(spec.removeprefix("fixture:")) as root:
+                return read_topology(root)
+        return read_topology(spec)
+    except (TopologyError, ValueError, OSError, KeyError) as err:
+        raise AgentError(f"cannot read the topology ({spec or config.sysfs_root}): {err}") from err
+
+
+class _MeteredDriver(Driver):
+    """The DRA driver with Prepare/Unprepare counts and latency recorded."""
+
+    metrics: AgentMetrics
+
+    async def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
+        t0 = time.perf_counter()
+        out = await super().prepare(claims)
+        self.metrics.prepare_seconds.observe(time.perf_counter() - t0)
+        for r in out.values():
+            self.metrics.prepare_total.labels("error" if r.error else "ok").inc()
+        return out
+
+    async def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, UnprepareResult]:
+        t0 = time.perf_counter()
+        out = await super().unprepare(claims)
+        self.metrics.unprepare_seconds.observe(time.perf_counter() - t0)
+        for r in out.values():
+            self.metrics.unprepare_total.labels("error" if r.error else "ok").inc()
+        return out
+
+
+class _AgentPlugin(Plugin):
+    """NRI handlers: each takes the policy lock, runs one policy operation, answers its changes."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+
+    async def configure(self, config: str, runtime: RuntimeInfo) -> frozenset[Event]:
+        log.info("NRI runtime %s %s (NRI %s)", runtime.name, runtime.version, runtime.nri_version or "unknown")
+        return EVENTS
+
+    async def synchronize(self, pods: Sequence[Pod], containers: Sequence[Container]) -> list[ContainerUpdate]:
+        return await self.agent.synchronize(pods, containers)
+
+    async def run_pod_sandbox(self, pod: Pod) -> None:
+        self.agent.pods[pod.id] = pod
+
+    async def stop_pod_sandbox(self, pod: Pod) -> None:
+        self.agent.pods[pod.id] = pod
+
+    async def remove_pod_sandbox(self, pod: Pod) -> None:
+        self.agent.pods.pop(pod.id, None)
+
+    async def create_container(self, pod: Pod, container: Container) -> CreateContainerResult:
+        return await self.agent.create_container(pod, container)
+
+    async def update_container(
+        self, pod: Pod, container: Container, resources: LinuxResources | None
+    ) -> list[ContainerUpdate]:
+        return await self.agent.update_container(pod, container, resources)
+
+    async def stop_container(self, pod: Pod, container: Container) -> list[ContainerUpdate]:
+        return await self.agent.stop_container(pod, container)
+
+    async def remove_container(self, pod: Pod, container: Container) -> None:
+        await self.agent.remove_container(pod, container)
+
+
+class Agent:
+    """One node's topodra; ``await agent.start()``, then ``await agent.stop()``."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        *,
+        config_path: Path | None = None,
+        topology: Topology | None = None,
+        kube: Any | None = None,
+        reload_interval: float = 2.0,
+    ) -> None:
+        self.config = config
+        self.config_path = config_path
+        self.topology = topology or load_topology(config)
+        try:
+            self.policy = Policy(self.topology, config.policy)
+        except (PolicyError, ValueError) as err:
+            raise AgentError(f"invalid policy configuration: {err}") from err
+        self.lock = asyncio.Lock()
+        self.metrics = AgentMetrics()
+        self.pods: dict[str, Pod] = {}
+        self.containers: dict[str, Container] = {}
+        self.devices: list[Device] = self._build_devices(config)
+        self._kube = kube
+        self._own_kube = False
+        self.driver: Driver | None = None
+        self.kubelet_plugin: Any | None = None
+        self.reconciler: Any | None = None
+        self.stub: Any | None = None
+        self.http: HttpEndpoint | None = None
+        self.pusher: UpdatePusher | None = None
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._stop = asyncio.Event()
+        self._reload_interval = reload_interval
+        self._config_mtime = self._mtime()
+        self.started = asyncio.Event()
+        self.events: list[str] = []  # recent notable events, newest last (UI, /state)
+        self._deferred: set[str] = set()  # changes held for the next event reply (unsolicited off)
+
+    # --- construction helpers -------------------------------------------------------------------
+    def _build_devices(self, config: AgentConfig) -> list[Device]:
+        try:
+            return build_devices(self.topology, config.devices, exclude=self.policy.reserved_cpus)
+        except ValueError as err:
+            raise AgentError(f"invalid device model configuration: {err}") from err
+
+    def _mtime(self) -> float | None:
+        if self.config_path is None:
+            return None
+        try:
+            return self.config_path.stat().st_mtime
+        except OSError:
+            return None
+
+    def _note(self, text: str) -> None:
+        self.events.append(f"{time.strftime('%H:%M:%S')} {text}")
+        del self.events[:-200]
+        log.info("%s", text)
+
+    # --- lifecycle -------------------------------------------------------------------------------
+    async def start(self) -> None:
+        cfg = self.config
+        if cfg.dra.enabled:
+            await self._start_dra()
+        if cfg.nri.enabled:
+            self._start_nri()
+        if cfg.metrics_address:
+            self.http = HttpEndpoint(self._routes())
+            try:
+                await self.http.start(cfg.metrics_address)
+            except OSError as err:
+                raise AgentError(f"cannot listen on {cfg.metrics_address} for metrics: {err}") from err
+        if self.config_path is not None:
+            self._spawn(self._watch_config(), "config-watch")
+        self.started.set()
+        self._note(f"agent started on node {cfg.node_name} ({len(self.topology.cpus)} CPUs, {len(self.devices)} devices)")
+
+    async def _start_dra(self) -> None:
+        from topodra.dra.kubeletplugin import KubeletPlugin, PluginPaths
+        from topodra.kube.client import RESOURCE_CLAIMS, KubeClient
+
+        cfg = self.config
+        if self._kube is None:
+            self._own_kube = True
+            if cfg.kube.server:
+                token = cfg.kube.token_file.read_text().strip() if cfg.kube.token_file else "topodra"
+                self._kube = KubeClient.for_url(cfg.kube.server, token=token)
+            else:
+                self._kube = KubeClient.from_environment(str(cfg.kube.kubeconfig) if cfg.kube.kubeconfig else None)
+        kube = self._kube
+
+        async def fetch(namespace: str, name: str) -> dict[str, Any]:
+            result: dict[str, Any] = await kube.get(RESOURCE_CLAIMS, name, namespace)
+            return result
+
+        cfg.state_dir.mkdir(parents=True, exist_ok=True)
+        cfg.cdi_dir.mkdir(parents=True, exist_ok=True)
+        self.driver = driver = _MeteredDriver(
+            policy=self.policy,
+            lock=self.lock,
+            fetch_claim=fetch,
+            cdi_dir=cfg.cdi_dir,
+            checkpoint_path=cfg.checkpoint_path,
+            devices=self.devices,
+            pool=cfg.node_name,
+            on_changes=self._on_driver_changes,
+        )
+        driver.metrics = self.metrics
+        try:
+            report = await self.driver.restore()
+        except Exception as err:
+            raise AgentError(f"cannot restore prepared claims from {cfg.checkpoint_path}: {err}") from err
+        if report.restored:
+            self._note(f"restored {len(report.restored)} prepared claim(s) from the checkpoint")
+        self.kubelet_plugin = KubeletPlugin(self.driver, PluginPaths(kubelet_root=cfg.kubelet_root))
+        await self.kubelet_plugin.start()
+        if cfg.dra.publish_slices:
+            from topodra.dra.reconciler import SliceReconciler
+
+            self.reconciler = SliceReconciler(kube, cfg.node_name, self.devices)
+            self._spawn(self.reconciler.run(self._stop), "slices")
+
+    def _start_nri(self) -> None:
+        from topodra.nri.stub import Stub
+
+        cfg = self.config
+        self.stub = Stub(
+            _AgentPlugin(self),
+            socket_path=str(cfg.nri.socket),
+            name=cfg.nri.plugin_name,
+            idx=cfg.nri.plugin_index,
+        )
+        stub = self.stub
+
+        def send(updates: list[ContainerUpdate]) -> asyncio.Future[list[ContainerUpdate]]:
+            fut: asyncio.Future[list[ContainerUpdate]] = stub.update_containers(updates)
+            return fut
+
+        self.pusher = UpdatePusher(
+            send=send,
+            lookup=self._pushable,
+            lock=self.lock,
+            on_sent=self._count_pushed,
+        )
+        self._spawn(self.pusher.run(), "pusher")
+        self._spawn(stub.run(), "nri")
+
+    def _pushable(self, container_id: str) -> Assignment | None:
+        # Only containers the runtime told us about (and that still run) can be updated.
+        if container_id not in self.containers:
+            return None
+        return self.policy.assignment(container_id)
+
+    def _count_pushed(self, sent: int, failed: int) -> None:
+        self.metrics.updates_sent.inc(sent)
+        self.metrics.updates_failed.inc(failed)
+
+    def _spawn(self, coro: Any, name: str) -> None:
+        task = asyncio.create_task(coro, name=f"topodra-{name}")
+        task.add_done_callback(self._task_done)
+        self._tasks.append(task)
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            log.error("agent task %s failed: %r", task.get_name(), exc, exc_info=exc)
+
+    async def stop(self) -> None:
+        self._stop.set()
+        if self.stub is not None:
+            with contextlib.suppress(Exception):
+                await self.stub.stop()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+        if self.kubelet_plugin is not None:
+            await self.kubelet_plugin.stop()
+        if self.http is not None:
+            await self.http.stop()
+        if self._own_kube and self._kube is not None:
+            with contextlib.suppress(Exception):
+                await self._kube.close()
+
+    async def run_forever(self) -> None:
+        await self.start()
+        try:
+            await self._stop.wait()
+        finally:
+            await self.stop()
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    # --- applying changes ------------------------------------------------------------------------
+    def _record(self, changes: Changes) -> None:
+        if self.pusher is not None:
+            self.pusher.bump(changes)
+
+    async def _on_driver_changes(self, changes: Changes) -> None:
+        """Claim prepared/released/restored: push the moved containers now."""
+        self._record(changes)
+        if changes:
+            self._note("claim change moves " + ", ".join(f"{c}->{a.cpus}" for c, a in sorted(changes.items())))
+        self._push(changes)
+
+    def _push(self, container_ids: Iterable[str]) -> None:
+        """Send these containers' current assignments now, or with the next event reply when
+        unsolicited updates are turned off (``nri.unsolicitedUpdates: false``, for runtimes whose
+        NRI can deadlock on them)."""
+        if self.config.nri.unsolicited_updates and self.pusher is not None:
+            self.pusher.push(container_ids)
+        else:
+            self._deferred.update(container_ids)
+
+    def _with_deferred(self, updates: list[ContainerUpdate], exclude: str) -> list[ContainerUpdate]:
+        if not self._deferred:
+            return updates
+        have = {u.container_id for u in updates} | {exclude}
+        for cid in sorted(self._deferred - have):
+            a = self._pushable(cid)
+            if a is not None:
+                updates.append(to_update(cid, a))
+        self._deferred.clear()
+        return updates
+
+    def _updates(self, changes: Changes, *, exclude: str | None = None) -> list[ContainerUpdate]:
+        return [
+            to_update(cid, a)
+            for cid, a in sorted(changes.items())
+            if cid != exclude and cid in self.containers
+        ]
+
+    def _claims_of(self, pod: Pod, container: Container) -> tuple[str, ...]:
+        """Verified claim UIDs of a container's ``DRA_CPUSET_<uid>`` variables (errors refuse it)."""
+        if self.driver is None:
+            return ()
+        return tuple(sorted(self.driver.container_claims(pod.uid, container.env)))
+
+    def _request(self, pod: Pod, container: Container, claims: tuple[str, ...]) -> ContainerRequest:
+        return container_request(pod, container, claims)
+
+    # --- NRI events --------------------------------------------------------------------------------
+    async def synchronize(self, pods: Sequence[Pod], containers: Sequence[Container]) -> list[ContainerUpdate]:
+        t0 = time.perf_counter()
+        self.pods = {p.id: p for p in pods}
+        by_pod = self.pods
+        entries: list[tuple[ContainerRequest, Assignment | None]] = []
+        live: dict[str, Container] = {}
+        for c in containers:
+            if c.state not in (ContainerState.CREATED, ContainerState.RUNNING, ContainerState.PAUSED):
+                continue
+            pod = by_pod.get(c.pod_sandbox_id) or Pod(id=c.pod_sandbox_id)
+            try:
+                claims = self._claims_of(pod, c)
+            except (ClaimEnvError, ClaimCheckError) as err:
+                # Already running: we cannot refuse it any more; place it as an ordinary container.
+                log.error("container %s: %s; placing it without its claim", c.id, err)
+                claims = ()
+            current = None
+            res = c.resources
+            if res is not None and res.cpus:
+                current = Assignment(res.cpus, res.mems or CPUSet())
+            entries.append((self._request(pod, c, claims), current))
+            live[c.id] = c
+        async with self.lock:
+            self.containers = live
+            try:
+                changes = self.policy.sync(entries)
+            except PolicyError as err:
+                log.error("synchronize: %s", err)
+                raise
+            self._record(changes)
+        self.metrics.nri_event_seconds.labels("Synchronize").observe(time.perf_counter() - t0)
+        self._note(f"synchronized {len(live)} container(s), {len(changes)} corrected")
+        return self._updates(changes)
+
+    async def create_container(self, pod: Pod, container: Container) -> CreateContainerResult:
+        t0 = time.perf_counter()
+        self.pods.setdefault(pod.id, pod)
+        try:
+            claims = self._claims_of(pod, container)
+            req = self._request(pod, container, claims)
+            async with self.lock:
+                changes = self.policy.add(req)
+                self.containers[container.id] = container
+                self._record(changes)
+            crash_point("create.placed")
+        except (ClaimEnvError, ClaimCheckError, PolicyError) as err:
+            self.metrics.nri_errors.labels("CreateContainer").inc()
+            self._note(f"refused container {pod.namespace}/{pod.name}/{container.name}: {err}")
+            raise
+        mine = changes.get(container.id)
+        adjust = ContainerAdjustment(cpus=mine.cpus, mems=mine.mems or None) if mine is not None else None
+        updates = self._with_deferred(self._updates(changes, exclude=container.id), container.id)
+        self.metrics.nri_event_seconds.labels("CreateContainer").observe(time.perf_counter() - t0)
+        if mine is not None:
+            extra = f" (+{len(updates)} moved)" if updates else ""
+            self._note(f"placed {pod.namespace}/{pod.name}/{container.name} on CPUs {mine.cpus}{extra}")
+        return CreateContainerResult(adjust=adjust, updates=tuple(updates))
+
+    async def update_container(
+        self, pod: Pod, container: Container, resources: LinuxResources | None
+    ) -> list[ContainerUpdate]:
+        t0 = time.perf_counter()
+        if resources is not None:
+            container = _with_resources(container, resources)
+        try:
+            claims = self._claims_of(pod, container)
+            req = self._request(pod, container, claims)
+            async with self.lock:
+                if self.policy.assignment(container.id) is None:
+                    changes = self.policy.add(req)
+                else:
+                    changes = self.policy.update(req)
+                self.containers[container.id] = container
+                self._record(changes)
+                # Re-apply our values even when unchanged, so a CRI update keeps our pinning.
+                mine = self.policy.assignment(container.id)
+        except (ClaimEnvError, ClaimCheckError, PolicyError) as err:
+            self.metrics.nri_errors.labels("UpdateContainer").inc()
+            self._note(f"refused update of {container.id}: {err}")
+            raise
+        updates = self._with_deferred(self._updates(changes, exclude=container.id), container.id)
+        if mine is not None:
+            updates.insert(0, to_update(container.id, mine))
+        self.metrics.nri_event_seconds.labels("UpdateContainer").observe(time.perf_counter() - t0)
+        return updates
+
+    async def stop_container(self, pod: Pod, container: Container) -> list[ContainerUpdate]:
+        t0 = time.perf_counter()
+        async with self.lock:
+            self.containers.pop(container.id, None)
+            changes = self.policy.remove(container.id)
+            self._record(changes)
+        crash_point("stop.removed")
+        if self.pusher is not None:
+            self.pusher.forget(container.id)
+        self.metrics.nri_event_seconds.labels("StopContainer").observe(time.perf_counter() - t0)
+        self._deferred.discard(container.id)
+        updates = self._with_deferred(self._updates(changes, exclude=container.id), container.id)
+        if updates:
+            self._note(f"stopped {container.id}: {len(updates)} container(s) widened")
+        return updates
+
+    async def remove_container(self, pod: Pod, container: Container) -> None:
+        # Normally StopContainer released it already; if not, push what it frees now.
+        async with self.lock:
+            self.containers.pop(container.id, None)
+            changes = self.policy.remove(container.id)
+            self._record(changes)
+        if self.pusher is not None:
+            self.pusher.forget(container.id)
+        self._deferred.discard(container.id)
+        self._push(c for c in changes if c != container.id)
+
+    # --- configuration reload ------------------------------------------------------------------------
+    async def _watch_config(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), self._reload_interval)
+            mtime = self._mtime()
+            if mtime is not None and mtime != self._config_mtime:
+                self._config_mtime = mtime
+                await self.reload()
+
+    async def reload(self, new: AgentConfig | None = None) -> Changes:
+        """Apply a changed configuration file (or ``new``); a bad one is logged and ignored."""
+        if new is None:
+            assert self.config_path is not None
+            try:
+                new = load_config(self.config_path)
+            except ConfigError as err:
+                self.metrics.config_reloads.labels("invalid").inc()
+                log.error("configuration reload ignored: %s", err)
+                self._note("configuration reload ignored (invalid): see the log")
+                return {}
+        old = self.config
+        changes: Changes = {}
+        if new.policy != old.policy:
+            async with self.lock:
+                try:
+                    changes = self.policy.reconfigure(new.policy)
+                except (PolicyError, ValueError) as err:
+                    self.metrics.config_reloads.labels("refused").inc()
+                    log.error("configuration reload refused by the policy: %s", err)
+                    self._note(f"configuration reload refused: {err}")
+                    return {}
+                self._record(changes)
+        if new.devices != old.devices or new.policy != old.policy:
+            try:
+                devices = build_devices(self.topology, new.devices, exclude=self.policy.reserved_cpus)
+            except ValueError as err:
+                log.error("new device model refused, keeping the old one: %s", err)
+            else:
+                if [d.to_api() for d in devices] != [d.to_api() for d in self.devices]:
+                    self.devices = devices
+                    if self.reconciler is not None:
+                        self.reconciler.set_devices(devices)
+                    if self.driver is not None and hasattr(self.driver, "set_devices"):
+                        self.driver.set_devices(devices)
+        unchanged = {k for k in ("nri", "dra", "kube", "kubelet_root", "cdi_dir", "state_dir", "metrics_address", "node_name")
+                     if getattr(new, k) != getattr(old, k)}
+        if unchanged:
+            log.warning("configuration fields %s change only at restart", ", ".join(sorted(unchanged)))
+        self.config = new.model_copy(update={k: getattr(old, k) for k in unchanged}) if unchanged else new
+        self.metrics.config_reloads.labels("applied").inc()
+        self._note(f"configuration reloaded: {len(changes)} container(s) moved")
+        self._push(changes)
+        return changes
+
+    # --- observability ---------------------------------------------------------------------------------
+    def _refresh_gauges(self) -> None:
+        stats = self.policy.stats()
+        m = self.metrics
+        m.cpus.clear()
+        for pool in stats.pools:
+            u = pool.usage
+            for use, cpus in (
+                ("exclusive", u.allocated),
+                ("shared", u.shared),
+                ("claimed", u.claimed),
+                ("reserved", u.reserved),
+                ("isolated", u.isolated),
+                ("free", u.free),
+            ):
+                for kind in self.topology.core_types():
+                    m.cpus.labels(pool.name, kind.value, use).set(len(cpus & self.topology.cpus_of_type(kind)))
+        m.containers.clear()
+        for placement, n in stats.containers.items():
+            m.containers.labels(placement).set(n)
+        m.claims.set(len(self.policy.claims()))
+
+    def _metrics_route(self) -> tuple[int, str, bytes]:
+        self._refresh_gauges()
+        return 200, "text/plain; version=0.0.4; charset=utf-8", self.metrics.render()
+
+    def healthy(self) -> tuple[bool, str]:
+        problems = []
+        for task in self._tasks:
+            if task.done() and not task.cancelled():
+                problems.append(f"task {task.get_name()} ended")
+        return (not problems, "; ".join(problems) or "ok")
+
+    def ready(self) -> tuple[bool, str]:
+        problems = []
+        if self.config.nri.enabled and (self.stub is None or not self.stub.synchronized):
+            problems.append("NRI runtime not synchronized")
+        if self.kubelet_plugin is not None and not self.kubelet_plugin.registered.is_set():
+            problems.append("kubelet has not registered the DRA plugin")
+        return (not problems, "; ".join(problems) or "ok")
+
+    def state(self) -> dict[str, Any]:
+        """A JSON view of everything placed (``/state`` and the playground)."""
+        return {
+            "node": self.config.node_name,
+            "reserved": str(self.policy.reserved_cpus),
+            "claims": {uid: str(c) for uid, c in sorted(self.policy.claims().items())},
+            "containers": {
+                cid: {"cpus": str(a.cpus), "mems": str(a.mems)} for cid, a in sorted(self.policy.assignments().items())
+            },
+            "pending_pushes": sorted(self.pusher.pending) if self.pusher is not None else [],
+            "push_idle": self.pusher.idle if self.pusher is not None else True,
+            "events": self.events[-50:],
+        }
+
+    def _routes(self) -> dict[str, Route]:
+        def probe(check: Callable[[], tuple[bool, str]]) -> Route:
+            def handler() -> tuple[int, str, bytes]:
+                ok, why = check()
+                return (200 if ok else 503), "text/plain", (why + "\n").encode()
+
+            return Route(handler)
+
+        return {
+            "/metrics": Route(self._metrics_route),
+            "/healthz": probe(self.healthy),
+            "/readyz": probe(self.ready),
+            "/state": json_route(self.state),
+        }
+
+
+def _with_resources(container: Container, resources: LinuxResources) -> Container:
+    from dataclasses import replace
+
+    return replace(container, resources=resources)
+
+
+def default_config_path() -> Path:
+    return Path(os.environ.get("TOPODRA_CONFIG", "/etc/topodra/config.yaml"))

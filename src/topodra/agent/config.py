@@ -1,0 +1,163 @@
+"""The agent's configuration: one YAML file, one pydantic model tree.
+
+Every error names the file, the field path and the bad value. Keys are
+camelCase as in Kubernetes objects (snake_case is accepted too).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic.alias_generators import to_camel
+
+from topodra.dra.devices import DeviceModelConfig
+from topodra.policy.config import PolicyConfig
+
+__all__ = ["AgentConfig", "ConfigError", "load_config", "parse_config"]
+
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+class ConfigError(ValueError):
+    """A configuration file that cannot be used; the message says where and why."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True)
+
+
+class NRIConfig(_Section):
+    enabled: bool = True
+    socket: Path = Path("/var/run/nri/nri.sock")
+    plugin_name: str = "topodra"
+    plugin_index: str = "90"
+    #: Push container changes caused outside NRI events (claim release, reconfiguration)
+    #: with an unsolicited UpdateContainers at once.
+    unsolicited_updates: bool = True
+
+    @field_validator("plugin_index")
+    @classmethod
+    def _idx(cls, value: str) -> str:
+        if not re.fullmatch(r"[0-9]{2}", value):
+            raise ValueError(f"plugin index must be exactly two digits, got {value!r}")
+        return value
+
+    @field_validator("plugin_name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_.+-]+", value):
+            raise ValueError(f"plugin name may only use [A-Za-z0-9_.+-], got {value!r}")
+        return value
+
+
+class DRAConfig(_Section):
+    enabled: bool = True
+    #: Publish ResourceSlices (off: the kubelet plugin still serves Prepare/Unprepare).
+    publish_slices: bool = True
+
+
+class KubeConfig(_Section):
+    #: API server URL; empty: in-cluster service account, else ``kubeconfig``.
+    server: str = ""
+    kubeconfig: Path | None = None
+    token_file: Path | None = None
+
+
+def _default_node_name() -> str:
+    return os.environ.get("NODE_NAME") or socket.gethostname().lower()
+
+
+class AgentConfig(_Section):
+    """Everything ``topodra agent`` needs (see docs/configuration.md)."""
+
+    node_name: str = Field(default_factory=_default_node_name)
+    #: Where sysfs is mounted (``/host`` in the DaemonSet, whose /sys is at /host/sys).
+    sysfs_root: Path = Path("/")
+    #: Use a fixture or synthetic machine instead of sysfs (testing and the playground).
+    topology: str | None = None
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    devices: DeviceModelConfig = Field(default_factory=DeviceModelConfig)
+    kubelet_root: Path = Path("/var/lib/kubelet")
+    cdi_dir: Path = Path("/var/run/cdi")
+    state_dir: Path = Path("/var/lib/topodra")
+    metrics_address: str = ":9402"
+    nri: NRIConfig = Field(default_factory=NRIConfig)
+    dra: DRAConfig = Field(default_factory=DRAConfig)
+    kube: KubeConfig = Field(default_factory=KubeConfig)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_format: Literal["text", "json"] = "text"
+
+    @field_validator("node_name")
+    @classmethod
+    def _node(cls, value: str) -> str:
+        if len(value) > 253 or not _DNS_SUBDOMAIN.match(value):
+            raise ValueError(f"node name must be a DNS subdomain (lower case), got {value!r}")
+        return value
+
+    @field_validator("metrics_address")
+    @classmethod
+    def _addr(cls, value: str) -> str:
+        if value:
+            from topodra.agent.http import parse_address
+
+            parse_address(value)
+        return value
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.state_dir / "dra-checkpoint.json"
+
+    @property
+    def plugin_dir(self) -> Path:
+        return self.kubelet_root / "plugins" / "native.cpu"
+
+    @property
+    def registry_dir(self) -> Path:
+        return self.kubelet_root / "plugins_registry"
+
+
+def _format_errors(err: ValidationError, source: str) -> str:
+    lines = [f"invalid configuration in {source}:"]
+    for e in err.errors():
+        path = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        value = e.get("input")
+        shown = repr(value)
+        if len(shown) > 80:
+            shown = shown[:77] + "..."
+        lines.append(f"  {path}: {e['msg']} (got {shown})")
+    return "\n".join(lines)
+
+
+def parse_config(data: Any, source: str = "<config>") -> AgentConfig:
+    """Validate a parsed YAML document (None or {} gives the defaults)."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"invalid configuration in {source}: expected a mapping, got {type(data).__name__}")
+    try:
+        return AgentConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_format_errors(err, source)) from None
+
+
+def load_config(path: str | os.PathLike[str]) -> AgentConfig:
+    """Read and validate the YAML file at ``path``."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as err:
+        raise ConfigError(f"cannot read configuration {p}: {err.strerror or err}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"{p}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(p)
+        problem = getattr(err, "problem", None) or str(err)
+        raise ConfigError(f"invalid YAML in {where}: {problem}") from None
+    return parse_config(data, str(p))

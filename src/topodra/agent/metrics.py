@@ -1,0 +1,55 @@
+"""The agent's Prometheus metrics, in one registry owned by the agent (no globals)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+__all__ = ["AgentMetrics"]
+
+_LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 2.0)
+
+
+class AgentMetrics:
+    """Counters, gauges and histograms the agent updates; ``render()`` gives the text format."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.cpus = Gauge(
+            "topodra_cpus",
+            "CPUs per pool, CPU kind and use (exclusive, shared, claimed, reserved, isolated, free).",
+            ["pool", "kind", "use"],
+            registry=r,
+        )
+        self.containers = Gauge("topodra_containers", "Containers placed by the policy.", ["placement"], registry=r)
+        self.claims = Gauge("topodra_claims", "Prepared DRA claims.", registry=r)
+        self.prepare_total = Counter(
+            "topodra_dra_prepare", "NodePrepareResources claims handled.", ["result"], registry=r
+        )
+        self.unprepare_total = Counter(
+            "topodra_dra_unprepare", "NodeUnprepareResources claims handled.", ["result"], registry=r
+        )
+        self.prepare_seconds = Histogram(
+            "topodra_dra_prepare_seconds", "Prepare latency per call.", registry=r, buckets=_LATENCY_BUCKETS
+        )
+        self.unprepare_seconds = Histogram(
+            "topodra_dra_unprepare_seconds", "Unprepare latency per call.", registry=r, buckets=_LATENCY_BUCKETS
+        )
+        self.nri_event_seconds = Histogram(
+            "topodra_nri_event_seconds",
+            "Time to answer an NRI event, by event.",
+            ["event"],
+            registry=r,
+            buckets=_LATENCY_BUCKETS,
+        )
+        self.nri_errors = Counter("topodra_nri_event_errors", "NRI events answered with an error.", ["event"], registry=r)
+        self.updates_sent = Counter(
+            "topodra_unsolicited_updates_sent", "Container updates pushed with an unsolicited UpdateContainers.", registry=r
+        )
+        self.updates_failed = Counter(
+            "topodra_unsolicited_updates_failed", "Unsolicited container updates the runtime reported failed.", registry=r
+        )
+        self.config_reloads = Counter("topodra_config_reloads", "Configuration reloads.", ["result"], registry=r)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

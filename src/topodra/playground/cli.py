@@ -1,0 +1,131 @@
+"""``topodra playground``: the whole flow on one machine, from Kubernetes YAML."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+__all__ = ["register"]
+
+
+def playground_command(
+    files: Annotated[
+        list[Path] | None,
+        typer.Argument(help="Kubernetes YAML files or scenario files, run in order (default: the built-in scenario)."),
+    ] = None,
+    topology: Annotated[
+        str | None,
+        typer.Option(
+            "--topology",
+            "-t",
+            help="A fixture name (topodra topology --list-fixtures), 'host', 'synthetic:SPEC' (e.g. synthetic:2s1d2n1l8c2t) "
+            "or a sysfs root directory. Default: the scenario's, else the Intel hybrid laptop fixture.",
+        ),
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option("--model", "-m", help="Device model: cpu, core or grouped (default: the scenario's, else cpu).")
+    ] = None,
+    scenario: Annotated[str, typer.Option("--scenario", "-s", help="Built-in scenario to run when no FILES are given.")] = "default",
+    list_scenarios: Annotated[bool, typer.Option("--list", help="List the built-in scenarios and exit.")] = False,
+    step: Annotated[bool, typer.Option("--step", help="Wait for Enter before each step.")] = False,
+    hold: Annotated[bool, typer.Option("--hold", help="Keep the node running after the last step (Ctrl-C ends).")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show the agent's and the runtime's logs.")] = False,
+) -> None:
+    """Run topodra's agent on a simulated node with an embedded runtime, kubelet and scheduler.
+
+    The agent is the real one: the runtime speaks NRI to it over a unix socket, the kubelet calls its DRA gRPC service, and the scheduler is the simulator's allocator. Without FILES the built-in scenario applies the upstream prototype's example (a pod claiming a P-core) next to shared workloads, then deletes it: the shared containers get the CPU back at once.
+    """
+    from rich.console import Console
+
+    from topodra.playground.scenario import ScenarioError, builtin_names, builtin_scenario, load_scenario
+
+    console = Console()
+    err = Console(stderr=True)
+    if list_scenarios:
+        for name in builtin_names():
+            console.print(f"{name:16} {builtin_scenario(name).title}")
+        return
+    if model is not None and model not in ("cpu", "core", "grouped"):
+        err.print(f"[red]error:[/red] --model must be cpu, core or grouped, got {model!r}")
+        raise typer.Exit(2)
+    try:
+        scenarios = [load_scenario(f) for f in files] if files else [builtin_scenario(scenario)]
+    except ScenarioError as exc:
+        err.print(f"[red]error:[/red] {exc}", markup=True, highlight=False)
+        raise typer.Exit(2) from None
+    logging.basicConfig(level=logging.INFO if verbose else logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
+    ok = asyncio.run(_run(console, scenarios, topology, model, step, hold))
+    raise typer.Exit(0 if ok else 1)
+
+
+async def _run(console: object, scenarios: Sequence[object], topology: str | None, model: str | None, step: bool, hold: bool) -> bool:
+    from rich.console import Console
+    from rich.rule import Rule
+
+    from topodra.playground.runner import StepResult, resolve_topology, run_scenario
+    from topodra.playground.scenario import Scenario, Step
+    from topodra.playground.ui import container_table, step_report
+    from topodra.playground.world import Playground, PlaygroundError
+
+    assert isinstance(console, Console)
+    all_ok = True
+    for sc in scenarios:
+        assert isinstance(sc, Scenario)
+        try:
+            topo, label = resolve_topology(topology or sc.topology)
+        except (PlaygroundError, ValueError, OSError) as exc:
+            console.print(f"[red]error:[/red] {exc}", highlight=False)
+            return False
+        chosen_model = model or sc.model or "cpu"
+        console.print(Rule(f"[bold]{sc.title}"))
+        console.print(
+            f"node [bold]playground[/bold]: {label}, {len(topo.cpus)} CPUs"
+            + (f" ({', '.join(f'{len(topo.cpus_of_type(t))} {t.value}' for t in topo.core_types())})")
+            + f", device model [bold]{chosen_model}[/bold]",
+            highlight=False,
+        )
+
+        async def before(i: int, s: Step) -> None:
+            console.print(f"\n[bold cyan]step {i}[/bold cyan] {s.title}", highlight=False)
+            if step:
+                await asyncio.to_thread(input, "  press Enter to run it ")
+
+        async def after(res: StepResult) -> None:
+            console.print(step_report(pg, res))
+
+        try:
+            async with Playground(topology=topo, model=chosen_model) as pg:
+                console.print(f"  {pg.log.lines[0]}" if pg.log.lines else "", highlight=False)
+                results = await run_scenario(pg, sc, before_step=before, after_step=after)
+                ok = all(r.ok for r in results)
+                all_ok &= ok
+                checks = sum(len(r.checks) for r in results)
+                if checks:
+                    failed = sum(1 for r in results for c in r.checks if not c.ok)
+                    console.print(
+                        f"\n{'[green]all' if ok else '[red]' + str(failed) + ' of'} {checks} expectation(s) "
+                        f"{'held' if ok else 'failed'}[/]"
+                    )
+                if hold:
+                    from rich.live import Live
+
+                    console.print("[dim]node running; Ctrl-C ends[/dim]")
+                    with Live(container_table(pg), console=console, refresh_per_second=4) as live:
+                        while True:
+                            await asyncio.sleep(0.25)
+                            live.update(container_table(pg))
+        except PlaygroundError as exc:
+            console.print(f"[red]error:[/red] {exc}", highlight=False)
+            return False
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            return all_ok
+    return all_ok
+
+
+def register(app: typer.Typer) -> None:
+    app.command("playground")(playground_command)

@@ -1,0 +1,138 @@
+"""Runs a scenario on a playground and checks its expectations."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from topodra.cpuset import CPUSet
+from topodra.playground.scenario import Check, Scenario, Step
+from topodra.playground.world import Playground, PlaygroundError
+from topodra.topology import read_topology
+from topodra.topology.model import Topology
+from topodra.topology.synthetic import synthetic_topology
+
+__all__ = ["CheckResult", "StepResult", "evaluate", "resolve_topology", "run_scenario"]
+
+#: Stands in for the default fixture when the fixture trees are not on this machine.
+FALLBACK_HYBRID = "1s1d1n1l6c2t8e"
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    check: Check
+    ok: bool
+    message: str
+
+
+@dataclass
+class StepResult:
+    index: int
+    step: Step
+    lines: list[str] = field(default_factory=list)
+    checks: list[CheckResult] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+
+def resolve_topology(spec: str | None) -> tuple[Topology, str]:
+    """A fixture name, ``host``, ``synthetic:SPEC`` or a sysfs root directory -> (topology, label)."""
+    from topodra.playground.world import DEFAULT_TOPOLOGY
+    from topodra.topology.fixtures import FixtureError, unpacked_fixture
+
+    name = spec or DEFAULT_TOPOLOGY
+    if name == "host":
+        return read_topology("/"), "this machine"
+    if name.startswith("synthetic:"):
+        return synthetic_topology(name.removeprefix("synthetic:")), name
+    if "/" in name:
+        return read_topology(name), name
+    try:
+        return read_topology(unpacked_fixture(name)), f"fixture {name}"
+    except FixtureError as err:
+        if spec is None or spec == DEFAULT_TOPOLOGY:
+            # The README's first command must work even where the fixture trees are absent.
+            return synthetic_topology(FALLBACK_HYBRID), (
+                f"synthetic:{FALLBACK_HYBRID} (6 P-cores with 2 threads + 8 E-cores; fixture {name} not found)"
+            )
+        raise PlaygroundError(str(err)) from None
+
+
+def _find(pg: Playground, target: str) -> CPUSet | None:
+    ns, pod, container = target.split("/")
+    for row in pg.rows():
+        if row.pod == f"{ns}/{pod}" and (not container or row.container == container):
+            return row.cpus
+    return None
+
+
+def evaluate(pg: Playground, check: Check) -> CheckResult:
+    """One expectation against the runtime's current state."""
+    label = check.target.removeprefix("default/").rstrip("/")
+    if check.pending is not None:
+        ns, pod, _ = check.target.split("/")
+        msg = pg.pod_errors.get(f"{ns}/{pod}")
+        if msg is None:
+            return CheckResult(check, False, f"{label}: expected to be pending, but it was not refused")
+        if check.pending not in msg:
+            return CheckResult(check, False, f"{label}: pending, but the reason {msg!r} does not mention {check.pending!r}")
+        return CheckResult(check, True, f"{label}: pending ({msg})")
+    cpus = _find(pg, check.target)
+    if cpus is None:
+        return CheckResult(check, False, f"{label}: no such running container")
+    problems = []
+    if check.cpus is not None and cpus != check.cpus:
+        problems.append(f"cpus {cpus}, expected {check.cpus}")
+    if check.count is not None and len(cpus) != check.count:
+        problems.append(f"{len(cpus)} CPUs ({cpus}), expected {check.count}")
+    if check.core_type is not None:
+        wrong = CPUSet(c for c in cpus if pg.topology.cpu(c).core_type.value != check.core_type)
+        if wrong:
+            problems.append(f"CPUs {wrong} are not {check.core_type}")
+    for other, must_overlap in ((check.excludes, False), (check.includes, True)):
+        if other is None:
+            continue
+        theirs = _find(pg, other)
+        name = other.removeprefix("default/")
+        if theirs is None:
+            problems.append(f"{name} is not running")
+        elif not must_overlap and not cpus.isdisjoint(theirs):
+            problems.append(f"shares CPUs {cpus & theirs} with {name}")
+        elif must_overlap and not theirs <= cpus:
+            problems.append(f"lacks CPUs {theirs - cpus} of {name}")
+    if problems:
+        return CheckResult(check, False, f"{label}: " + "; ".join(problems))
+    return CheckResult(check, True, f"{label}: CPUs {cpus} as expected")
+
+
+async def run_scenario(
+    pg: Playground,
+    scenario: Scenario,
+    *,
+    before_step: Callable[[int, Step], Awaitable[None]] | None = None,
+    after_step: Callable[[StepResult], Awaitable[None]] | None = None,
+) -> list[StepResult]:
+    results: list[StepResult] = []
+    for i, step in enumerate(scenario.steps, 1):
+        if before_step is not None:
+            await before_step(i, step)
+        res = StepResult(i, step)
+        if step.apply:
+            by_source: dict[str, list[dict[str, object]]] = {}
+            for m in step.apply:
+                by_source.setdefault(m.source.rsplit(":", 1)[0], []).append(m.obj)
+            for source, objs in by_source.items():
+                res.lines.extend(await pg.apply(objs, source=source))
+        for ns, name in step.delete:
+            res.lines.append(await pg.delete_pod(name, ns))
+        if step.restart_agent:
+            await pg.restart_agent()
+            res.lines.append("agent restarted")
+        await pg.settle()
+        res.checks = [evaluate(pg, c) for c in step.expect]
+        results.append(res)
+        if after_step is not None:
+            await after_step(res)
+    return results

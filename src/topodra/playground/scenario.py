@@ -1,0 +1,216 @@
+"""Scenario files: apply and delete objects step by step, optionally checking the CPU sets.
+
+A scenario is a YAML mapping with ``steps`` (a plain Kubernetes YAML file
+is a one-step scenario)::
+
+    title: The upstream example, then its pod goes away
+    topology: 20em64t-hybrid-1p6c2t+2ca4co1t   # optional: fixture, synthetic:SPEC or host
+    model: cpu                                  # optional: cpu | core | grouped
+    steps:
+    - title: Shared workloads
+      apply: [background.yaml]                  # files (relative to the scenario) or inline objects
+    - title: A pod claims a P-core
+      apply: [upstream-prototype.yaml]
+      expect:
+        pcore-test/ctr0: {count: 1, coreType: P-core}
+        web/nginx: {excludes: pcore-test/ctr0}
+    - title: Deleting the claiming pod gives the CPUs back at once
+      delete: [pcore-test]                      # pod names, or namespace/name
+      restartAgent: false                       # optional: restart the agent after the step
+
+``expect`` maps ``pod/container`` (namespace ``default`` unless written
+``ns/pod/container``) to checks: ``cpus`` (exact list), ``count``,
+``coreType`` (every CPU of that kind), ``excludes`` (no CPU shared with that
+container), ``includes`` (all CPUs of that container), ``pending`` (the pod
+could not be scheduled and the message contains this text).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from topodra.cpuset import CPUSet, CPUSetParseError
+from topodra.playground.manifests import Manifest, ManifestError, load_manifests, parse_manifests
+
+__all__ = ["Check", "Scenario", "ScenarioError", "Step", "builtin_scenario", "builtin_names", "load_scenario"]
+
+_CHECK_KEYS = {"cpus", "count", "coreType", "excludes", "includes", "pending"}
+_STEP_KEYS = {"title", "apply", "delete", "expect", "restartAgent"}
+
+
+class ScenarioError(ValueError):
+    """A scenario file that cannot be run; names the file and what is wrong."""
+
+
+@dataclass(frozen=True)
+class Check:
+    target: str  # namespace/pod/container (container may be "" for pending checks)
+    cpus: CPUSet | None = None
+    count: int | None = None
+    core_type: str | None = None
+    excludes: str | None = None
+    includes: str | None = None
+    pending: str | None = None
+
+
+@dataclass
+class Step:
+    title: str
+    apply: list[Manifest] = field(default_factory=list)
+    delete: list[tuple[str, str]] = field(default_factory=list)  # (namespace, name)
+    expect: list[Check] = field(default_factory=list)
+    restart_agent: bool = False
+
+
+@dataclass
+class Scenario:
+    title: str
+    steps: list[Step]
+    topology: str | None = None
+    model: str | None = None
+    source: str = ""
+
+
+def _target(text: str, where: str) -> str:
+    parts = str(text).split("/")
+    if len(parts) == 2:
+        return f"default/{parts[0]}/{parts[1]}"
+    if len(parts) == 3:
+        return "/".join(parts)
+    if len(parts) == 1 and parts[0]:
+        return f"default/{parts[0]}/"
+    raise ScenarioError(f"{where}: {text!r} is not pod/container or namespace/pod/container")
+
+
+def _parse_check(target: str, spec: Any, where: str) -> Check:
+    if not isinstance(spec, dict):
+        raise ScenarioError(f"{where}: expect[{target}] must be a mapping of checks, got {spec!r}")
+    unknown = set(spec) - _CHECK_KEYS
+    if unknown:
+        raise ScenarioError(f"{where}: expect[{target}]: unknown check(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(_CHECK_KEYS))}")
+    cpus = None
+    if "cpus" in spec:
+        try:
+            cpus = CPUSet.parse(str(spec["cpus"]))
+        except CPUSetParseError as err:
+            raise ScenarioError(f"{where}: expect[{target}].cpus: {err}") from None
+    count = spec.get("count")
+    if count is not None and (not isinstance(count, int) or isinstance(count, bool) or count < 0):
+        raise ScenarioError(f"{where}: expect[{target}].count must be a whole number, got {count!r}")
+    return Check(
+        target=_target(target, where),
+        cpus=cpus,
+        count=count,
+        core_type=spec.get("coreType"),
+        excludes=_target(spec["excludes"], where) if "excludes" in spec else None,
+        includes=_target(spec["includes"], where) if "includes" in spec else None,
+        pending=str(spec["pending"]) if "pending" in spec else None,
+    )
+
+
+def _objects(items: Any, base: Path | None, where: str, loader: Any) -> list[Manifest]:
+    if not isinstance(items, list):
+        items = [items]
+    out: list[Manifest] = []
+    for i, item in enumerate(items):
+        if isinstance(item, str):
+            try:
+                out.extend(loader(item))
+            except ManifestError as err:
+                raise ScenarioError(str(err)) from None
+        elif isinstance(item, dict):
+            try:
+                out.extend(parse_manifests(yaml.safe_dump(item), f"{where} apply[{i}]"))
+            except ManifestError as err:
+                raise ScenarioError(str(err)) from None
+        else:
+            raise ScenarioError(f"{where}: apply[{i}] must be a file name or an object, got {item!r}")
+    return out
+
+
+def parse_scenario(data: Any, source: str, loader: Any) -> Scenario:
+    if not isinstance(data, dict) or not isinstance(data.get("steps"), list):
+        raise ScenarioError(f"{source}: a scenario is a mapping with a list of steps")
+    steps: list[Step] = []
+    for i, raw in enumerate(data["steps"]):
+        where = f"{source}: step {i + 1}"
+        if not isinstance(raw, dict):
+            raise ScenarioError(f"{where}: must be a mapping, got {raw!r}")
+        unknown = set(raw) - _STEP_KEYS
+        if unknown:
+            raise ScenarioError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(_STEP_KEYS))}")
+        step = Step(title=str(raw.get("title") or f"step {i + 1}"))
+        if "apply" in raw:
+            step.apply = _objects(raw["apply"], None, where, loader)
+        for name in raw.get("delete") or []:
+            ns, _, pod = str(name).rpartition("/")
+            step.delete.append((ns or "default", pod))
+        expect = raw.get("expect") or {}
+        if not isinstance(expect, dict):
+            raise ScenarioError(f"{where}: expect must be a mapping of pod/container to checks")
+        step.expect = [_parse_check(str(k), v, where) for k, v in expect.items()]
+        step.restart_agent = bool(raw.get("restartAgent", False))
+        steps.append(step)
+    model = data.get("model")
+    if model is not None and model not in ("cpu", "core", "grouped"):
+        raise ScenarioError(f"{source}: model must be cpu, core or grouped, got {model!r}")
+    return Scenario(
+        title=str(data.get("title") or source),
+        steps=steps,
+        topology=data.get("topology"),
+        model=model,
+        source=source,
+    )
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """A scenario file, or a plain manifest file as a one-step scenario."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as err:
+        raise ScenarioError(f"cannot read {p}: {err.strerror or err}") from None
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as err:
+        # Same message as for manifests: file:line:column.
+        try:
+            parse_manifests(text, str(p))
+        except ManifestError as merr:
+            raise ScenarioError(str(merr)) from None
+        raise ScenarioError(f"{p}: invalid YAML: {err}") from None
+    if len(docs) == 1 and isinstance(docs[0], dict) and "steps" in docs[0] and "kind" not in docs[0]:
+        return parse_scenario(docs[0], str(p), lambda name: load_manifests(p.parent / name))
+    try:
+        manifests = parse_manifests(text, str(p))
+    except ManifestError as err:
+        raise ScenarioError(str(err)) from None
+    return Scenario(title=p.name, steps=[Step(title=f"apply {p.name}", apply=manifests)], source=str(p))
+
+
+def _builtin_dir() -> Any:
+    return resources.files("topodra.playground") / "scenarios"
+
+
+def builtin_names() -> list[str]:
+    return sorted(
+        f.name.removesuffix(".yaml")
+        for f in _builtin_dir().iterdir()
+        if f.name.endswith(".yaml") and "steps:" in f.read_text()
+    )
+
+
+def builtin_scenario(name: str = "default") -> Scenario:
+    base = _builtin_dir()
+    f = base / f"{name}.yaml"
+    if not f.is_file():
+        raise ScenarioError(f"no built-in scenario {name!r}; there are: {', '.join(builtin_names())}")
+    data = yaml.safe_load(f.read_text())
+    return parse_scenario(
+        data, f"builtin:{name}", lambda fname: parse_manifests((base / fname).read_text(), f"builtin:{fname}")
+    )

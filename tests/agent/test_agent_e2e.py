@@ -1,0 +1,217 @@
+"""The agent end to end: NRI runtime double, kubelet over gRPC, API server over HTTP.
+
+These drive the real agent with the playground's embedded runtime, kubelet and
+scheduler (the simulator's allocator), all over real sockets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+import yaml
+
+from topodra.cpuset import CPUSet
+from topodra.nri.types import Container, ContainerState, Pod
+from topodra.playground.runner import resolve_topology
+from topodra.playground.world import Playground
+from topodra.topology.fixtures import shared_dir
+from topodra.topology.model import CoreType
+
+EXAMPLE = shared_dir() / "examples" / "upstream-prototype.yaml"
+
+
+def _pod(name: str, cpu: str | None = None, limit: str | None = None) -> dict[str, Any]:
+    res: dict[str, Any] = {}
+    if cpu:
+        res["requests"] = {"cpu": cpu, "memory": "64Mi"}
+    if limit:
+        res["limits"] = {"cpu": limit, "memory": "64Mi"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"containers": [{"name": "c", "image": "x", "resources": res}]},
+    }
+
+
+def run(body: Callable[[Playground], Awaitable[None]], **kw: Any) -> None:
+    async def main() -> None:
+        topo, _ = resolve_topology(None)
+        async with Playground(topology=topo, **kw) as pg:
+            await body(pg)
+
+    asyncio.run(main())
+
+
+def test_release_reaches_the_runtime_with_no_further_container_event() -> None:
+    """Unprepare pushes the widened shared sets at once: an unsolicited UpdateContainers."""
+
+    async def body(pg: Playground) -> None:
+        assert pg.runtime is not None
+        assert pg.kubelet is not None
+        await pg.apply([_pod("web", "250m", "1")])
+        await pg.apply(list(yaml.safe_load_all(EXAMPLE.read_text())))
+        claimed = pg.cpus_of("pcore-test", "ctr0")
+        assert claimed <= pg.topology.cpus_of_type(CoreType.P_CORE)
+        assert len(claimed) == 1
+        assert pg.cpus_of("web").isdisjoint(claimed)
+        # Stop the claiming pod's containers ourselves, then call only NodeUnprepareResources:
+        # nothing else happens on the runtime side, so only an unsolicited update can widen web.
+        pod = pg.store.get(*_pod_key("pcore-test"))
+        run_ = pg.kubelet.pods[pod["metadata"]["uid"]]
+        for cid in run_.containers.values():
+            assert (await pg.runtime.stop_container(cid)).ok
+            assert (await pg.runtime.remove_container(cid)).ok
+        changes = pg.runtime.subscribe()
+        events_before = _nri_events(pg)
+        await pg.kubelet._undo_claims(run_)
+        change = await asyncio.wait_for(changes.get(), 5)
+        assert change.source == "unsolicited"
+        assert change.cpus == pg.topology.online
+        assert pg.cpus_of("web") == pg.topology.online
+        # No NRI event was delivered in between: the update came on its own.
+        assert _nri_events(pg) == events_before
+
+    run(body)
+
+
+def _pod_key(name: str) -> tuple[Any, str, str]:
+    from topodra.kube.store import KINDS
+
+    return KINDS[("", "pods")], "default", name
+
+
+def _nri_events(pg: Playground) -> list[str]:
+    assert pg.runtime is not None
+    return [line for line in pg.runtime.log if "->" in line or "event" in line.lower()]
+
+
+def test_restart_in_between_changes_nothing() -> None:
+    async def body(pg: Playground) -> None:
+        await pg.apply([_pod("web", "500m"), _pod("db", "2", "2")])
+        await pg.apply(list(yaml.safe_load_all(EXAMPLE.read_text())))
+        before = {(r.pod, r.container): r.cpus for r in pg.rows()}
+        claims_before = dict(pg.agent.policy.claims()) if pg.agent else {}
+        await pg.restart_agent()
+        assert {(r.pod, r.container): r.cpus for r in pg.rows()} == before
+        assert pg.agent is not None
+        assert pg.agent.policy.claims() == claims_before
+        assert pg.agent.policy.assignment(_cid(pg, "pcore-test")) is not None
+        # The restarted agent still frees the claim at once.
+        await pg.delete_pod("pcore-test")
+        assert pg.cpus_of("web") == pg.topology.online - pg.cpus_of("db")
+
+    run(body)
+
+
+def _cid(pg: Playground, pod: str) -> str:
+    assert pg.runtime is not None
+    pods = {p.id: p.name for p in pg.runtime.pods()}
+    return next(c.id for c in pg.runtime.containers() if pods.get(c.pod_sandbox_id) == pod)
+
+
+@pytest.mark.parametrize(
+    ("env_value", "message"),
+    [
+        ("DRA_CPUSET_{uid}=0-3", "forged or stale"),  # the claim is prepared, the value is not
+        ("DRA_CPUSET_0a1b2c3d-0000-4000-8000-000000000000=2", "not prepared on this node"),
+        ("DRA_CPUSET_{uid}=zz", "invalid"),
+    ],
+)
+def test_forged_claim_variable_is_refused(env_value: str, message: str) -> None:
+    async def body(pg: Playground) -> None:
+        assert pg.runtime is not None
+        await pg.apply(list(yaml.safe_load_all(EXAMPLE.read_text())))
+        uid = next(iter(pg.agent.policy.claims())) if pg.agent else ""
+        claimed = pg.cpus_of("pcore-test", "ctr0")
+        assert claimed != CPUSet.parse("0-3")
+        # A container of the claiming pod with a made-up value, or one naming an unknown claim,
+        # must not get those CPUs.
+        sandbox = next(p for p in pg.runtime.pods() if p.name == "pcore-test")
+        ctr = Container(id="forger-ctr", pod_sandbox_id=sandbox.id, name="sidecar",
+                        state=ContainerState.CREATED, env=(env_value.format(uid=uid),))
+        result = await pg.runtime.create_container(ctr)
+        assert not result.ok
+        assert message in (result.error or "")
+
+    run(body)
+
+
+def test_claim_variable_of_another_pod_is_refused() -> None:
+    async def body(pg: Playground) -> None:
+        assert pg.runtime is not None
+        await pg.apply(list(yaml.safe_load_all(EXAMPLE.read_text())))
+        uid = next(iter(pg.agent.policy.claims())) if pg.agent else ""
+        claimed = pg.cpus_of("pcore-test", "ctr0")
+        sandbox = Pod(id="thief-sandbox", name="thief", uid="thief-uid", namespace="default")
+        assert (await pg.runtime.run_pod_sandbox(sandbox)).ok
+        ctr = Container(id="thief-ctr", pod_sandbox_id="thief-sandbox", name="c",
+                        state=ContainerState.CREATED, env=(f"DRA_CPUSET_{uid}={claimed}",))
+        result = await pg.runtime.create_container(ctr)
+        assert not result.ok
+        assert "not a consumer" in (result.error or "")
+
+    run(body)
+
+
+def test_config_reload_applies_policy_and_pushes() -> None:
+    async def body(pg: Playground) -> None:
+        assert pg.agent is not None
+        await pg.apply([_pod("web", "500m")])
+        assert pg.cpus_of("web") == pg.topology.online
+        new = pg.agent.config.model_copy(
+            update={"policy": pg.agent.config.policy.model_copy(update={"reserved_cpus": CPUSet([0, 1])})}
+        )
+        changes = await pg.agent.reload(new)
+        assert "web" not in changes  # keyed by container id
+        await pg.settle()
+        assert pg.cpus_of("web") == pg.topology.online - CPUSet([0, 1])
+
+    run(body)
+
+
+def test_metrics_and_state_endpoints() -> None:
+    async def body(pg: Playground) -> None:
+        assert pg.agent is not None
+        await pg.apply([_pod("web", "500m")])
+        await pg.apply(list(yaml.safe_load_all(EXAMPLE.read_text())))
+        await pg.delete_pod("pcore-test")
+        status, _, text = pg.agent._metrics_route()
+        body_text = text.decode()
+        assert status == 200
+        assert 'topodra_dra_prepare_total{result="ok"} 1.0' in body_text
+        assert 'topodra_dra_unprepare_total{result="ok"} 1.0' in body_text
+        assert "topodra_unsolicited_updates_sent_total 2.0" in body_text  # shrink at Prepare, widen at Unprepare
+        assert 'topodra_nri_event_seconds_count{event="CreateContainer"} 2.0' in body_text
+        assert 'topodra_cpus{kind="P-core",pool="root",use="shared"}' in body_text
+        state = pg.agent.state()
+        assert state["claims"] == {}
+        assert state["push_idle"] is True
+
+    run(body)
+
+
+def test_unsolicited_updates_off_defers_to_the_next_event_reply() -> None:
+    """For runtimes whose NRI may deadlock on unsolicited updates: the changes ride on the next reply."""
+
+    async def body(pg: Playground) -> None:
+        await pg.apply([_pod("web", "500m")])
+        await pg.apply(list(yaml.safe_load_all(EXAMPLE.read_text())))
+        claimed = pg.cpus_of("pcore-test", "ctr0")
+        assert pg.agent is not None
+        assert pg.agent.pusher is not None
+        # The shrink rode on the claiming container's CreateContainer reply, not a push.
+        assert pg.cpus_of("web").isdisjoint(claimed)
+        assert pg.last_source[_cid(pg, "web")] == "update"
+        await pg.delete_pod("pcore-test")
+        # Released, but nothing pushed: web waits for the next event...
+        assert pg.cpus_of("web").isdisjoint(claimed)
+        await pg.apply([_pod("later", "100m")])
+        # ...which carries it.
+        assert claimed <= pg.cpus_of("web")
+        assert pg.agent.pusher.stats.sent == 0
+
+    run(body, agent_overrides={"nri": {"unsolicitedUpdates": False}})

@@ -1,0 +1,113 @@
+"""Scenario tests: the whole flow (real agent, NRI over a socket, DRA gRPC, API over HTTP)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import yaml
+
+from topodra.cpuset import CPUSet
+from topodra.playground.runner import resolve_topology, run_scenario
+from topodra.playground.scenario import builtin_names, builtin_scenario
+from topodra.playground.world import Playground
+from topodra.topology.fixtures import shared_dir
+from topodra.topology.model import CoreType
+
+# ../shared/examples next to ../shared/fixtures, wherever the fixture lookup found them.
+SHARED_EXAMPLE = shared_dir() / "examples" / "upstream-prototype.yaml"
+
+
+@pytest.mark.parametrize("name", ["default", "count", "numa", "grouped", "unsatisfiable"])
+def test_builtin_scenario_expectations_hold(name: str) -> None:
+    assert name in builtin_names()
+    sc = builtin_scenario(name)
+
+    async def run() -> list[str]:
+        topo, _ = resolve_topology(sc.topology)
+        async with Playground(topology=topo, model=sc.model or "cpu") as pg:
+            results = await run_scenario(pg, sc)
+        return [c.message for r in results for c in r.checks if not c.ok]
+
+    assert asyncio.run(run()) == []
+
+
+def test_upstream_example_step_by_step() -> None:
+    """The upstream example, verbatim: a P-core claim; shared containers shrink, then widen at once."""
+    docs = list(yaml.safe_load_all(SHARED_EXAMPLE.read_text()))
+
+    async def run() -> None:
+        topo, _ = resolve_topology(None)
+        pcores = topo.cpus_of_type(CoreType.P_CORE)
+        async with Playground(topology=topo) as pg:
+            web = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "web"},
+                "spec": {"containers": [{"name": "nginx", "image": "nginx", "resources": {"requests": {"cpu": "250m"}}}]},
+            }
+            await pg.apply([web])
+            assert pg.cpus_of("web") == topo.online
+            lines = await pg.apply(docs)
+            assert "pod/pcore-test running" in lines
+            claimed = pg.cpus_of("pcore-test", "ctr0")
+            assert len(claimed) == 1
+            assert claimed <= pcores
+            # The shared container lost exactly the claimed CPU, pushed without any NRI event.
+            assert pg.cpus_of("web") == topo.online - claimed
+            assert pg.last_source[_container_id(pg, "web")] == "unsolicited"
+            # The claim exists with an allocation from the simulator's allocator.
+            assert pg.agent is not None
+            assert list(pg.agent.policy.claims().values()) == [claimed]
+            await pg.delete_pod("pcore-test")
+            assert pg.cpus_of("web") == topo.online
+            assert pg.agent.policy.claims() == {}
+
+    asyncio.run(run())
+
+
+def _container_id(pg: Playground, pod: str) -> str:
+    assert pg.runtime is not None
+    pods = {p.id: p.name for p in pg.runtime.pods()}
+    return next(c.id for c in pg.runtime.containers() if pods.get(c.pod_sandbox_id) == pod)
+
+
+def test_packaged_example_is_the_upstream_one() -> None:
+    from importlib import resources
+
+    packaged = (resources.files("topodra.playground") / "scenarios" / "upstream-prototype.yaml").read_text()
+    assert packaged == SHARED_EXAMPLE.read_text()
+
+
+def test_e_core_claim_and_any_core_claim_coexist() -> None:
+    async def run() -> None:
+        topo, _ = resolve_topology(None)
+        ecores = topo.cpus_of_type(CoreType.E_CORE)
+        async with Playground(topology=topo) as pg:
+            docs = list(yaml.safe_load_all(SHARED_EXAMPLE.read_text()))
+            await pg.apply([d for d in docs if d["kind"] == "ResourceClaimTemplate"])
+            pods = []
+            for name, template in (("e1", "e-cores"), ("e2", "e-cores"), ("any", "any-cores")):
+                pods.append(
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Pod",
+                        "metadata": {"name": name},
+                        "spec": {
+                            "resourceClaims": [{"name": "c", "resourceClaimTemplateName": template}],
+                            "containers": [{"name": "app", "image": "x", "resources": {"claims": [{"name": "c"}]}}],
+                        },
+                    }
+                )
+            await pg.apply(pods)
+            e1, e2, anyc = pg.cpus_of("e1"), pg.cpus_of("e2"), pg.cpus_of("any")
+            assert e1 <= ecores
+            assert e2 <= ecores
+            assert len(e1 | e2 | anyc) == 3  # three different CPUs
+            total = CPUSet()
+            for c in pg.agent.policy.claims().values() if pg.agent else []:
+                assert total.isdisjoint(c)
+                total |= c
+            assert total == e1 | e2 | anyc
+
+    asyncio.run(run())
