@@ -568,11 +568,15 @@ class Agent:
                         self.reconciler.set_devices(devices)
                     if self.driver is not None and hasattr(self.driver, "set_devices"):
                         self.driver.set_devices(devices)
-        unchanged = {k for k in ("nri", "dra", "kube", "kubelet_root", "cdi_dir", "state_dir", "metrics_address", "node_name")
-                     if getattr(new, k) != getattr(old, k)}
-        if unchanged:
-            log.warning("configuration fields %s change only at restart", ", ".join(sorted(unchanged)))
-        self.config = new.model_copy(update={k: getattr(old, k) for k in unchanged}) if unchanged else new
+        restart_only = {
+            k
+            for k in ("nri", "dra", "kube", "kubelet_root", "cdi_dir", "state_dir", "metrics_address", "node_name")
+            if getattr(new, k) != getattr(old, k)
+        }
+        if restart_only:
+            log.warning("configuration fields %s change only at restart", ", ".join(sorted(restart_only)))
+            new = new.model_copy(update={k: getattr(old, k) for k in restart_only})
+        self.config = new
         self.metrics.config_reloads.labels("applied").inc()
         self._note(f"configuration reloaded: {len(changes)} container(s) moved")
         self._push(changes)
