@@ -22,7 +22,8 @@ def test_devices_table_and_json() -> None:
     r = runner.invoke(app, ["dra", "devices", "--machine", "1s1n1l2c2t", "-f", "json"])
     assert r.exit_code == 0, r.output
     devices = json.loads(r.output)
-    assert [d["name"] for d in devices] == ["cpu0", "cpu1", "cpu2", "cpu3"]
+    # topology-reversed: the last core first, its two threads together (1s1n1l2c2t: cores {0,2}, {1,3})
+    assert [d["name"] for d in devices] == ["cpu1", "cpu3", "cpu0", "cpu2"]
     assert devices[0]["attributes"]["coreType"] == {"string": "standard"}
 
 
@@ -42,7 +43,7 @@ def test_devices_with_a_config_file(tmp_path: Path) -> None:
     r = runner.invoke(app, ["dra", "devices", "--machine", "1s1n1l2c2t", "--config", str(cfg), "-f", "json"])
     assert r.exit_code == 0, r.output
     devices = json.loads(r.output)
-    assert [d["name"] for d in devices] == ["core0", "core1"]
+    assert [d["name"] for d in devices] == ["core1", "core0"]
     assert devices[0]["attributes"]["rack"] == {"string": "r1"}
     assert "minFreq" not in devices[0]["attributes"]
 

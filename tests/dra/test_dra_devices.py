@@ -32,7 +32,8 @@ SERVER = synthetic_topology("2s1d2n1l4c2t")
 
 def test_cpu_model_one_device_per_allowed_cpu() -> None:
     devices = build_devices(SERVER, exclude=CPUSet([0, 16]))
-    assert [d.name for d in devices] == [f"cpu{c}" for c in sorted(SERVER.online - CPUSet([0, 16]))]
+    assert sorted(d.name for d in devices) == sorted(f"cpu{c}" for c in SERVER.online - CPUSet([0, 16]))
+    assert len(devices) == len(SERVER.online) - 2
     for d in devices:
         assert d.cpus == CPUSet([int(d.name[3:])])
         assert not d.allow_multiple_allocations
@@ -90,7 +91,7 @@ def test_isolated_cpus_are_published_and_flagged() -> None:
 def test_core_model() -> None:
     devices = build_devices(SERVER, DeviceModelConfig(model="core"), exclude=CPUSet([0]))
     assert len(devices) == len(SERVER.cores())
-    first = devices[0]
+    first = next(d for d in devices if d.name == "core0")
     assert first.name == "core0"
     assert first.cpus == SERVER.cpus_of_core(0) - CPUSet([0])
     assert first.capacity["cpus"].value == 1
@@ -169,7 +170,7 @@ def test_config_add_rename_drop() -> None:
 
 def test_drop_then_rename_replaces_an_attribute() -> None:
     config = DeviceModelConfig(drop_attributes=["coreType"], rename_attributes={"cluster": "coreType"})
-    d = build_devices(HYBRID, config)[0]
+    d = next(d for d in build_devices(HYBRID, config) if d.name == "cpu0")
     assert d.attributes["coreType"] == 0
 
 
@@ -214,7 +215,7 @@ def test_rename_collision_is_an_error() -> None:
 def test_too_many_attributes_names_the_device() -> None:
     extra = {f"a{i}": i for i in range(20)}
     with pytest.raises(AttributeValidationError, match=r"device 'cpu0'.*at most 32"):
-        build_devices(HYBRID, DeviceModelConfig(add_attributes=extra))
+        build_devices(HYBRID, DeviceModelConfig(add_attributes=extra, order="cpu-id"))
 
 
 # --- the attribute hook -------------------------------------------------------------------------
@@ -241,15 +242,15 @@ def raising_hook(cpu: CPUInfo, topology: Topology) -> dict[str, object]:
 
 def test_attribute_hook_adds_per_cpu_attributes() -> None:
     config = DeviceModelConfig(attribute_hook=f"{__name__}:rack_hook")
-    devices = build_devices(SERVER, config)
-    assert devices[0].attributes["parity"] == "even"
-    assert devices[1].attributes["parity"] == "odd"
+    devices = {d.name: d for d in build_devices(SERVER, config)}
+    assert devices["cpu0"].attributes["parity"] == "even"
+    assert devices["cpu1"].attributes["parity"] == "odd"
     # aggregate devices keep hook attributes their CPUs agree on
-    cores = build_devices(SERVER, DeviceModelConfig(model="core", attribute_hook=f"{__name__}:rack_hook"))
-    assert cores[0].cpus == CPUSet([0, 16])
-    assert cores[0].attributes["parity"] == "even"  # both threads even
-    assert "half" not in cores[0].attributes  # thread 0 is low, thread 16 high
-    assert cores[0].attributes["example.com/socketName"] == "s0"
+    cores = {d.name: d for d in build_devices(SERVER, DeviceModelConfig(model="core", attribute_hook=f"{__name__}:rack_hook"))}
+    assert cores["core0"].cpus == CPUSet([0, 16])
+    assert cores["core0"].attributes["parity"] == "even"  # both threads even
+    assert "half" not in cores["core0"].attributes  # thread 0 is low, thread 16 high
+    assert cores["core0"].attributes["example.com/socketName"] == "s0"
 
 
 @pytest.mark.parametrize(
@@ -334,3 +335,39 @@ def test_every_model_partitions_the_allowed_cpus(spec: str, data: st.DataObject)
         assert union == allowed
         assert len({d.name for d in devices}) == len(devices)
         assert build_devices(topo, config, exclude=reserved) == devices  # deterministic
+
+
+# --- device order: what the scheduler's first fit tries first ------------------------------------
+
+
+def test_topology_order_keeps_core_threads_together_and_walks_groups() -> None:
+    names = [d.name for d in build_devices(SERVER, DeviceModelConfig(order="topology"))]
+    cpus = [int(n[3:]) for n in names]
+    # Threads of a core are neighbours (Linux numbers SMT siblings 16 apart on this machine).
+    for a, b in zip(cpus[::2], cpus[1::2], strict=True):
+        assert SERVER.siblings(a) == CPUSet([a, b])
+    # NUMA nodes (and packages) are contiguous runs, in ascending order.
+    nodes = [SERVER.cpu(c).node for c in cpus]
+    assert nodes == sorted(nodes)
+
+
+def test_topology_reversed_starts_at_the_far_end() -> None:
+    names = [d.name for d in build_devices(SERVER)]
+    cpus = [int(n[3:]) for n in names]
+    assert SERVER.cpu(cpus[0]).package == max(SERVER.packages())
+    assert cpus[-2:] == [0, 16]  # CPU 0's core comes last
+    nodes = [SERVER.cpu(c).node for c in cpus]
+    assert nodes == sorted(nodes, reverse=True)
+    for a, b in zip(cpus[::2], cpus[1::2], strict=True):
+        assert SERVER.siblings(a) == CPUSet([a, b])
+
+
+def test_cpu_id_order_is_the_prototypes() -> None:
+    names = [d.name for d in build_devices(SERVER, DeviceModelConfig(order="cpu-id"))]
+    assert names == [f"cpu{c}" for c in SERVER.online]
+
+
+def test_core_model_follows_the_order() -> None:
+    names = [d.name for d in build_devices(SERVER, DeviceModelConfig(model="core"))]
+    assert names[0] == f"core{max(SERVER.cores())}"
+    assert names[-1] == "core0"

@@ -158,7 +158,8 @@ def test_cli_allocate_prints_status_allocation(tmp_path: Path) -> None:
     r = CliRunner().invoke(app, ["sim", "allocate", str(f), "--node", "node-00000"])
     assert r.exit_code == 0, r.output
     out = yaml.safe_load(r.stdout)
-    assert [x["device"] for x in out["status"]["allocation"]["devices"]["results"]] == ["cpu0", "cpu1"]
+    # Devices are listed topology-reversed: first fit takes both threads of the last core.
+    assert [x["device"] for x in out["status"]["allocation"]["devices"]["results"]] == ["cpu3", "cpu7"]
 
 
 _GARBAGE = st.recursive(

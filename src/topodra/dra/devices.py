@@ -53,6 +53,7 @@ __all__ = [
     "DeviceModelError",
     "AttributeHook",
     "build_devices",
+    "ordered_cpus",
     "cpu_attributes",
     "device_class",
     "validate_attributes",
@@ -90,6 +91,18 @@ class DeviceModelConfig(BaseModel):
     names. ``attribute_hook`` names a ``module:function`` called per CPU as
     ``fn(cpu: CPUInfo, topology: Topology)`` that returns extra attributes.
     Order: built-in, hook, add (wins over both), drop, rename.
+
+    ``order`` is the order devices are listed in, which is the order the
+    scheduler's first-fit allocator tries them: ``topology`` lists CPUs
+    package by package, NUMA node by NUMA node, L3 group by L3 group, the
+    threads of a core next to each other, so a ``count: N`` claim lands on
+    whole cores of one L3 group; ``topology-reversed`` (the default) does the
+    same from the other end of the machine, away from CPU 0 (the usual
+    housekeeping and reserved CPU) and from where the policy packs exclusive
+    grants, so claims and exclusive containers meet only on a full node;
+    ``cpu-id`` lists devices by CPU number (the prototype's order; with the
+    usual Linux numbering it spreads a claim over the first thread of many
+    cores).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True)
@@ -100,6 +113,7 @@ class DeviceModelConfig(BaseModel):
     rename_attributes: dict[str, str] = Field(default_factory=dict)
     drop_attributes: list[str] = Field(default_factory=list)
     attribute_hook: str | None = None
+    order: Literal["topology-reversed", "topology", "cpu-id"] = "topology-reversed"
 
     @field_validator("add_attributes")
     @classmethod
@@ -299,10 +313,26 @@ def _grouped_capacity(n: int) -> Capacity:
     return Capacity(value=n, default=1, valid_range=(1, n, None))
 
 
+def ordered_cpus(topology: Topology, cpus: CPUSet, order: str = "topology-reversed") -> list[int]:
+    """``cpus`` in device order (see ``DeviceModelConfig.order``); threads of a core stay together."""
+    if order == "cpu-id":
+        return list(cpus)
+
+    def key(cpu: int) -> tuple[int, ...]:
+        i = topology.cpus[cpu]
+        return (i.package, i.die, i.node, -1 if i.l3 is None else i.l3, -1 if i.l2 is None else i.l2, i.core)
+
+    if order == "topology":
+        return sorted(cpus, key=lambda c: (key(c), c))
+    if order == "topology-reversed":
+        return sorted(cpus, key=lambda c: (tuple(-k for k in key(c)), c))
+    raise DeviceModelError(f"unknown device order {order!r}: topology-reversed, topology or cpu-id")
+
+
 def build_devices(
     topology: Topology, config: DeviceModelConfig | None = None, *, exclude: CPUSet = _NO_CPUS
 ) -> list[Device]:
-    """The devices a node publishes, in a stable order (CPU, core or group id).
+    """The devices a node publishes, in ``config.order`` (groups: by group id).
 
     ``exclude`` holds the reserved CPUs: they are never published. Raises
     ``AttributeValidationError`` (naming device and attribute) for anything
@@ -324,10 +354,11 @@ def build_devices(
 
     raw: list[tuple[str, dict[str, AttrValue], dict[str, Capacity], bool, CPUSet]] = []
     if config.model == "cpu":
-        for cpu_id in allowed:
+        for cpu_id in ordered_cpus(topology, allowed, config.order):
             raw.append((f"cpu{cpu_id}", per_cpu[cpu_id], {}, False, CPUSet([cpu_id])))
     elif config.model == "core":
-        for core in topology.cores():
+        cores = list(dict.fromkeys(topology.cpus[c].core for c in ordered_cpus(topology, allowed, config.order)))
+        for core in cores:
             cpus = topology.cpus_of_core(core) & allowed
             if not cpus:
                 continue

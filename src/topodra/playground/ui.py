@@ -32,11 +32,11 @@ def container_table(pg: Playground, title: str = "") -> Table:
     table = Table(title=title or None, title_justify="left", expand=False, pad_edge=False, box=None)
     table.add_column("pod/container", no_wrap=True)
     table.add_column("QoS")
-    table.add_column("CPUs", style="bold", overflow="fold")
+    table.add_column("CPUs", style="bold", no_wrap=True)
     table.add_column("#", justify="right")
     table.add_column("kinds", no_wrap=True)
     table.add_column("mems")
-    table.add_column("claim", overflow="ellipsis", max_width=18, no_wrap=True)
+    table.add_column("claim", overflow="ellipsis", max_width=14, no_wrap=True)
     table.add_column("last change", no_wrap=True)
     for row in pg.rows():
         src = _SOURCE.get(row.source, row.source)

@@ -59,7 +59,8 @@ def _claim(count: int, selectors: tuple[str, ...] = (), match: str | None = None
 
 def _stats(machine: str, claim: dict[str, Any], used_fraction: float = 0.0) -> SearchStats:
     topo = synthetic_topology(machine)
-    slices = build_slices("node-0", build_devices(topo, DeviceModelConfig(model="cpu")))
+    # The published timings were taken on the prototype's devices: one per CPU, in CPU-id order.
+    slices = build_slices("node-0", build_devices(topo, DeviceModelConfig(model="cpu", order="cpu-id")))
     state = AllocatedState()
     cpus = sorted(topo.online)
     state.devices = {("native.cpu", "node-0", f"cpu{c}") for c in cpus[: int(len(cpus) * used_fraction)]}

@@ -59,6 +59,7 @@ def run_cmd(
     cpus: Annotated[int, typer.Option("--cpus", help="CPUs per node (a hybrid machine with 16-CPU L3 groups).")] = 256,
     machine: Annotated[list[str] | None, typer.Option("--machine", "-m", help="Machine mix instead of --cpus: spec (2s1d2n2l8c2t), CPU count or fixture:NAME, optionally =WEIGHT. Repeatable.")] = None,
     model: Annotated[str, typer.Option("--model", help="Device model: cpu, core, grouped or grouped:l3|numa|socket|machine.")] = "cpu",
+    order: Annotated[str, typer.Option("--order", help="Device order: topology-reversed (topodra's default), topology, or cpu-id (the upstream prototype's).")] = "topology-reversed",
     workload: Annotated[str, typer.Option("--workload", "-w", help="Workload YAML file or built-in name (see `topodra sim workloads`).")] = "prototype",
     pods: Annotated[int, typer.Option("--pods", min=0, help="Pods to schedule (0: the workload's spec.pods, else 4 per node).")] = 0,
     fill: Annotated[float, typer.Option("--fill", min=0.0, max=0.99, help="Fraction of every node already allocated by background pods.")] = 0.0,
@@ -91,11 +92,14 @@ def run_cmd(
         _fail(str(e))
     if scoring not in ("least-allocated", "first"):
         _fail(f"--scoring {scoring!r}: must be least-allocated or first")
+    if order not in ("topology-reversed", "topology", "cpu-id"):
+        _fail(f"--order {order!r}: must be topology-reversed, topology or cpu-id")
     config = RunConfig(
         nodes=nodes,
         machines=_machines(machine, cpus),
         model=mod,
         group_by=group,
+        order=order,
         workload=workload,
         pods=pods or None,
         fill=fill,

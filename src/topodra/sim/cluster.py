@@ -75,6 +75,7 @@ class ClusterSpec:
     machines: Mapping[str, float] = field(default_factory=lambda: {"256": 1.0})
     model: str = "cpu"
     group_by: str = "numa"
+    order: str = "topology-reversed"  # device order (DeviceModelConfig.order)
     reserved_cpus: int = 0  # the first N CPUs of each node are kept for the system
     fill: float = 0.0  # fraction of each node's CPUs already allocated by background pods
     seed: int = 1
@@ -132,7 +133,7 @@ def build_cluster(spec: ClusterSpec) -> Cluster:
         raise ClusterError(f"model: must be cpu, core or grouped, got {spec.model!r}")
     if not 0 <= spec.fill < 1:
         raise ClusterError(f"fill: must be in [0, 1), got {spec.fill}")
-    config = DeviceModelConfig(model=spec.model, group_by=spec.group_by)  # type: ignore[arg-type]
+    config = DeviceModelConfig(model=spec.model, group_by=spec.group_by, order=spec.order)  # type: ignore[arg-type]
     templates: dict[str, list[dict[str, Any]]] = {}
     devices_per: dict[str, int] = {}
     bytes_per: dict[str, int] = {}

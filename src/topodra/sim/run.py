@@ -23,6 +23,7 @@ class RunConfig:
     machines: Mapping[str, float] = field(default_factory=lambda: {"256": 1.0})
     model: str = "cpu"
     group_by: str = "numa"
+    order: str = "topology-reversed"  # device order of the published devices
     workload: str = "prototype"
     pods: int | None = None  # default: the workload's spec.pods, else nodes * 4
     fill: float = 0.0
@@ -100,6 +101,7 @@ def run_simulation(
             machines=dict(config.machines),
             model=config.model,
             group_by=config.group_by,
+            order=config.order,
             reserved_cpus=config.reserved_cpus,
             fill=config.fill,
             seed=config.seed,
