@@ -33,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"unknown benchmark(s): {', '.join(unknown)}; known: {', '.join(names)}")
     console = Console()
+    wide = Console(width=max(console.width, 150))  # the results table reads badly when wrapped
     results: list[Result] = []
     for name in chosen:
         console.print(f"[bold]== {name}[/bold]")
@@ -49,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in results:
         met = "" if r.met is None else ("yes" if r.met else "NO")
         table.add_row(r.bench, r.name, f"{r.value:.4g}", r.unit, r.goal or "", met)
-    console.print(table)
+    wide.print(table)
     OUT.mkdir(exist_ok=True)
     (OUT / "results.json").write_text(json.dumps([r.as_dict() for r in results], indent=2))
     return 0 if all(r.met is not False for r in results) else 1
