@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from topodra.quantity import Quantity, QuantityError, parse_quantity
 from topodra.sim.cel import (
     CelCompileError,
     CelDevice,
@@ -18,7 +19,6 @@ from topodra.sim.cel import (
     compile_selector,
     split_qualified_name,
 )
-from topodra.sim.quantity import Quantity, QuantityError, parse_quantity
 from topodra.sim.semver import Semver, SemverError, parse_semver
 
 DRIVER = "dra.cpu"

@@ -16,6 +16,8 @@ from typing import Any, Final
 
 from topodra.cpuset import CPUSet
 from topodra.dra.devices import CAPACITY_CPU, DRIVER, Device
+from topodra.quantity import QuantityError
+from topodra.quantity import parse_quantity as _parse_quantity
 
 __all__ = [
     "AllocatedDevice",
@@ -70,46 +72,14 @@ def check_uid(uid: str) -> None:
         raise ClaimError(f"claim UID {uid!r} is not a valid UID (letters, digits and '-', at most 128)")
 
 
-_SUFFIXES: Final[dict[str, Fraction]] = {
-    "n": Fraction(1, 10**9),
-    "u": Fraction(1, 10**6),
-    "m": Fraction(1, 1000),
-    "": Fraction(1),
-    "k": Fraction(10**3),
-    "M": Fraction(10**6),
-    "G": Fraction(10**9),
-    "T": Fraction(10**12),
-    "P": Fraction(10**15),
-    "E": Fraction(10**18),
-    "Ki": Fraction(2**10),
-    "Mi": Fraction(2**20),
-    "Gi": Fraction(2**30),
-    "Ti": Fraction(2**40),
-    "Pi": Fraction(2**50),
-    "Ei": Fraction(2**60),
-}
-_QUANTITY: Final = re.compile(r"([+-]?)(\d+(?:\.\d*)?|\.\d+)(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)\Z")
-
-
 def parse_quantity(text: object) -> Fraction:
     """A Kubernetes resource.Quantity ("4", "500m", "2Ki", "1e3") as an exact fraction."""
-    if isinstance(text, int) and not isinstance(text, bool):
-        return Fraction(text)
-    if not isinstance(text, str):
+    if isinstance(text, float):
         raise ValueError(f"quantity {text!r} is not a string")
-    m = _QUANTITY.match(text.strip())
-    if not m:
-        raise ValueError(f"invalid quantity {text!r}")
-    sign, number, exponent, suffix = m.groups()
-    value = Fraction(number)
-    if exponent:
-        exp = int(exponent[1:])
-        if abs(exp) > 30:
-            raise ValueError(f"quantity {text!r} is out of range")
-        value *= Fraction(10) ** exp
-    else:
-        value *= _SUFFIXES[suffix or ""]
-    return -value if sign == "-" else value
+    try:
+        return _parse_quantity(text).amount
+    except QuantityError:
+        raise ValueError(f"invalid quantity {text!r}") from None
 
 
 def whole_cpus(text: object, *, what: str) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-from topodra.sim.quantity import Quantity, QuantityError
+from topodra.quantity import Quantity, QuantityError
 
 __all__ = ["QuantityError", "cpu_milli", "memory_bytes"]
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from topodra.quantity import Quantity
 from topodra.sim.api import (
     MAX_RESULTS,
     ApiError,
@@ -55,7 +56,6 @@ from topodra.sim.api import (
 )
 from topodra.sim.cel import CelCompileError, CelError, CelRuntimeError, compile_selector
 from topodra.sim.pools import Pool, _device_matches, gather_pools
-from topodra.sim.quantity import Quantity
 
 __all__ = [
     "ApiError",

@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
+from topodra.quantity import Quantity, QuantityError, parse_quantity
 from topodra.sim.cel import CelDevice, attribute_value
-from topodra.sim.quantity import Quantity, QuantityError, parse_quantity
 from topodra.sim.semver import SemverError
 
 __all__ = [

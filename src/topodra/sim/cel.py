@@ -37,7 +37,7 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
-from topodra.sim.quantity import Quantity, QuantityError, parse_quantity
+from topodra.quantity import Quantity, QuantityError, parse_quantity
 from topodra.sim.semver import Semver, SemverError, parse_semver
 
 __all__ = [

@@ -25,8 +25,8 @@ from typing import Any
 from topodra.cpuset import CPUSet
 from topodra.dra.devices import DeviceModelConfig, build_devices, device_class
 from topodra.dra.slices import build_slices, slice_name
+from topodra.quantity import Quantity
 from topodra.sim.allocator import ClaimAllocation, DeviceResult, allocation_of_claim, share_id
-from topodra.sim.quantity import Quantity
 from topodra.topology.model import Topology
 from topodra.topology.synthetic import MachineSpec, SpecError, synthetic_topology
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from topodra.quantity import Quantity
 from topodra.sim.api import Node, Slice, node_selector_matches
-from topodra.sim.quantity import Quantity
 
 __all__ = ["Pool", "gather_pools"]
 

@@ -1,7 +1,8 @@
 """Kubernetes ``resource.Quantity``: exact parsing, comparison and formatting.
 
-Quantities appear in device capacities, capacity requests, request policies
-and shared counters. They are kept as exact ``Fraction`` values so that sums
+Quantities appear in device capacities, capacity requests, request policies,
+shared counters and pod resources; the simulator, the DRA driver, the API
+server double and the playground all parse them here. They are kept as exact ``Fraction`` values so that sums
 and comparisons never round; ``value()`` rounds up to an integer as Go's
 ``Quantity.Value()`` does (used by the ``validRange.step`` arithmetic).
 """
@@ -110,6 +111,8 @@ def parse_quantity(text: object) -> Quantity:
     sign, number, suffix, exponent = m.groups()
     amount = Fraction(number)
     if exponent is not None:
+        if abs(int(exponent)) > 30:  # Kubernetes caps quantities far below this; keep Fractions small
+            raise QuantityError(f"quantity {text!r} is out of range")
         amount *= Fraction(10) ** int(exponent)
         fmt = "DecimalExponent"
     elif suffix in _BINARY:
