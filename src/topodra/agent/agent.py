@@ -19,9 +19,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -406,9 +406,6 @@ class Agent:
             return ()
         return tuple(sorted(self.driver.container_claims(pod.uid, container.env)))
 
-    def _request(self, pod: Pod, container: Container, claims: tuple[str, ...]) -> ContainerRequest:
-        return container_request(pod, container, claims)
-
     # --- NRI events --------------------------------------------------------------------------------
     async def synchronize(self, pods: Sequence[Pod], containers: Sequence[Container]) -> list[ContainerUpdate]:
         t0 = time.perf_counter()
@@ -430,7 +427,7 @@ class Agent:
             res = c.resources
             if res is not None and res.cpus:
                 current = Assignment(res.cpus, res.mems or CPUSet())
-            entries.append((self._request(pod, c, claims), current))
+            entries.append((container_request(pod, c, claims), current))
             live[c.id] = c
         async with self.lock:
             self.containers = live
@@ -449,7 +446,7 @@ class Agent:
         self.pods.setdefault(pod.id, pod)
         try:
             claims = self._claims_of(pod, container)
-            req = self._request(pod, container, claims)
+            req = container_request(pod, container, claims)
             async with self.lock:
                 changes = self.policy.add(req)
                 self.containers[container.id] = container
@@ -473,10 +470,10 @@ class Agent:
     ) -> list[ContainerUpdate]:
         t0 = time.perf_counter()
         if resources is not None:
-            container = _with_resources(container, resources)
+            container = replace(container, resources=resources)
         try:
             claims = self._claims_of(pod, container)
-            req = self._request(pod, container, claims)
+            req = container_request(pod, container, claims)
             async with self.lock:
                 if self.policy.assignment(container.id) is None:
                     changes = self.policy.add(req)
@@ -651,13 +648,3 @@ class Agent:
             "/readyz": probe(self.ready),
             "/state": json_route(self.state),
         }
-
-
-def _with_resources(container: Container, resources: LinuxResources) -> Container:
-    from dataclasses import replace
-
-    return replace(container, resources=resources)
-
-
-def default_config_path() -> Path:
-    return Path(os.environ.get("TOPODRA_CONFIG", "/etc/topodra/config.yaml"))

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.alias_generators import to_camel
 
 from topodra.dra.devices import DeviceModelConfig
+from topodra.nri.stub import check_plugin_index, check_plugin_name
 from topodra.policy.config import PolicyConfig
 
 __all__ = ["AgentConfig", "ConfigError", "load_config", "parse_config"]
@@ -44,15 +45,13 @@ class NRIConfig(_Section):
     @field_validator("plugin_index")
     @classmethod
     def _idx(cls, value: str) -> str:
-        if not re.fullmatch(r"[0-9]{2}", value):
-            raise ValueError(f"plugin index must be exactly two digits, got {value!r}")
+        check_plugin_index(value)  # the runtime's own rule
         return value
 
     @field_validator("plugin_name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9_.+-]+", value):
-            raise ValueError(f"plugin name may only use [A-Za-z0-9_.+-], got {value!r}")
+        check_plugin_name(value)
         return value
 
 

@@ -184,42 +184,31 @@ class EmbeddedKubelet:
         self.plugins.clear()
 
     # --- claims ----------------------------------------------------------------------------------
-    async def _prepare(self, driver: str, claims: list[tuple[str, str, str]]) -> dict[str, dra_v1_pb2.NodePrepareResourceResponse]:
+    async def _call(self, method: str, driver: str, claims: list[tuple[str, str, str]]) -> dict[str, Any]:
+        """One Node(Un)PrepareResources call; every claim must be answered, without error."""
         conn = self.plugins.get(driver)
         if conn is None:
             raise KubeletError(f"DRA driver {driver} is not registered on node {self.node_name}")
-        req = dra_v1_pb2.NodePrepareResourcesRequest(
-            claims=[dra_v1_pb2.Claim(namespace=ns, uid=uid, name=name) for ns, uid, name in claims]
-        )
+        request_type = getattr(dra_v1_pb2, f"{method}Request")
+        req = request_type(claims=[dra_v1_pb2.Claim(namespace=ns, uid=uid, name=name) for ns, uid, name in claims])
         try:
-            resp = await conn.stub.NodePrepareResources(req, timeout=PREPARE_TIMEOUT)
+            resp = await getattr(conn.stub, method)(req, timeout=PREPARE_TIMEOUT)
         except grpc.aio.AioRpcError as err:
-            raise KubeletError(f"NodePrepareResources to {driver} failed: {err.code().name}: {err.details()}") from None
+            raise KubeletError(f"{method} to {driver} failed: {err.code().name}: {err.details()}") from None
         out = dict(resp.claims)
+        verb = "prepare" if method == "NodePrepareResources" else "unprepare"
         for _, uid, name in claims:
             if uid not in out:
-                raise KubeletError(f"NodePrepareResources answer of {driver} misses claim {name} ({uid})")
+                raise KubeletError(f"{method} answer of {driver} misses claim {name} ({uid})")
             if out[uid].error:
-                raise KubeletError(f"claim {name}: {out[uid].error}")
+                raise KubeletError(f"{verb} claim {name}: {out[uid].error}")
         return out
 
+    async def _prepare(self, driver: str, claims: list[tuple[str, str, str]]) -> dict[str, Any]:
+        return await self._call("NodePrepareResources", driver, claims)
+
     async def _unprepare(self, driver: str, claims: list[tuple[str, str, str]]) -> None:
-        conn = self.plugins.get(driver)
-        if conn is None:
-            raise KubeletError(f"DRA driver {driver} is not registered on node {self.node_name}")
-        req = dra_v1_pb2.NodeUnprepareResourcesRequest(
-            claims=[dra_v1_pb2.Claim(namespace=ns, uid=uid, name=name) for ns, uid, name in claims]
-        )
-        try:
-            resp = await conn.stub.NodeUnprepareResources(req, timeout=PREPARE_TIMEOUT)
-        except grpc.aio.AioRpcError as err:
-            raise KubeletError(f"NodeUnprepareResources to {driver} failed: {err.code().name}: {err.details()}") from None
-        for _, uid, name in claims:
-            entry = resp.claims.get(uid)
-            if entry is None:
-                raise KubeletError(f"NodeUnprepareResources answer of {driver} misses claim {name} ({uid})")
-            if entry.error:
-                raise KubeletError(f"unprepare claim {name}: {entry.error}")
+        await self._call("NodeUnprepareResources", driver, claims)
 
     def _cdi_env(self, cdi_ids: Sequence[str]) -> list[str]:
         """Environment edits of the named CDI devices, from the spec files (the runtime's CDI step)."""
