@@ -33,11 +33,11 @@ from topodra.nri.errors import ProtocolError
 from topodra.nri.logger import EventLogger
 from topodra.nri.plugin import Plugin
 from topodra.nri.proto import api_pb2
-from topodra.nri.runtime import EmbeddedRuntime
 from topodra.nri.session import RequestReceived, ResponseReceived, Role, Session
 from topodra.nri.stub import PLUGIN_SERVICE, Stub
 from topodra.nri.types import Container, ContainerAdjustment, LinuxResources, Pod
-from topodra.topology.fixtures import shared_dir
+from topodra.testing.fixtures import shared_dir
+from topodra.testing.runtime import EmbeddedRuntime
 
 ROOT = Path(__file__).resolve().parents[1]
 TRANSCRIPTS = shared_dir() / "nri-transcripts"

@@ -26,7 +26,7 @@ from typing import Any
 from benchmarks.common import Result, percentile
 from topodra.cpuset import CPUSet
 from topodra.policy import ContainerRequest, Policy, PolicyConfig, PolicyError, QoSClass
-from topodra.policy.kubelet_baseline import take_by_topology
+from topodra.testing.kubelet_baseline import take_by_topology
 from topodra.topology.model import Topology
 from topodra.topology.synthetic import synthetic_topology
 
@@ -40,7 +40,7 @@ def _machines() -> list[tuple[str, Topology]]:
     """The 2-socket and the largest tree: real fixtures when discovery is available."""
     out: list[tuple[str, Topology]] = []
     try:  # the sysfs reader comes from the topology part
-        fixtures: Any = importlib.import_module("topodra.topology.fixtures")
+        fixtures: Any = importlib.import_module("topodra.testing.fixtures")
         sysfs: Any = importlib.import_module("topodra.topology.sysfs")
     except ImportError:
         fixtures = sysfs = None

@@ -15,9 +15,9 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.common import Result, median, percentile, time_calls
+from topodra.testing.fixtures import fixture_names, unpacked_fixture
+from topodra.testing.sysfs_writer import write_sysfs
 from topodra.topology import read_topology, synthetic_topology
-from topodra.topology.fixtures import fixture_names, unpacked_fixture
-from topodra.topology.sysfs_writer import write_sysfs
 
 GOAL_MS = 50.0
 

@@ -17,7 +17,7 @@ from topodra.cpuset import CPUSet
 from topodra.nri.types import Container, ContainerState, Pod
 from topodra.playground.runner import resolve_topology
 from topodra.playground.world import Playground
-from topodra.topology.fixtures import shared_dir
+from topodra.testing.fixtures import shared_dir
 from topodra.topology.model import CoreType
 
 EXAMPLE = shared_dir() / "examples" / "upstream-prototype.yaml"
@@ -79,7 +79,7 @@ def test_release_reaches_the_runtime_with_no_further_container_event() -> None:
 
 
 def _pod_key(name: str) -> tuple[Any, str, str]:
-    from topodra.kube.store import KINDS
+    from topodra.testing.store import KINDS
 
     return KINDS[("", "pods")], "default", name
 

@@ -1,4 +1,4 @@
-"""A driver process for the restart test: ``python dra_process.py prepare|restart DIR``.
+"""A driver process for the restart test: ``python -m dra.dra_process prepare|restart DIR`` (from tests/).
 
 Each run is a fresh interpreter with a fresh policy; only DIR (checkpoint, CDI
 specs, the claim objects) survives between runs, as across a driver restart.
@@ -13,13 +13,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dra_fakes import RecordingPolicy
-
 from topodra.cpuset import CPUSet
 from topodra.dra import cdi
 from topodra.dra.devices import build_devices
 from topodra.dra.driver import ClaimRef, Driver
 from topodra.topology import synthetic_topology
+
+from .dra_fakes import RecordingPolicy
 
 TOPO = synthetic_topology("1s1n1l8c2t")
 

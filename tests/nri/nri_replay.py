@@ -22,7 +22,7 @@ from typing import Any
 from google.protobuf.message import Message
 
 from topodra.nri.proto import api_pb2, ttrpc_pb2
-from topodra.topology.fixtures import shared_dir
+from topodra.testing.fixtures import shared_dir
 
 TRANSCRIPTS = shared_dir() / "nri-transcripts"
 

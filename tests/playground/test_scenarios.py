@@ -11,7 +11,7 @@ from topodra.cpuset import CPUSet
 from topodra.playground.runner import resolve_topology, run_scenario
 from topodra.playground.scenario import builtin_names, builtin_scenario
 from topodra.playground.world import Playground
-from topodra.topology.fixtures import shared_dir
+from topodra.testing.fixtures import shared_dir
 from topodra.topology.model import CoreType
 
 # ../shared/examples next to ../shared/fixtures, wherever the fixture lookup found them.

@@ -18,7 +18,7 @@ from topodra.sim.cluster import ClusterError, ClusterSpec, build_cluster, machin
 from topodra.sim.run import RunConfig, run_simulation
 from topodra.sim.sweep import SweepConfig, run_sweep, write_outputs
 from topodra.sim.workload import WorkloadError, builtin_workloads, load_workload, parse_workload
-from topodra.topology.fixtures import shared_dir
+from topodra.testing.fixtures import shared_dir
 from topodra.topology.model import CoreType
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from topodra.cli import app
 from topodra.cpuset import CPUSet
+from topodra.testing.sysfs_writer import write_sysfs
 from topodra.topology import TopologyError, read_topology, synthetic_topology
-from topodra.topology.sysfs_writer import write_sysfs
 
 CPU = "sys/devices/system/cpu"
 NODE = "sys/devices/system/node"

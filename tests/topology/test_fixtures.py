@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from topodra.topology import fixtures
-from topodra.topology.fixtures import FixtureError, fixture_dir, fixture_names, unpacked_fixture
+from topodra.testing import fixtures
+from topodra.testing.fixtures import FixtureError, fixture_dir, fixture_names, unpacked_fixture
 
 
 def test_the_shared_fixtures_are_found() -> None:

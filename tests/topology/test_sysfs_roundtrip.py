@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from topodra.cpuset import CPUSet
+from topodra.testing.sysfs_writer import TreeStyle, format_hexmask, write_sysfs
 from topodra.topology import (
     CacheInstance,
     CoreType,
@@ -26,7 +27,6 @@ from topodra.topology import (
     read_topology,
     synthetic_topology,
 )
-from topodra.topology.sysfs_writer import TreeStyle, format_hexmask, write_sysfs
 
 from .conftest import FAST_TMP
 

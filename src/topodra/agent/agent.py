@@ -94,7 +94,7 @@ def load_topology(config: AgentConfig) -> Topology:
 
             return synthetic_topology(spec.removeprefix("synthetic:"))
         if spec.startswith("fixture:") or not Path(spec).exists():
-            from topodra.topology.fixtures import unpacked_fixture
+            from topodra.testing.fixtures import unpacked_fixture
 
             with unpacked_fixture(spec.removeprefix("fixture:")) as root:
                 return read_topology(root)

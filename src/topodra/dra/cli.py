@@ -99,8 +99,8 @@ def _devices(
             except SpecError as exc:
                 raise _fail(str(exc)) from None
         else:
+            from topodra.testing.fixtures import FixtureError, unpacked_fixture
             from topodra.topology.errors import TopologyError
-            from topodra.topology.fixtures import FixtureError, unpacked_fixture
             from topodra.topology.sysfs import read_topology
 
             try:
@@ -241,8 +241,8 @@ def apiserver_command(
     import yaml
     from rich.console import Console
 
-    from topodra.kube.apiserver import ApiServer
     from topodra.kube.errors import ApiError
+    from topodra.testing.apiserver import ApiServer
 
     console = Console()
 

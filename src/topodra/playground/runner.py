@@ -40,7 +40,7 @@ class StepResult:
 def resolve_topology(spec: str | None) -> tuple[Topology, str]:
     """A fixture name, ``host``, ``synthetic:SPEC`` or a sysfs root directory -> (topology, label)."""
     from topodra.playground.world import DEFAULT_TOPOLOGY
-    from topodra.topology.fixtures import FixtureError, unpacked_fixture
+    from topodra.testing.fixtures import FixtureError, unpacked_fixture
 
     name = spec or DEFAULT_TOPOLOGY
     if name == "host":

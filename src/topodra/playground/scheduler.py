@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from topodra.kube.errors import ApiError
-from topodra.kube.store import KINDS, Store
 from topodra.sim.allocator import AllocatedState, AllocationError, Allocator, write_allocation
+from topodra.testing.store import KINDS, Store
 
 __all__ = ["EmbeddedScheduler", "SchedulingError"]
 

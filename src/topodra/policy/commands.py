@@ -72,7 +72,7 @@ def _machine(root: Path | None, fixture: str | None, machine: str | None) -> Top
         raise ValueError("give one of --root, --fixture and --machine")
     if machine is not None:
         return synthetic_topology(machine)
-    from topodra.topology.fixtures import unpacked_fixture
+    from topodra.testing.fixtures import unpacked_fixture
     from topodra.topology.sysfs import read_topology
 
     if fixture is not None:

@@ -55,7 +55,7 @@ def machine_for_cpus(cpus: int) -> str:
 def topology_for(machine: str) -> Topology:
     """The topology of a machine name: a spec, a CPU count, or ``fixture:NAME``."""
     if machine.startswith("fixture:"):
-        from topodra.topology.fixtures import unpacked_fixture
+        from topodra.testing.fixtures import unpacked_fixture
         from topodra.topology.sysfs import read_topology
 
         return read_topology(unpacked_fixture(machine.split(":", 1)[1]))

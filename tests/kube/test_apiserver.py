@@ -11,7 +11,6 @@ import pytest
 
 from topodra.dra.devices import Device, build_devices
 from topodra.dra.slices import build_slices
-from topodra.kube.apiserver import ApiServer, ApiServerThread
 from topodra.kube.client import (
     DEVICE_CLASSES,
     NODES,
@@ -22,7 +21,8 @@ from topodra.kube.client import (
     KubeClient,
 )
 from topodra.kube.errors import ApiError
-from topodra.kube.store import KINDS, Store, parse_field_selector, parse_label_selector
+from topodra.testing.apiserver import ApiServer, ApiServerThread
+from topodra.testing.store import KINDS, Store, parse_field_selector, parse_label_selector
 from topodra.topology import synthetic_topology
 
 SLICES = build_slices("node-a", build_devices(synthetic_topology("1s1n1l4c2t")))

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from topodra.kube.errors import ApiError
-from topodra.kube.validation import VALIDATORS
+from topodra.testing.validation import VALIDATORS
 
 __all__ = [
     "KINDS",

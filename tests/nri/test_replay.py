@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from nri_replay import Key, Normalizer, Transcript, compare, drive, load, transcript_names
 
 from topodra.cpuset import CPUSet
 from topodra.nri.errors import ConnectionClosed, RegistrationError
@@ -38,6 +37,8 @@ from topodra.nri.types import (
     Pod,
 )
 from topodra.nri.version import RuntimeInfo
+
+from .nri_replay import Key, Normalizer, Transcript, compare, drive, load, transcript_names
 
 FIRST_ELEVEN = [e for e in Event if e.value <= 11]
 

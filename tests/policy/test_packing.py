@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from topodra.cpuset import CPUSet
 from topodra.policy import PolicyError
 from topodra.policy.groups import build_group_tree
-from topodra.policy.kubelet_baseline import take_by_topology
 from topodra.policy.packing import pack, pack_near
+from topodra.testing.kubelet_baseline import take_by_topology
 from topodra.topology.model import Topology
 from topodra.topology.synthetic import synthetic_topology
 

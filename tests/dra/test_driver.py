@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from dra_fakes import SHARED, ClaimStore, RecordingPolicy, make_claim
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,6 +19,8 @@ from topodra.dra.devices import DeviceModelConfig, build_devices
 from topodra.dra.driver import ClaimCheckError, ClaimEnvError, ClaimRef, Driver, parse_claim_env
 from topodra.policy.api import Changes
 from topodra.topology import synthetic_topology
+
+from .dra_fakes import SHARED, ClaimStore, RecordingPolicy, make_claim
 
 T = TypeVar("T")
 TOPO = synthetic_topology("1s1n1l8c2t")  # 16 CPUs

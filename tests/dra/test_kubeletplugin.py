@@ -15,7 +15,6 @@ from typing import Any
 import grpc
 import grpc.aio
 import pytest
-from dra_fakes import ClaimStore, RecordingPolicy, make_claim
 
 from topodra.cpuset import CPUSet
 from topodra.dra.devices import build_devices
@@ -32,6 +31,8 @@ from topodra.dra.proto import (
     pluginregistration_pb2_grpc,
 )
 from topodra.topology import synthetic_topology
+
+from .dra_fakes import ClaimStore, RecordingPolicy, make_claim
 
 TOPO = synthetic_topology("1s1n1l4c2t")
 

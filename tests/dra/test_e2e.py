@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 import yaml
-from dra_fakes import RecordingPolicy, allocate
 
 from topodra.cpuset import CPUSet
 from topodra.dra import cdi
@@ -27,7 +26,6 @@ from topodra.dra.driver import Driver
 from topodra.dra.kubeletplugin import KubeletPlugin, PluginPaths
 from topodra.dra.proto import dra_v1_pb2, dra_v1_pb2_grpc, pluginregistration_pb2, pluginregistration_pb2_grpc
 from topodra.dra.reconciler import SliceReconciler
-from topodra.kube.apiserver import ApiServer
 from topodra.kube.client import (
     DEVICE_CLASSES,
     NODES,
@@ -37,9 +35,12 @@ from topodra.kube.client import (
     RESOURCE_SLICES,
     KubeClient,
 )
+from topodra.testing.apiserver import ApiServer
+from topodra.testing.fixtures import unpacked_fixture
 from topodra.topology import CoreType
-from topodra.topology.fixtures import unpacked_fixture
 from topodra.topology.sysfs import read_topology
+
+from .dra_fakes import RecordingPolicy, allocate
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"

@@ -30,7 +30,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import h11
 
 from topodra.kube.errors import ApiError
-from topodra.kube.store import Kind, Store, kind_for
+from topodra.testing.store import Kind, Store, kind_for
 
 __all__ = ["ApiServer", "ApiServerThread", "Fault"]
 

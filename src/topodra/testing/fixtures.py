@@ -32,7 +32,6 @@ __all__ = [
 ]
 
 FIXTURE_SUBDIR = Path("shared/fixtures/hwloc-linux")
-_LAST_RESORT = Path("/work") / FIXTURE_SUBDIR
 _SUFFIX = ".tar.bz2"
 #: Upper bounds on what one fixture may unpack to.
 MAX_UNPACKED_BYTES = 256 << 20
@@ -49,12 +48,11 @@ def _candidates() -> list[Path]:
     if env:
         out.append(Path(env))
     here = Path(__file__).resolve()
-    repo_root = here.parents[3]  # src/topodra/topology/fixtures.py -> repo root
+    repo_root = here.parents[3]  # src/topodra/testing/fixtures.py -> repo root
     out.append(repo_root.parent / FIXTURE_SUBDIR)
     for start in (here.parent, Path.cwd().resolve()):
         for parent in (start, *start.parents):
             out.append(parent / FIXTURE_SUBDIR)
-    out.append(_LAST_RESORT)
     seen: set[Path] = set()
     unique = []
     for p in out:

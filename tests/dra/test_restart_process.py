@@ -9,16 +9,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dra_fakes import make_claim
+from .dra_fakes import make_claim
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parents[1] / "src"
 
 
 def _run(mode: str, root: Path) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(HERE)])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(HERE.parent)])}
     r = subprocess.run(
-        [sys.executable, str(HERE / "dra_process.py"), mode, str(root)], capture_output=True, text=True, env=env, timeout=60
+        [sys.executable, "-m", "dra.dra_process", mode, str(root)], capture_output=True, text=True, env=env, timeout=60
     )
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]

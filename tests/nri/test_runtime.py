@@ -7,12 +7,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from nri_harness import RawPlugin, run, runtime_with
 
 from topodra.cpuset import CPUSet
 from topodra.nri.plugin import Plugin
 from topodra.nri.proto import api_pb2
-from topodra.nri.runtime import ContainerChange, EmbeddedRuntime
 from topodra.nri.stub import Stub
 from topodra.nri.ttrpc import Code
 from topodra.nri.types import (
@@ -24,6 +22,9 @@ from topodra.nri.types import (
     LinuxResources,
     Pod,
 )
+from topodra.testing.runtime import ContainerChange, EmbeddedRuntime
+
+from .nri_harness import RawPlugin, run, runtime_with
 
 POD = Pod(id="p1", name="web", uid="u1", namespace="default")
 

@@ -13,14 +13,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from nri_harness import RawRuntime, run
 
 from topodra.cpuset import CPUSet
 from topodra.nri import mux, ttrpc
 from topodra.nri.errors import ConnectionClosed, EmptyCPUSetError, RegistrationError
 from topodra.nri.plugin import Plugin
 from topodra.nri.proto import api_pb2
-from topodra.nri.runtime import EmbeddedRuntime
 from topodra.nri.stub import Stub, StubState
 from topodra.nri.ttrpc import Code, MessageType
 from topodra.nri.types import (
@@ -32,6 +30,9 @@ from topodra.nri.types import (
     Pod,
 )
 from topodra.nri.version import RuntimeInfo
+from topodra.testing.runtime import EmbeddedRuntime
+
+from .nri_harness import RawRuntime, run
 
 ROOT = Path(__file__).resolve().parents[2]
 
