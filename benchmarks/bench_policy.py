@@ -239,10 +239,16 @@ def _speed_on(name: str, topo: Topology, quick: bool) -> list[Result]:
 
     by_id = {r.id: r for r in reqs}
     movable = [r.id for r in reqs if not r.claims]
+    kubelet: list[float] = []  # the peer: the kubelet static policy's choice, on the same free CPUs
     for i in range(rounds):
         cid = movable[rng.randrange(len(movable))]
         r = by_id[cid]
         timed("remove", policy.remove, cid)
+        if r.qos is QoSClass.GUARANTEED and not r.annotations and r.cpu_request_milli % 1000 == 0:
+            free = policy.shared_cpus()
+            t0 = time.perf_counter()
+            take_by_topology(topo, free, r.cpu_request_milli // 1000)
+            kubelet.append(time.perf_counter() - t0)
         timed("add", policy.add, r)
         if r.qos is QoSClass.GUARANTEED and not r.annotations:
             bigger = _req(cid, QoSClass.GUARANTEED, r.cpu_request_milli + 1000)
@@ -268,6 +274,13 @@ def _speed_on(name: str, topo: Topology, quick: bool) -> list[Result]:
                note="includes preemption by other processes on a shared machine"),
         Result(f"{name}: p99 of all operations (CPU time)", percentile(cpu, 99) * us, "us"),
     ]
+    peer = statistics.median(kubelet) * us
+    out.append(Result(f"{name}: kubelet takeByTopology median (peer, same run)", peer, "us",
+                      note=f"{len(kubelet)} calls"))
+    for kind in ("add", "update"):
+        mine = statistics.median(times[kind]) * us
+        out.append(Result(f"{name}: {kind} median / kubelet takeByTopology", mine / peer, "x",
+                          note=f"{mine:.0f} us vs {peer:.0f} us"))
     for kind, ts in times.items():
         if ts:
             out.append(Result(f"{name}: {kind} median", statistics.median(ts) * us, "us", note=f"{len(ts)} calls, "

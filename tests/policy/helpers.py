@@ -5,8 +5,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from topodra.cpuset import CPUSet
-from topodra.policy import Assignment, Changes, ContainerRequest, GrantKind, Policy, QoSClass
-from topodra.topology.model import CPUInfo, NUMANode, Topology
+from topodra.policy import (
+    Assignment,
+    Changes,
+    ContainerRequest,
+    Grant,
+    GrantKind,
+    Policy,
+    PolicyError,
+    QoSClass,
+)
+from topodra.policy.annotations import parse_preferences
+from topodra.topology.model import CPUInfo, MemoryKind, NUMANode, Topology
 
 GIB = 1 << 30
 
@@ -120,6 +130,48 @@ def check_invariants(p: Policy) -> None:
         assert a.cpus.isdisjoint(claimed), f"{cid} runs on claimed CPUs {a.cpus & claimed}"
         own = CPUSet.from_mask(g.exclusive)
         assert (a.cpus - own).isdisjoint(exclusive), f"{cid} runs on another container's exclusive CPUs"
+    for cid in p.grants():
+        check_mems(p, cid)
+
+
+def memory_kinds(p: Policy, g: Grant) -> frozenset[MemoryKind]:
+    """The memory kinds a container gets: annotated, else configured; defaults when unusable."""
+    default = frozenset(p.config.default_memory_types)
+    try:
+        kinds = parse_preferences(g.request.annotations, g.request.name).memory_types or default
+    except PolicyError:
+        return default
+    return kinds if p.pools[0].nodes_of(kinds) else default
+
+
+def check_mems(p: Policy, cid: str) -> None:
+    """docs/policy.md, Memory: mems are the nodes of the container's pool or of an ancestor of it."""
+    g = p.grant(cid)
+    assert g is not None
+    if g.kind is GrantKind.PRESERVE:
+        return
+    pool = p.pools[g.pool]
+    assert g.mem_pool in pool.path, (
+        f"{cid}: memory pool {p.pools[g.mem_pool].name} is not {pool.name} or an ancestor of it"
+    )
+    mem_pool = p.pools[g.mem_pool]
+    nodes = mem_pool.nodes_of(memory_kinds(p, g))
+    if g.kind is GrantKind.CLAIMED:  # the nodes of the claimed CPUs, when the memory pool has them
+        assert g.mems, f"{cid}: no memory nodes"
+        assert CPUSet.from_mask(g.mems) <= CPUSet.from_mask(nodes), f"{cid}: mems {g.mems:#x}"
+    else:
+        assert g.mems == nodes, (
+            f"{cid}: mems {CPUSet.from_mask(g.mems)} are not the nodes {CPUSet.from_mask(nodes)} "
+            f"of its memory pool {mem_pool.name}"
+        )
+    a = p.assignment(cid)
+    assert a is not None
+    pinned = p.config.pin_memory and not g.memory_preserve
+    assert a.mems == (CPUSet.from_mask(g.mems) if pinned else CPUSet()), f"{cid}: assignment mems {a.mems}"
+    if p.config.pin_cpu:
+        assert a.cpus <= CPUSet.from_mask(mem_pool.cpus), (
+            f"{cid}: runs on CPUs {a.cpus} but its memory is that of pool {mem_pool.name}"
+        )
 
 
 def check_changes(before: dict[str, Assignment], after: dict[str, Assignment], changes: Changes, subject: str | None) -> None:

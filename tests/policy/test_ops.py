@@ -391,6 +391,21 @@ def test_claim_that_empties_a_pool_moves_its_followers_up() -> None:
     check_invariants(p)
 
 
+def test_claim_that_empties_a_numa_node_moves_memory_with_the_cpus() -> None:
+    """Issue 13: a shared container moved up by a claim took its old node's memory with it."""
+    p = Policy(NUMA2)
+    p.add(burstable("web", 500, limit=2000))
+    p.add(besteffort("batch"))
+    p.add(guaranteed("db", 2))
+    assert grant_of(p, "batch").pool == p.pools[2].index  # numa1, beside db
+    ch = p.claim("c", CPUSet.parse("5-7,13-15"))
+    assert ch["batch"] == Assignment(cpus=CPUSet.parse("0-3,8-11"), mems=CPUSet.parse("0-1"))
+    assert p.pool_name(grant_of(p, "batch").mem_pool) == "root"
+    check_invariants(p)
+    q = Policy.restore(NUMA2, json.loads(json.dumps(p.snapshot())))
+    assert q.assignments() == p.assignments()
+
+
 def test_claim_that_empties_the_root_is_refused() -> None:
     p = Policy(SMALL)
     p.add(besteffort("be"))

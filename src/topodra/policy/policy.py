@@ -1200,11 +1200,10 @@ class Policy:
         return self._pool_of_group[self._tree.deepest_containing(cpus)]
 
     def _mem_on_line(self, pool: int, mems: int, kinds: frozenset[MemoryKind]) -> int | None:
-        """The deepest pool above or below ``pool`` whose memory nodes are exactly ``mems``."""
-        path = self._pools[pool].path
-        for q in sorted(self._pools, key=lambda q: -q.depth):
-            if (q.index in path or pool in q.path) and q.nodes_of(kinds) == mems:
-                return q.index
+        """The deepest of ``pool`` and its ancestors whose memory nodes are exactly ``mems``."""
+        for q in reversed(self._pools[pool].path):
+            if self._pools[q].nodes_of(kinds) == mems:
+                return q
         return None
 
     def _replace_claimed(self, g: Grant, why: str) -> Grant:
@@ -1230,7 +1229,10 @@ class Policy:
             while followers and (counts[i] == 0 or 1000 * counts[i] < self._milli[i]) and p.parent >= 0:
                 cid = min(followers, key=lambda c: (-self._grants[c].milli, c))
                 g = self._grants[cid]
-                self._put(cid, replace(g, pool=p.parent))
+                self._put(cid, None)
+                need, _ = self._classify_for_sync(g.request)
+                mem_pool, mems = self._memory_for(g.request, need, p.parent)  # memory goes up with the CPUs
+                self._put(cid, replace(g, pool=p.parent, mem_pool=mem_pool, mems=mems))
             if followers and counts[i] == 0:
                 raise PolicyError(
                     f"{what} refused: it would leave no shared CPU for {len(followers)} container(s) "

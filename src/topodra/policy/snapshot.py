@@ -196,9 +196,12 @@ def load(cls: type[Policy], topology: Topology, snap: Any) -> Policy:
         mems = _cpus(gd.get("mems"), f"{where}.mems").mask
         if mems & ~CPUSet(topology.nodes).mask:
             raise PolicyError(f"snapshot: {where}: mems {gd.get('mems')!r} names nodes this machine does not have")
-        if pools[1] not in policy.pools[pools[0]].path and pools[0] not in policy.pools[pools[1]].path:
-            # memory widens to an ancestor; a shared container moved up by a claim keeps its memory
+        if pools[1] not in policy.pools[pools[0]].path:  # memory is the pool's or an ancestor's
             raise PolicyError(f"snapshot: {where}: memory pool {gd['memPool']!r} is unrelated to pool {gd['pool']!r}")
+        if kind is not GrantKind.PRESERVE:
+            want = policy.pools[pools[1]].nodes_of(policy._classify_for_sync(req)[0].memory_kinds)
+            if (mems & ~want or not mems) if kind is GrantKind.CLAIMED else mems != want:
+                raise PolicyError(f"snapshot: {where}: mems {gd.get('mems')!r} are not those of pool {gd['memPool']!r}")
         grant = Grant(
             request=req,
             kind=kind,
