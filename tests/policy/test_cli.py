@@ -109,14 +109,29 @@ def test_qos_is_derived_like_kubernetes() -> None:
     assert reqs[0].cpu_limit_milli == 2000
 
 
+def test_workload_reads_kubernetes_quantities() -> None:
+    """Issue 11: `policy place` read 1K, truncated 1.1Gi and refused 1k and 2e0."""
+    _, _, reqs = load_workload(
+        {"containers": [{"name": "a", "cpu": "2e0", "memory": "1.1Gi"}, {"name": "b", "cpu": "1500m", "memory": "1k"}]}
+    )
+    assert [(r.cpu_request_milli, r.memory_request) for r in reqs] == [(2000, 1181116007), (1500, 1000)]
+    with pytest.raises(ValueError, match=r"containers\[0\]\.memory: expected a memory quantity"):
+        load_workload({"containers": [{"name": "a", "memory": "1K"}]})
+
+
 @pytest.mark.parametrize(
-    ("text", "size"), [("512Mi", 512 << 20), ("1G", 10**9), ("1000", 1000), ("1.5Gi", 3 << 29), (7, 7)]
+    ("text", "size"),
+    [
+        ("512Mi", 512 << 20), ("1G", 10**9), ("1000", 1000), ("1.5Gi", 3 << 29), (7, 7),
+        # the Kubernetes grammar (topodra.quantity): lower-case k, exponents; fractions round up, as Value()
+        ("1k", 1000), ("2e0", 2), ("1.1Gi", 1181116007), ("0.5", 1), ("1e3", 1000),
+    ],
 )
 def test_memory_quantities(text: object, size: int) -> None:
     assert parse_memory_quantity(text, "m") == size
 
 
-@pytest.mark.parametrize("text", ["1Gb", "-1", "1m", "", True, "Gi"])
+@pytest.mark.parametrize("text", ["1Gb", "-1", "1m", "", True, "Gi", "1K", "500u", float("nan"), -5])
 def test_bad_memory_quantities(text: object) -> None:
     with pytest.raises(ValueError, match="m: expected a memory quantity"):
         parse_memory_quantity(text, "m")

@@ -38,13 +38,19 @@ def test_camel_and_snake_case_both_read() -> None:
 
 @pytest.mark.parametrize(
     ("value", "milli"),
-    [(2, 2000), ("2", 2000), ("750m", 750), ("1.5", 1500), (0.25, 250), ("0.0001", 1), ("1.25", 1250)],
+    [
+        (2, 2000), ("2", 2000), ("750m", 750), ("1.5", 1500), (0.25, 250), ("0.0001", 1), ("1.25", 1250),
+        # the Kubernetes grammar (topodra.quantity), rounded up like MilliValue()
+        ("2e0", 2000), ("1e3", 1_000_000), ("1.5m", 2), ("1k", 1_000_000), ("+1", 1000), (".5", 500),
+    ],
 )
 def test_cpu_quantities(value: object, milli: int) -> None:
     assert parse_cpu_quantity(value, "x") == milli
 
 
-@pytest.mark.parametrize("value", ["-1", "1.5m", "two", "", True, -3, "1e3", float("nan")])
+@pytest.mark.parametrize(
+    "value", ["-1", "two", "", True, -3, float("nan"), float("inf"), "1K", "1 m", "1Gb", "1e99", None]
+)
 def test_bad_cpu_quantities(value: object) -> None:
     with pytest.raises(ValueError, match="x:"):
         parse_cpu_quantity(value, "x")

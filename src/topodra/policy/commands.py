@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import enum
 import json
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -35,33 +34,11 @@ class OutputFormat(enum.StrEnum):
     JSON = "json"
 
 
-_MEMORY = re.compile(r"^(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|Pi|k|K|M|G|T|P|m)?$")
-_SCALE = {
-    None: 1,
-    "k": 10**3,
-    "K": 10**3,
-    "M": 10**6,
-    "G": 10**9,
-    "T": 10**12,
-    "P": 10**15,
-    "Ki": 1 << 10,
-    "Mi": 1 << 20,
-    "Gi": 1 << 30,
-    "Ti": 1 << 40,
-    "Pi": 1 << 50,
-}
-
-
 def parse_memory_quantity(value: object, what: str) -> int:
-    """A Kubernetes memory quantity (``512Mi``, ``1G``, ``1000``) in bytes."""
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    if isinstance(value, str):
-        m = _MEMORY.match(value.strip())
-        if m and m.group(2) != "m":
-            number = float(m.group(1)) if "." in m.group(1) else int(m.group(1))
-            return int(number * _SCALE[m.group(2)])
-    raise ValueError(f"{what}: expected a memory quantity like 512Mi or 2G, got {value!r}")
+    """A Kubernetes memory quantity (``512Mi``, ``1G``, ``1000``) in bytes, rounded up."""
+    from topodra.policy.quantities import memory_bytes
+
+    return memory_bytes(value, what)
 
 
 def _machine(root: Path | None, fixture: str | None, machine: str | None) -> Topology:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import enum
 import fnmatch
-import math
 import re
 from typing import Annotated, Any
 
@@ -28,6 +27,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from topodra.cpuset import CPUSet, CPUSetParseError
+from topodra.policy.quantities import cpu_milli
 from topodra.topology.model import MemoryKind
 
 __all__ = ["PolicyConfig", "CPUPriority", "TopologyLevel", "parse_cpu_quantity"]
@@ -52,31 +52,9 @@ class TopologyLevel(enum.StrEnum):
     L3CACHE = "l3cache"
 
 
-_QUANTITY = re.compile(r"^(\d+)(m?)$|^(\d+)\.(\d+)$")
-
-
 def parse_cpu_quantity(value: object, what: str) -> int:
-    """A Kubernetes CPU quantity (``2``, ``750m``, ``1.5``) in milli-CPU."""
-    if isinstance(value, bool):
-        raise ValueError(f"{what}: expected a CPU quantity like 2 or 750m, got {value!r}")
-    if isinstance(value, int):
-        if value < 0:
-            raise ValueError(f"{what}: CPU quantity must not be negative, got {value!r}")
-        return value * 1000
-    if isinstance(value, float):
-        if value < 0 or not math.isfinite(value):
-            raise ValueError(f"{what}: CPU quantity must be a finite non-negative number, got {value!r}")
-        return math.ceil(value * 1000)
-    if isinstance(value, str):
-        m = _QUANTITY.match(value.strip())
-        if m:
-            if m.group(1) is not None:
-                n = int(m.group(1))
-                return n if m.group(2) else n * 1000
-            whole, frac = int(m.group(3)), str(m.group(4))
-            scale: int = 10 ** len(frac)
-            return whole * 1000 + -(-int(frac) * 1000 // scale)
-    raise ValueError(f"{what}: expected a CPU quantity like 2, 1.5 or 750m, got {value!r}")
+    """A Kubernetes CPU quantity (``2``, ``750m``, ``1.5``) in milli-CPU, rounded up."""
+    return cpu_milli(value, what)
 
 
 def _to_cpuset(value: object) -> CPUSet:
