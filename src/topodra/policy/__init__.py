@@ -1,6 +1,16 @@
 """The pure topology-aware CPU and memory policy: containers and claims in, changes out."""
 
-from topodra.policy.api import Assignment, Changes, ContainerRequest, NodeSet, PolicyError, QoSClass
+from topodra.policy.api import (
+    Assignment,
+    BadRequestError,
+    Changes,
+    ContainerRequest,
+    NodeSet,
+    NoFitError,
+    PolicyError,
+    QoSClass,
+    SnapshotError,
+)
 from topodra.policy.classify import GrantKind
 from topodra.policy.config import CPUPriority, PolicyConfig, TopologyLevel
 from topodra.policy.grants import Grant
@@ -9,12 +19,14 @@ from topodra.policy.stats import CPUUsage, PolicyStats, PoolStats
 
 __all__ = [
     "Assignment",
+    "BadRequestError",
     "CPUPriority",
     "CPUUsage",
     "Changes",
     "ContainerRequest",
     "Grant",
     "GrantKind",
+    "NoFitError",
     "NodeSet",
     "Policy",
     "PolicyConfig",
@@ -22,5 +34,6 @@ __all__ = [
     "PolicyStats",
     "PoolStats",
     "QoSClass",
+    "SnapshotError",
     "TopologyLevel",
 ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from topodra.policy.api import PolicyError
+from topodra.policy.api import BadRequestError
 from topodra.policy.config import CPUPriority, TopologyLevel
 from topodra.topology.model import MemoryKind
 
@@ -55,7 +55,7 @@ def parse_bool(key: str, value: str) -> bool:
         return True
     if v in _FALSE:
         return False
-    raise PolicyError(f"annotation {key}: {value!r} is not a boolean (use true or false)")
+    raise BadRequestError(f"annotation {key}: {value!r} is not a boolean (use true or false)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +102,7 @@ def _memory_types(key: str, value: str) -> frozenset[MemoryKind]:
             kinds.add(MemoryKind(item.upper()))
         else:
             known = ", ".join([k.value.lower() for k in MemoryKind] + ["mixed"])
-            raise PolicyError(f"annotation {key}: unknown memory type {raw.strip()!r} in {value!r} (known: {known})")
+            raise BadRequestError(f"annotation {key}: unknown memory type {raw.strip()!r} in {value!r} (known: {known})")
     return frozenset(kinds)
 
 
@@ -126,7 +126,7 @@ def parse_preferences(annotations: Mapping[str, str], container: str) -> Prefere
             try:
                 priority = CPUPriority(text)
             except ValueError:
-                raise PolicyError(
+                raise BadRequestError(
                     f"annotation {hit[0]}: {hit[1]!r} is not a CPU priority (use high, normal, low, none or default)"
                 ) from None
     level: TopologyLevel | None = None
@@ -136,13 +136,13 @@ def parse_preferences(annotations: Mapping[str, str], container: str) -> Prefere
             level = TopologyLevel(hit[1].strip().lower())
         except ValueError:
             known = ", ".join(lv.value for lv in TopologyLevel)
-            raise PolicyError(f"annotation {hit[0]}: {hit[1]!r} is not a topology level (use {known})") from None
+            raise BadRequestError(f"annotation {hit[0]}: {hit[1]!r} is not a topology level (use {known})") from None
     memory: frozenset[MemoryKind] | None = None
     hit = get(MEMORY_TYPE)
     if hit is not None:
         memory = _memory_types(hit[0], hit[1])
         if not memory:
-            raise PolicyError(f"annotation {hit[0]}: empty memory type list {hit[1]!r}")
+            raise BadRequestError(f"annotation {hit[0]}: empty memory type list {hit[1]!r}")
 
     prefer_iso_hit, require_iso_hit = get(PREFER_ISOLATED), get(REQUIRE_ISOLATED)
     prefer_isolated = None if prefer_iso_hit is None else parse_bool(*prefer_iso_hit)

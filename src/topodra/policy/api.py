@@ -15,14 +15,42 @@ from typing import TypeAlias
 
 from topodra.cpuset import CPUSet
 
-__all__ = ["Assignment", "Changes", "ContainerRequest", "PolicyError", "QoSClass", "NodeSet"]
+__all__ = [
+    "Assignment",
+    "BadRequestError",
+    "Changes",
+    "ContainerRequest",
+    "NoFitError",
+    "NodeSet",
+    "PolicyError",
+    "QoSClass",
+    "SnapshotError",
+]
 
 #: NUMA node ids use the same list format as CPUs ("0-1,3").
 NodeSet: TypeAlias = CPUSet
 
 
 class PolicyError(Exception):
-    """A request the policy refuses; the message says what and why."""
+    """A request the policy refuses; the message says what and why. Nothing changed.
+
+    The subclasses say whose move it is: ``BadRequestError`` (fix the input),
+    ``NoFitError`` (valid, but nothing fits now: free something or wait) and
+    ``SnapshotError`` (saved state that does not fit this machine or the rules).
+    """
+
+
+class BadRequestError(PolicyError):
+    """The input itself is wrong: a malformed request or annotation, an unknown or overlapping
+    claim, a configuration that does not fit the machine."""
+
+
+class NoFitError(PolicyError):
+    """A valid request that the CPUs and memory left cannot satisfy right now."""
+
+
+class SnapshotError(PolicyError):
+    """A snapshot that is corrupt, from another machine, or describes a state the rules forbid."""
 
 
 class QoSClass(enum.StrEnum):
@@ -44,7 +72,7 @@ class Assignment:
 
     def __post_init__(self) -> None:
         if not self.cpus:
-            raise PolicyError("refusing an assignment with an empty cpuset")
+            raise BadRequestError("refusing an assignment with an empty cpuset")
 
 
 #: container id -> its new assignment, for every container that changed.

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from topodra.policy.annotations import Preferences, parse_preferences
-from topodra.policy.api import ContainerRequest, PolicyError, QoSClass
+from topodra.policy.api import BadRequestError, ContainerRequest, QoSClass
 from topodra.policy.config import CPUPriority, PolicyConfig, TopologyLevel
 from topodra.topology.model import CoreType, MemoryKind
 
@@ -79,20 +79,20 @@ def core_types_for(priority: CPUPriority) -> frozenset[CoreType] | None:
 def validate_request(req: ContainerRequest) -> None:
     """Reject requests no runtime could have produced, naming the field."""
     if not req.id:
-        raise PolicyError("container request has an empty id")
+        raise BadRequestError("container request has an empty id")
     where = f"container {req.id} ({req.namespace}/{req.pod_name}/{req.name})"
     if not isinstance(req.qos, QoSClass):
-        raise PolicyError(f"{where}: qos {req.qos!r} is not one of {', '.join(q.value for q in QoSClass)}")
+        raise BadRequestError(f"{where}: qos {req.qos!r} is not one of {', '.join(q.value for q in QoSClass)}")
     for name in ("cpu_request_milli", "memory_request"):
         value = getattr(req, name)
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise PolicyError(f"{where}: {name} must be a non-negative integer, got {value!r}")
+            raise BadRequestError(f"{where}: {name} must be a non-negative integer, got {value!r}")
     for name in ("cpu_limit_milli", "memory_limit"):
         value = getattr(req, name)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-            raise PolicyError(f"{where}: {name} must be None or a non-negative integer, got {value!r}")
+            raise BadRequestError(f"{where}: {name} must be None or a non-negative integer, got {value!r}")
     if len(set(req.claims)) != len(req.claims) or any(not c for c in req.claims):
-        raise PolicyError(f"{where}: claims {list(req.claims)!r} must be distinct non-empty ids")
+        raise BadRequestError(f"{where}: claims {list(req.claims)!r} must be distinct non-empty ids")
 
 
 def classify(

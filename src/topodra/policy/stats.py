@@ -6,9 +6,11 @@ from dataclasses import dataclass, field
 
 from topodra.cpuset import CPUSet
 from topodra.policy.api import NodeSet
+from topodra.policy.config import PolicyConfig
+from topodra.policy.supply import Supply
 from topodra.topology.model import CoreType
 
-__all__ = ["CPUUsage", "PoolStats", "PolicyStats"]
+__all__ = ["CPUUsage", "PoolStats", "PolicyStats", "collect"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,3 +59,54 @@ class PolicyStats:
             if p.name == name:
                 return p
         raise KeyError(f"no pool named {name!r}")
+
+
+def collect(supply: Supply, config: PolicyConfig) -> PolicyStats:
+    """The figures of one state of the accounting."""
+    part = supply.part
+    pools = part.pools
+    default_kinds = frozenset(config.default_memory_types)
+
+    def usage(cpus: int) -> CPUUsage:
+        shared = supply.shared_in(cpus)
+        free_iso = cpus & part.isolated & ~supply.used
+        return CPUUsage(
+            cpus=CPUSet.from_mask(cpus),
+            allocated=CPUSet.from_mask(cpus & supply.excl),
+            shared=CPUSet.from_mask(shared),
+            claimed=CPUSet.from_mask(cpus & supply.claimed),
+            reserved=CPUSet.from_mask(cpus & part.reserved),
+            isolated=CPUSet.from_mask(cpus & part.isolated),
+            free=CPUSet.from_mask(shared | free_iso),
+        )
+
+    out = []
+    for p in pools:
+        nodes = 0
+        for m in p.memory.values():
+            nodes |= m
+        out.append(
+            PoolStats(
+                name=p.name,
+                levels=p.levels,
+                depth=p.depth,
+                parent=pools[p.parent].name if p.parent >= 0 else None,
+                usage=usage(p.cpus),
+                mems=CPUSet.from_mask(nodes),
+                memory_bytes=part.memory.size(p.nodes_of(default_kinds)),
+                memory_requested=supply.mem[p.index],
+                shared_requested_milli=supply.milli[p.index],
+                shared_capacity_milli=1000 * supply.shared(p.index).bit_count(),
+                containers=supply.members[p.index],
+            )
+        )
+    counts: dict[str, int] = {}
+    for g in supply.grants.values():
+        counts[g.kind.value] = counts.get(g.kind.value, 0) + 1
+    return PolicyStats(
+        pools=tuple(out),
+        total=usage(part.allowed),
+        kinds={kind: usage(mask) for kind, mask in part.kind_masks.items()},
+        containers=dict(sorted(counts.items())),
+        degraded=tuple(sorted(cid for cid, g in supply.grants.items() if g.degraded)),
+    )

@@ -1,0 +1,343 @@
+"""Where a container goes: the pool, its exclusive CPUs and its memory nodes, as a new ``Grant``.
+
+Reads the ``Supply`` and never changes it: the caller records the grant. The
+rules (docs/policy.md, "How containers are placed"): pools that cannot fit are
+filtered out, the rest ranked; exclusive CPUs are packed down the group tree;
+memory is the pool's nodes of the wanted kinds, widened to the nearest
+ancestor that has them and room for the request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from topodra.policy.api import BadRequestError, ContainerRequest, NoFitError
+from topodra.policy.classify import GrantKind, Isolation, Need
+from topodra.policy.config import PolicyConfig
+from topodra.policy.grants import Grant
+from topodra.policy.packing import clean_mask, pack, pack_near
+from topodra.policy.partition import fmt
+from topodra.policy.supply import Capacity, Supply, where
+from topodra.topology.model import MemoryKind
+
+__all__ = ["Placer"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Ask:
+    """One search for exclusive CPUs, in one candidate set (isolated or sharable)."""
+
+    need: Need
+    n: int  # exclusive CPUs wanted
+    frac: int  # shared milli-CPU of a mixed grant
+    cand: int  # free candidate CPUs
+    pref: int  # the candidates of the preferred core kinds (== cand without a preference)
+    hint_pool: int | None
+    keep: int  # CPUs the container held (resize, claim moves, sync)
+    isolated: bool
+
+
+class Placer:
+    """Placement decisions over one ``Supply``."""
+
+    def __init__(self, supply: Supply, config: PolicyConfig) -> None:
+        self.supply = supply
+        self.part = supply.part
+        self.config = config
+        self.mem_hints: dict[str, int] = {}  # during sync: the memory nodes containers run on
+
+    def place(
+        self,
+        req: ContainerRequest,
+        need: Need,
+        *,
+        hint: Grant | None = None,
+        keep: int = 0,
+        hint_pool: int | None = None,
+        stay: bool = False,
+    ) -> Grant:
+        """A grant for ``req``; ``NoFitError`` when nothing fits, ``BadRequestError`` for an unknown claim."""
+        kind = need.kind
+        common: dict[str, Any] = {"hide_hyperthreads": need.hide_hyperthreads, "memory_preserve": need.memory_preserve}
+        if kind is GrantKind.PRESERVE:
+            return Grant(request=req, kind=kind, pool=0, **common)
+        if kind is GrantKind.CLAIMED:
+            claims = self.supply.claims
+            cpus = 0
+            for claim in need.claims:
+                mask = claims.get(claim)
+                if mask is None:
+                    known = ", ".join(map(repr, sorted(claims))) or "none"
+                    raise BadRequestError(f"{where(req)}: claim {claim!r} is not prepared on this node (known: {known})")
+                cpus |= mask
+            pool = self.part.pool_at(cpus)
+            mem_pool, mems = self.memory_for(req, need, pool)
+            exact = self.part.nodes_near(cpus, mems)
+            return Grant(request=req, kind=kind, pool=pool, mem_pool=mem_pool, mems=exact or mems,
+                         memory=need.memory, claims=need.claims, **common)
+        if kind is GrantKind.RESERVED:
+            mem_pool, mems = self.memory_for(req, need, 0)
+            return Grant(request=req, kind=kind, pool=0, milli=need.milli, mem_pool=mem_pool, mems=mems,
+                         memory=need.memory, **common)
+        if hint is not None and hint_pool is None:
+            hint_pool = hint.pool
+        if kind is GrantKind.SHARED:
+            pool = hint_pool if stay and hint_pool is not None else self.choose_shared(req, need, hint_pool)
+            mem_pool, mems = self.memory_for(req, need, pool)
+            return Grant(request=req, kind=kind, pool=pool, milli=max(need.milli, 1), mem_pool=mem_pool, mems=mems,
+                         memory=need.memory, **common)
+        pool, mask, isolated = self.choose_exclusive(req, need, hint_pool, keep)
+        mem_pool, mems = self.memory_for(req, need, pool)
+        return Grant(request=req, kind=kind, pool=pool, exclusive=mask, isolated=isolated,
+                     milli=need.milli if kind is GrantKind.MIXED else 0, mem_pool=mem_pool, mems=mems,
+                     memory=need.memory, **common)
+
+    # --- memory ----------------------------------------------------------------------
+    def memory_for(self, req: ContainerRequest, need: Need, pool: int) -> tuple[int, int]:
+        """(memory pool, cpuset.mems): the pool's nodes of the wanted kinds, widened until it fits."""
+        kinds = need.memory_kinds
+        pools = self.part.pools
+        root = pools[0]
+        if not root.nodes_of(kinds):
+            have = sorted({k.value for k in root.memory})
+            raise BadRequestError(
+                f"{where(req)}: memory type {', '.join(sorted(k.value for k in kinds))} requested but this "
+                f"node has only {', '.join(have) or 'no'} memory"
+            )
+        hint = self.mem_hints.get(req.id)
+        if hint:  # sync: a running container keeps its memory nodes if they are those of its pool or an ancestor
+            on_line = self.mem_pool_of(pool, hint, kinds)
+            if on_line is not None:
+                return on_line, hint
+        missing = self.part.missing_kinds(kinds)
+        for p in reversed(pools[pool].path):
+            nodes = pools[p].nodes_of(kinds)
+            if not nodes or missing[p]:
+                continue
+            if need.memory <= 0 or self.supply.mem_free(p, kinds) >= need.memory:
+                return p, nodes
+        return 0, root.nodes_of(kinds)
+
+    def mem_pool_of(self, pool: int, mems: int, kinds: frozenset[MemoryKind]) -> int | None:
+        """The deepest of ``pool`` and its ancestors whose memory nodes are exactly ``mems``."""
+        pools = self.part.pools
+        for q in reversed(pools[pool].path):
+            if pools[q].nodes_of(kinds) == mems:
+                return q
+        return None
+
+    def _mem_fit(self, pool: int, need: Need) -> int:
+        """0 when the pool has every wanted memory kind and room for the request; higher is worse."""
+        missing = self.part.missing_kinds(need.memory_kinds)[pool]
+        if need.memory <= 0:
+            return 2 * missing
+        return 2 * missing + (0 if self.supply.mem_free(pool, need.memory_kinds) >= need.memory else 1)
+
+    # --- shared ----------------------------------------------------------------------
+    def choose_shared(self, req: ContainerRequest, need: Need, hint_pool: int | None) -> int:
+        cap = self.supply.capacity()
+        counts, free = cap.counts, cap.free
+        milli = max(need.milli, 1)
+        cfg = self.config
+        pods = self.supply.pod_pools.get(req.pod_uid, {}) if cfg.colocate_pods else {}
+        spaces = self.supply.ns_pools.get(req.namespace, {}) if cfg.colocate_namespaces else {}
+        level = self.part.level_dist[need.unlimited_level] if need.unlimited_level is not None else None
+        limit = need.burst_limit
+        with_memory = need.memory > 0 or any(self.part.missing_kinds(need.memory_kinds))
+        depth = self.part.depth
+        best, best_key = -1, None
+        for i in range(len(counts)):
+            f = free[i]
+            if f < milli or not counts[i]:
+                continue
+            key = (
+                0 if i == hint_pool else 1,  # stay where it ran (resize, restart) when it still fits
+                self._mem_fit(i, need) if with_memory else 0,
+                0 if limit is None or f >= limit else 1,
+                level[i] if level is not None else 0,
+                -(pods.get(i, 0) + spaces.get(i, 0)) if pods or spaces else 0,
+                -depth[i],
+                -f,
+                i,
+            )
+            if best_key is None or key < best_key:
+                best, best_key = i, key
+        if best >= 0:
+            return best
+        # Every pool is full: over-commit the one with the most room left (CPU requests
+        # of shared containers are weights, not reservations; never an empty cpuset).
+        open_pools = [i for i in range(len(counts)) if counts[i] > 0]
+        if not open_pools:
+            raise NoFitError(f"{where(req)}: no shared CPUs are left (all are allocated, claimed or reserved)")
+        return max(open_pools, key=lambda i: (free[i], -i))
+
+    def pool_hint(self, cpus: int, mems: int, kinds: frozenset[MemoryKind]) -> int | None:
+        """The pool a shared container probably ran in: same shared set, else deepest holding its CPUs.
+
+        Pools can share a shared set (a claim emptied a sibling); the one whose
+        line holds the container's memory nodes wins.
+        """
+        if not cpus or cpus & ~self.part.allowed:
+            return None
+        shared = self.supply.shared
+        same = [p.index for p in reversed(self.part.pools) if shared(p.index) == cpus]
+        for i in same:
+            if mems and self.mem_pool_of(i, mems, kinds) is not None:
+                return i
+        if same:
+            return same[0]
+        return self.part.pool_at(cpus)
+
+    # --- exclusive -------------------------------------------------------------------
+    def choose_exclusive(self, req: ContainerRequest, need: Need, hint_pool: int | None, keep: int) -> tuple[int, int, bool]:
+        """(pool, exclusive CPUs, isolated?) for an exclusive or mixed grant."""
+        part = self.part
+        n = need.exclusive
+        frac = need.milli if need.kind is GrantKind.MIXED else 0
+        used = self.supply.used
+        pref_mask: int | None = None
+        if need.core_types is not None:
+            pref_mask = 0
+            for t in need.core_types:
+                pref_mask |= part.kind_masks.get(t, 0)
+
+        def ask(cand: int, isolated: bool) -> tuple[int, int] | None:
+            hint = hint_pool
+            if keep & cand and hint is None:
+                hint = part.pool_at(keep & cand)
+            pref = cand & pref_mask if pref_mask is not None else cand
+            return self._search(_Ask(need, n, frac, cand, pref, hint, keep, isolated))
+
+        key = need.isolation_key or "require-isolated-cpus"
+        if need.isolation is not Isolation.NO and part.isolated:
+            got = ask(part.isolated & ~used, True)
+            if got is not None:
+                return got[0], got[1], True
+            if need.isolation is Isolation.REQUIRE:
+                raise NoFitError(f"{where(req)}: {key} needs {n} isolated CPUs in one pool; free isolated CPUs: "
+                                 f"{fmt(part.isolated & ~used)}")
+        elif need.isolation is Isolation.REQUIRE:
+            raise NoFitError(f"{where(req)}: {key} but this node has no isolated CPUs the policy may use")
+        got = ask(part.sharable & ~used, False)
+        if got is not None:
+            return got[0], got[1], False
+        raise NoFitError(self._no_fit(req, need))
+
+    def _no_fit(self, req: ContainerRequest, need: Need) -> str:
+        cap = self.supply.capacity()
+        pools = self.part.pools
+        held = (self.supply.milli[0] + 999) // 1000
+        what = f"{need.exclusive} exclusive CPUs" + (f" + {need.milli}m shared" if need.kind is GrantKind.MIXED else "")
+        best = max(range(len(pools)), key=lambda i: (cap.reach[i], -i))
+        return (
+            f"{where(req)}: no pool can supply {what}: {pools[0].name} has {cap.counts[0]} shared CPUs of which "
+            f"{held} hold its shared containers' requests; the most any pool can give is "
+            f"{max(0, cap.reach[best])} ({pools[best].name})"
+        )
+
+    def _search(self, a: _Ask) -> tuple[int, int] | None:
+        """(pool, CPUs) for ``a``: where the container can keep its CPUs, else the best-ranked pool."""
+        if a.cand.bit_count() < a.n:
+            return None
+        cap = self.supply.capacity()
+        if a.hint_pool is not None and a.keep:
+            got = self._keep_near(a, cap)
+            if got is not None:
+                return got
+        limits = None if a.isolated else cap.slack
+        tree, pools = self.part.tree, self.part.pools
+        for _key, i, use, cand in self._ranked(a, cap):
+            for choice in (use, cand) if use != cand else (use,):
+                mask = pack(tree, pools[i].group, choice, a.n, limits)
+                if mask is not None and (a.isolated or self.supply.exclusive_ok(mask, i, a.frac)):
+                    return i, mask
+        return None
+
+    def _keep_near(self, a: _Ask, cap: Capacity) -> tuple[int, int] | None:
+        """Keep what the container had in its hint pool, growing next to it."""
+        assert a.hint_pool is not None
+        tree = self.part.tree
+        pool = self.part.pools[a.hint_pool]
+        keep = a.keep & a.cand & pool.cpus
+        if not keep:
+            return None
+        if keep.bit_count() >= a.n:
+            mask: int | None = pack(tree, pool.group, keep, a.n)
+        else:
+            limits = None if a.isolated else cap.slack
+            extra = pack_near(tree, pool.group, keep, a.cand & pool.cpus & ~keep, a.n - keep.bit_count(), limits)
+            mask = None if extra is None else keep | extra
+        if mask is None:
+            return None
+        # the deepest pool that holds the CPUs kept: its memory is the closest
+        at = self.part.pool_at(mask, pool.group)
+        if a.frac and cap.free[at] < a.frac:
+            at = a.hint_pool
+        if (a.frac == 0 or cap.free[at] >= a.frac) and (a.isolated or self.supply.exclusive_ok(mask, at, a.frac)):
+            return at, mask
+        return None
+
+    def _ranked(self, a: _Ask, cap: Capacity) -> list[tuple[tuple[Any, ...], int, int, int]]:
+        """The pools that can hold ``a``, best first (docs/policy.md, "Choosing a pool")."""
+        tree, pools = self.part.tree, self.part.pools
+        n, frac, isolated = a.n, a.frac, a.isolated
+        clean_all = clean_mask(tree, 0, a.cand)
+        clean_pref = clean_all if a.pref == a.cand else clean_mask(tree, 0, a.pref)
+        threads = tree.max_threads
+        free, reach, milli = cap.free, cap.reach, self.supply.milli
+        whole: dict[int, int] = {}  # clean CPUs per pool, for the top-down best fit
+
+        def clean_of(i: int) -> int:
+            got = whole.get(i)
+            if got is None:
+                got = whole[i] = (clean_all & pools[i].cpus).bit_count()
+            return got
+
+        rows = []
+        for p in pools:
+            i = p.index
+            if not isolated and reach[i] < n:
+                continue
+            if frac and free[i] - (0 if isolated else 1000 * n) < frac:
+                continue
+            cand = a.cand & p.cpus
+            if cand.bit_count() < n:
+                continue
+            pref = a.pref & p.cpus
+            kind_fit = pref.bit_count() >= n
+            use, clean = (pref, clean_pref & p.cpus) if kind_fit else (cand, clean_all & p.cpus)
+            half = (use & ~clean).bit_count()  # free threads of half-used cores
+            rem = n % threads
+            key = (
+                self._mem_fit(i, a.need),
+                0 if i == a.hint_pool else 1,
+                0 if kind_fit else 1,
+                0 if clean.bit_count() + min(half, rem) >= n else 1,  # fits on whole cores
+                -p.depth,
+                0 if half >= rem else 1,  # an odd remainder fills a half-used core
+                # best fit on whole cores, top down: the fullest socket, NUMA node, then L3
+                tuple(clean_of(q) for q in p.path[1:]),
+                use.bit_count(),
+                milli[i],  # on a tie, disturb fewer shared containers
+                i,
+            )
+            rows.append((key, i, use, cand))
+        rows.sort()
+        return rows
+
+    def keep_exclusive(self, req: ContainerRequest, need: Need, cpus: int) -> Grant | None:
+        """A grant on exactly ``cpus`` if they are still free and fit the rules (sync)."""
+        part, supply = self.part, self.supply
+        if cpus & ~part.allowed or cpus & supply.used or cpus & part.reserved:
+            return None
+        isolated = cpus & part.isolated
+        if isolated and isolated != cpus:
+            return None
+        pool = part.pool_at(cpus)
+        if not isolated and not supply.exclusive_ok(cpus, pool, 0):
+            return None
+        mem_pool, mems = self.memory_for(req, need, pool)
+        return Grant(request=req, kind=GrantKind.EXCLUSIVE, pool=pool, exclusive=cpus, isolated=bool(isolated),
+                     mem_pool=mem_pool, mems=mems, memory=need.memory, hide_hyperthreads=need.hide_hyperthreads,
+                     memory_preserve=need.memory_preserve)

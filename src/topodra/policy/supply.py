@@ -1,0 +1,282 @@
+"""The policy's accounting: each pool's supply and every grant and claim against it, in one object.
+
+What is *granted*: every container's ``Grant`` and every DRA claim, with the
+indexes the operations need (exclusive CPU -> owner, per pool the shared CPU
+requested in its subtree, the memory charged, the containers that follow its
+shared set, pod and namespace counts, claim users).
+
+What is *shared*: a pool's shared set is its sharable CPUs minus every
+exclusive grant and every claimed CPU (``shared_in``; this is the only place
+the rule is written).
+
+What is *free*: per pool, the shared CPUs, the shared milli-CPU still free
+(bounded by the ancestors) and how many CPUs an exclusive grant may still
+slice off without squeezing shared containers below their requests
+(``capacity``).
+
+Every change goes through two primitives, ``put`` (a grant) and ``set_claim``,
+which keep the indexes consistent and, inside a transaction, log the previous
+value so ``rollback`` restores the state exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from topodra.policy.api import ContainerRequest
+from topodra.policy.grants import Grant
+from topodra.policy.partition import Partition, bits, fmt
+from topodra.topology.model import MemoryKind
+
+__all__ = ["Capacity", "Supply", "where"]
+
+
+def where(req: ContainerRequest) -> str:
+    """How messages name a container."""
+    return f"container {req.id} ({req.namespace}/{req.pod_name}/{req.name})"
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """Per pool, at one state: shared CPUs and what is still free of them."""
+
+    counts: list[int]  # shared CPUs
+    free: list[int]  # free shared milli-CPU, bounded by the ancestors
+    slack: list[int]  # CPUs the pool itself can give up and still hold its shared requests
+    reach: list[int]  # slack bounded by the ancestors: the most an exclusive grant may take here
+
+
+class Supply:
+    """Grants and claims against the pools of one ``Partition``.
+
+    The attributes are read by placement, statistics and the diff; only this
+    class's methods change them.
+    """
+
+    def __init__(self, part: Partition) -> None:
+        self.part = part
+        n = len(part.pools)
+        self.grants: dict[str, Grant] = {}
+        self.claims: dict[str, int] = {}
+        self.claimed = 0  # union of claims
+        self.excl = 0  # union of exclusive grants
+        self.owner: dict[int, str] = {}  # exclusive CPU -> container
+        self.milli = [0] * n  # shared milli-CPU charged in each pool's subtree
+        self.mem = [0] * n  # memory bytes charged in each pool's subtree
+        self.followers: list[dict[str, None]] = [{} for _ in range(n)]  # who runs on each shared set
+        self.members = [0] * n  # containers whose CPU pool is this one
+        self.pod_pools: dict[str, dict[int, int]] = {}
+        self.ns_pools: dict[str, dict[int, int]] = {}
+        self.claim_users: dict[str, dict[str, None]] = {}
+        self.touched: dict[str, None] = {}  # containers whose grant changed in this transaction
+        self._log: list[tuple[bool, str, Grant | int | None]] | None = None
+        self._counts: tuple[int, list[int]] = (-1, [])  # (used CPUs, shared CPUs per pool)
+        self._cap: Capacity | None = None
+
+    # --- the rules -----------------------------------------------------------------
+    @property
+    def used(self) -> int:
+        """CPUs out of every shared set: exclusively granted or claimed."""
+        return self.excl | self.claimed
+
+    def shared_in(self, cpus: int) -> int:
+        """The shared CPUs among ``cpus``: sharable, not exclusively granted, not claimed."""
+        return cpus & self.part.sharable & ~(self.excl | self.claimed)
+
+    def shared(self, pool: int) -> int:
+        """A pool's shared set."""
+        return self.shared_in(self.part.sharables[pool])
+
+    def capacity(self) -> Capacity:
+        """Shared CPUs, free shared milli-CPU and sliceable CPUs per pool; cached until the state changes.
+
+        The bounds are taken along the path from the root (a pool cannot give
+        what an ancestor lacks).
+        """
+        cap = self._cap
+        if cap is not None:
+            return cap
+        used = self.excl | self.claimed
+        if self._counts[0] != used:
+            self._counts = (used, [self.shared(i).bit_count() for i in range(len(self.milli))])
+        counts = self._counts[1]
+        n = len(counts)
+        free, slack, reach = [0] * n, [0] * n, [0] * n
+        milli, parents = self.milli, self.part.parents
+        for i in range(n):  # parents come first
+            c, m = counts[i], milli[i]
+            f = 1000 * c - m
+            s = c - (m + 999) // 1000
+            slack[i] = s
+            par = parents[i]
+            if par >= 0:
+                pf, ps = free[par], reach[par]
+                if pf < f:
+                    f = pf
+                if ps < s:
+                    s = ps
+            free[i] = f
+            reach[i] = s
+        cap = self._cap = Capacity(counts, free, slack, reach)
+        return cap
+
+    def exclusive_ok(self, mask: int, pool: int, frac: int) -> bool:
+        """Taking ``mask`` (plus ``frac`` shared milli-CPU in ``pool``) leaves every pool's shared
+        containers their requested CPU."""
+        counts = self.capacity().counts
+        pools = self.part.pools
+        path = pools[pool].path
+        touched = self.part.pools_of(mask & self.part.sharable)
+        if frac:
+            touched.update(path)
+        for i in touched:
+            t = (mask & pools[i].sharable).bit_count()
+            extra = frac if i in path else 0
+            if 1000 * (counts[i] - t) < self.milli[i] + extra:
+                return False
+        return True
+
+    def mem_free(self, pool: int, kinds: frozenset[MemoryKind]) -> int:
+        """Bytes of the wanted kinds not yet charged, in the pool and every ancestor."""
+        size, mem = self.part.mem_size, self.mem
+        return min(size(p, kinds) - mem[p] for p in self.part.pools[pool].path)
+
+    def claim_problem(self, mask: int) -> str | None:
+        """Why ``mask`` cannot be claimed now, or None."""
+        if not mask:
+            return "refusing to claim an empty CPU set"
+        part = self.part
+        offline = mask & ~part.topology.online.mask
+        if offline:
+            return f"CPUs {fmt(offline)} are not online"
+        outside = mask & ~part.allowed
+        if outside:
+            return f"CPUs {fmt(outside)} are not available to the policy"
+        reserved = mask & part.reserved
+        if reserved:
+            return f"CPUs {fmt(reserved)} are reserved for system containers"
+        taken = mask & self.claimed
+        if taken:
+            others = sorted(k for k, v in self.claims.items() if v & taken)
+            return f"CPUs {fmt(taken)} are already claimed by {', '.join(map(repr, others))}"
+        return None
+
+    def grant_problem(self, g: Grant) -> str | None:
+        """Why ``g`` cannot be recorded now (its exclusive CPUs or claims), or None."""
+        part = self.part
+        allowed_here = part.isolated if g.isolated else part.sharable
+        if g.exclusive & ~(allowed_here & part.pools[g.pool].cpus) or g.exclusive & self.used:
+            return f"exclusive CPUs {fmt(g.exclusive)} are not grantable"
+        if not all(c in self.claims for c in g.claims):
+            return f"claims {list(g.claims)!r} are not all held"
+        if g.mem_pool not in part.pools[g.pool].path:
+            return f"memory pool {part.pools[g.mem_pool].name} is not {part.pools[g.pool].name} or an ancestor"
+        return None
+
+    def hold(self, milli: int) -> None:
+        """Charge (negative: return) shared milli-CPU to the root outside any grant (sync keeps
+        a CPU for the shared containers it places last); not logged: the caller undoes it."""
+        self.milli[0] += milli
+        self._cap = None
+
+    def owners(self, mask: int) -> list[str]:
+        """The containers holding any of ``mask`` exclusively."""
+        owner = self.owner
+        return sorted({owner[c] for c in bits(mask) if c in owner})
+
+    # --- transactions ----------------------------------------------------------------
+    def begin(self) -> None:
+        self._log = []
+        self.touched = {}
+
+    def commit(self) -> None:
+        self._log = None
+
+    def rollback(self) -> None:
+        log, self._log = self._log, None
+        assert log is not None
+        for is_grant, key, old in reversed(log):
+            if is_grant:
+                assert not isinstance(old, int)
+                self.put(key, old)
+            else:
+                assert not isinstance(old, Grant)
+                self.set_claim(key, old)
+
+    # --- the two primitives -------------------------------------------------------
+    def put(self, cid: str, grant: Grant | None) -> None:
+        """Set (or with None drop) a container's grant."""
+        self._cap = None
+        old = self.grants.get(cid)
+        if self._log is not None:
+            self._log.append((True, cid, old))
+            self.touched[cid] = None
+        if old is not None:
+            self._unindex(cid, old)
+            del self.grants[cid]
+        if grant is not None:
+            self.grants[cid] = grant
+            self._index(cid, grant)
+
+    def set_claim(self, claim_id: str, mask: int | None) -> None:
+        """Set (or with None drop) a claim's CPUs."""
+        self._cap = None
+        old = self.claims.get(claim_id)
+        if self._log is not None:
+            self._log.append((False, claim_id, old))
+        if old is not None:
+            del self.claims[claim_id]
+            self.claimed &= ~old
+        if mask is not None:
+            self.claims[claim_id] = mask
+            self.claimed |= mask
+
+    def _index(self, cid: str, g: Grant) -> None:
+        if g.follows_pool:
+            self.followers[g.pool][cid] = None
+        if g.exclusive:
+            self.excl |= g.exclusive
+            for c in bits(g.exclusive):
+                self.owner[c] = cid
+        for claim in g.claims:
+            self.claim_users.setdefault(claim, {})[cid] = None
+        self._charge(g, 1)
+
+    def _unindex(self, cid: str, g: Grant) -> None:
+        if g.follows_pool:
+            del self.followers[g.pool][cid]
+        if g.exclusive:
+            self.excl &= ~g.exclusive
+            for c in bits(g.exclusive):
+                del self.owner[c]
+        for claim in g.claims:
+            users = self.claim_users[claim]
+            del users[cid]
+            if not users:
+                del self.claim_users[claim]
+        self._charge(g, -1)
+
+    def _charge(self, g: Grant, sign: int) -> None:
+        """Add (sign 1) or take back (-1) what a grant counts for: CPU, memory, pool members."""
+        pools = self.part.pools
+        if g.milli and g.follows_pool:
+            milli = self.milli
+            for p in pools[g.pool].path:
+                milli[p] += sign * g.milli
+        if g.memory:
+            mem = self.mem
+            for p in pools[g.mem_pool].path:
+                mem[p] += sign * g.memory
+        self.members[g.pool] += sign
+        req = g.request
+        for table, key in ((self.pod_pools, req.pod_uid), (self.ns_pools, req.namespace)):
+            counts = table.get(key)
+            if counts is None:
+                counts = table[key] = {}
+            left = counts.get(g.pool, 0) + sign
+            if left:
+                counts[g.pool] = left
+            else:
+                del counts[g.pool]
+                if not counts:
+                    del table[key]
