@@ -54,7 +54,6 @@ class Partition:
     by_name: dict[str, int]
     depth: tuple[int, ...]
     parents: tuple[int, ...]
-    sharables: tuple[int, ...]  # per pool: its sharable CPUs
     cpu_pools: dict[int, tuple[int, ...]]  # CPU -> every pool holding it (root first)
     level_dist: dict[TopologyLevel, tuple[int, ...]]  # per level, per pool: how far the pool is from it
     node_of_cpu: dict[int, int]
@@ -197,7 +196,6 @@ def build_partition(topo: Topology, cfg: PolicyConfig) -> Partition:
         by_name={p.name: p.index for p in pools},
         depth=tuple(p.depth for p in pools),
         parents=tuple(p.parent for p in pools),
-        sharables=tuple(p.sharable for p in pools),
         cpu_pools=cpu_pools,
         level_dist={lv: tuple(_level_distance(p, lv) for p in pools) for lv in TopologyLevel},
         node_of_cpu={c: info.node for c, info in topo.cpus.items()},

@@ -136,41 +136,38 @@ class Placer:
 
     # --- shared ----------------------------------------------------------------------
     def choose_shared(self, req: ContainerRequest, need: Need, hint_pool: int | None) -> int:
+        """The pool for a shared container: the lexicographic best of the pools with room, each
+        criterion narrowing the field (docs/policy.md, "Choosing a pool")."""
         cap = self.supply.capacity()
         counts, free = cap.counts, cap.free
         milli = max(need.milli, 1)
+        fits = [i for i, (c, f) in enumerate(zip(counts, free, strict=True)) if c and f >= milli]
+        if not fits:
+            # Every pool is full: over-commit the one with the most room left (CPU requests
+            # of shared containers are weights, not reservations; never an empty cpuset).
+            open_pools = [i for i, c in enumerate(counts) if c > 0]
+            if not open_pools:
+                raise NoFitError(f"{where(req)}: no shared CPUs are left (all are allocated, claimed or reserved)")
+            return max(open_pools, key=lambda i: (free[i], -i))
+        if hint_pool in fits:  # stay where it ran (resize, restart) when it still fits
+            return hint_pool
+        if need.memory > 0 or any(self.part.missing_kinds(need.memory_kinds)):
+            fits = _best(fits, [self._mem_fit(i, need) for i in fits])
+        limit = need.burst_limit
+        if limit is not None:
+            roomy = [i for i in fits if free[i] >= limit]
+            fits = roomy or fits
+        if need.unlimited_level is not None:
+            level = self.part.level_dist[need.unlimited_level]
+            fits = _best(fits, [level[i] for i in fits])
         cfg = self.config
         pods = self.supply.pod_pools.get(req.pod_uid, {}) if cfg.colocate_pods else {}
         spaces = self.supply.ns_pools.get(req.namespace, {}) if cfg.colocate_namespaces else {}
-        level = self.part.level_dist[need.unlimited_level] if need.unlimited_level is not None else None
-        limit = need.burst_limit
-        with_memory = need.memory > 0 or any(self.part.missing_kinds(need.memory_kinds))
+        if pods or spaces:
+            fits = _best(fits, [-(pods.get(i, 0) + spaces.get(i, 0)) for i in fits])
         depth = self.part.depth
-        best, best_key = -1, None
-        for i in range(len(counts)):
-            f = free[i]
-            if f < milli or not counts[i]:
-                continue
-            key = (
-                0 if i == hint_pool else 1,  # stay where it ran (resize, restart) when it still fits
-                self._mem_fit(i, need) if with_memory else 0,
-                0 if limit is None or f >= limit else 1,
-                level[i] if level is not None else 0,
-                -(pods.get(i, 0) + spaces.get(i, 0)) if pods or spaces else 0,
-                -depth[i],
-                -f,
-                i,
-            )
-            if best_key is None or key < best_key:
-                best, best_key = i, key
-        if best >= 0:
-            return best
-        # Every pool is full: over-commit the one with the most room left (CPU requests
-        # of shared containers are weights, not reservations; never an empty cpuset).
-        open_pools = [i for i in range(len(counts)) if counts[i] > 0]
-        if not open_pools:
-            raise NoFitError(f"{where(req)}: no shared CPUs are left (all are allocated, claimed or reserved)")
-        return max(open_pools, key=lambda i: (free[i], -i))
+        fits = _best(fits, [-depth[i] for i in fits])
+        return _best(fits, [-free[i] for i in fits])[0]  # then the lowest index
 
     def pool_hint(self, cpus: int, mems: int, kinds: frozenset[MemoryKind]) -> int | None:
         """The pool a shared container probably ran in: same shared set, else deepest holding its CPUs.
@@ -219,7 +216,7 @@ class Placer:
                                  f"{fmt(part.isolated & ~used)}")
         elif need.isolation is Isolation.REQUIRE:
             raise NoFitError(f"{where(req)}: {key} but this node has no isolated CPUs the policy may use")
-        got = ask(part.sharable & ~used, False)
+        got = ask(self.supply.shared_cpus, False)
         if got is not None:
             return got[0], got[1], False
         raise NoFitError(self._no_fit(req, need))
@@ -281,19 +278,14 @@ class Placer:
     def _ranked(self, a: _Ask, cap: Capacity) -> list[tuple[tuple[Any, ...], int, int, int]]:
         """The pools that can hold ``a``, best first (docs/policy.md, "Choosing a pool")."""
         tree, pools = self.part.tree, self.part.pools
-        n, frac, isolated = a.n, a.frac, a.isolated
+        n, frac, isolated, need = a.n, a.frac, a.isolated, a.need
         clean_all = clean_mask(tree, 0, a.cand)
         clean_pref = clean_all if a.pref == a.cand else clean_mask(tree, 0, a.pref)
         threads = tree.max_threads
+        rem = n % threads
         free, reach, milli = cap.free, cap.reach, self.supply.milli
-        whole: dict[int, int] = {}  # clean CPUs per pool, for the top-down best fit
-
-        def clean_of(i: int) -> int:
-            got = whole.get(i)
-            if got is None:
-                got = whole[i] = (clean_all & pools[i].cpus).bit_count()
-            return got
-
+        missing = self.part.missing_kinds(need.memory_kinds)
+        whole: list[int] | None = None  # clean CPUs per pool, for the top-down best fit
         rows = []
         for p in pools:
             i = p.index
@@ -304,20 +296,21 @@ class Placer:
             cand = a.cand & p.cpus
             if cand.bit_count() < n:
                 continue
+            if whole is None:
+                whole = [(clean_all & q.cpus).bit_count() for q in pools]
             pref = a.pref & p.cpus
             kind_fit = pref.bit_count() >= n
             use, clean = (pref, clean_pref & p.cpus) if kind_fit else (cand, clean_all & p.cpus)
             half = (use & ~clean).bit_count()  # free threads of half-used cores
-            rem = n % threads
             key = (
-                self._mem_fit(i, a.need),
+                self._mem_fit(i, need) if need.memory > 0 else 2 * missing[i],
                 0 if i == a.hint_pool else 1,
                 0 if kind_fit else 1,
                 0 if clean.bit_count() + min(half, rem) >= n else 1,  # fits on whole cores
                 -p.depth,
                 0 if half >= rem else 1,  # an odd remainder fills a half-used core
                 # best fit on whole cores, top down: the fullest socket, NUMA node, then L3
-                tuple(clean_of(q) for q in p.path[1:]),
+                [whole[q] for q in p.path[1:]],
                 use.bit_count(),
                 milli[i],  # on a tie, disturb fewer shared containers
                 i,
@@ -341,3 +334,9 @@ class Placer:
         return Grant(request=req, kind=GrantKind.EXCLUSIVE, pool=pool, exclusive=cpus, isolated=bool(isolated),
                      mem_pool=mem_pool, mems=mems, memory=need.memory, hide_hyperthreads=need.hide_hyperthreads,
                      memory_preserve=need.memory_preserve)
+
+
+def _best(items: list[int], keys: list[int]) -> list[int]:
+    """The items with the lowest key, in their order."""
+    low = min(keys)
+    return [i for i, k in zip(items, keys, strict=True) if k == low]

@@ -6,7 +6,7 @@ requested in its subtree, the memory charged, the containers that follow its
 shared set, pod and namespace counts, claim users).
 
 What is *shared*: a pool's shared set is its sharable CPUs minus every
-exclusive grant and every claimed CPU (``shared_in``; this is the only place
+exclusive grant and every claimed CPU (``shared_cpus``; this is the only place
 the rule is written).
 
 What is *free*: per pool, the shared CPUs, the shared milli-CPU still free
@@ -21,8 +21,6 @@ value so ``rollback`` restores the state exactly.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from topodra.policy.api import ContainerRequest
 from topodra.policy.grants import Grant
 from topodra.policy.partition import Partition, bits, fmt
@@ -36,14 +34,65 @@ def where(req: ContainerRequest) -> str:
     return f"container {req.id} ({req.namespace}/{req.pod_name}/{req.name})"
 
 
-@dataclass(frozen=True, slots=True)
 class Capacity:
-    """Per pool, at one state: shared CPUs and what is still free of them."""
+    """Per pool, at one state: shared CPUs and what is still free of them.
 
-    counts: list[int]  # shared CPUs
-    free: list[int]  # free shared milli-CPU, bounded by the ancestors
-    slack: list[int]  # CPUs the pool itself can give up and still hold its shared requests
-    reach: list[int]  # slack bounded by the ancestors: the most an exclusive grant may take here
+    ``free`` and ``slack``/``reach`` are worked out on first use: a shared
+    placement needs only the first, an exclusive one both.
+    """
+
+    __slots__ = ("_free", "_milli", "_parents", "_reach", "_slack", "counts")
+
+    def __init__(self, counts: list[int], milli: list[int], parents: tuple[int, ...]) -> None:
+        self.counts = counts  # shared CPUs
+        self._milli = list(milli)
+        self._parents = parents
+        self._free: list[int] | None = None
+        self._slack: list[int] = []
+        self._reach: list[int] | None = None
+
+    @property
+    def free(self) -> list[int]:
+        """Free shared milli-CPU, bounded by the ancestors (parents come first)."""
+        free = self._free
+        if free is None:
+            free = self._free = []
+            add = free.append
+            for c, m, par in zip(self.counts, self._milli, self._parents, strict=True):
+                f = 1000 * c - m
+                if par >= 0:
+                    pf = free[par]
+                    if pf < f:
+                        f = pf
+                add(f)
+        return free
+
+    @property
+    def slack(self) -> list[int]:
+        """CPUs the pool itself can give up and still hold its shared requests."""
+        if self._reach is None:
+            self._bounds()
+        return self._slack
+
+    @property
+    def reach(self) -> list[int]:
+        """Slack bounded by the ancestors: the most an exclusive grant may take here."""
+        if self._reach is None:
+            self._bounds()
+        assert self._reach is not None
+        return self._reach
+
+    def _bounds(self) -> None:
+        slack = [c - (m + 999) // 1000 for c, m in zip(self.counts, self._milli, strict=True)]
+        reach: list[int] = []
+        add = reach.append
+        for s, par in zip(slack, self._parents, strict=True):
+            if par >= 0:
+                ps = reach[par]
+                if ps < s:
+                    s = ps
+            add(s)
+        self._slack, self._reach = slack, reach
 
 
 class Supply:
@@ -79,13 +128,18 @@ class Supply:
         """CPUs out of every shared set: exclusively granted or claimed."""
         return self.excl | self.claimed
 
+    @property
+    def shared_cpus(self) -> int:
+        """The shared CPUs of the machine: sharable, not exclusively granted, not claimed."""
+        return self.part.sharable & ~(self.excl | self.claimed)
+
     def shared_in(self, cpus: int) -> int:
-        """The shared CPUs among ``cpus``: sharable, not exclusively granted, not claimed."""
-        return cpus & self.part.sharable & ~(self.excl | self.claimed)
+        """The shared CPUs among ``cpus``."""
+        return cpus & self.shared_cpus
 
     def shared(self, pool: int) -> int:
-        """A pool's shared set."""
-        return self.shared_in(self.part.sharables[pool])
+        """A pool's shared set: the shared CPUs among its CPUs."""
+        return self.part.pools[pool].cpus & self.shared_cpus
 
     def capacity(self) -> Capacity:
         """Shared CPUs, free shared milli-CPU and sliceable CPUs per pool; cached until the state changes.
@@ -98,26 +152,9 @@ class Supply:
             return cap
         used = self.excl | self.claimed
         if self._counts[0] != used:
-            self._counts = (used, [self.shared(i).bit_count() for i in range(len(self.milli))])
-        counts = self._counts[1]
-        n = len(counts)
-        free, slack, reach = [0] * n, [0] * n, [0] * n
-        milli, parents = self.milli, self.part.parents
-        for i in range(n):  # parents come first
-            c, m = counts[i], milli[i]
-            f = 1000 * c - m
-            s = c - (m + 999) // 1000
-            slack[i] = s
-            par = parents[i]
-            if par >= 0:
-                pf, ps = free[par], reach[par]
-                if pf < f:
-                    f = pf
-                if ps < s:
-                    s = ps
-            free[i] = f
-            reach[i] = s
-        cap = self._cap = Capacity(counts, free, slack, reach)
+            shared = self.shared_cpus
+            self._counts = (used, [(p.cpus & shared).bit_count() for p in self.part.pools])
+        cap = self._cap = Capacity(self._counts[1], self.milli, self.part.parents)
         return cap
 
     def exclusive_ok(self, mask: int, pool: int, frac: int) -> bool:
