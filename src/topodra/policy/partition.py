@@ -59,6 +59,8 @@ class Partition:
     node_of_cpu: dict[int, int]
     _mem_size: dict[tuple[int, frozenset[MemoryKind]], int] = field(default_factory=dict)
     _missing: dict[frozenset[MemoryKind], tuple[int, ...]] = field(default_factory=dict)
+    _lacks: dict[frozenset[MemoryKind], bool] = field(default_factory=dict)
+    _orders: dict[TopologyLevel | None, tuple[tuple[int, ...], ...]] = field(default_factory=dict)
 
     def pool_at(self, mask: int, start_group: int = 0) -> int:
         """The deepest pool holding every CPU of ``mask``."""
@@ -79,6 +81,25 @@ class Partition:
             root = self.pools[0].memory
             got = tuple(sum(1 for k in kinds if k in root and k not in p.memory) for p in self.pools)
             self._missing[kinds] = got
+        return got
+
+    def lacks_kinds(self, kinds: frozenset[MemoryKind]) -> bool:
+        """Some pool lacks one of the wanted memory kinds that the machine has."""
+        got = self._lacks.get(kinds)
+        if got is None:
+            got = self._lacks[kinds] = any(self.missing_kinds(kinds))
+        return got
+
+    def shared_order(self, level: TopologyLevel | None) -> tuple[tuple[int, ...], ...]:
+        """The pools in the static order of shared placement: by distance from ``level`` (if any),
+        then deeper first; pools of equal rank together, by index."""
+        got = self._orders.get(level)
+        if got is None:
+            dist = self.level_dist[level] if level is not None else (0,) * len(self.pools)
+            ranks: dict[tuple[int, int], list[int]] = {}
+            for p in self.pools:
+                ranks.setdefault((dist[p.index], -p.depth), []).append(p.index)
+            got = self._orders[level] = tuple(tuple(ranks[k]) for k in sorted(ranks))
         return got
 
     def mem_size(self, pool: int, kinds: frozenset[MemoryKind]) -> int:

@@ -136,38 +136,61 @@ class Placer:
 
     # --- shared ----------------------------------------------------------------------
     def choose_shared(self, req: ContainerRequest, need: Need, hint_pool: int | None) -> int:
-        """The pool for a shared container: the lexicographic best of the pools with room, each
-        criterion narrowing the field (docs/policy.md, "Choosing a pool")."""
+        """The pool for a shared container (docs/policy.md, "Choosing a pool"), criteria in order:
+        the pool it ran in, memory, a limit's headroom, the level, colocation, depth, free room."""
         cap = self.supply.capacity()
         counts, free = cap.counts, cap.free
         milli = max(need.milli, 1)
-        fits = [i for i, (c, f) in enumerate(zip(counts, free, strict=True)) if c and f >= milli]
-        if not fits:
-            # Every pool is full: over-commit the one with the most room left (CPU requests
-            # of shared containers are weights, not reservations; never an empty cpuset).
-            open_pools = [i for i, c in enumerate(counts) if c > 0]
-            if not open_pools:
-                raise NoFitError(f"{where(req)}: no shared CPUs are left (all are allocated, claimed or reserved)")
-            return max(open_pools, key=lambda i: (free[i], -i))
-        if hint_pool in fits:  # stay where it ran (resize, restart) when it still fits
-            return hint_pool
-        if need.memory > 0 or any(self.part.missing_kinds(need.memory_kinds)):
-            fits = _best(fits, [self._mem_fit(i, need) for i in fits])
+        if hint_pool is not None and counts[hint_pool] and free[hint_pool] >= milli:
+            return hint_pool  # stay where it ran (resize, restart) when it still fits
+        cfg = self.config
+        pods = self.supply.pod_pools.get(req.pod_uid) if cfg.colocate_pods else None
+        spaces = self.supply.ns_pools.get(req.namespace) if cfg.colocate_namespaces else None
         limit = need.burst_limit
-        if limit is not None:
-            roomy = [i for i in fits if free[i] >= limit]
-            fits = roomy or fits
+        if need.memory > 0 or self.part.lacks_kinds(need.memory_kinds) or pods or spaces:
+            return self._choose_shared_by_steps(req, need, cap, pods or {}, spaces or {})
+        # The rest of the order is static (level, then deeper first): the first rank holding a pool
+        # with room, the most free there (lowest index on a tie). A pool without shared CPUs has no
+        # free room (its bound is <= 0), so "free >= milli" is the whole fit test.
+        ranks = self.part.shared_order(need.unlimited_level)
+        get = free.__getitem__
+        for least in (limit, milli) if limit is not None and limit > milli else (milli,):
+            for rank in ranks:
+                best = max(rank, key=get) if len(rank) > 1 else rank[0]
+                if free[best] >= least:
+                    return best
+        return self._overcommit(req, cap)
+
+    def _choose_shared_by_steps(
+        self, req: ContainerRequest, need: Need, cap: Capacity, pods: dict[int, int], spaces: dict[int, int]
+    ) -> int:
+        """The general case: each criterion narrows the pools with room to its best."""
+        free = cap.free
+        milli = max(need.milli, 1)
+        fits = [i for i, f in enumerate(free) if f >= milli]
+        if not fits:
+            return self._overcommit(req, cap)
+        if need.memory > 0 or self.part.lacks_kinds(need.memory_kinds):
+            fits = _best(fits, [self._mem_fit(i, need) for i in fits])
+        if need.burst_limit is not None:
+            limit = need.burst_limit
+            fits = [i for i in fits if free[i] >= limit] or fits
         if need.unlimited_level is not None:
             level = self.part.level_dist[need.unlimited_level]
             fits = _best(fits, [level[i] for i in fits])
-        cfg = self.config
-        pods = self.supply.pod_pools.get(req.pod_uid, {}) if cfg.colocate_pods else {}
-        spaces = self.supply.ns_pools.get(req.namespace, {}) if cfg.colocate_namespaces else {}
         if pods or spaces:
             fits = _best(fits, [-(pods.get(i, 0) + spaces.get(i, 0)) for i in fits])
         depth = self.part.depth
         fits = _best(fits, [-depth[i] for i in fits])
         return _best(fits, [-free[i] for i in fits])[0]  # then the lowest index
+
+    def _overcommit(self, req: ContainerRequest, cap: Capacity) -> int:
+        """Every pool is full: over-commit the one with the most room left (CPU requests of shared
+        containers are weights, not reservations; never an empty cpuset)."""
+        open_pools = [i for i, c in enumerate(cap.counts) if c > 0]
+        if not open_pools:
+            raise NoFitError(f"{where(req)}: no shared CPUs are left (all are allocated, claimed or reserved)")
+        return max(open_pools, key=lambda i: (cap.free[i], -i))
 
     def pool_hint(self, cpus: int, mems: int, kinds: frozenset[MemoryKind]) -> int | None:
         """The pool a shared container probably ran in: same shared set, else deepest holding its CPUs.

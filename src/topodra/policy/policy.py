@@ -38,7 +38,7 @@ from topodra.policy.partition import bits, build_partition, fmt
 from topodra.policy.placement import Placer
 from topodra.policy.pools import Pool
 from topodra.policy.stats import PolicyStats, collect
-from topodra.policy.supply import Supply, where
+from topodra.policy.supply import FOLLOW_NO_MEMS, FOLLOW_THINNED, Supply, where
 from topodra.topology.model import CoreType, Topology
 
 __all__ = ["Policy"]
@@ -475,57 +475,52 @@ class Policy:
     def _diff(
         self, used_before: int, claimed_before: int, subject: str | None
     ) -> tuple[Changes, dict[str, Assignment | None]]:
-        """The containers whose assignment changed: those whose grant changed, compared one by one,
-        and the followers of every pool whose shared set changed (all of them moved with it)."""
+        """The containers whose assignment changed: the followers of every pool whose shared set
+        changed (all of them moved with it), and those whose grant changed, compared one by one."""
         supply, assigned, compute = self._supply, self._assigned, self._compute
         grants = supply.grants
         pinned = self._config.pin_cpu
+        new: dict[str, Assignment | None] = {}
+        # Shared sets changed exactly in the pools holding a sharable CPU that was taken or freed.
+        delta = (used_before ^ supply.used) & self._part.sharable
+        if delta and pinned:
+            for i in self._part.pools_of(delta):
+                same: dict[int, Assignment | None] = {}  # plain shared followers, by follow key
+                for cid, key in supply.followers[i].items():
+                    if key >= FOLLOW_NO_MEMS:
+                        a = same.get(key)
+                        if a is None:
+                            a = same[key] = compute(grants[cid])
+                    else:
+                        a = compute(grants[cid])
+                        if key == FOLLOW_THINNED and a == assigned.get(cid):
+                            continue
+                    new[cid] = a
         touched = supply.touched
         if not pinned and supply.claimed != claimed_before:
             touched = {**touched, **dict.fromkeys(grants)}  # unpinned containers avoid claims
-        new: dict[str, Assignment | None] = {}
-        changes: Changes = {}
         for cid in touched:
             g = grants.get(cid)
             a = None if g is None else compute(g)
             old = assigned.get(cid)
             if a is None:
+                new.pop(cid, None)
                 if old is not None:
                     new[cid] = None
-            elif a is not old and a != old:
-                changes[cid] = new[cid] = a
-        # Shared sets changed exactly in the pools holding a sharable CPU that was taken or freed.
-        delta = (used_before ^ supply.used) & self._part.sharable
-        if delta and pinned:
-            shared_kind = GrantKind.SHARED
-            for i in self._part.pools_of(delta):
-                same: dict[int, Assignment | None] = {}  # plain shared followers by mems
-                for cid in supply.followers[i]:
-                    if cid in touched:
-                        continue
-                    g = grants[cid]
-                    if g.hide_hyperthreads:  # one thread per core may be the same as before
-                        a = compute(g)
-                        if a == assigned.get(cid):
-                            continue
-                    elif g.kind is shared_kind:
-                        key = -1 if g.memory_preserve else g.mems
-                        a = same.get(key)
-                        if a is None:
-                            a = same[key] = compute(g)
-                    else:
-                        a = compute(g)
-                    if a is not None:
-                        changes[cid] = new[cid] = a
-        ordered: Changes = {}
+            elif a is old or a == old:
+                new.pop(cid, None)
+            else:
+                new[cid] = a
+        changes: Changes = {}
         if subject is not None:
             a = new[subject] if subject in new else assigned.get(subject)
             if a is not None:
-                ordered[subject] = a
-                changes.pop(subject, None)
-        for cid in sorted(changes):
-            ordered[cid] = changes[cid]
-        return ordered, new
+                changes[subject] = a
+        for cid in sorted(new) if len(new) > 1 else new:
+            a = new[cid]
+            if a is not None and cid != subject:
+                changes[cid] = a
+        return changes, new
 
     def _diff_reported(self, reported: dict[str, Assignment | None]) -> tuple[Changes, dict[str, Assignment | None]]:
         changes: Changes = {}

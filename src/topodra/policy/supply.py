@@ -22,11 +22,12 @@ value so ``rollback`` restores the state exactly.
 from __future__ import annotations
 
 from topodra.policy.api import ContainerRequest
+from topodra.policy.classify import GrantKind
 from topodra.policy.grants import Grant
 from topodra.policy.partition import Partition, bits, fmt
 from topodra.topology.model import MemoryKind
 
-__all__ = ["Capacity", "Supply", "where"]
+__all__ = ["FOLLOW_MIXED", "FOLLOW_NO_MEMS", "FOLLOW_THINNED", "Capacity", "Supply", "follow_key", "where"]
 
 
 def where(req: ContainerRequest) -> str:
@@ -34,38 +35,38 @@ def where(req: ContainerRequest) -> str:
     return f"container {req.id} ({req.namespace}/{req.pod_name}/{req.name})"
 
 
-class Capacity:
-    """Per pool, at one state: shared CPUs and what is still free of them.
+#: ``follow_key`` values besides the memory nodes of a plain shared container
+FOLLOW_NO_MEMS, FOLLOW_MIXED, FOLLOW_THINNED = -1, -2, -3
 
-    ``free`` and ``slack``/``reach`` are worked out on first use: a shared
-    placement needs only the first, an exclusive one both.
+
+def follow_key(g: Grant) -> int:
+    """How a follower's assignment derives from its pool's shared set: plain shared containers of
+    one pool with equal keys get the same assignment (the key is their memory nodes, or
+    ``FOLLOW_NO_MEMS``); mixed ones add their own CPUs; thinned ones (hide-hyperthreads) may not
+    change when the shared set does."""
+    if g.hide_hyperthreads:
+        return FOLLOW_THINNED
+    if g.kind is GrantKind.MIXED:
+        return FOLLOW_MIXED
+    return FOLLOW_NO_MEMS if g.memory_preserve else g.mems
+
+
+class Capacity:
+    """Per pool, at one state: shared CPUs and what is still free of them; valid until the next change.
+
+    ``free`` is kept up to date by the ``Supply`` as grants come and go;
+    ``slack``/``reach`` are worked out on first use (exclusive placements only).
     """
 
-    __slots__ = ("_free", "_milli", "_parents", "_reach", "_slack", "counts")
+    __slots__ = ("_milli", "_parents", "_reach", "_slack", "counts", "free")
 
-    def __init__(self, counts: list[int], milli: list[int], parents: tuple[int, ...]) -> None:
+    def __init__(self, counts: list[int], free: list[int], milli: list[int], parents: tuple[int, ...]) -> None:
         self.counts = counts  # shared CPUs
-        self._milli = list(milli)
+        self.free = free  # free shared milli-CPU, bounded by the ancestors
+        self._milli = milli
         self._parents = parents
-        self._free: list[int] | None = None
         self._slack: list[int] = []
         self._reach: list[int] | None = None
-
-    @property
-    def free(self) -> list[int]:
-        """Free shared milli-CPU, bounded by the ancestors (parents come first)."""
-        free = self._free
-        if free is None:
-            free = self._free = []
-            add = free.append
-            for c, m, par in zip(self.counts, self._milli, self._parents, strict=True):
-                f = 1000 * c - m
-                if par >= 0:
-                    pf = free[par]
-                    if pf < f:
-                        f = pf
-                add(f)
-        return free
 
     @property
     def slack(self) -> list[int]:
@@ -86,7 +87,7 @@ class Capacity:
         slack = [c - (m + 999) // 1000 for c, m in zip(self.counts, self._milli, strict=True)]
         reach: list[int] = []
         add = reach.append
-        for s, par in zip(slack, self._parents, strict=True):
+        for s, par in zip(slack, self._parents, strict=True):  # parents come first
             if par >= 0:
                 ps = reach[par]
                 if ps < s:
@@ -112,14 +113,21 @@ class Supply:
         self.owner: dict[int, str] = {}  # exclusive CPU -> container
         self.milli = [0] * n  # shared milli-CPU charged in each pool's subtree
         self.mem = [0] * n  # memory bytes charged in each pool's subtree
-        self.followers: list[dict[str, None]] = [{} for _ in range(n)]  # who runs on each shared set
+        # who runs on each shared set, and how its assignment follows it (``follow_key``)
+        self.followers: list[dict[str, int]] = [{} for _ in range(n)]
         self.members = [0] * n  # containers whose CPU pool is this one
         self.pod_pools: dict[str, dict[int, int]] = {}
         self.ns_pools: dict[str, dict[int, int]] = {}
         self.claim_users: dict[str, dict[str, None]] = {}
         self.touched: dict[str, None] = {}  # containers whose grant changed in this transaction
         self._log: list[tuple[bool, str, Grant | int | None]] | None = None
-        self._counts: tuple[int, list[int]] = (-1, [])  # (used CPUs, shared CPUs per pool)
+        # Free shared milli-CPU per pool: ``own`` = 1000 x shared CPUs - charged milli-CPU, ``free`` its
+        # minimum along the path from the root. Kept current as charges change; rebuilt when CPUs
+        # are taken or freed (``_stale``).
+        self._counts = [0] * n
+        self._own = [0] * n
+        self._free = [0] * n
+        self._stale = True
         self._cap: Capacity | None = None
 
     # --- the rules -----------------------------------------------------------------
@@ -148,14 +156,48 @@ class Supply:
         what an ancestor lacks).
         """
         cap = self._cap
-        if cap is not None:
-            return cap
-        used = self.excl | self.claimed
-        if self._counts[0] != used:
-            shared = self.shared_cpus
-            self._counts = (used, [(p.cpus & shared).bit_count() for p in self.part.pools])
-        cap = self._cap = Capacity(self._counts[1], self.milli, self.part.parents)
+        if cap is None:
+            if self._stale:
+                self._recount()
+            cap = self._cap = Capacity(self._counts, self._free, list(self.milli), self.part.parents)
         return cap
+
+    def _recount(self) -> None:
+        self._stale = False
+        shared = self.shared_cpus
+        counts = self._counts = [(p.cpus & shared).bit_count() for p in self.part.pools]
+        own = self._own = [1000 * c - m for c, m in zip(counts, self.milli, strict=True)]
+        free = self._free = []
+        add = free.append
+        for f, par in zip(own, self.part.parents, strict=True):  # parents come first
+            if par >= 0 and free[par] < f:
+                f = free[par]
+            add(f)
+
+    def _charge_milli(self, path: tuple[int, ...], milli: int) -> None:
+        """Charge shared milli-CPU to the pools of ``path`` (root first), keeping ``free`` current:
+        only pools whose bound moved are revisited."""
+        charged = self.milli
+        for p in path:
+            charged[p] += milli
+        if self._stale:
+            return  # rebuilt on the next capacity()
+        own, free, parents, pools = self._own, self._free, self.part.parents, self.part.pools
+        for p in path:
+            own[p] -= milli
+        on_path = dict.fromkeys(path)
+        todo = [path[0]]
+        while todo:
+            j = todo.pop()
+            f = own[j]
+            par = parents[j]
+            if par >= 0 and free[par] < f:
+                f = free[par]
+            if f != free[j]:
+                free[j] = f
+                todo.extend(pools[j].children)
+            elif j in on_path:
+                todo.extend(c for c in pools[j].children if c in on_path)
 
     def exclusive_ok(self, mask: int, pool: int, frac: int) -> bool:
         """Taking ``mask`` (plus ``frac`` shared milli-CPU in ``pool``) leaves every pool's shared
@@ -213,7 +255,7 @@ class Supply:
     def hold(self, milli: int) -> None:
         """Charge (negative: return) shared milli-CPU to the root outside any grant (sync keeps
         a CPU for the shared containers it places last); not logged: the caller undoes it."""
-        self.milli[0] += milli
+        self._charge_milli(self.part.pools[0].path, milli)
         self._cap = None
 
     def owners(self, mask: int) -> list[str]:
@@ -264,14 +306,17 @@ class Supply:
         if old is not None:
             del self.claims[claim_id]
             self.claimed &= ~old
+            self._stale = True
         if mask is not None:
             self.claims[claim_id] = mask
             self.claimed |= mask
+            self._stale = True
 
     def _index(self, cid: str, g: Grant) -> None:
         if g.follows_pool:
-            self.followers[g.pool][cid] = None
+            self.followers[g.pool][cid] = follow_key(g)
         if g.exclusive:
+            self._stale = True
             self.excl |= g.exclusive
             for c in bits(g.exclusive):
                 self.owner[c] = cid
@@ -283,6 +328,7 @@ class Supply:
         if g.follows_pool:
             del self.followers[g.pool][cid]
         if g.exclusive:
+            self._stale = True
             self.excl &= ~g.exclusive
             for c in bits(g.exclusive):
                 del self.owner[c]
@@ -297,9 +343,7 @@ class Supply:
         """Add (sign 1) or take back (-1) what a grant counts for: CPU, memory, pool members."""
         pools = self.part.pools
         if g.milli and g.follows_pool:
-            milli = self.milli
-            for p in pools[g.pool].path:
-                milli[p] += sign * g.milli
+            self._charge_milli(pools[g.pool].path, sign * g.milli)
         if g.memory:
             mem = self.mem
             for p in pools[g.mem_pool].path:

@@ -1,0 +1,78 @@
+"""The accounting object: its incremental figures always equal the ones worked out from scratch."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from topodra.policy import GrantKind, PolicyConfig, QoSClass
+from topodra.policy.grants import Grant
+from topodra.policy.partition import build_partition
+from topodra.policy.supply import Supply
+from topodra.topology.synthetic import synthetic_topology
+
+from .helpers import request
+
+PART = build_partition(synthetic_topology("2s1d2n2l2c2t"), PolicyConfig(reserved_cpu_count=1))
+
+
+def expected(s: Supply) -> tuple[list[int], list[int], list[int]]:
+    """Shared CPUs, free milli-CPU and reach per pool, straight from the definitions."""
+    counts = [s.shared(p.index).bit_count() for p in PART.pools]
+    free = [min(1000 * counts[q] - s.milli[q] for q in p.path) for p in PART.pools]
+    reach = [min(counts[q] - (s.milli[q] + 999) // 1000 for q in p.path) for p in PART.pools]
+    return counts, free, reach
+
+
+ops = st.lists(
+    st.tuples(
+        st.sampled_from(["shared", "exclusive", "drop", "claim", "unclaim", "hold", "rollback", "look"]),
+        st.integers(0, len(PART.pools) - 1),
+        st.integers(1, 3000),
+        st.integers(0, 7),
+    ),
+    max_size=40,
+)
+
+
+@settings(deadline=None, max_examples=150)
+@given(ops=ops)
+def test_capacity_is_always_what_the_definitions_give(ops: list[tuple[str, int, int, int]]) -> None:
+    s = Supply(PART)
+    held = 0
+    for what, pool, amount, n in ops:
+        cid = f"c{n}"
+        if what == "shared":
+            s.put(cid, Grant(request=request(cid, QoSClass.BURSTABLE, amount), kind=GrantKind.SHARED,
+                             pool=pool, milli=amount))
+        elif what == "exclusive":
+            free = s.shared(pool)
+            if free:
+                mask = free & -free
+                s.put(cid, Grant(request=request(cid), kind=GrantKind.MIXED, pool=pool, exclusive=mask,
+                                 milli=amount % 1000 or 1))
+        elif what == "drop":
+            s.put(cid, None)
+        elif what == "claim":
+            free = s.shared_in(PART.sharable)
+            if free:
+                s.set_claim(f"k{n}", free & -free)
+        elif what == "unclaim":
+            s.set_claim(f"k{n}", None)
+        elif what == "hold":
+            s.hold(amount)
+            held += amount
+        elif what == "rollback":
+            s.begin()
+            s.put(cid, Grant(request=request(cid, QoSClass.BURSTABLE, amount), kind=GrantKind.SHARED,
+                             pool=pool, milli=amount))
+            s.set_claim("tmp", s.shared_in(PART.sharable) & -s.shared_in(PART.sharable) or None)
+            s.capacity()
+            s.rollback()
+        cap = s.capacity()
+        counts, free_want, reach = expected(s)
+        assert cap.counts == counts
+        assert cap.free == free_want
+        assert cap.reach == reach
+    s.hold(-held)
+    assert s.milli[0] == sum(g.milli for g in s.grants.values())  # every grant here follows a pool
