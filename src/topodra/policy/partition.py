@@ -54,7 +54,7 @@ class Partition:
     by_name: dict[str, int]
     depth: tuple[int, ...]
     parents: tuple[int, ...]
-    cpu_pools: dict[int, tuple[int, ...]]  # CPU -> every pool holding it (root first)
+    children: tuple[tuple[int, ...], ...]
     level_dist: dict[TopologyLevel, tuple[int, ...]]  # per level, per pool: how far the pool is from it
     node_of_cpu: dict[int, int]
     _mem_size: dict[tuple[int, frozenset[MemoryKind]], int] = field(default_factory=dict)
@@ -66,12 +66,16 @@ class Partition:
         """The deepest pool holding every CPU of ``mask``."""
         return self.pool_of_group[self.tree.deepest_containing(mask, start_group)]
 
-    def pools_of(self, mask: int) -> set[int]:
-        """Every pool holding a CPU of ``mask``."""
-        out: set[int] = set()
-        cpu_pools = self.cpu_pools
-        for c in bits(mask):
-            out.update(cpu_pools.get(c, ()))
+    def pools_of(self, mask: int) -> list[int]:
+        """Every pool holding a CPU of ``mask``, parents before children (closed under ancestors)."""
+        pools, children = self.pools, self.children
+        if not pools[0].cpus & mask:
+            return []
+        out = [0]
+        for j in out:  # grows while it is walked: a breadth-first descent into the pools hit
+            for c in children[j]:
+                if pools[c].cpus & mask:
+                    out.append(c)
         return out
 
     def missing_kinds(self, kinds: frozenset[MemoryKind]) -> tuple[int, ...]:
@@ -198,11 +202,6 @@ def build_partition(topo: Topology, cfg: PolicyConfig) -> Partition:
     pool_of_group = [0] * len(tree.groups)
     for g in tree.groups:
         pool_of_group[g.index] = g.pool if g.pool >= 0 else pool_of_group[g.parent]
-    cpu_pools: dict[int, tuple[int, ...]] = {}
-    for p in pools:
-        for c in bits(p.cpus):
-            if len(p.path) > len(cpu_pools.get(c, ())):
-                cpu_pools[c] = p.path
     return Partition(
         topology=topo,
         tree=tree,
@@ -217,7 +216,7 @@ def build_partition(topo: Topology, cfg: PolicyConfig) -> Partition:
         by_name={p.name: p.index for p in pools},
         depth=tuple(p.depth for p in pools),
         parents=tuple(p.parent for p in pools),
-        cpu_pools=cpu_pools,
+        children=tuple(p.children for p in pools),
         level_dist={lv: tuple(_level_distance(p, lv) for p in pools) for lv in TopologyLevel},
         node_of_cpu={c: info.node for c, info in topo.cpus.items()},
     )

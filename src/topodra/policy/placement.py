@@ -24,9 +24,9 @@ from topodra.topology.model import MemoryKind
 __all__ = ["Placer"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Ask:
-    """One search for exclusive CPUs, in one candidate set (isolated or sharable)."""
+    """One search for exclusive CPUs, in one candidate set (isolated or sharable); not changed once made."""
 
     need: Need
     n: int  # exclusive CPUs wanted

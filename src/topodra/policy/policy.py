@@ -53,7 +53,9 @@ class Policy:
         self._topology = topology
         self._config = config if config is not None else PolicyConfig()
         self._part = build_partition(topology, self._config)
-        self._supply = Supply(self._part)
+        self._supply = Supply(
+            self._part, count_pods=self._config.colocate_pods, count_namespaces=self._config.colocate_namespaces
+        )
         self._placer = Placer(self._supply, self._config)
         self._assigned: dict[str, Assignment] = {}  # what the caller last got, per container
         self._assignment_cache: dict[tuple[int, int], Assignment] = {}

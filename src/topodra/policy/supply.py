@@ -63,7 +63,7 @@ class Capacity:
     def __init__(self, counts: list[int], free: list[int], milli: list[int], parents: tuple[int, ...]) -> None:
         self.counts = counts  # shared CPUs
         self.free = free  # free shared milli-CPU, bounded by the ancestors
-        self._milli = milli
+        self._milli = milli  # the supply's own list: read at once, before the next change
         self._parents = parents
         self._slack: list[int] = []
         self._reach: list[int] | None = None
@@ -103,8 +103,10 @@ class Supply:
     class's methods change them.
     """
 
-    def __init__(self, part: Partition) -> None:
+    def __init__(self, part: Partition, *, count_pods: bool = True, count_namespaces: bool = True) -> None:
         self.part = part
+        self.count_pods = count_pods  # keep pod_pools (colocatePods)
+        self.count_namespaces = count_namespaces  # keep ns_pools (colocateNamespaces)
         n = len(part.pools)
         self.grants: dict[str, Grant] = {}
         self.claims: dict[str, int] = {}
@@ -116,18 +118,19 @@ class Supply:
         # who runs on each shared set, and how its assignment follows it (``follow_key``)
         self.followers: list[dict[str, int]] = [{} for _ in range(n)]
         self.members = [0] * n  # containers whose CPU pool is this one
-        self.pod_pools: dict[str, dict[int, int]] = {}
-        self.ns_pools: dict[str, dict[int, int]] = {}
+        self.pod_pools: dict[str, dict[int, int]] = {}  # pod -> pool -> containers
+        self.ns_pools: dict[str, dict[int, int]] = {}  # namespace -> pool -> containers
         self.claim_users: dict[str, dict[str, None]] = {}
         self.touched: dict[str, None] = {}  # containers whose grant changed in this transaction
         self._log: list[tuple[bool, str, Grant | int | None]] | None = None
         # Free shared milli-CPU per pool: ``own`` = 1000 x shared CPUs - charged milli-CPU, ``free`` its
-        # minimum along the path from the root. Kept current as charges change; rebuilt when CPUs
-        # are taken or freed (``_stale``).
-        self._counts = [0] * n
-        self._own = [0] * n
+        # minimum along the path from the root. Changes mark the pools they touch (``_dirty``, and the
+        # pools holding CPUs taken or freed since ``_counted``); ``capacity()`` settles only those.
+        self._counted = 0
+        self._counts = [p.sharable.bit_count() for p in part.pools]
+        self._own = [1000 * c for c in self._counts]
         self._free = [0] * n
-        self._stale = True
+        self._dirty: set[int] = set(range(n))
         self._cap: Capacity | None = None
 
     # --- the rules -----------------------------------------------------------------
@@ -150,43 +153,44 @@ class Supply:
         return self.part.pools[pool].cpus & self.shared_cpus
 
     def capacity(self) -> Capacity:
-        """Shared CPUs, free shared milli-CPU and sliceable CPUs per pool; cached until the state changes.
+        """Shared CPUs, free shared milli-CPU and sliceable CPUs per pool; valid until the next change.
 
         The bounds are taken along the path from the root (a pool cannot give
         what an ancestor lacks).
         """
         cap = self._cap
         if cap is None:
-            if self._stale:
-                self._recount()
-            cap = self._cap = Capacity(self._counts, self._free, list(self.milli), self.part.parents)
+            self._settle()
+            cap = self._cap = Capacity(self._counts, self._free, self.milli, self.part.parents)
         return cap
 
-    def _recount(self) -> None:
-        self._stale = False
-        shared = self.shared_cpus
-        counts = self._counts = [(p.cpus & shared).bit_count() for p in self.part.pools]
-        own = self._own = [1000 * c - m for c, m in zip(counts, self.milli, strict=True)]
-        free = self._free = []
-        add = free.append
-        for f, par in zip(own, self.part.parents, strict=True):  # parents come first
-            if par >= 0 and free[par] < f:
-                f = free[par]
-            add(f)
-
     def _charge_milli(self, path: tuple[int, ...], milli: int) -> None:
-        """Charge shared milli-CPU to the pools of ``path`` (root first), keeping ``free`` current:
-        only pools whose bound moved are revisited."""
-        charged = self.milli
+        """Charge shared milli-CPU to the pools of ``path`` (root first)."""
+        charged, own = self.milli, self._own
         for p in path:
             charged[p] += milli
-        if self._stale:
-            return  # rebuilt on the next capacity()
-        own, free, parents, pools = self._own, self._free, self.part.parents, self.part.pools
-        for p in path:
             own[p] -= milli
-        on_path = dict.fromkeys(path)
-        todo = [path[0]]
+        self._dirty.update(path)
+
+    def _settle(self) -> None:
+        """Bring counts and free room up to date: recount the pools holding CPUs taken or freed,
+        then walk down from the root into every touched pool, and into a side branch only where
+        its parent's bound moved."""
+        used = self.excl | self.claimed
+        dirty = self._dirty
+        if used != self._counted:
+            counts, own, shared = self._counts, self._own, self.shared_cpus
+            moved = self.part.pools_of((used ^ self._counted) & self.part.sharable)
+            for i in moved:
+                c = (self.part.pools[i].cpus & shared).bit_count()
+                own[i] += 1000 * (c - counts[i])
+                counts[i] = c
+            dirty.update(moved)
+            self._counted = used
+        if not dirty:
+            return
+        own, free, parents, children = self._own, self._free, self.part.parents, self.part.children
+        todo = [0]  # dirty sets are closed under ancestors: they hold whole paths from the root
         while todo:
             j = todo.pop()
             f = own[j]
@@ -195,9 +199,10 @@ class Supply:
                 f = free[par]
             if f != free[j]:
                 free[j] = f
-                todo.extend(pools[j].children)
-            elif j in on_path:
-                todo.extend(c for c in pools[j].children if c in on_path)
+                todo.extend(children[j])
+            else:
+                todo.extend(c for c in children[j] if c in dirty)
+        dirty.clear()
 
     def exclusive_ok(self, mask: int, pool: int, frac: int) -> bool:
         """Taking ``mask`` (plus ``frac`` shared milli-CPU in ``pool``) leaves every pool's shared
@@ -205,7 +210,7 @@ class Supply:
         counts = self.capacity().counts
         pools = self.part.pools
         path = pools[pool].path
-        touched = self.part.pools_of(mask & self.part.sharable)
+        touched = set(self.part.pools_of(mask & self.part.sharable))
         if frac:
             touched.update(path)
         for i in touched:
@@ -306,17 +311,14 @@ class Supply:
         if old is not None:
             del self.claims[claim_id]
             self.claimed &= ~old
-            self._stale = True
         if mask is not None:
             self.claims[claim_id] = mask
             self.claimed |= mask
-            self._stale = True
 
     def _index(self, cid: str, g: Grant) -> None:
         if g.follows_pool:
             self.followers[g.pool][cid] = follow_key(g)
         if g.exclusive:
-            self._stale = True
             self.excl |= g.exclusive
             for c in bits(g.exclusive):
                 self.owner[c] = cid
@@ -328,7 +330,6 @@ class Supply:
         if g.follows_pool:
             del self.followers[g.pool][cid]
         if g.exclusive:
-            self._stale = True
             self.excl &= ~g.exclusive
             for c in bits(g.exclusive):
                 del self.owner[c]
@@ -338,6 +339,15 @@ class Supply:
             if not users:
                 del self.claim_users[claim]
         self._charge(g, -1)
+
+    def _colocation(self, req: ContainerRequest) -> list[tuple[dict[str, dict[int, int]], str]]:
+        """The pod and namespace tables that colocation needs (none when it is off)."""
+        out = []
+        if self.count_pods:
+            out.append((self.pod_pools, req.pod_uid))
+        if self.count_namespaces:
+            out.append((self.ns_pools, req.namespace))
+        return out
 
     def _charge(self, g: Grant, sign: int) -> None:
         """Add (sign 1) or take back (-1) what a grant counts for: CPU, memory, pool members."""
@@ -349,8 +359,7 @@ class Supply:
             for p in pools[g.mem_pool].path:
                 mem[p] += sign * g.memory
         self.members[g.pool] += sign
-        req = g.request
-        for table, key in ((self.pod_pools, req.pod_uid), (self.ns_pools, req.namespace)):
+        for table, key in self._colocation(g.request):
             counts = table.get(key)
             if counts is None:
                 counts = table[key] = {}
