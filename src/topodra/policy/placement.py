@@ -9,6 +9,7 @@ ancestor that has them and room for the request.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -267,7 +268,7 @@ class Placer:
                 return got
         limits = None if a.isolated else cap.slack
         tree, pools = self.part.tree, self.part.pools
-        for _key, i, use, cand in self._ranked(a, cap):
+        for i, use, cand in self._ranked(a, cap):
             for choice in (use, cand) if use != cand else (use,):
                 mask = pack(tree, pools[i].group, choice, a.n, limits)
                 if mask is not None and (a.isolated or self.supply.exclusive_ok(mask, i, a.frac)):
@@ -298,18 +299,19 @@ class Placer:
             return at, mask
         return None
 
-    def _ranked(self, a: _Ask, cap: Capacity) -> list[tuple[tuple[Any, ...], int, int, int]]:
-        """The pools that can hold ``a``, best first (docs/policy.md, "Choosing a pool")."""
+    def _ranked(self, a: _Ask, cap: Capacity) -> Iterator[tuple[int, int, int]]:
+        """(pool, CPUs to pack from, candidates) of the pools that can hold ``a``, best first
+        (docs/policy.md, "Choosing a pool"). The leading criteria are cheap and settle most
+        choices: the rest of the key is worked out only for the pools that tie on them."""
         tree, pools = self.part.tree, self.part.pools
         n, frac, isolated, need = a.n, a.frac, a.isolated, a.need
         clean_all = clean_mask(tree, 0, a.cand)
         clean_pref = clean_all if a.pref == a.cand else clean_mask(tree, 0, a.pref)
         threads = tree.max_threads
         rem = n % threads
-        free, reach, milli = cap.free, cap.reach, self.supply.milli
+        free, reach = cap.free, cap.reach
         missing = self.part.missing_kinds(need.memory_kinds)
-        whole: list[int] | None = None  # clean CPUs per pool, for the top-down best fit
-        rows = []
+        groups: dict[tuple[int, ...], list[tuple[int, int, int, int]]] = {}
         for p in pools:
             i = p.index
             if not isolated and reach[i] < n:
@@ -319,28 +321,39 @@ class Placer:
             cand = a.cand & p.cpus
             if cand.bit_count() < n:
                 continue
-            if whole is None:
-                whole = [(clean_all & q.cpus).bit_count() for q in pools]
             pref = a.pref & p.cpus
             kind_fit = pref.bit_count() >= n
             use, clean = (pref, clean_pref & p.cpus) if kind_fit else (cand, clean_all & p.cpus)
             half = (use & ~clean).bit_count()  # free threads of half-used cores
-            key = (
+            lead = (
                 self._mem_fit(i, need) if need.memory > 0 else 2 * missing[i],
                 0 if i == a.hint_pool else 1,
                 0 if kind_fit else 1,
                 0 if clean.bit_count() + min(half, rem) >= n else 1,  # fits on whole cores
                 -p.depth,
                 0 if half >= rem else 1,  # an odd remainder fills a half-used core
-                # best fit on whole cores, top down: the fullest socket, NUMA node, then L3
-                [whole[q] for q in p.path[1:]],
-                use.bit_count(),
-                milli[i],  # on a tie, disturb fewer shared containers
-                i,
             )
-            rows.append((key, i, use, cand))
-        rows.sort()
-        return rows
+            groups.setdefault(lead, []).append((i, use, cand, clean))
+        whole: dict[int, int] = {}  # clean CPUs per pool, for the top-down best fit
+        milli = self.supply.milli
+        for tie in sorted(groups):
+            rows = []
+            for i, use, cand, _clean in groups[tie]:
+                path = pools[i].path
+                for q in path[1:]:
+                    if q not in whole:
+                        whole[q] = (clean_all & pools[q].cpus).bit_count()
+                rows.append((
+                    [whole[q] for q in path[1:]],  # best fit on whole cores, top down: socket, NUMA node, L3
+                    use.bit_count(),
+                    milli[i],  # on a tie, disturb fewer shared containers
+                    i,
+                    use,
+                    cand,
+                ))
+            rows.sort()
+            for *_key, i, use, cand in rows:
+                yield i, use, cand
 
     def keep_exclusive(self, req: ContainerRequest, need: Need, cpus: int) -> Grant | None:
         """A grant on exactly ``cpus`` if they are still free and fit the rules (sync)."""
