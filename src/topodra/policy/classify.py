@@ -21,7 +21,6 @@ from __future__ import annotations
 import enum
 import functools
 from dataclasses import dataclass
-from typing import Any
 
 from topodra.policy.annotations import Preferences, parse_preferences
 from topodra.policy.api import BadRequestError, ContainerRequest, QoSClass
@@ -130,68 +129,57 @@ def classify(
     kinds = prefs.memory_types if prefs.memory_types is not None else _kinds(config.default_memory_types)
     priority = prefs.cpu_priority if prefs.cpu_priority is not None else config.default_cpu_priority
 
-    def need(kind: GrantKind, **extra: Any) -> Need:
-        return Need(
-            kind=kind,
-            memory_kinds=kinds,
-            memory_kinds_annotated=prefs.memory_types is not None,
-            memory=req.memory_request,
-            hide_hyperthreads=prefs.hide_hyperthreads,
-            memory_preserve=prefs.memory_preserve,
-            **extra,
-        )
+    memory, annotated = req.memory_request, prefs.memory_types is not None
+    hide, preserve = prefs.hide_hyperthreads, prefs.memory_preserve
 
     if req.claims and not ignore_claims:
-        return need(GrantKind.CLAIMED, claims=tuple(req.claims))
+        return Need(GrantKind.CLAIMED, memory_kinds=kinds, memory_kinds_annotated=annotated, memory=memory,
+                    hide_hyperthreads=hide, memory_preserve=preserve, claims=tuple(req.claims))
     if prefs.cpu_preserve:
-        return need(GrantKind.PRESERVE)
+        return Need(GrantKind.PRESERVE, memory_kinds=kinds, memory_kinds_annotated=annotated, memory=memory,
+                    hide_hyperthreads=hide, memory_preserve=preserve)
     wants_reserved = prefs.prefer_reserved is True or (
         prefs.prefer_reserved is None and config.reserved_namespace(req.namespace)
     )
-    if wants_reserved and has_reserved:
-        return need(GrantKind.RESERVED, milli=req.cpu_request_milli)
-
     request = req.cpu_request_milli
-    if req.qos is QoSClass.BEST_EFFORT:
-        return need(GrantKind.SHARED, milli=0)
-    if req.qos is QoSClass.BURSTABLE or request == 0:
+    if wants_reserved and has_reserved:
+        return Need(GrantKind.RESERVED, milli=request, memory_kinds=kinds, memory_kinds_annotated=annotated,
+                    memory=memory, hide_hyperthreads=hide, memory_preserve=preserve)
+    qos = req.qos
+    if qos is QoSClass.BEST_EFFORT:
+        return Need(GrantKind.SHARED, memory_kinds=kinds, memory_kinds_annotated=annotated, memory=memory,
+                    hide_hyperthreads=hide, memory_preserve=preserve)
+    if qos is QoSClass.BURSTABLE or request == 0:
         limit = req.cpu_limit_milli
-        return need(
+        burstable = qos is QoSClass.BURSTABLE
+        return Need(
             GrantKind.SHARED,
             milli=request,
-            burst_limit=limit if req.qos is QoSClass.BURSTABLE and limit is not None else None,
-            unlimited_level=(
-                (prefs.unlimited_burstable or config.unlimited_burstable)
-                if req.qos is QoSClass.BURSTABLE and limit is None
-                else None
-            ),
+            memory_kinds=kinds,
+            memory_kinds_annotated=annotated,
+            memory=memory,
+            hide_hyperthreads=hide,
+            memory_preserve=preserve,
+            burst_limit=limit if burstable and limit is not None else None,
+            unlimited_level=(prefs.unlimited_burstable or config.unlimited_burstable)
+            if burstable and limit is None else None,
         )
 
     # Guaranteed.
     whole, fraction = divmod(request, 1000)
     prefer_shared = prefs.prefer_shared if prefs.prefer_shared is not None else config.prefer_shared_cpus
-    if fraction:
-        if whole >= 1 and prefs.prefer_shared is False:
-            isolation = _isolation(prefs, default=False)
-            return need(
-                GrantKind.MIXED,
-                exclusive=whole,
-                milli=fraction,
-                isolation=isolation,
-                isolation_key=prefs.isolation_key,
-                core_types=core_types_for(priority),
-            )
-        return need(GrantKind.SHARED, milli=request)
-    if prefer_shared:
-        return need(GrantKind.SHARED, milli=request)
+    if fraction and whole >= 1 and prefs.prefer_shared is False:
+        return Need(GrantKind.MIXED, exclusive=whole, milli=fraction, isolation=_isolation(prefs, default=False),
+                    isolation_key=prefs.isolation_key, core_types=core_types_for(priority), memory_kinds=kinds,
+                    memory_kinds_annotated=annotated, memory=memory, hide_hyperthreads=hide,
+                    memory_preserve=preserve)
+    if fraction or prefer_shared:
+        return Need(GrantKind.SHARED, milli=request, memory_kinds=kinds, memory_kinds_annotated=annotated,
+                    memory=memory, hide_hyperthreads=hide, memory_preserve=preserve)
     isolation = _isolation(prefs, default=whole <= 2 and config.prefer_isolated_cpus and has_isolated)
-    return need(
-        GrantKind.EXCLUSIVE,
-        exclusive=whole,
-        isolation=isolation,
-        isolation_key=prefs.isolation_key,
-        core_types=core_types_for(priority),
-    )
+    return Need(GrantKind.EXCLUSIVE, exclusive=whole, isolation=isolation, isolation_key=prefs.isolation_key,
+                core_types=core_types_for(priority), memory_kinds=kinds, memory_kinds_annotated=annotated,
+                memory=memory, hide_hyperthreads=hide, memory_preserve=preserve)
 
 
 def _isolation(prefs: Preferences, *, default: bool) -> Isolation:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 from topodra.policy.api import BadRequestError, ContainerRequest, NoFitError
 from topodra.policy.classify import GrantKind, Isolation, Need
@@ -60,9 +59,16 @@ class Placer:
     ) -> Grant:
         """A grant for ``req``; ``NoFitError`` when nothing fits, ``BadRequestError`` for an unknown claim."""
         kind = need.kind
-        common: dict[str, Any] = {"hide_hyperthreads": need.hide_hyperthreads, "memory_preserve": need.memory_preserve}
+        hide, preserve = need.hide_hyperthreads, need.memory_preserve
+        if kind is GrantKind.SHARED:
+            if hint is not None and hint_pool is None:
+                hint_pool = hint.pool
+            pool = hint_pool if stay and hint_pool is not None else self.choose_shared(req, need, hint_pool)
+            mem_pool, mems = self.memory_for(req, need, pool)
+            return Grant(request=req, kind=kind, pool=pool, milli=max(need.milli, 1), mem_pool=mem_pool, mems=mems,
+                         memory=need.memory, hide_hyperthreads=hide, memory_preserve=preserve)
         if kind is GrantKind.PRESERVE:
-            return Grant(request=req, kind=kind, pool=0, **common)
+            return Grant(request=req, kind=kind, pool=0, hide_hyperthreads=hide, memory_preserve=preserve)
         if kind is GrantKind.CLAIMED:
             claims = self.supply.claims
             cpus = 0
@@ -75,24 +81,19 @@ class Placer:
             pool = self.part.pool_at(cpus)
             mem_pool, mems = self.memory_for(req, need, pool)
             exact = self.part.nodes_near(cpus, mems)
-            return Grant(request=req, kind=kind, pool=pool, mem_pool=mem_pool, mems=exact or mems,
-                         memory=need.memory, claims=need.claims, **common)
+            return Grant(request=req, kind=kind, pool=pool, mem_pool=mem_pool, mems=exact or mems, memory=need.memory,
+                         claims=need.claims, hide_hyperthreads=hide, memory_preserve=preserve)
         if kind is GrantKind.RESERVED:
             mem_pool, mems = self.memory_for(req, need, 0)
             return Grant(request=req, kind=kind, pool=0, milli=need.milli, mem_pool=mem_pool, mems=mems,
-                         memory=need.memory, **common)
+                         memory=need.memory, hide_hyperthreads=hide, memory_preserve=preserve)
         if hint is not None and hint_pool is None:
             hint_pool = hint.pool
-        if kind is GrantKind.SHARED:
-            pool = hint_pool if stay and hint_pool is not None else self.choose_shared(req, need, hint_pool)
-            mem_pool, mems = self.memory_for(req, need, pool)
-            return Grant(request=req, kind=kind, pool=pool, milli=max(need.milli, 1), mem_pool=mem_pool, mems=mems,
-                         memory=need.memory, **common)
         pool, mask, isolated = self.choose_exclusive(req, need, hint_pool, keep)
         mem_pool, mems = self.memory_for(req, need, pool)
         return Grant(request=req, kind=kind, pool=pool, exclusive=mask, isolated=isolated,
                      milli=need.milli if kind is GrantKind.MIXED else 0, mem_pool=mem_pool, mems=mems,
-                     memory=need.memory, **common)
+                     memory=need.memory, hide_hyperthreads=hide, memory_preserve=preserve)
 
     # --- memory ----------------------------------------------------------------------
     def memory_for(self, req: ContainerRequest, need: Need, pool: int) -> tuple[int, int]:

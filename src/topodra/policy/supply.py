@@ -21,6 +21,8 @@ value so ``rollback`` restores the state exactly.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from topodra.policy.api import ContainerRequest
 from topodra.policy.classify import GrantKind
 from topodra.policy.grants import Grant
@@ -51,49 +53,15 @@ def follow_key(g: Grant) -> int:
     return FOLLOW_NO_MEMS if g.memory_preserve else g.mems
 
 
+@dataclass(frozen=True, slots=True)
 class Capacity:
-    """Per pool, at one state: shared CPUs and what is still free of them; valid until the next change.
+    """Per pool: shared CPUs and what is still free of them. The supply's own lists, current as
+    of the ``capacity()`` call that returned them: read them before the next change."""
 
-    ``free`` is kept up to date by the ``Supply`` as grants come and go;
-    ``slack``/``reach`` are worked out on first use (exclusive placements only).
-    """
-
-    __slots__ = ("_milli", "_parents", "_reach", "_slack", "counts", "free")
-
-    def __init__(self, counts: list[int], free: list[int], milli: list[int], parents: tuple[int, ...]) -> None:
-        self.counts = counts  # shared CPUs
-        self.free = free  # free shared milli-CPU, bounded by the ancestors
-        self._milli = milli  # the supply's own list: read at once, before the next change
-        self._parents = parents
-        self._slack: list[int] = []
-        self._reach: list[int] | None = None
-
-    @property
-    def slack(self) -> list[int]:
-        """CPUs the pool itself can give up and still hold its shared requests."""
-        if self._reach is None:
-            self._bounds()
-        return self._slack
-
-    @property
-    def reach(self) -> list[int]:
-        """Slack bounded by the ancestors: the most an exclusive grant may take here."""
-        if self._reach is None:
-            self._bounds()
-        assert self._reach is not None
-        return self._reach
-
-    def _bounds(self) -> None:
-        slack = [c - (m + 999) // 1000 for c, m in zip(self.counts, self._milli, strict=True)]
-        reach: list[int] = []
-        add = reach.append
-        for s, par in zip(slack, self._parents, strict=True):  # parents come first
-            if par >= 0:
-                ps = reach[par]
-                if ps < s:
-                    s = ps
-            add(s)
-        self._slack, self._reach = slack, reach
+    counts: list[int]  # shared CPUs
+    free: list[int]  # free shared milli-CPU, bounded by the ancestors
+    slack: list[int]  # CPUs the pool itself can give up and still hold its shared requests
+    reach: list[int]  # slack bounded by the ancestors: the most an exclusive grant may take here
 
 
 class Supply:
@@ -123,15 +91,18 @@ class Supply:
         self.claim_users: dict[str, dict[str, None]] = {}
         self.touched: dict[str, None] = {}  # containers whose grant changed in this transaction
         self._log: list[tuple[bool, str, Grant | int | None]] | None = None
-        # Free shared milli-CPU per pool: ``own`` = 1000 x shared CPUs - charged milli-CPU, ``free`` its
-        # minimum along the path from the root. Changes mark the pools they touch (``_dirty``, and the
-        # pools holding CPUs taken or freed since ``_counted``); ``capacity()`` settles only those.
+        # Per pool: ``own`` = 1000 x shared CPUs - charged milli-CPU and ``free`` its minimum along the
+        # path from the root; ``slack`` = shared CPUs - charged CPUs (rounded up) and ``reach`` its
+        # minimum. Changes mark the pools they touch (``_dirty``, and the pools holding CPUs taken
+        # or freed since ``_counted``); ``capacity()`` settles only those.
         self._counted = 0
         self._counts = [p.sharable.bit_count() for p in part.pools]
         self._own = [1000 * c for c in self._counts]
+        self._slack = list(self._counts)
         self._free = [0] * n
+        self._reach = [0] * n
         self._dirty: set[int] = set(range(n))
-        self._cap: Capacity | None = None
+        self._capacity = Capacity(self._counts, self._free, self._slack, self._reach)
 
     # --- the rules -----------------------------------------------------------------
     @property
@@ -153,55 +124,59 @@ class Supply:
         return self.part.pools[pool].cpus & self.shared_cpus
 
     def capacity(self) -> Capacity:
-        """Shared CPUs, free shared milli-CPU and sliceable CPUs per pool; valid until the next change.
+        """Shared CPUs, free shared milli-CPU and sliceable CPUs per pool (see ``Capacity``).
 
         The bounds are taken along the path from the root (a pool cannot give
         what an ancestor lacks).
         """
-        cap = self._cap
-        if cap is None:
+        if self._dirty or self._counted != self.excl | self.claimed:
             self._settle()
-            cap = self._cap = Capacity(self._counts, self._free, self.milli, self.part.parents)
-        return cap
+        return self._capacity
 
     def _charge_milli(self, path: tuple[int, ...], milli: int) -> None:
         """Charge shared milli-CPU to the pools of ``path`` (root first)."""
-        charged, own = self.milli, self._own
+        charged, own, slack, counts = self.milli, self._own, self._slack, self._counts
         for p in path:
-            charged[p] += milli
+            m = charged[p] = charged[p] + milli
             own[p] -= milli
+            slack[p] = counts[p] - (m + 999) // 1000
         self._dirty.update(path)
 
     def _settle(self) -> None:
-        """Bring counts and free room up to date: recount the pools holding CPUs taken or freed,
-        then walk down from the root into every touched pool, and into a side branch only where
-        its parent's bound moved."""
+        """Bring the figures up to date: recount the pools holding CPUs taken or freed, then walk
+        down from the root into every touched pool, and into a side branch only where its
+        parent's bounds moved."""
         used = self.excl | self.claimed
         dirty = self._dirty
+        counts, own, slack, milli = self._counts, self._own, self._slack, self.milli
         if used != self._counted:
-            counts, own, shared = self._counts, self._own, self.shared_cpus
+            shared = self.shared_cpus
             moved = self.part.pools_of((used ^ self._counted) & self.part.sharable)
             for i in moved:
                 c = (self.part.pools[i].cpus & shared).bit_count()
                 own[i] += 1000 * (c - counts[i])
                 counts[i] = c
+                slack[i] = c - (milli[i] + 999) // 1000
             dirty.update(moved)
             self._counted = used
-        if not dirty:
-            return
-        own, free, parents, children = self._own, self._free, self.part.parents, self.part.children
+        free, reach, parents, children = self._free, self._reach, self.part.parents, self.part.children
         todo = [0]  # dirty sets are closed under ancestors: they hold whole paths from the root
         while todo:
             j = todo.pop()
-            f = own[j]
+            f, r = own[j], slack[j]
             par = parents[j]
-            if par >= 0 and free[par] < f:
-                f = free[par]
-            if f != free[j]:
-                free[j] = f
+            if par >= 0:
+                if free[par] < f:
+                    f = free[par]
+                if reach[par] < r:
+                    r = reach[par]
+            if f != free[j] or r != reach[j]:
+                free[j], reach[j] = f, r
                 todo.extend(children[j])
             else:
-                todo.extend(c for c in children[j] if c in dirty)
+                for c in children[j]:
+                    if c in dirty:
+                        todo.append(c)
         dirty.clear()
 
     def exclusive_ok(self, mask: int, pool: int, frac: int) -> bool:
@@ -261,7 +236,6 @@ class Supply:
         """Charge (negative: return) shared milli-CPU to the root outside any grant (sync keeps
         a CPU for the shared containers it places last); not logged: the caller undoes it."""
         self._charge_milli(self.part.pools[0].path, milli)
-        self._cap = None
 
     def owners(self, mask: int) -> list[str]:
         """The containers holding any of ``mask`` exclusively."""
@@ -290,7 +264,6 @@ class Supply:
     # --- the two primitives -------------------------------------------------------
     def put(self, cid: str, grant: Grant | None) -> None:
         """Set (or with None drop) a container's grant."""
-        self._cap = None
         old = self.grants.get(cid)
         if self._log is not None:
             self._log.append((True, cid, old))
@@ -304,7 +277,6 @@ class Supply:
 
     def set_claim(self, claim_id: str, mask: int | None) -> None:
         """Set (or with None drop) a claim's CPUs."""
-        self._cap = None
         old = self.claims.get(claim_id)
         if self._log is not None:
             self._log.append((False, claim_id, old))
