@@ -428,9 +428,10 @@ class Policy:
         counts = supply.capacity().counts
         for p in sorted((pools[i] for i in self._part.pools_of(taken)), key=lambda p: (-p.depth, p.index)):
             i = p.index
-            followers = supply.followers[i]
+            followers = supply.followers_of(i)
             while followers and (counts[i] == 0 or 1000 * counts[i] < supply.milli[i]) and p.parent >= 0:
                 cid = min(followers, key=lambda c: (-supply.grants[c].milli, c))
+                followers.remove(cid)
                 g = supply.grants[cid]
                 supply.put(cid, None)
                 need, _ = self._classify_for_sync(g.request)
@@ -457,50 +458,51 @@ class Policy:
         try:
             body()
             if reported is None:
-                changes, assigned = self._diff(used_before, claimed_before, subject)
+                changes, new, gone = self._diff(used_before, claimed_before, subject)
             else:
-                changes, assigned = self._diff_reported(reported)
+                changes, new, gone = self._diff_reported(reported)
         except BaseException:
             supply.rollback()
             raise
         supply.commit()
-        for cid, a in assigned.items():
-            if a is None:
-                self._assigned.pop(cid, None)
-            else:
-                self._assigned[cid] = a
+        assigned = self._assigned
+        assigned.update(new)
+        for cid in gone:
+            assigned.pop(cid, None)
         if reported is not None:
-            for cid in [c for c in self._assigned if c not in supply.grants]:
-                del self._assigned[cid]
+            for cid in [c for c in assigned if c not in supply.grants]:
+                del assigned[cid]
         return changes
 
     def _diff(
         self, used_before: int, claimed_before: int, subject: str | None
-    ) -> tuple[Changes, dict[str, Assignment | None]]:
-        """The containers whose assignment changed: the followers of every pool whose shared set
-        changed (all of them moved with it), and those whose grant changed, compared one by one."""
+    ) -> tuple[Changes, dict[str, Assignment], list[str]]:
+        """(changes, new assignments, containers that lost theirs): the followers of every pool whose
+        shared set changed (all of them moved with it), and the containers whose grant changed,
+        compared one by one."""
         supply, assigned, compute = self._supply, self._assigned, self._compute
         grants = supply.grants
         pinned = self._config.pin_cpu
-        new: dict[str, Assignment | None] = {}
+        new: dict[str, Assignment] = {}
         # Shared sets changed exactly in the pools holding a sharable CPU that was taken or freed.
         delta = (used_before ^ supply.used) & self._part.sharable
         if delta and pinned:
             for i in self._part.pools_of(delta):
-                same: dict[int, Assignment | None] = {}  # plain shared followers, by follow key
-                for cid, key in supply.followers[i].items():
-                    if key >= FOLLOW_NO_MEMS:
-                        a = same.get(key)
-                        if a is None:
-                            a = same[key] = compute(grants[cid])
-                    else:
+                for key, group in supply.followers[i].items():
+                    if key >= FOLLOW_NO_MEMS:  # one assignment for the whole group
+                        a = compute(grants[next(iter(group))])
+                        assert a is not None
+                        new.update(dict.fromkeys(group, a))
+                        continue
+                    for cid in group:
                         a = compute(grants[cid])
-                        if key == FOLLOW_THINNED and a == assigned.get(cid):
-                            continue
-                    new[cid] = a
+                        assert a is not None
+                        if key != FOLLOW_THINNED or a != assigned.get(cid):
+                            new[cid] = a
         touched = supply.touched
         if not pinned and supply.claimed != claimed_before:
             touched = {**touched, **dict.fromkeys(grants)}  # unpinned containers avoid claims
+        gone: list[str] = []
         for cid in touched:
             g = grants.get(cid)
             a = None if g is None else compute(g)
@@ -508,32 +510,35 @@ class Policy:
             if a is None:
                 new.pop(cid, None)
                 if old is not None:
-                    new[cid] = None
+                    gone.append(cid)
             elif a is old or a == old:
                 new.pop(cid, None)
             else:
                 new[cid] = a
         changes: Changes = {}
         if subject is not None:
-            a = new[subject] if subject in new else assigned.get(subject)
-            if a is not None:
+            a = new.get(subject) or assigned.get(subject)
+            if a is not None and subject not in gone:
                 changes[subject] = a
-        for cid in sorted(new) if len(new) > 1 else new:
-            a = new[cid]
-            if a is not None and cid != subject:
-                changes[cid] = a
-        return changes, new
+        changes.update(sorted(new.items()) if len(new) > 1 else new)
+        return changes, new, gone
 
-    def _diff_reported(self, reported: dict[str, Assignment | None]) -> tuple[Changes, dict[str, Assignment | None]]:
+    def _diff_reported(
+        self, reported: dict[str, Assignment | None]
+    ) -> tuple[Changes, dict[str, Assignment], list[str]]:
         changes: Changes = {}
-        new: dict[str, Assignment | None] = {}
+        new: dict[str, Assignment] = {}
+        gone: list[str] = []
         for cid in sorted(reported):
             g = self._supply.grants.get(cid)
             a = self._compute(g) if g is not None else None
+            if a is None:
+                gone.append(cid)
+                continue
             new[cid] = a
-            if a is not None and a != reported[cid]:
+            if a != reported[cid]:
                 changes[cid] = a
-        return changes, new
+        return changes, new, gone
 
     # --- assignments -----------------------------------------------------------
     def _compute(self, g: Grant) -> Assignment | None:

@@ -83,8 +83,8 @@ class Supply:
         self.owner: dict[int, str] = {}  # exclusive CPU -> container
         self.milli = [0] * n  # shared milli-CPU charged in each pool's subtree
         self.mem = [0] * n  # memory bytes charged in each pool's subtree
-        # who runs on each shared set, and how its assignment follows it (``follow_key``)
-        self.followers: list[dict[str, int]] = [{} for _ in range(n)]
+        # who runs on each shared set, grouped by how their assignment follows it (``follow_key``)
+        self.followers: list[dict[int, dict[str, None]]] = [{} for _ in range(n)]
         self.members = [0] * n  # containers whose CPU pool is this one
         self.pod_pools: dict[str, dict[int, int]] = {}  # pod -> pool -> containers
         self.ns_pools: dict[str, dict[int, int]] = {}  # namespace -> pool -> containers
@@ -232,6 +232,10 @@ class Supply:
             return f"memory pool {part.pools[g.mem_pool].name} is not {part.pools[g.pool].name} or an ancestor"
         return None
 
+    def followers_of(self, pool: int) -> list[str]:
+        """The containers running on a pool's shared set."""
+        return [cid for group in self.followers[pool].values() for cid in group]
+
     def hold(self, milli: int) -> None:
         """Charge (negative: return) shared milli-CPU to the root outside any grant (sync keeps
         a CPU for the shared containers it places last); not logged: the caller undoes it."""
@@ -289,7 +293,12 @@ class Supply:
 
     def _index(self, cid: str, g: Grant) -> None:
         if g.follows_pool:
-            self.followers[g.pool][cid] = follow_key(g)
+            groups = self.followers[g.pool]
+            key = follow_key(g)
+            group = groups.get(key)
+            if group is None:
+                group = groups[key] = {}
+            group[cid] = None
         if g.exclusive:
             self.excl |= g.exclusive
             for c in bits(g.exclusive):
@@ -300,7 +309,12 @@ class Supply:
 
     def _unindex(self, cid: str, g: Grant) -> None:
         if g.follows_pool:
-            del self.followers[g.pool][cid]
+            groups = self.followers[g.pool]
+            key = follow_key(g)
+            group = groups[key]
+            del group[cid]
+            if not group:
+                del groups[key]
         if g.exclusive:
             self.excl &= ~g.exclusive
             for c in bits(g.exclusive):
