@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from topodra.cpuset import CPUSet
 from topodra.playground.scenario import Check, Scenario, Step
 from topodra.playground.world import Playground, PlaygroundError
-from topodra.topology import read_topology
+from topodra.topology.machine import load_machine, machine_label
 from topodra.topology.model import Topology
 from topodra.topology.synthetic import synthetic_topology
 
@@ -38,20 +38,14 @@ class StepResult:
 
 
 def resolve_topology(spec: str | None) -> tuple[Topology, str]:
-    """A fixture name, ``host``, ``synthetic:SPEC`` or a sysfs root directory -> (topology, label)."""
+    """Any machine ``load_machine`` reads (default: the hybrid laptop fixture) -> (topology, label)."""
     from topodra.playground.world import DEFAULT_TOPOLOGY
-    from topodra.testing.fixtures import FixtureError, unpacked_fixture
+    from topodra.topology.errors import TopologyError
 
     name = spec or DEFAULT_TOPOLOGY
-    if name == "host":
-        return read_topology("/"), "this machine"
-    if name.startswith("synthetic:"):
-        return synthetic_topology(name.removeprefix("synthetic:")), name
-    if "/" in name:
-        return read_topology(name), name
     try:
-        return read_topology(unpacked_fixture(name)), f"fixture {name}"
-    except FixtureError as err:
+        return load_machine(name), machine_label(name)
+    except TopologyError as err:
         if spec is None or spec == DEFAULT_TOPOLOGY:
             # The README's first command must work even where the fixture trees are absent.
             return synthetic_topology(FALLBACK_HYBRID), (
