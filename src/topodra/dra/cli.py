@@ -128,6 +128,7 @@ def devices_command(
 
     Examples:
 
+    \b
       topodra dra devices
       topodra dra devices --topology fixture:20em64t-hybrid-1p6c2t+2ca4co1t --reserved 0-1
       topodra dra devices --topology 2s1d2n2l8c2t --model grouped --group-by numa -f yaml

@@ -195,6 +195,7 @@ def pools_command(
 
     Examples:
 
+    \b
       topodra policy pools
       topodra policy pools --topology fixture:64amd64-4s2n4ca2co --config policy.yaml
       topodra policy pools --topology 2s1d2n2l8c2t
@@ -227,6 +228,7 @@ def place_command(
 
     The workload file looks like:
 
+    \b
       claims: {gpu-cpus: "4-5"}          # DRA claims: id -> CPU list
       containers:
         - {name: db, cpu: "4", memory: 8Gi}                  # Guaranteed: exclusive

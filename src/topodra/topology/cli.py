@@ -34,6 +34,7 @@ def topology_command(
 
     Reads this machine's sysfs unless --topology names another machine. Examples:
 
+    \b
       topodra topology
       topodra topology --format json
       topodra topology --topology fixture:20em64t-hybrid-1p6c2t+2ca4co1t
