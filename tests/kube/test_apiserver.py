@@ -277,7 +277,8 @@ def test_watch_replay_and_live_events() -> None:
                     return
 
         task = asyncio.create_task(watch())
-        await asyncio.sleep(0.05)
+        while not events:  # the watch is open once it has replayed "b"
+            await asyncio.sleep(0.005)
         a["metadata"]["labels"] = {"x": "y"}
         await c.replace(NODES, a)
         await c.delete(NODES, "b")
