@@ -8,7 +8,18 @@ from dataclasses import replace
 import pytest
 
 from topodra.cpuset import CPUSet
-from topodra.policy import Assignment, Grant, GrantKind, Policy, PolicyConfig, PolicyError, QoSClass
+from topodra.policy import (
+    Assignment,
+    BadRequestError,
+    Grant,
+    GrantKind,
+    NoFitError,
+    Policy,
+    PolicyConfig,
+    PolicyError,
+    QoSClass,
+    SnapshotError,
+)
 from topodra.topology.model import CoreType, Topology
 from topodra.topology.synthetic import synthetic_topology
 
@@ -108,8 +119,29 @@ def test_shared_overcommit_keeps_running_on_the_fullest_pool() -> None:
 
 def test_exclusive_too_big() -> None:
     p = Policy(SMALL)
-    with pytest.raises(PolicyError, match="container big"):
+    with pytest.raises(NoFitError, match="container big"):
         p.add(guaranteed("big", 5))
+
+
+def test_errors_say_whose_move_it_is() -> None:
+    """Issue 11: a bad request, a request that does not fit now, and a corrupt snapshot are told apart."""
+    assert issubclass(BadRequestError, PolicyError)
+    assert issubclass(NoFitError, PolicyError)
+    assert issubclass(SnapshotError, PolicyError)
+    p = Policy(SMALL, PolicyConfig(reserved_cpus=CPUSet([0])))
+    with pytest.raises(BadRequestError, match="reserved"):
+        p.claim("c", CPUSet([0]))
+    with pytest.raises(BadRequestError, match="not a boolean"):
+        p.add(guaranteed("a", 1, annotations={f"prefer-shared-cpus.{D}": "perhaps"}))
+    with pytest.raises(BadRequestError, match="reservedCPUs"):
+        Policy(SMALL, PolicyConfig(reserved_cpus=CPUSet([9])))
+    p.add(guaranteed("b", 2))
+    with pytest.raises(NoFitError, match="no pool can supply"):
+        p.add(guaranteed("c", 2))
+    snap = json.loads(json.dumps(p.snapshot()))
+    snap["containers"][0]["grant"]["mems"] = "0-7"
+    with pytest.raises(SnapshotError, match="mems"):
+        Policy.restore(SMALL, snap)
 
 
 def test_add_twice_is_an_update() -> None:

@@ -3,7 +3,7 @@
 Field names are snake_case; the camelCase spelling (``reservedCPUs``,
 ``pinMemory``, ...) is accepted too, so the same YAML reads naturally next to
 Kubernetes objects. Checks that need the machine (is CPU 300 online?) happen
-when a ``Policy`` is built and raise ``PolicyError`` naming the field.
+when a ``Policy`` is built and raise ``BadRequestError`` naming the field.
 """
 
 from __future__ import annotations

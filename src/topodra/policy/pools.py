@@ -5,7 +5,7 @@ L3 (see ``groups``). Its supply never changes after construction: its CPUs,
 which of them are reserved, kernel-isolated or sharable, and its memory by
 kind. Memory-only NUMA nodes (HBM, PMEM, CXL) belong to every pool holding
 the CPUs of their closest CPU node. What is in use right now lives in the
-``Policy``; this module is pure construction.
+``Supply`` (supply.py); this module is pure construction.
 """
 
 from __future__ import annotations
