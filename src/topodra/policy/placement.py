@@ -284,8 +284,8 @@ class Placer:
         keep = a.keep & a.cand & pool.cpus
         if not keep:
             return None
-        if keep.bit_count() >= a.n:
-            mask: int | None = pack(tree, pool.group, keep, a.n)
+        if keep.bit_count() >= a.n:  # no limits: start where the kept CPUs are (the same choice, less descent)
+            mask: int | None = pack(tree, tree.deepest_containing(keep, pool.group), keep, a.n)
         else:
             limits = None if a.isolated else cap.slack
             extra = pack_near(tree, pool.group, keep, a.cand & pool.cpus & ~keep, a.n - keep.bit_count(), limits)

@@ -520,7 +520,7 @@ class Policy:
             a = new.get(subject) or assigned.get(subject)
             if a is not None and subject not in gone:
                 changes[subject] = a
-        changes.update(sorted(new.items()) if len(new) > 1 else new)
+        changes.update({cid: new[cid] for cid in sorted(new)} if len(new) > 1 else new)
         return changes, new, gone
 
     def _diff_reported(
