@@ -227,7 +227,8 @@ class PolicyConfig(BaseModel):
         """True if containers of ``namespace`` belong on the reserved CPUs."""
         if namespace == "kube-system":
             return True
-        return any(fnmatch.fnmatchcase(namespace, glob) for glob in self.reserved_pool_namespaces)
+        globs = self.reserved_pool_namespaces  # usually none: skip building the generator
+        return bool(globs) and any(fnmatch.fnmatchcase(namespace, glob) for glob in globs)
 
     def to_json(self) -> dict[str, Any]:
         """JSON-able form that ``model_validate`` reads back to an equal config."""

@@ -38,7 +38,7 @@ from topodra.policy.partition import bits, build_partition, fmt
 from topodra.policy.placement import Placer
 from topodra.policy.pools import Pool
 from topodra.policy.stats import PolicyStats, collect
-from topodra.policy.supply import FOLLOW_NO_MEMS, FOLLOW_THINNED, Supply, where
+from topodra.policy.supply import FOLLOW_MIXED, FOLLOW_NO_MEMS, Supply, where
 from topodra.topology.model import CoreType, Topology
 
 __all__ = ["Policy"]
@@ -59,6 +59,7 @@ class Policy:
         self._placer = Placer(self._supply, self._config)
         self._assigned: dict[str, Assignment] = {}  # what the caller last got, per container
         self._assignment_cache: dict[tuple[int, int], Assignment] = {}
+        self._node_sets: dict[int, CPUSet] = {}  # memory node masks as sets: few, and in every Assignment
         self._default_kinds = frozenset(self._config.default_memory_types)
 
     # ------------------------------------------------------------- properties
@@ -494,10 +495,17 @@ class Policy:
                         assert a is not None
                         new.update(dict.fromkeys(group, a))
                         continue
-                    for cid in group:
+                    if key == FOLLOW_MIXED:  # the shared set plus each one's own CPUs
+                        shared, pin_memory = supply.shared(i), self._config.pin_memory
+                        for cid in group:
+                            g = grants[cid]
+                            mems = g.mems if pin_memory and not g.memory_preserve else 0
+                            new[cid] = self._assignment(shared | g.exclusive, mems, g)
+                        continue
+                    for cid in group:  # thinned: one thread per core may be what it had
                         a = compute(grants[cid])
                         assert a is not None
-                        if key != FOLLOW_THINNED or a != assigned.get(cid):
+                        if a != assigned.get(cid):
                             new[cid] = a
         touched = supply.touched
         if not pinned and supply.claimed != claimed_before:
@@ -561,7 +569,10 @@ class Policy:
             cpus = supply.shared(g.pool) | g.exclusive  # shared, or mixed: its own CPUs too
         if g.hide_hyperthreads and kind is not GrantKind.CLAIMED:
             cpus = self._part.thin(cpus)
-        mems = g.mems if self._config.pin_memory and not g.memory_preserve else 0
+        return self._assignment(cpus, g.mems if self._config.pin_memory and not g.memory_preserve else 0, g)
+
+    def _assignment(self, cpus: int, mems: int, g: Grant) -> Assignment:
+        """The (shared, cached) ``Assignment`` for these masks; never one without CPUs."""
         key = (cpus, mems)
         a = self._assignment_cache.get(key)
         if a is None:
@@ -570,7 +581,10 @@ class Policy:
                     f"refusing to leave {where(g.request)} without CPUs "
                     f"({g.kind.value} in pool {self._part.pools[g.pool].name})"
                 )
-            a = self._assignment_cache[key] = Assignment(cpus=CPUSet.from_mask(cpus), mems=CPUSet.from_mask(mems))
+            nodes = self._node_sets.get(mems)
+            if nodes is None:
+                nodes = self._node_sets[mems] = CPUSet.from_mask(mems)
+            a = self._assignment_cache[key] = Assignment(CPUSet.from_mask(cpus), nodes)
         return a
 
 

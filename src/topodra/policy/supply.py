@@ -292,7 +292,8 @@ class Supply:
             self.claimed |= mask
 
     def _index(self, cid: str, g: Grant) -> None:
-        if g.follows_pool:
+        follows = g.kind is GrantKind.SHARED or g.kind is GrantKind.MIXED
+        if follows:
             groups = self.followers[g.pool]
             key = follow_key(g)
             group = groups.get(key)
@@ -305,10 +306,11 @@ class Supply:
                 self.owner[c] = cid
         for claim in g.claims:
             self.claim_users.setdefault(claim, {})[cid] = None
-        self._charge(g, 1)
+        self._charge(g, 1, follows)
 
     def _unindex(self, cid: str, g: Grant) -> None:
-        if g.follows_pool:
+        follows = g.kind is GrantKind.SHARED or g.kind is GrantKind.MIXED
+        if follows:
             groups = self.followers[g.pool]
             key = follow_key(g)
             group = groups[key]
@@ -324,35 +326,33 @@ class Supply:
             del users[cid]
             if not users:
                 del self.claim_users[claim]
-        self._charge(g, -1)
+        self._charge(g, -1, follows)
 
-    def _colocation(self, req: ContainerRequest) -> list[tuple[dict[str, dict[int, int]], str]]:
-        """The pod and namespace tables that colocation needs (none when it is off)."""
-        out = []
-        if self.count_pods:
-            out.append((self.pod_pools, req.pod_uid))
-        if self.count_namespaces:
-            out.append((self.ns_pools, req.namespace))
-        return out
-
-    def _charge(self, g: Grant, sign: int) -> None:
+    def _charge(self, g: Grant, sign: int, follows: bool) -> None:
         """Add (sign 1) or take back (-1) what a grant counts for: CPU, memory, pool members."""
         pools = self.part.pools
-        if g.milli and g.follows_pool:
+        if g.milli and follows:
             self._charge_milli(pools[g.pool].path, sign * g.milli)
         if g.memory:
             mem = self.mem
             for p in pools[g.mem_pool].path:
                 mem[p] += sign * g.memory
         self.members[g.pool] += sign
-        for table, key in self._colocation(g.request):
-            counts = table.get(key)
-            if counts is None:
-                counts = table[key] = {}
-            left = counts.get(g.pool, 0) + sign
-            if left:
-                counts[g.pool] = left
-            else:
-                del counts[g.pool]
-                if not counts:
-                    del table[key]
+        if self.count_pods:
+            _count(self.pod_pools, g.request.pod_uid, g.pool, sign)
+        if self.count_namespaces:
+            _count(self.ns_pools, g.request.namespace, g.pool, sign)
+
+
+def _count(table: dict[str, dict[int, int]], key: str, pool: int, sign: int) -> None:
+    """Count a container in (sign 1) or out of (-1) ``table[key][pool]``, dropping zeros."""
+    counts = table.get(key)
+    if counts is None:
+        counts = table[key] = {}
+    left = counts.get(pool, 0) + sign
+    if left:
+        counts[pool] = left
+    else:
+        del counts[pool]
+        if not counts:
+            del table[key]
