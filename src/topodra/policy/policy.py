@@ -512,8 +512,8 @@ class Policy:
             touched = {**touched, **dict.fromkeys(grants)}  # unpinned containers avoid claims
         gone: list[str] = []
         for cid in touched:
-            g = grants.get(cid)
-            a = None if g is None else compute(g)
+            now = grants.get(cid)
+            a = None if now is None else compute(now)
             old = assigned.get(cid)
             if a is None:
                 new.pop(cid, None)
