@@ -313,28 +313,38 @@ class Placer:
         free, reach = cap.free, cap.reach
         missing = self.part.missing_kinds(need.memory_kinds)
         groups: dict[tuple[int, ...], list[tuple[int, int, int, int]]] = {}
+        all_cand, all_pref, any_pref = a.cand, a.pref, a.pref != a.cand
+        with_memory, hint = need.memory > 0, a.hint_pool
         for p in pools:
             i = p.index
             if not isolated and reach[i] < n:
                 continue
             if frac and free[i] - (0 if isolated else 1000 * n) < frac:
                 continue
-            cand = a.cand & p.cpus
+            cpus = p.cpus
+            cand = all_cand & cpus
             if cand.bit_count() < n:
                 continue
-            pref = a.pref & p.cpus
-            kind_fit = pref.bit_count() >= n
-            use, clean = (pref, clean_pref & p.cpus) if kind_fit else (cand, clean_all & p.cpus)
+            if any_pref:
+                pref = all_pref & cpus
+                kind_fit = pref.bit_count() >= n
+                use, clean = (pref, clean_pref & cpus) if kind_fit else (cand, clean_all & cpus)
+            else:
+                kind_fit, use, clean = True, cand, clean_all & cpus
             half = (use & ~clean).bit_count()  # free threads of half-used cores
             lead = (
-                self._mem_fit(i, need) if need.memory > 0 else 2 * missing[i],
-                0 if i == a.hint_pool else 1,
+                self._mem_fit(i, need) if with_memory else 2 * missing[i],
+                0 if i == hint else 1,
                 0 if kind_fit else 1,
-                0 if clean.bit_count() + min(half, rem) >= n else 1,  # fits on whole cores
+                0 if clean.bit_count() + (half if half < rem else rem) >= n else 1,  # fits on whole cores
                 -p.depth,
                 0 if half >= rem else 1,  # an odd remainder fills a half-used core
             )
-            groups.setdefault(lead, []).append((i, use, cand, clean))
+            group = groups.get(lead)
+            if group is None:
+                groups[lead] = [(i, use, cand, clean)]
+            else:
+                group.append((i, use, cand, clean))
         whole: dict[int, int] = {}  # clean CPUs per pool, for the top-down best fit
         milli = self.supply.milli
         for tie in sorted(groups):
