@@ -142,6 +142,10 @@ def test_errors_say_whose_move_it_is() -> None:
     snap["containers"][0]["grant"]["mems"] = "0-7"
     with pytest.raises(SnapshotError, match="mems"):
         Policy.restore(SMALL, snap)
+    snap = json.loads(json.dumps(p.snapshot()))
+    snap["containers"][0]["request"]["claims"] = [""]  # a request no runtime could have sent
+    with pytest.raises(SnapshotError, match="distinct non-empty"):
+        Policy.restore(SMALL, snap)
 
 
 def test_add_twice_is_an_update() -> None:

@@ -195,3 +195,26 @@ def test_pack_properties(cand: int, n: int) -> None:
         assert cores_touched(got) == (n + 1) // 2, "full cores first"
         if any((clean & m).bit_count() >= n for m in L3S):
             assert any(got & m == got for m in L3S), "inside one L3 when one fits"
+
+
+# --- whole cores by shape --------------------------------------------------------------
+FOUR_THREADS = make_topology({c: (0, c // 8, c // 4) for c in range(16)})  # 4-thread cores
+IRREGULAR = make_topology({0: (0, 0, 0), 5: (0, 0, 0), 1: (0, 0, 1), 2: (0, 0, 2), 3: (0, 0, 2), 4: (0, 0, 3)})
+
+
+@pytest.mark.parametrize(
+    "topo",
+    [synthetic_topology("1s1d1n1l4c2t8e"), synthetic_topology("2s1d2n2l4c2t"), FOUR_THREADS, IRREGULAR,
+     DUAL_SOCKET_HT],
+)
+@given(data=st.data())
+def test_whole_cores_is_the_per_core_rule(topo: Topology, data: st.DataObject) -> None:
+    """The bit-shape shortcut picks exactly the cores whose every usable thread is a candidate."""
+    usable = CPUSet(data.draw(st.lists(st.sampled_from(topo.online.sorted()), min_size=1, unique=True)))
+    tree = build_group_tree(topo, usable)
+    cand = data.draw(st.integers(0, (1 << (max(usable) + 1)) - 1)) & usable.mask
+    want = 0
+    for core in set(tree.core_of.values()):
+        if core & cand == core:
+            want |= core
+    assert tree.whole_cores(cand) == want

@@ -63,6 +63,21 @@ class GroupTree:
     notes: list[str]
     core_of: dict[int, int]  # CPU id -> mask of its core's usable CPUs
     max_threads: int
+    # Every core by shape, so "which cores are wholly in this set" is a few big-int operations:
+    singles: int = 0  # CPUs of one-thread cores
+    pairs: tuple[tuple[int, int], ...] = ()  # (offset, low CPUs) of two-thread cores {c, c + offset}
+    others: tuple[int, ...] = ()  # cores of three or more threads
+
+    def whole_cores(self, cand: int) -> int:
+        """The CPUs of ``cand`` whose core's every usable thread is in ``cand``."""
+        out = cand & self.singles
+        for off, low in self.pairs:
+            both = cand & (cand >> off) & low
+            out |= both | (both << off)
+        for core in self.others:
+            if core & cand == core:
+                out |= core
+        return out
 
     @property
     def root(self) -> Group:
@@ -170,4 +185,16 @@ def build_group_tree(topology: Topology, allowed: CPUSet) -> GroupTree:
             g.pool = pool
             pool += 1
     max_threads = max((m.bit_count() for m in core_masks), default=1)
-    return GroupTree(groups=groups, notes=notes, core_of=core_of, max_threads=max_threads)
+    singles, others = 0, []
+    pairs: dict[int, int] = {}
+    for m in core_masks:
+        if m.bit_count() == 1:
+            singles |= m
+        elif m.bit_count() == 2:
+            low = m & -m
+            off = (m ^ low).bit_length() - low.bit_length()
+            pairs[off] = pairs.get(off, 0) | low
+        else:
+            others.append(m)
+    return GroupTree(groups=groups, notes=notes, core_of=core_of, max_threads=max_threads, singles=singles,
+                     pairs=tuple(sorted(pairs.items())), others=tuple(others))

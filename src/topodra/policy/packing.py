@@ -29,12 +29,8 @@ _INF = 1 << 30
 
 
 def clean_mask(tree: GroupTree, start: int, cand: int) -> int:
-    """The candidate CPUs that sit on cores whose every usable thread is a candidate."""
-    out = 0
-    for core in tree.groups[start].cores:
-        if core & cand == core:
-            out |= core
-    return out
+    """The candidate CPUs of group ``start`` that sit on cores whose every usable thread is a candidate."""
+    return tree.whole_cores(cand & tree.groups[start].mask)
 
 
 def _lowest(mask: int, n: int) -> int:
@@ -59,12 +55,6 @@ class _Packer:
         self.strict = strict  # clean mode
         self.threads = tree.max_threads
 
-    def limit(self, g: int) -> int:
-        if self.limits is None:
-            return _INF
-        pool = self.groups[g].pool
-        return self.limits[pool] if pool >= 0 else _INF
-
     def take(self, g: int, need: int) -> int:
         """Up to ``need`` candidate CPUs from group ``g`` (fewer if it cannot)."""
         group = self.groups[g]
@@ -72,14 +62,17 @@ class _Packer:
             # A core (or an undivided leaf): its lowest free threads.
             return _lowest(self.cand & group.mask, need)
         cand, clean, strict, threads = self.cand, self.clean, self.strict, self.threads
+        groups, limits = self.groups, self.limits
         rows = []
         for c in group.children:
-            m = self.groups[c].mask
+            child = groups[c]
+            m = child.mask
             free = (cand & m).bit_count()
             if not free:
                 continue
             cl = (clean & m).bit_count()
-            rows.append((c, free, cl, self.limit(c)))
+            lim = _INF if limits is None or child.pool < 0 else limits[child.pool]
+            rows.append((c, free, cl, lim))
         result = 0
         remaining = need
         while remaining > 0 and rows:
@@ -91,10 +84,11 @@ class _Packer:
                 if lim < remaining:
                     continue
                 if strict:
-                    if cl + min(free - cl, rem) < remaining:
+                    half = free - cl
+                    if cl + (half if half < rem else rem) < remaining:
                         continue
                     # An odd remainder is free on a half-used core; best fit on whole cores.
-                    key = (0 if free - cl >= rem else 1, cl, free, c)
+                    key = (0 if half >= rem else 1, cl, free, c)
                 else:
                     if free < remaining:
                         continue
@@ -114,8 +108,12 @@ class _Packer:
             assert rows
             for row in rows:
                 c, free, cl, lim = row
-                whole = min(cl if strict else free, lim, remaining)
-                if strict and whole < min(cl, remaining) and whole >= threads:
+                whole = cl if strict else free
+                if lim < whole:
+                    whole = lim
+                if remaining < whole:
+                    whole = remaining
+                if strict and whole < (cl if cl < remaining else remaining) and whole >= threads:
                     whole -= whole % threads  # do not split a core because of a limit
                 span_key = (-whole, c)
                 if pick_key is None or span_key < pick_key:

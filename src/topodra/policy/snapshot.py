@@ -18,8 +18,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from topodra.cpuset import CPUSet, CPUSetParseError
-from topodra.policy.api import Assignment, ContainerRequest, QoSClass, SnapshotError
-from topodra.policy.classify import GrantKind
+from topodra.policy.api import Assignment, BadRequestError, ContainerRequest, QoSClass, SnapshotError
+from topodra.policy.classify import GrantKind, validate_request
 from topodra.policy.config import PolicyConfig
 from topodra.policy.grants import Grant
 from topodra.policy.pools import Pool
@@ -191,6 +191,10 @@ def decode(snap: dict[str, Any], topology: Topology, pools: Sequence[Pool], rese
         if not isinstance(item, dict):
             raise SnapshotError(f"snapshot: {where}: expected an object")
         req = request_from_json(item.get("request"), f"{where}.request")
+        try:
+            validate_request(req)
+        except BadRequestError as e:
+            raise SnapshotError(f"snapshot: {where}.request: {e}") from None
         where = f"container {req.id}"
         gd = _field(item, "grant", dict, where)
         try:
