@@ -383,8 +383,9 @@ class Policy:
     # ============================================================ internals
     def _classify(self, req: ContainerRequest, *, ignore_claims: bool = False,
                   prefs: Preferences | None = None) -> Need:
-        return classify(req, self._config, has_reserved=bool(self._part.reserved),
-                        has_isolated=bool(self._part.isolated), ignore_claims=ignore_claims, prefs=prefs)
+        part = self._part
+        return classify(req, self._config, has_reserved=part.reserved != 0, has_isolated=part.isolated != 0,
+                        ignore_claims=ignore_claims, prefs=prefs)
 
     def _classify_for_sync(self, req: ContainerRequest) -> tuple[Need, str]:
         """Classify a running container; it already runs, so degrade instead of refusing."""
