@@ -127,9 +127,8 @@ class SysfsTree:
             return None
         try:
             return CPUSet.parse_hexmask(text)
-        except (CPUSetParseError, ValueError) as e:
-            reason = e.reason if isinstance(e, CPUSetParseError) else str(e)
-            raise TopologyError(self.shown(rel), f"expected a hex CPU mask: {reason}", text) from None
+        except CPUSetParseError as e:
+            raise TopologyError(self.shown(rel), f"expected a hex CPU mask: {e.reason}", text) from None
 
     def cpus(self, rel_list: str, rel_mask: str) -> CPUSet | None:
         """A CPU set from the ``*_list`` file, else from the hex mask file."""
