@@ -244,3 +244,12 @@ def test_topology_check_fails_on_an_unexplained_difference(monkeypatch: pytest.M
     r = CliRunner().invoke(app, ["topology-check", "--fixture", "64amd64-4s2n4ca2co", "--no-live"])
     assert r.exit_code == 1
     assert "1 unexplained" in r.output
+
+
+def test_topology_check_shows_progress_per_fixture_when_not_a_terminal() -> None:
+    r = CliRunner().invoke(
+        app, ["topology-check", "--fixture", "64amd64-4s2n4ca2co", "--fixture", "16amd64-8n2c", "--no-live"]
+    )
+    assert r.exit_code == 0, r.output
+    assert "comparing 64amd64-4s2n4ca2co (1/2)" in r.stderr
+    assert "comparing 16amd64-8n2c (2/2)" in r.stderr
