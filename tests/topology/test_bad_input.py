@@ -40,7 +40,8 @@ def put(root: Path, rel: str, content: str | bytes) -> None:
         (f"{CPU}/online", "7-2\n", "runs backwards"),
         (f"{CPU}/present", "0-99999\n", "exceeds"),
         (f"{CPU}/isolated", "one\n", "expected a CPU list"),
-        (f"{CPU}/cpu1/topology/physical_package_id", "zero\n", "expected an integer"),
+        # physical_package_id is read once per package: from its lowest CPU
+        (f"{CPU}/cpu0/topology/physical_package_id", "zero\n", "expected an integer"),
         (f"{CPU}/cpu1/topology/core_id", "1.5\n", "expected an integer"),
         (f"{CPU}/cpu2/topology/core_cpus", "zz,00\n", "expected a hex CPU mask"),
         (f"{CPU}/cpu0/cache/index2/type", "Victim\n", "expected Data, Instruction or Unified"),
@@ -181,7 +182,7 @@ def test_cpu_in_no_node_goes_to_the_lowest_node(tree: Path) -> None:
 
 
 def test_cli_reports_the_file_not_a_traceback(tree: Path) -> None:
-    put(tree, f"{CPU}/cpu1/topology/physical_package_id", "zero\n")
+    put(tree, f"{CPU}/cpu0/topology/physical_package_id", "zero\n")
     r = CliRunner().invoke(app, ["topology", "--root", str(tree)])
     assert r.exit_code == 1
     assert "physical_package_id" in r.output

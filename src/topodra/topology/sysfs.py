@@ -74,7 +74,6 @@ class _CPURaw:
     die_mask: CPUSet | None = None
     cluster_mask: CPUSet | None = None
     caches: list[_CacheRaw] = field(default_factory=list)
-    node_links: list[int] = field(default_factory=list)
     base_freq: int | None = None
     min_freq: int | None = None
     max_freq: int | None = None
@@ -90,26 +89,31 @@ class _Partition:
 
     __slots__ = ("groups", "of")
 
-    def __init__(self, groups: Iterable[CPUSet]) -> None:
-        self.groups = sorted(groups, key=CPUSet.first)
-        self.of: dict[int, int] = {}
-        for i, g in enumerate(self.groups):
-            for c in g:
-                self.of[c] = i
+    def __init__(self, masks: Iterable[int]) -> None:
+        """``masks``: one int bitmask per group, disjoint."""
+        ordered = sorted(masks, key=lambda m: m & -m)
+        self.groups = [CPUSet.from_mask(m) for m in ordered]
+        of: dict[int, int] = {}
+        for i, m in enumerate(ordered):
+            while m:
+                low = m & -m
+                of[low.bit_length() - 1] = i
+                m ^= low
+        self.of = of
 
     def refine(self, other: _Partition) -> _Partition:
         """Split every group along ``other``'s groups (so it nests inside them)."""
+        groups, of = other.groups, other.of
+        if all(g.mask & ~groups[of[g.first()]].mask == 0 for g in self.groups):
+            return self  # already nested: nothing to split
         keyed: dict[tuple[int, int], int] = {}
         for c, g in self.of.items():
-            k = (g, other.of[c])
+            k = (g, of[c])
             keyed[k] = keyed.get(k, 0) | (1 << c)
-        return _Partition(CPUSet.from_mask(m) for m in keyed.values())
-
-    def same_as(self, other: _Partition) -> bool:
-        return self.groups == other.groups
+        return _Partition(keyed.values())
 
 
-def _partition(
+def _group(
     online: CPUSet,
     mask_of: Callable[[int], CPUSet | None],
     key_of: Callable[[int], Hashable | None],
@@ -141,7 +145,7 @@ def _partition(
         claim[c] = want
         claimers[want] = claimers.get(want, 0) | (1 << c)
     if all(members == m for m, members in claimers.items()):
-        return _Partition(CPUSet.from_mask(m) for m in claimers)
+        return _Partition(claimers)
     votes = {m: members.bit_count() for m, members in claimers.items()}
     chosen: dict[int, int] = {}
     for c in online:
@@ -156,7 +160,7 @@ def _partition(
         f"{what} sibling lists disagree between CPUs (first at CPU {first_bad}); "
         "each CPU is grouped where most CPUs report it"
     )
-    return _Partition(CPUSet.from_mask(m) for m in chosen.values())
+    return _Partition(chosen.values())
 
 
 # --- the reader ---------------------------------------------------------------------
@@ -166,6 +170,9 @@ class _Reader:
     def __init__(self, tree: SysfsTree) -> None:
         self.t = tree
         self.warnings: list[str] = []
+        # Groups the one-read-per-group path already knows (by level name or
+        # cache (level, type)), so assembling need not rebuild them per CPU.
+        self.known: dict[Hashable, list[int]] = {}
 
     def warn(self, msg: str) -> None:
         self.warnings.append(msg)
@@ -214,7 +221,10 @@ class _Reader:
         if nohz_text is not None and nohz_text != "(null)":
             nohz = t.cpulist(f"{CPU_DIR}/nohz_full") or _EMPTY
 
-        raw = {c: self.read_cpu(c) for c in online}
+        raw = self.read_grouped(online)
+        if raw is None:  # not a consistent kernel tree: read every CPU and vote
+            self.known = {}
+            raw = {c: self.read_cpu(c) for c in online}
         nodes, distances, node_of = self.read_nodes(online, present, raw)
         core_types, source = classify_core_types(
             CoreTypeInputs(
@@ -240,6 +250,170 @@ class _Reader:
             core_type_source=source,
             source=f"sysfs:{os.fspath(t.root)}",
             warnings=tuple(self.warnings),
+        )
+
+    # --- one read per group -----------------------------------------------------
+    def read_grouped(self, online: CPUSet) -> dict[int, _CPURaw] | None:
+        """Per-CPU facts read once per core, cluster, die, package and cache instance.
+
+        The kernel writes the same sibling mask, ids, cache files and
+        frequencies for every CPU of a group, so the lowest CPU of each group
+        answers for all of them (hwloc reads the same way). Which files exist is
+        learned from the first online CPU. None when the tree is not such a
+        consistent kernel tree (a CPU without a topology folder, a missing mask,
+        a group that overlaps an earlier one, cores with different cache
+        layouts): the caller then reads every CPU and resolves disagreements.
+        """
+        t = self.t
+        cpus = list(online)
+        first = cpus[0]
+        top0 = f"{CPU_DIR}/cpu{first}"
+        entries = set(t.listdir(top0))
+        if "topology" not in entries:
+            return None
+        files = set(t.listdir(f"{top0}/topology"))
+        for c in cpus:
+            if not t.isdir(f"{CPU_DIR}/cpu{c}/topology"):
+                return None
+        raw = {c: _CPURaw(c) for c in cpus}
+        levels = (
+            (("core_cpus", "thread_siblings", "core_cpus_list", "thread_siblings_list"), "core_id", "core"),
+            (("cluster_cpus", "cluster_cpus_list"), "cluster_id", "cluster"),
+            (("die_cpus", "die_cpus_list"), "die_id", "die"),
+            (
+                ("package_cpus", "core_siblings", "package_cpus_list", "core_siblings_list"),
+                "physical_package_id",
+                "package",
+            ),
+        )
+        om = online.mask
+        core_of: dict[int, int] = {}
+        # AMD Bulldozer compute units: the two cores of a unit are listed as
+        # siblings but keep their own core_id; hwloc tells the case apart by
+        # comparing the first two siblings' core_id, and so does topodra.
+        thread_ids: bool | None = None
+        for names, id_name, level in levels:
+            mask_name = next((n for n in names if n in files), None)
+            id_file = id_name if id_name in files else None
+            if mask_name is None:
+                if id_file is not None:
+                    return None  # grouping by ids needs every CPU's id
+                continue
+            covered = 0
+            for c in cpus:
+                if covered >> c & 1:
+                    continue
+                rel = f"{CPU_DIR}/cpu{c}/topology/{mask_name}"
+                mask = t.cpulist(rel) if mask_name.endswith("_list") else t.cpumask(rel)
+                if mask is None or not mask.mask >> c & 1:
+                    return None
+                want = mask.mask & om
+                if want & covered:
+                    return None
+                covered |= want
+                self.known.setdefault(level, []).append(want)
+                ident = t.int(f"{CPU_DIR}/cpu{c}/topology/{id_file}") if id_file else None
+                if level == "core" and id_file and thread_ids is None and want != 1 << c:
+                    second = (want & ~(1 << c) & -(want & ~(1 << c))).bit_length() - 1
+                    thread_ids = t.int(f"{CPU_DIR}/cpu{second}/topology/{id_file}") != ident
+                for m in CPUSet.from_mask(want):
+                    r = raw[m]
+                    if level == "core":
+                        if thread_ids and m != c:
+                            ident = t.int(f"{CPU_DIR}/cpu{m}/topology/{id_file}")
+                        r.core_mask, r.core_id = mask, ident
+                        core_of[m] = want
+                    elif level == "cluster":
+                        r.cluster_mask, r.cluster_id = mask, ident
+                    elif level == "die":
+                        r.die_mask, r.die_id = mask, ident
+                    else:
+                        r.package_mask, r.package_id = mask, ident
+        core_reps = [c for c in cpus if core_of.get(c, 1 << c) & -(core_of.get(c, 1 << c)) == 1 << c]
+        if not self.read_grouped_caches(cpus, om, core_reps, core_of, raw):
+            return None
+        for c in core_reps:
+            self.read_cpu_values(c, entries, raw[c])
+            for m in CPUSet.from_mask(core_of.get(c, 1 << c) & ~(1 << c)):
+                r, src = raw[m], raw[c]
+                r.base_freq, r.min_freq, r.max_freq = src.base_freq, src.min_freq, src.max_freq
+                r.capacity, r.highest_perf = src.capacity, src.highest_perf
+        return raw
+
+    def read_grouped_caches(
+        self,
+        cpus: list[int],
+        om: int,
+        core_reps: list[int],
+        core_of: Mapping[int, int],
+        raw: Mapping[int, _CPURaw],
+    ) -> bool:
+        """Caches read once per instance; False when cores differ in cache layout."""
+        t = self.t
+        layout: set[int] | None = None
+        for c in core_reps:
+            got = set(t.numbered(f"{CPU_DIR}/cpu{c}/cache", "index"))
+            if layout is None:
+                layout = got
+            elif got != layout:
+                return False
+        seen: set[tuple[int, str]] = set()
+        for k in sorted(layout or ()):
+            d0 = f"{CPU_DIR}/cpu{cpus[0]}/cache/index{k}"
+            level = t.int(f"{d0}/level")
+            kind = t.text(f"{d0}/type")
+            if level is None or kind is None:
+                return False
+            if kind not in ("Data", "Instruction", "Unified"):
+                raise TopologyError(t.shown(f"{d0}/type"), "expected Data, Instruction or Unified", kind)
+            covered = 0
+            groups: list[int] = []
+            for c in cpus:
+                if covered >> c & 1:
+                    continue
+                d = f"{CPU_DIR}/cpu{c}/cache/index{k}"
+                shared = t.cpus_mask_first(f"{d}/shared_cpu_map", f"{d}/shared_cpu_list")
+                if shared is None:
+                    return False
+                # empty shared_cpu_map (IA64 L3): private to the core
+                want = ((shared.mask & om) | (1 << c)) if shared else core_of.get(c, 1 << c)
+                if want & covered:
+                    return False
+                covered |= want
+                groups.append(want)
+                cache = _CacheRaw(level, kind, shared, d)
+                for m in CPUSet.from_mask(want):
+                    raw[m].caches.append(cache)
+            # one index per (level, type) on every known machine; if not, the
+            # assembler groups that pair itself
+            if (level, kind) in seen:
+                self.known.pop((level, kind), None)
+            else:
+                seen.add((level, kind))
+                self.known[(level, kind)] = groups
+        return True
+
+    def read_cpu_values(self, c: int, entries: set[str], r: _CPURaw) -> None:
+        """Frequencies, CPPC and capacity of one CPU (informational: garbage is dropped)."""
+        base = f"{CPU_DIR}/cpu{c}"
+        if "cpufreq" in entries:
+            r.base_freq = self.soft_int(f"{base}/cpufreq/base_frequency")
+            r.min_freq = self.soft_int(f"{base}/cpufreq/cpuinfo_min_freq")
+            r.max_freq = self.soft_int(f"{base}/cpufreq/cpuinfo_max_freq")
+        if "acpi_cppc" in entries:
+            r.highest_perf = self.soft_int(f"{base}/acpi_cppc/highest_perf")
+            if r.base_freq is None:
+                nominal = self.soft_int(f"{base}/acpi_cppc/nominal_freq")
+                if nominal:
+                    r.base_freq = nominal * 1000  # MHz -> kHz
+        if "cpu_capacity" in entries:
+            r.capacity = self.soft_int(f"{base}/cpu_capacity")
+
+    def node_links(self, c: int) -> list[int]:
+        """The nodes of the cpuN/nodeM links (read only when the cpumaps leave doubt)."""
+        entries = self.t.listdir(f"{CPU_DIR}/cpu{c}")
+        return sorted(
+            int(e[4:]) for e in entries if e.startswith("node") and e[4:].isdigit() and e[4:].isascii()
         )
 
     def read_cpu(self, c: int) -> _CPURaw:
@@ -272,25 +446,11 @@ class _Reader:
             r.die_mask = mask("die_cpus", "die_cpus_list")
             r.cluster_mask = mask("cluster_cpus", "cluster_cpus_list")
         if "cache" in entries:
-            for idx in sorted(t.numbered(f"{base}/cache", "index").values()):
+            for _, idx in sorted(t.numbered(f"{base}/cache", "index").items()):
                 cache = self.read_cache(f"{base}/cache/{idx}")
                 if cache is not None:
                     r.caches.append(cache)
-        r.node_links = sorted(
-            int(e[4:]) for e in entries if e.startswith("node") and e[4:].isdigit() and e[4:].isascii()
-        )
-        if "cpufreq" in entries:
-            r.base_freq = self.soft_int(f"{base}/cpufreq/base_frequency")
-            r.min_freq = self.soft_int(f"{base}/cpufreq/cpuinfo_min_freq")
-            r.max_freq = self.soft_int(f"{base}/cpufreq/cpuinfo_max_freq")
-        if "acpi_cppc" in entries:
-            r.highest_perf = self.soft_int(f"{base}/acpi_cppc/highest_perf")
-            if r.base_freq is None:
-                nominal = self.soft_int(f"{base}/acpi_cppc/nominal_freq")
-                if nominal:
-                    r.base_freq = nominal * 1000  # MHz -> kHz
-        if "cpu_capacity" in entries:
-            r.capacity = self.soft_int(f"{base}/cpu_capacity")
+        self.read_cpu_values(c, entries, r)
         return r
 
     def read_cache(self, d: str) -> _CacheRaw | None:
@@ -337,28 +497,41 @@ class _Reader:
         isolated: CPUSet,
     ) -> tuple[dict[int, CPUInfo], tuple[CacheInstance, ...]]:
         w = self.warnings
-        pkg = _partition(
+        known = self.known
+
+        def group(
+            cpus: CPUSet,
+            mask_of: Callable[[int], CPUSet | None],
+            key_of: Callable[[int], Hashable | None],
+            what: str,
+            known_as: Hashable,
+        ) -> _Partition:
+            """The groups the per-group read found, else grouped CPU by CPU."""
+            got = known.get(known_as)
+            return _Partition(got) if got is not None else _group(cpus, mask_of, key_of, what, w)
+
+        pkg = group(
             online,
             lambda c: raw[c].package_mask,
             lambda c: raw[c].package_id if (raw[c].package_id or 0) >= 0 else None,
             "package",
-            w,
+            "package",
         )
         if all(raw[c].package_mask is None and raw[c].package_id is None for c in online):
-            pkg = _Partition([online])  # nothing known: one package
-        die = _partition(
+            pkg = _Partition([online.mask])  # nothing known: one package
+        die = group(
             online,
             lambda c: raw[c].die_mask,
             lambda c: (pkg.of[c], raw[c].die_id) if raw[c].die_id is not None else (pkg.of[c],),
             "die",
-            w,
+            "die",
         ).refine(pkg)
-        core = _partition(
+        core = group(
             online,
             lambda c: raw[c].core_mask,
             lambda c: (die.of[c], raw[c].core_id) if raw[c].core_id is not None else None,
             "core",
-            w,
+            "core",
         ).refine(die)
 
         # Caches: one partition per (level, type); ids from sysfs or lowest CPU.
@@ -374,12 +547,12 @@ class _Reader:
             covered = CPUSet(of_cpu)
             # An empty shared_cpu_map (IA64 kernels do this for L3) means the
             # cache is private to the core, as hwloc reads it.
-            part = _partition(
+            part = group(
                 covered,
                 lambda c, m=of_cpu: m[c].shared or core.groups[core.of[c]],  # type: ignore[misc]
                 lambda c: None,
                 f"L{level} {kind.lower()} cache",
-                w,
+                (level, kind),
             )
             cache_parts[(level, kind)] = (part, self.cache_ids(part, of_cpu), of_cpu)
 
@@ -395,12 +568,12 @@ class _Reader:
             cluster_fallback: _Partition = l2_part[0].refine(die)
         else:
             cluster_fallback = core
-        cluster = _partition(
+        cluster = group(
             online,
             lambda c: raw[c].cluster_mask,
             lambda c: (die.of[c], raw[c].cluster_id) if raw[c].cluster_id is not None else None,
             "cluster",
-            w,
+            "cluster",
         ).refine(die)
         if all(raw[c].cluster_mask is None and raw[c].cluster_id is None for c in online):
             cluster = cluster_fallback
@@ -489,10 +662,10 @@ class _Reader:
                 holders_of.setdefault(c, []).append(n)
         for c in online:
             holders = holders_of.get(c, [])
-            links = [n for n in raw[c].node_links if n in node_dirs]
             if len(holders) == 1:
                 node_of[c] = holders[0]
                 continue
+            links = [n for n in self.node_links(c) if n in node_dirs]
             overlap = overlap or len(holders) > 1
             if len(links) == 1:
                 node_of[c] = links[0]
