@@ -23,6 +23,8 @@ _SPACE: Final = " \t\n\r\v\f"
 # The kernel's mask format: comma-separated 32-bit words of 1-8 hex digits,
 # most significant first ("ff,00000001"); no sign, prefix or separator.
 _HEX_MASK: Final = re.compile(r"[0-9a-fA-F]{1,8}(?:,[0-9a-fA-F]{1,8})*")
+# What the kernel prints: every word but the first padded to eight digits.
+_PADDED_HEX_MASK: Final = re.compile(r"[0-9a-fA-F]{1,8}(?:,[0-9a-fA-F]{8})*")
 
 
 class CPUSetParseError(ValueError):
@@ -127,15 +129,14 @@ class CPUSet:
         body = text.strip(_SPACE)
         if not body:
             return _EMPTY
-        if not _HEX_MASK.fullmatch(body):
-            raise CPUSetParseError(text, "not a kernel hex CPU mask (comma-separated 32-bit hex words)")
-        words = body.split(",")
-        if all(len(w) == 8 for w in words[1:]):
-            mask = int(body.replace(",", ""), 16)  # the kernel pads every word but the first
-        else:
+        if _PADDED_HEX_MASK.fullmatch(body):
+            mask = int(body.replace(",", ""), 16)
+        elif _HEX_MASK.fullmatch(body):
             mask = 0
-            for w in words:
+            for w in body.split(","):
                 mask = (mask << 32) | int(w, 16)
+        else:
+            raise CPUSetParseError(text, "not a kernel hex CPU mask (comma-separated 32-bit hex words)")
         if mask >> (MAX_CPU_ID + 1):
             raise CPUSetParseError(text, f"sets a CPU above {MAX_CPU_ID}")
         return cls.from_mask(mask)

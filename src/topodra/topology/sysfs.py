@@ -16,6 +16,7 @@ between files, get a documented fallback and a warning in
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -41,6 +42,7 @@ TIER_DIR = "sys/devices/virtual/memory_tiering"
 DAX_DIR = "sys/bus/dax/devices"
 CXL_DIR = "sys/bus/cxl/devices"
 _EMPTY = CPUSet()
+_DISTANCES = re.compile(r"(?:[0-9]+\s*)*")  # "10 21 21 10"
 
 
 def read_topology(root: str | os.PathLike[str] = "/") -> Topology:
@@ -737,7 +739,7 @@ class _Reader:
             if text is None:
                 continue
             fields = text.split()
-            if not all(f.isdigit() and f.isascii() for f in fields):
+            if not _DISTANCES.fullmatch(text):
                 raise TopologyError(t.shown(rel), "expected distances (integers)", text)
             if len(fields) != len(order):
                 self.warn(
