@@ -94,13 +94,27 @@ def test_informational_garbage_is_dropped_with_a_warning(tree: Path) -> None:
     assert any("index3/size" in w for w in t.warnings)
 
 
-def test_distance_rows_of_the_wrong_length_are_ignored(tree: Path) -> None:
+def test_a_short_distance_row_drops_the_whole_matrix(tree: Path) -> None:
+    # hwloc's rule (hwloc_parse_nodes_distances): every row or none
+    put(tree, f"{NODE}/node0/distance", "10\n")
+    t = read_topology(tree)
+    assert t.distances == {}
+    assert t.distance(0, 1) == 20  # the model's default for unknown pairs
+    assert any("has 1 distances for 2 online nodes; no NUMA distances are used" in w for w in t.warnings)
+
+
+def test_extra_distance_values_are_ignored(tree: Path) -> None:
+    before = read_topology(tree).distances
     put(tree, f"{NODE}/node0/distance", "10 12 14\n")
     t = read_topology(tree)
-    assert (0, 1) not in t.distances
-    assert t.distances[(1, 0)] == 12
-    assert t.distance(0, 1) == 20  # the model's default for unknown pairs
-    assert any("has 3 distances for 2 online nodes" in w for w in t.warnings)
+    assert t.distances == {**before, (0, 0): 10, (0, 1): 12}
+
+
+def test_a_missing_distance_file_drops_the_whole_matrix(tree: Path) -> None:
+    os.remove(tree / NODE / "node1" / "distance")
+    t = read_topology(tree)
+    assert t.distances == {}
+    assert any("node1/distance is missing" in w for w in t.warnings)
 
 
 def test_missing_meminfo_is_zero_memory(tree: Path) -> None:
@@ -178,7 +192,7 @@ def test_cpu_in_no_node_goes_to_the_lowest_node(tree: Path) -> None:
             link.unlink()
     t = read_topology(tree)
     assert t.cpus_of_node(0) == t.online - t.cpus_of_node(1)
-    assert any("is in no NUMA node's cpulist" in w for w in t.warnings)
+    assert any("is in no NUMA node's cpumap and has no cpu0/nodeN link" in w for w in t.warnings)
 
 
 def test_cli_reports_the_file_not_a_traceback(tree: Path) -> None:

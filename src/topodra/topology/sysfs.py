@@ -41,6 +41,7 @@ NODE_DIR = "sys/devices/system/node"
 TIER_DIR = "sys/devices/virtual/memory_tiering"
 DAX_DIR = "sys/bus/dax/devices"
 CXL_DIR = "sys/bus/cxl/devices"
+NVIDIA_DIR = "proc/driver/nvidia/gpus"
 _EMPTY = CPUSet()
 _DISTANCES = re.compile(r"(?:[0-9]+\s*)*")  # "10 21 21 10"
 
@@ -227,12 +228,14 @@ class _Reader:
         if raw is None:  # not a consistent kernel tree: read every CPU and vote
             self.known = {}
             raw = {c: self.read_cpu(c) for c in online}
+        self.drop_lone_masks(online, raw)
         nodes, distances, node_of = self.read_nodes(online, present, raw)
         core_types, source = classify_core_types(
             CoreTypeInputs(
                 online=online,
                 pmu_core=t.cpulist("sys/devices/cpu_core/cpus"),
                 pmu_atom=t.cpulist("sys/devices/cpu_atom/cpus"),
+                pmu_lowpower=t.cpulist("sys/devices/cpu_lowpower/cpus"),
                 capacity=_complete({c: r.capacity for c, r in raw.items()}),
                 cppc_highest_perf=_complete({c: r.highest_perf for c, r in raw.items()}),
                 max_freq_khz=_complete({c: r.max_freq for c, r in raw.items()}),
@@ -411,6 +414,28 @@ class _Reader:
         if "cpu_capacity" in entries:
             r.capacity = self.soft_int(f"{base}/cpu_capacity")
 
+    def drop_lone_masks(self, online: CPUSet, raw: Mapping[int, _CPURaw]) -> None:
+        """Die and cluster masks that hold only their own CPU say nothing.
+
+        Kernels print them for architectures without dies or clusters (the
+        generic ``topology_die_cpumask`` and ``topology_cluster_cpumask`` are
+        the CPU alone); hwloc ignores a die or cluster of one PU, and so does
+        topodra: such a CPU is grouped by its id, else as if the files were absent
+        (taken literally, they would split every SMT core into threads).
+        """
+        om = online.mask
+        lone_die = lone_cluster = False
+        for c, r in raw.items():
+            bit = 1 << c
+            if r.die_mask is not None and r.die_mask.mask & om | bit == bit:
+                r.die_mask, lone_die = None, True
+            if r.cluster_mask is not None and r.cluster_mask.mask & om | bit == bit:
+                r.cluster_mask, lone_cluster = None, True
+        if lone_die:
+            self.known.pop("die", None)
+        if lone_cluster:
+            self.known.pop("cluster", None)
+
     def node_links(self, c: int) -> list[int]:
         """The nodes of the cpuN/nodeM links (read only when the cpumaps leave doubt)."""
         entries = self.t.listdir(f"{CPU_DIR}/cpu{c}")
@@ -515,11 +540,11 @@ class _Reader:
         pkg = group(
             online,
             lambda c: raw[c].package_mask,
-            lambda c: raw[c].package_id if (raw[c].package_id or 0) >= 0 else None,
+            lambda c: _valid(raw[c].package_id),
             "package",
             "package",
         )
-        if all(raw[c].package_mask is None and raw[c].package_id is None for c in online):
+        if all(raw[c].package_mask is None and _valid(raw[c].package_id) is None for c in online):
             pkg = _Partition([online.mask])  # nothing known: one package
         die = group(
             online,
@@ -573,11 +598,11 @@ class _Reader:
         cluster = group(
             online,
             lambda c: raw[c].cluster_mask,
-            lambda c: (die.of[c], raw[c].cluster_id) if raw[c].cluster_id is not None else None,
+            lambda c: (die.of[c], raw[c].cluster_id) if _valid(raw[c].cluster_id) is not None else None,
             "cluster",
             "cluster",
         ).refine(die)
-        if all(raw[c].cluster_mask is None and raw[c].cluster_id is None for c in online):
+        if all(raw[c].cluster_mask is None and _valid(raw[c].cluster_id) is None for c in online):
             cluster = cluster_fallback
         core = core.refine(cluster)
 
@@ -647,9 +672,12 @@ class _Reader:
                 {(0, 0): 10},
                 dict.fromkeys(online, 0),
             )
+        online_nodes = t.cpulist(f"{NODE_DIR}/online")  # node lists share the CPU list format
+        node_ids = self.online_node_ids(node_dirs, online_nodes)
+        node_set = set(node_ids)
         listed: dict[int, CPUSet] = {}
         memory: dict[int, int] = {}
-        for n in sorted(node_dirs):
+        for n in node_ids:
             d = f"{NODE_DIR}/node{n}"
             got = t.cpus_mask_first(f"{d}/cpumap", f"{d}/cpulist")
             listed[n] = got if got is not None else _EMPTY
@@ -659,7 +687,7 @@ class _Reader:
         node_of: dict[int, int] = {}
         overlap = False
         holders_of: dict[int, list[int]] = {}
-        for n in sorted(listed):
+        for n in node_ids:
             for c in listed[n] & online:
                 holders_of.setdefault(c, []).append(n)
         for c in online:
@@ -667,35 +695,64 @@ class _Reader:
             if len(holders) == 1:
                 node_of[c] = holders[0]
                 continue
-            links = [n for n in self.node_links(c) if n in node_dirs]
+            linked = self.node_links(c)
+            links = [n for n in linked if n in node_set]
             overlap = overlap or len(holders) > 1
             if len(links) == 1:
                 node_of[c] = links[0]
             elif holders:
                 node_of[c] = holders[0]
             else:
-                node_of[c] = min(node_dirs)
-                self.warn(
-                    f"CPU {c} is in no NUMA node's cpulist and has no node link; put on node {node_of[c]}"
-                )
+                node_of[c] = node_ids[0]
+                gone = [n for n in linked if n not in node_set]
+                if gone:
+                    self.warn(
+                        f"CPU {c} belongs to NUMA node {gone[0]} (link cpu{c}/node{gone[0]}), which is "
+                        f"offline; put on node {node_of[c]}"
+                    )
+                else:
+                    self.warn(
+                        f"CPU {c} is in no NUMA node's cpumap and has no cpu{c}/nodeN link; "
+                        f"put on node {node_of[c]}"
+                    )
         if overlap:
             self.warn(
                 "several NUMA nodes list the same CPUs (buggy firmware); such a CPU is on the node "
                 "of its cpuN/nodeM link, else on the lowest node listing it"
             )
-        on_node: dict[int, int] = dict.fromkeys(node_dirs, 0)
+        on_node: dict[int, int] = dict.fromkeys(node_ids, 0)
         for c, n in node_of.items():
             on_node[n] |= 1 << c
         claimed = CPUSet.from_mask(sum(1 << c for c in node_of))
         offline = present - online
-        cpu_sets = {n: CPUSet.from_mask(on_node[n]) | ((listed[n] & offline) - claimed) for n in node_dirs}
-        distances = self.read_distances(sorted(node_dirs))
-        kinds = self.memory_kinds(sorted(node_dirs), cpu_sets, memory, online)
+        cpu_sets = {n: CPUSet.from_mask(on_node[n]) | ((listed[n] & offline) - claimed) for n in node_ids}
+        order = list(online_nodes) if online_nodes is not None else node_ids
+        distances = self.read_distances(node_ids, order)
+        kinds = self.memory_kinds(node_ids, cpu_sets, memory, online)
         nodes: dict[int, NUMANode] = {}
-        for n in sorted(node_dirs):
+        for n in node_ids:
             kind, reason, tier = kinds[n]
             nodes[n] = NUMANode(n, cpu_sets[n], memory[n], kind, tier, reason)
         return nodes, distances, node_of
+
+    def online_node_ids(self, node_dirs: Mapping[int, str], online_nodes: CPUSet | None) -> list[int]:
+        """The nodes to model: those in ``node/online`` (as hwloc reads them) that have a folder."""
+        if online_nodes is None:
+            return sorted(node_dirs)
+        ids = [n for n in online_nodes if n in node_dirs]
+        shown = self.t.shown(f"{NODE_DIR}/online")
+        missing = [n for n in online_nodes if n not in node_dirs]
+        if missing:
+            self.warn(f"{shown} lists nodes {CPUSet(missing)} without a nodeN folder; they are left out")
+        offline = sorted(set(node_dirs) - set(online_nodes))
+        if not ids:
+            self.warn(f"{shown} lists no node with a folder; every nodeN folder is used")
+            return sorted(node_dirs)
+        if offline:
+            self.warn(
+                f"NUMA nodes {CPUSet(offline)} have a folder but are not in {shown} (offline); left out"
+            )
+        return ids
 
     def node_memtotal(self, n: int) -> int:
         rel = f"{NODE_DIR}/node{n}/meminfo"
@@ -726,27 +783,31 @@ class _Reader:
                 return int(parts[1]) * 1024
         raise TopologyError(self.t.shown(rel), "has no 'MemTotal: X kB' line", text[:80])
 
-    def read_distances(self, node_ids: list[int]) -> dict[tuple[int, int], int]:
-        """SLIT rows; each row is in the order of the online nodes."""
+    def read_distances(self, node_ids: list[int], order: list[int]) -> dict[tuple[int, int], int]:
+        """SLIT rows, each in the order of ``node/online``; all rows or none.
+
+        As hwloc does, a missing or short row drops the whole matrix (a partial
+        one would mix measured and made-up distances); extra values are ignored.
+        """
         t = self.t
-        order_set = t.cpulist(f"{NODE_DIR}/online")  # node lists share the CPU list format
-        order = list(order_set) if order_set is not None else node_ids
         out: dict[tuple[int, int], int] = {}
         wanted = set(node_ids)
         for n in node_ids:
             rel = f"{NODE_DIR}/node{n}/distance"
             text = t.text(rel)
             if text is None:
-                continue
-            fields = text.split()
+                self.warn(f"{t.shown(rel)} is missing; no NUMA distances are used")
+                return {}
             if not _DISTANCES.fullmatch(text):
                 raise TopologyError(t.shown(rel), "expected distances (integers)", text)
-            if len(fields) != len(order):
+            fields = text.split()
+            if len(fields) < len(order):
                 self.warn(
-                    f"{t.shown(rel)} has {len(fields)} distances for {len(order)} online nodes; ignored"
+                    f"{t.shown(rel)} has {len(fields)} distances for {len(order)} online nodes; "
+                    "no NUMA distances are used"
                 )
-                continue
-            for m, v in zip(order, fields, strict=True):
+                return {}
+            for m, v in zip(order, fields, strict=False):
                 if m in wanted:
                     out[(n, m)] = int(v)
         return out
@@ -776,13 +837,18 @@ class _Reader:
             if kind is not None:
                 dax.setdefault(target, (kind, f"DAX device {name} on {_dax_bus(kind)} (kmem)"))
         cxl_present = bool(t.listdir(CXL_DIR))
+        gpus = self.gpu_memory_nodes()
         facts = []
         for n in node_ids:
             d = f"{NODE_DIR}/node{n}"
             bw = lat = None
-            if t.isdir(f"{d}/access0/initiators"):
-                bw = self.soft_int(f"{d}/access0/initiators/read_bandwidth")
-                lat = self.soft_int(f"{d}/access0/initiators/read_latency")
+            # access1 ranks CPU initiators only; access0 may rank a generic
+            # initiator (an accelerator) first. hwloc reads access1, else access0.
+            for access in ("access1", "access0"):
+                if t.isdir(f"{d}/{access}/initiators"):
+                    bw = self.soft_int(f"{d}/{access}/initiators/read_bandwidth") or None
+                    lat = self.soft_int(f"{d}/{access}/initiators/read_latency") or None
+                    break
             dk = dax.get(n)
             facts.append(
                 NodeMemoryFacts(
@@ -795,13 +861,39 @@ class _Reader:
                     read_bandwidth=bw,
                     read_latency=lat,
                     memory_side_cache=t.isdir(f"{d}/memory_side_cache"),
+                    gpu=gpus.get(n, ""),
                 )
             )
         got = classify_memory(facts, cxl_present)
         return {n: (got[n][0], got[n][1], tiers.get(n)) for n in node_ids}
 
+    def gpu_memory_nodes(self) -> dict[int, str]:
+        """NUMA nodes that hold NVIDIA GPU memory, with the GPU's PCI address.
+
+        The driver's ``proc/driver/nvidia/gpus/<bus>/numa_status`` says
+        ``Node: N`` (POWER9 and Grace systems); hwloc reads the same file.
+        """
+        out: dict[int, str] = {}
+        for bus in sorted(self.t.listdir(NVIDIA_DIR)):
+            rel = f"{NVIDIA_DIR}/{bus}/numa_status"
+            text = self.t.text(rel)
+            for line in (text or "").splitlines():
+                key, _, value = line.partition(":")
+                if key.strip() == "Node":
+                    if value.strip().isdigit() and value.strip().isascii():
+                        out.setdefault(int(value), bus)
+                    else:
+                        self.warn(f"ignored: {self.t.shown(rel)}: not a node number ({line!r})")
+                    break
+        return out
+
 
 # --- helpers ------------------------------------------------------------------------
+
+
+def _valid(ident: int | None) -> int | None:
+    """A sysfs id, or None for the kernel's "no such level" value -1."""
+    return ident if ident is not None and ident >= 0 else None
 
 
 def _complete(values: Mapping[int, int | None]) -> dict[int, int] | None:
