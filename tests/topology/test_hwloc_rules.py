@@ -137,3 +137,28 @@ def test_memory_only_node_without_evidence_is_dram_whatever_its_size(fast_tmp: P
     got = read_topology(root)
     assert {got.nodes[n].kind for n in got.memory_only_nodes()} == {MemoryKind.DRAM}
     assert os.path.isdir(root / NODE)
+
+
+def test_a_cache_without_type_is_unified(fast_tmp: Path) -> None:
+    t = synthetic_topology("1s1d1n1l2c2t")
+    root = write_sysfs(t, fast_tmp / "root")
+    for c in t.cpus:
+        os.remove(root / CPU / f"cpu{c}/cache/index3/type")  # the L3
+    got = read_topology(root)
+    assert [(k.level, k.kind) for k in got.caches if k.level == 3] == [(3, "Unified")]
+    assert got.cpu(0).l3 is not None
+
+
+def test_fake_numa_ignores_hmat(fast_tmp: Path) -> None:
+    t = synthetic_topology("1s1d1n1l2c2t")
+    root = write_sysfs(t, fast_tmp / "root")
+    put(root, f"{NODE}/node1/cpumap", "0")
+    put(root, f"{NODE}/node1/meminfo", "Node 1 MemTotal:       67108864 kB")
+    put(root, f"{NODE}/online", "0-1")
+    put(root, f"{NODE}/node0/distance", "10 20")
+    put(root, f"{NODE}/node1/distance", "20 10")
+    for node, bw in ((0, 100_000), (1, 400_000)):
+        put(root, f"{NODE}/node{node}/access1/initiators/read_bandwidth", str(bw))
+    assert read_topology(root).nodes[1].kind is MemoryKind.HBM
+    put(root, "proc/cmdline", "BOOT_IMAGE=/vmlinuz numa=fake=2 quiet")
+    assert read_topology(root).nodes[1].kind is MemoryKind.DRAM

@@ -366,8 +366,8 @@ class _Reader:
         for k in sorted(layout or ()):
             d0 = f"{CPU_DIR}/cpu{cpus[0]}/cache/index{k}"
             level = t.int(f"{d0}/level")
-            kind = t.text(f"{d0}/type")
-            if level is None or kind is None:
+            kind = t.text(f"{d0}/type") or "Unified"  # hwloc's default when type is missing
+            if level is None:
                 return False
             if kind not in ("Data", "Instruction", "Unified"):
                 raise TopologyError(t.shown(f"{d0}/type"), "expected Data, Instruction or Unified", kind)
@@ -483,10 +483,10 @@ class _Reader:
     def read_cache(self, d: str) -> _CacheRaw | None:
         t = self.t
         level = t.int(f"{d}/level")
-        kind = t.text(f"{d}/type")
+        kind = t.text(f"{d}/type") or "Unified"  # hwloc's default when type is missing
         shared = t.cpus_mask_first(f"{d}/shared_cpu_map", f"{d}/shared_cpu_list")
-        if level is None or kind is None or shared is None:
-            self.warn(f"{t.shown(d)}: incomplete (level, type or shared_cpu_list missing); ignored")
+        if level is None or shared is None:
+            self.warn(f"{t.shown(d)}: incomplete (level or shared_cpu_map missing); ignored")
             return None
         if kind not in ("Data", "Instruction", "Unified"):
             raise TopologyError(t.shown(f"{d}/type"), "expected Data, Instruction or Unified", kind)
@@ -838,13 +838,16 @@ class _Reader:
                 dax.setdefault(target, (kind, f"DAX device {name} on {_dax_bus(kind)} (kmem)"))
         cxl_present = bool(t.listdir(CXL_DIR))
         gpus = self.gpu_memory_nodes()
+        # Fake NUMA (numa=fake=) splits nodes without updating HMAT, so hwloc
+        # ignores HMAT then; so does topodra.
+        fake_numa = "numa=fake=" in (t.text("proc/cmdline") or "")
         facts = []
         for n in node_ids:
             d = f"{NODE_DIR}/node{n}"
             bw = lat = None
             # access1 ranks CPU initiators only; access0 may rank a generic
             # initiator (an accelerator) first. hwloc reads access1, else access0.
-            for access in ("access1", "access0"):
+            for access in () if fake_numa else ("access1", "access0"):
                 if t.isdir(f"{d}/{access}/initiators"):
                     bw = self.soft_int(f"{d}/{access}/initiators/read_bandwidth") or None
                     lat = self.soft_int(f"{d}/{access}/initiators/read_latency") or None
