@@ -319,7 +319,7 @@ class _Reader:
                 self.known.setdefault(level, []).append(want)
                 ident = t.int(f"{CPU_DIR}/cpu{c}/topology/{id_file}") if id_file else None
                 if level == "core" and id_file and thread_ids is None and want != 1 << c:
-                    second = (want & ~(1 << c) & -(want & ~(1 << c))).bit_length() - 1
+                    second = _lowest_bit(want & ~(1 << c)).bit_length() - 1
                     thread_ids = t.int(f"{CPU_DIR}/cpu{second}/topology/{id_file}") != ident
                 for m in CPUSet.from_mask(want):
                     r = raw[m]
@@ -334,7 +334,8 @@ class _Reader:
                         r.die_mask, r.die_id = mask, ident
                     else:
                         r.package_mask, r.package_id = mask, ident
-        core_reps = [c for c in cpus if core_of.get(c, 1 << c) & -(core_of.get(c, 1 << c)) == 1 << c]
+        # the lowest CPU of each core (every CPU when there are no core masks)
+        core_reps = [c for c in cpus if _lowest_bit(core_of.get(c, 1 << c)) == 1 << c]
         if not self.read_grouped_caches(cpus, om, core_reps, core_of, raw):
             return None
         for c in core_reps:
@@ -892,6 +893,10 @@ class _Reader:
 
 
 # --- helpers ------------------------------------------------------------------------
+
+
+def _lowest_bit(mask: int) -> int:
+    return mask & -mask
 
 
 def _valid(ident: int | None) -> int | None:
