@@ -14,6 +14,7 @@ from pathlib import Path
 from topodra.cpuset import CPUSet
 from topodra.testing.sysfs_writer import TreeStyle, format_hexmask, write_sysfs
 from topodra.topology import MemoryKind, read_topology, synthetic_topology
+from topodra.topology.serialize import topology_from_dict, topology_to_dict
 
 CPU = "sys/devices/system/cpu"
 NODE = "sys/devices/system/node"
@@ -44,6 +45,9 @@ def test_lone_die_and_cluster_masks_do_not_split_smt_cores(fast_tmp: Path) -> No
     assert {got.cpus_of_cluster(i.cluster) for i in got.cpus.values()} == {
         k.cpus for k in got.caches if k.level == 2
     }
+    # die_id -1 is "no die", and the snapshot form takes it back
+    assert {i.die_id for i in got.cpus.values()} == {0}
+    assert topology_from_dict(topology_to_dict(got)) == got
 
 
 def test_lone_cluster_masks_with_real_ids_group_by_id(fast_tmp: Path) -> None:

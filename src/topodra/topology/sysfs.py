@@ -615,7 +615,7 @@ class _Reader:
                 id=c,
                 package=pkg_ids[pkg.of[c]],
                 die=die.of[c],
-                die_id=r.die_id if r.die_id is not None else 0,
+                die_id=_valid(r.die_id) or 0,  # -1: the architecture has no dies
                 cluster=cluster.of[c],
                 cluster_id=r.cluster_id if r.cluster_id is not None else -1,
                 core=core.of[c],
