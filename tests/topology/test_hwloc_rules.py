@@ -66,8 +66,11 @@ def test_package_id_minus_one_without_masks_is_one_package(fast_tmp: Path) -> No
     root = write_sysfs(t, fast_tmp / "root", TreeStyle(sibling_masks=False, die_cluster_files=False))
     for c in t.cpus:
         put(root, f"{CPU}/cpu{c}/topology/physical_package_id", "-1")
+        put(root, f"{CPU}/cpu{c}/topology/core_id", "-1")
     got = read_topology(root)
     assert got.cpus_of_package(got.cpu(0).package) == got.online
+    assert all(got.siblings(c) == CPUSet([c]) for c in got.cpus)  # -1 is no core id, not one big core
+    assert topology_from_dict(topology_to_dict(got)) == got
 
 
 def test_cpu_of_an_offline_node_is_named_as_such(fast_tmp: Path) -> None:

@@ -557,7 +557,7 @@ class _Reader:
         core = group(
             online,
             lambda c: raw[c].core_mask,
-            lambda c: (die.of[c], raw[c].core_id) if raw[c].core_id is not None else None,
+            lambda c: (die.of[c], raw[c].core_id) if _valid(raw[c].core_id) is not None else None,
             "core",
             "core",
         ).refine(die)
@@ -619,7 +619,7 @@ class _Reader:
                 cluster=cluster.of[c],
                 cluster_id=r.cluster_id if r.cluster_id is not None else -1,
                 core=core.of[c],
-                core_id=r.core_id if r.core_id is not None else core.of[c],
+                core_id=_or(_valid(r.core_id), core.of[c]),
                 siblings=core.groups[core.of[c]],
                 node=node_of[c],
                 l1d=cache_of(c, 1, "Data", "Unified"),
@@ -893,6 +893,10 @@ class _Reader:
 
 
 # --- helpers ------------------------------------------------------------------------
+
+
+def _or(value: int | None, default: int) -> int:
+    return default if value is None else value
 
 
 def _lowest_bit(mask: int) -> int:
