@@ -37,7 +37,8 @@ def test_parse_and_format(text: str, cpus: list[int], canonical: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["a", "1-", "-1", "3-1", "1,,2", ",1", "1,", "0x3", "1 2", "1-2:3", "1:1/2", "0-3:0/2", "9999", "-"]
+    "text",
+    ["a", "1-", "-1", "3-1", "1,,2", ",1", "1,", "0x3", "1 2", "1-2:3", "1:1/2", "0-3:0/2", "9999", "-"],
 )
 def test_parse_rejects_with_quoted_text(text: str) -> None:
     with pytest.raises(CPUSetParseError) as err:
@@ -124,3 +125,103 @@ def test_parse_never_crashes(text: str) -> None:
         assert repr(text) in str(err)
     else:
         assert CPUSet.parse(s.format()) == s
+
+
+# --- strict parsing: only the kernel's formats (issue 13 item 8) ------------------
+
+_HEX_WORD = st.text(alphabet="0123456789abcdefABCDEF", min_size=1, max_size=8)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "-B6631",
+        "-1",
+        "+f",
+        "0x3",
+        "0X3",
+        "f_f",
+        "1 f",
+        "f,,0",
+        ",f",
+        "f,",
+        "123456789",
+        "\uff11",
+        "\u0661",
+        "f\u2000",
+        "1" + ",00000000" * 256,
+    ],
+)
+def test_hexmask_rejects_what_the_kernel_never_writes(text: str) -> None:
+    with pytest.raises(CPUSetParseError) as err:
+        CPUSet.parse_hexmask(text)
+    assert repr(text) in str(err.value)
+
+
+def test_hexmask_words_are_32_bits_even_when_not_padded() -> None:
+    assert CPUSet.parse_hexmask("1,0") == CPUSet([32])
+    assert CPUSet.parse_hexmask("1,00000000") == CPUSet([32])
+    assert CPUSet.parse_hexmask(" 3\n") == CPUSet([0, 1])
+    assert CPUSet.parse_hexmask("") == CPUSet()
+    assert CPUSet.parse_hexmask("80000000," + "00000000," * 254 + "00000000") == CPUSet([MAX_CPU_ID])
+
+
+@pytest.mark.parametrize(
+    "text", ["+1", "1_0", "\u0661", "1 ,2", "1, 2", "0-3:1/+2", "\u20001", "1\u00a0", "0-\uff13"]
+)
+def test_list_rejects_what_int_would_accept(text: str) -> None:
+    with pytest.raises(CPUSetParseError):
+        CPUSet.parse(text)
+
+
+@given(st.lists(_HEX_WORD, min_size=1, max_size=6))
+def test_hexmask_reads_each_word_as_32_bits(words: list[str]) -> None:
+    expected = 0
+    for w in words:
+        expected = (expected << 32) | int(w, 16)
+    if expected >> (MAX_CPU_ID + 1):
+        return
+    assert CPUSet.parse_hexmask(",".join(words)).mask == expected
+
+
+@given(big_ids)
+def test_hexmask_roundtrips_the_kernel_format(cpus: frozenset[int]) -> None:
+    s = CPUSet(cpus)
+    words = [(s.mask >> (32 * i)) & 0xFFFFFFFF for i in range(max(1, (s.mask.bit_length() + 31) // 32))]
+    text = ",".join(f"{w:08x}" for w in reversed(words))
+    assert CPUSet.parse_hexmask(text + "\n") == s
+
+
+def _check_hexmask(text: str) -> None:
+    """parse_hexmask raises only CPUSetParseError and accepts only the kernel grammar."""
+    try:
+        s = CPUSet.parse_hexmask(text)
+    except CPUSetParseError as err:
+        assert repr(text) in str(err)
+    else:
+        body = text.strip(" \t\n\r\v\f")
+        assert body == "" or all(
+            0 < len(w) <= 8 and all(ch in "0123456789abcdefABCDEF" for ch in w) for w in body.split(",")
+        )
+        assert not s or s.last() <= MAX_CPU_ID
+
+
+@given(st.text(max_size=24))
+def test_hexmask_never_raises_anything_but_the_documented_error(text: str) -> None:
+    _check_hexmask(text)
+
+
+@given(st.text(alphabet="0123456789abcdefBx,-+_ \n\uff11", max_size=30))
+def test_hexmask_fuzz_on_near_miss_alphabet(text: str) -> None:
+    _check_hexmask(text)
+
+
+@given(st.text(alphabet="0123456789-,:/ +_\n\u0661\uff11", max_size=24))
+def test_list_parse_accepts_only_ascii_kernel_grammar(text: str) -> None:
+    try:
+        s = CPUSet.parse(text)
+    except CPUSetParseError:
+        return
+    body = text.strip(" \t\n\r\v\f")
+    assert all(ch in "0123456789-,:/" for ch in body)
+    assert CPUSet.parse(s.format()) == s

@@ -9,6 +9,7 @@ algebra is a handful of machine-word operations even for sparse ids like 4095.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from typing import Final
 
@@ -16,6 +17,14 @@ __all__ = ["CPUSet", "CPUSetParseError", "MAX_CPU_ID"]
 
 #: Largest CPU id accepted by the parser (the kernel's NR_CPUS is at most 8192).
 MAX_CPU_ID: Final = 8191
+
+# The kernel trims only ASCII whitespace (a trailing newline) around a value.
+_SPACE: Final = " \t\n\r\v\f"
+# The kernel's mask format: comma-separated 32-bit words of 1-8 hex digits,
+# most significant first ("ff,00000001"); no sign, prefix or separator.
+_HEX_MASK: Final = re.compile(r"[0-9a-fA-F]{1,8}(?:,[0-9a-fA-F]{1,8})*")
+# What the kernel prints: every word but the first padded to eight digits.
+_PADDED_HEX_MASK: Final = re.compile(r"[0-9a-fA-F]{1,8}(?:,[0-9a-fA-F]{8})*")
 
 
 class CPUSetParseError(ValueError):
@@ -73,7 +82,7 @@ class CPUSet:
         from A to B), comma separated. The empty string is the empty set.
         """
         whole = text
-        body = text.strip()
+        body = text.strip(_SPACE)
         if not body:
             return _EMPTY
         mask = 0
@@ -110,14 +119,26 @@ class CPUSet:
 
     @classmethod
     def parse_hexmask(cls, text: str) -> CPUSet:
-        """Parse the kernel's hex mask format ("ff,00000001"), as in cpumap files."""
-        body = text.strip().replace(",", "")
+        """Parse the kernel's hex mask format ("ff,00000001"), as in cpumap files.
+
+        Only the kernel's format: comma-separated 32-bit words of one to eight
+        hex digits, most significant first, with surrounding ASCII whitespace.
+        Signs, ``0x``, ``_`` and spaces inside raise :class:`CPUSetParseError`,
+        as does a bit above :data:`MAX_CPU_ID`. The empty string is the empty set.
+        """
+        body = text.strip(_SPACE)
         if not body:
             return _EMPTY
-        try:
-            mask = int(body, 16)
-        except ValueError:
-            raise CPUSetParseError(text, "not a hexadecimal CPU mask") from None
+        if _PADDED_HEX_MASK.fullmatch(body):
+            mask = int(body.replace(",", ""), 16)
+        elif _HEX_MASK.fullmatch(body):
+            mask = 0
+            for w in body.split(","):
+                mask = (mask << 32) | int(w, 16)
+        else:
+            raise CPUSetParseError(text, "not a kernel hex CPU mask (comma-separated 32-bit hex words)")
+        if mask >> (MAX_CPU_ID + 1):
+            raise CPUSetParseError(text, f"sets a CPU above {MAX_CPU_ID}")
         return cls.from_mask(mask)
 
     # formatting ---------------------------------------------------------

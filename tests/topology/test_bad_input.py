@@ -40,7 +40,8 @@ def put(root: Path, rel: str, content: str | bytes) -> None:
         (f"{CPU}/online", "7-2\n", "runs backwards"),
         (f"{CPU}/present", "0-99999\n", "exceeds"),
         (f"{CPU}/isolated", "one\n", "expected a CPU list"),
-        (f"{CPU}/cpu1/topology/physical_package_id", "zero\n", "expected an integer"),
+        # physical_package_id is read once per package: from its lowest CPU
+        (f"{CPU}/cpu0/topology/physical_package_id", "zero\n", "expected an integer"),
         (f"{CPU}/cpu1/topology/core_id", "1.5\n", "expected an integer"),
         (f"{CPU}/cpu2/topology/core_cpus", "zz,00\n", "expected a hex CPU mask"),
         (f"{CPU}/cpu0/cache/index2/type", "Victim\n", "expected Data, Instruction or Unified"),
@@ -93,13 +94,27 @@ def test_informational_garbage_is_dropped_with_a_warning(tree: Path) -> None:
     assert any("index3/size" in w for w in t.warnings)
 
 
-def test_distance_rows_of_the_wrong_length_are_ignored(tree: Path) -> None:
+def test_a_short_distance_row_drops_the_whole_matrix(tree: Path) -> None:
+    # hwloc's rule (hwloc_parse_nodes_distances): every row or none
+    put(tree, f"{NODE}/node0/distance", "10\n")
+    t = read_topology(tree)
+    assert t.distances == {}
+    assert t.distance(0, 1) == 20  # the model's default for unknown pairs
+    assert any("has 1 distances for 2 online nodes; no NUMA distances are used" in w for w in t.warnings)
+
+
+def test_extra_distance_values_are_ignored(tree: Path) -> None:
+    before = read_topology(tree).distances
     put(tree, f"{NODE}/node0/distance", "10 12 14\n")
     t = read_topology(tree)
-    assert (0, 1) not in t.distances
-    assert t.distances[(1, 0)] == 12
-    assert t.distance(0, 1) == 20  # the model's default for unknown pairs
-    assert any("has 3 distances for 2 online nodes" in w for w in t.warnings)
+    assert t.distances == {**before, (0, 0): 10, (0, 1): 12}
+
+
+def test_a_missing_distance_file_drops_the_whole_matrix(tree: Path) -> None:
+    os.remove(tree / NODE / "node1" / "distance")
+    t = read_topology(tree)
+    assert t.distances == {}
+    assert any("node1/distance is missing" in w for w in t.warnings)
 
 
 def test_missing_meminfo_is_zero_memory(tree: Path) -> None:
@@ -177,11 +192,11 @@ def test_cpu_in_no_node_goes_to_the_lowest_node(tree: Path) -> None:
             link.unlink()
     t = read_topology(tree)
     assert t.cpus_of_node(0) == t.online - t.cpus_of_node(1)
-    assert any("is in no NUMA node's cpulist" in w for w in t.warnings)
+    assert any("is in no NUMA node's cpumap and has no cpu0/nodeN link" in w for w in t.warnings)
 
 
 def test_cli_reports_the_file_not_a_traceback(tree: Path) -> None:
-    put(tree, f"{CPU}/cpu1/topology/physical_package_id", "zero\n")
+    put(tree, f"{CPU}/cpu0/topology/physical_package_id", "zero\n")
     r = CliRunner().invoke(app, ["topology", "--topology", str(tree)])
     assert r.exit_code == 1
     assert "physical_package_id" in r.output

@@ -48,6 +48,23 @@ def test_pmu_lists_win_over_everything() -> None:
     assert [types[c] for c in range(4)] == [E, E, P, P]
 
 
+def test_low_power_e_cores_count_as_e_cores() -> None:
+    # Meteor Lake: cpu_core, cpu_atom and cpu_lowpower PMUs (hwloc: IntelLowPower).
+    inp = CoreTypeInputs(
+        online=CPUSet(range(6)),
+        pmu_core=CPUSet([0, 1]),
+        pmu_atom=CPUSet([2, 3]),
+        pmu_lowpower=CPUSet([4, 5]),
+    )
+    types, source = classify_core_types(inp)
+    assert source is CoreTypeSource.INTEL_PMU
+    assert [types[c] for c in range(6)] == [P, P, E, E, E, E]
+    overlapping = CoreTypeInputs(
+        online=CPUSet(range(4)), pmu_core=CPUSet([0, 1]), pmu_atom=CPUSet([2, 3]), pmu_lowpower=CPUSet([1])
+    )
+    assert classify_core_types(overlapping)[1] is CoreTypeSource.NONE
+
+
 def test_incomplete_sources_fall_through() -> None:
     # PMU lists that miss CPU 3, capacity missing for CPU 0: max frequency decides.
     inp = CoreTypeInputs(

@@ -20,7 +20,7 @@ from topodra.cli import app
 from topodra.cpuset import CPUSet
 from topodra.testing import hwloc as hw
 from topodra.testing.fixtures import fixture_dir, fixture_names, unpacked_fixture
-from topodra.topology import CoreType, read_topology
+from topodra.topology import CoreType, MemoryKind, read_topology
 
 EXPECTATIONS = [hw.parse_test_file(p) for p in sorted(fixture_dir().glob("*.test"))]
 
@@ -166,6 +166,24 @@ def test_compare_catches_memory_and_distance_errors() -> None:
     assert "node 3: memory" in failed["numa_nodes"]
 
 
+def test_compare_catches_wrong_dies_and_memory_kinds() -> None:
+    dies = read_topology(unpacked_fixture("fakecpuid1f-64intel64-2p4d2n2c2t"))
+    h = _recorded("fakecpuid1f-64intel64-2p4d2n2c2t")
+    assert len(h.dies) == 8
+    merged = {c: dataclasses.replace(i, die=i.package) for c, i in dies.cpus.items()}  # a die per package
+    failed = {c.level: c.detail for c in hw.compare(dataclasses.replace(dies, cpus=merged), h) if not c.ok}
+    assert set(failed) == {"dies"}
+
+    t = read_topology(unpacked_fixture("nvidiagpunumanodes"))
+    h = _recorded("nvidiagpunumanodes-kept")
+    assert h.node_subtypes[255] == "GPUMemory"
+    assert all(c.ok for c in hw.compare(t, h) if c.level == "memory_kinds")
+    nodes = dict(t.nodes)
+    nodes[255] = dataclasses.replace(nodes[255], kind=MemoryKind.DRAM)
+    failed = {c.level: c.detail for c in hw.compare(dataclasses.replace(t, nodes=nodes), h) if not c.ok}
+    assert failed == {"memory_kinds": "node 255: ours DRAM vs hwloc GPUMemory"}
+
+
 # --- parsers --------------------------------------------------------------------------
 
 
@@ -244,3 +262,12 @@ def test_topology_check_fails_on_an_unexplained_difference(monkeypatch: pytest.M
     r = CliRunner().invoke(app, ["topology-check", "--fixture", "64amd64-4s2n4ca2co", "--no-live"])
     assert r.exit_code == 1
     assert "1 unexplained" in r.output
+
+
+def test_topology_check_shows_progress_per_fixture_when_not_a_terminal() -> None:
+    r = CliRunner().invoke(
+        app, ["topology-check", "--fixture", "64amd64-4s2n4ca2co", "--fixture", "16amd64-8n2c", "--no-live"]
+    )
+    assert r.exit_code == 0, r.output
+    assert "comparing 64amd64-4s2n4ca2co (1/2)" in r.stderr
+    assert "comparing 16amd64-8n2c (2/2)" in r.stderr

@@ -94,6 +94,7 @@ def machines(draw: st.DrawFn) -> tuple[Topology, TreeStyle]:
         cpufreq=draw(st.booleans()),
         numa=draw(st.booleans()),
         die_cluster_files=draw(st.booleans()),
+        dies_and_clusters=draw(st.booleans()),
         list_files=draw(st.booleans()),
         sibling_masks=draw(st.booleans()),
         online_file=draw(st.booleans()),
@@ -120,8 +121,12 @@ def test_written_tree_reads_back(case: tuple[Topology, TreeStyle]) -> None:
     assert partition(got, got.packages(), "package") == partition(want, want.packages(), "package")
     assert partition(got, got.cores(), "core") == partition(want, want.cores(), "core")
     assert all(got.siblings(c) == want.siblings(c) for c in want.cpus)
-    if style.die_cluster_files:
+    if style.die_cluster_files and style.dies_and_clusters:
         assert partition(got, got.dies(), "die") == partition(want, want.dies(), "die")
+    elif style.die_cluster_files:  # the kernel says "no dies": one per package
+        assert all(
+            got.cpus_of_die(got.cpu(c).die) == got.cpus_of_package(got.cpu(c).package) for c in got.cpus
+        )
     if style.caches:
         assert partition(got, got.l2_groups(), "l2") == partition(want, want.l2_groups(), "l2")
         assert partition(got, got.l3_groups(), "l3") == partition(want, want.l3_groups(), "l3")
@@ -150,8 +155,10 @@ def test_written_tree_reads_back(case: tuple[Topology, TreeStyle]) -> None:
             g: NUMANode = got.nodes[n.id]
             assert g.cpus & got.online == n.cpus & want.online
             assert g.memory_bytes == n.memory_bytes
-            if style.memory_evidence or n.kind in (MemoryKind.DRAM, MemoryKind.HBM):
+            if style.memory_evidence or n.kind is MemoryKind.DRAM:
                 assert g.kind is n.kind, (n, g)
+            else:  # nothing in the tree says what it is: the kernel's default tier
+                assert g.kind is MemoryKind.DRAM, (n, g)
         assert all(got.distance(a, b) == want.distance(a, b) for a in want.nodes for b in want.nodes)
         assert all(got.cpu(c).node == want.cpu(c).node for c in want.cpus)
     else:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from topodra.cpuset import CPUSet
-from topodra.topology.model import Topology
+from topodra.topology.model import MemoryKind, Topology
 
 __all__ = [
     "DIFFERENCES",
@@ -47,7 +47,30 @@ __all__ = [
     "run_lstopo",
 ]
 
-LEVELS = ("packages", "numa_nodes", "l3", "l2", "cores", "pus", "cpu_kinds", "distances")
+LEVELS = (
+    "packages",
+    "dies",
+    "numa_nodes",
+    "memory_kinds",
+    "l3",
+    "l2",
+    "cores",
+    "pus",
+    "cpu_kinds",
+    "distances",
+)
+
+#: hwloc's NUMA node subtypes (GPU memory, DAX types, its memory tier kinds) and the
+#: memory kind topodra gives such a node. SPM (soft-reserved memory) says nothing
+#: by itself and is left out.
+NODE_SUBTYPE_KINDS: Mapping[str, MemoryKind] = {
+    "DRAM": MemoryKind.DRAM,
+    "HBM": MemoryKind.HBM,
+    "GPUMemory": MemoryKind.HBM,
+    "NVM": MemoryKind.PMEM,
+    "CXL-DRAM": MemoryKind.CXL,
+    "CXL-NVM": MemoryKind.CXL,
+}
 
 
 class HwlocParseError(ValueError):
@@ -59,7 +82,9 @@ class HwlocReading:
     """CPU sets per level as hwloc saw them. Levels hwloc did not show are absent."""
 
     packages: list[CPUSet] = field(default_factory=list)
+    dies: list[CPUSet] = field(default_factory=list)
     numa_nodes: dict[int, CPUSet] = field(default_factory=dict)  # os index -> locality
+    node_subtypes: dict[int, str] = field(default_factory=dict)  # os index -> "GPUMemory", "NVM", ...
     node_memory: dict[int, tuple[int, int]] = field(default_factory=dict)  # os index -> (bytes, tolerance)
     l3: list[CPUSet] = field(default_factory=list)
     l2: list[CPUSet] = field(default_factory=list)
@@ -251,6 +276,9 @@ def _reading_from_tree(root: _Obj, kinds: list[CPUSet]) -> HwlocReading:
             idx = _os_index(o.attrs)
             if idx is not None and o.logical is not None:
                 r.node_logical[o.logical] = idx
+            subtype = o.type[len(base) :].strip("()")
+            if idx is not None and subtype:
+                r.node_subtypes[idx] = subtype
             if idx is not None:
                 # A NUMA node hangs below the object whose CPUs are local to it
                 # (through memory-side caches, which have no CPUs of their own).
@@ -266,6 +294,9 @@ def _reading_from_tree(root: _Obj, kinds: list[CPUSet]) -> HwlocReading:
         elif base == "Package":
             r.packages.append(o.pus())
             r.seen.add("packages")
+        elif base == "Die":
+            r.dies.append(o.pus())
+            r.seen.add("dies")
         elif base == "L3Cache" or base == "L3dCache":
             r.l3.append(o.pus())
             r.seen.add("l3")
@@ -314,9 +345,14 @@ def _parse_xml(text: str, where: str) -> HwlocReading:
         elif typ == "Package":
             r.packages.append(cpuset(el))
             r.seen.add("packages")
+        elif typ == "Die":
+            r.dies.append(cpuset(el))
+            r.seen.add("dies")
         elif typ == "NUMANode":
             idx = int(el.get("os_index", "-1"))
             r.numa_nodes[idx] = cpuset(el)
+            if el.get("subtype"):
+                r.node_subtypes[idx] = el.get("subtype", "")
             mem = el.get("local_memory")
             if mem is not None:
                 r.node_memory[idx] = (int(mem), 0)
@@ -434,6 +470,8 @@ def _groups(sets: Iterable[CPUSet]) -> set[CPUSet]:
 def _ours(t: Topology, level: str) -> set[CPUSet]:
     if level == "packages":
         return _groups(t.cpus_of_package(p) for p in t.packages())
+    if level == "dies":
+        return _groups(t.cpus_of_die(d) for d in t.dies())
     if level == "l3":
         return _groups(t.cpus_of_l3(g) for g in t.l3_groups())
     if level == "l2":
@@ -500,7 +538,9 @@ def compare(
             ours == allowed,
             "" if ours == allowed else f"ours {ours.format()} vs hwloc {allowed.format()}",
         )
-    for level in ("packages", "l3", "l2", "cores"):
+    # hwloc shows a Die level only where dies differ from packages (die_cpus
+    # of more than one PU, not equal to the package); then they must match.
+    for level in ("packages", "dies", "l3", "l2", "cores"):
         if level not in h.seen:
             continue
         theirs = _groups(getattr(h, level))
@@ -518,6 +558,15 @@ def compare(
             add(level, theirs == mine, _describe(theirs - mine, mine - theirs))
     if "numa_nodes" in h.seen:
         add("numa_nodes", *_compare_nodes(t, h, allowed, allowed_nodes, partial("numa_nodes")))
+    node_kinds = {n: NODE_SUBTYPE_KINDS[st] for n, st in h.node_subtypes.items() if st in NODE_SUBTYPE_KINDS}
+    node_kinds = {n: k for n, k in node_kinds.items() if n in t.nodes}
+    if node_kinds:
+        wrong_kinds = [
+            f"node {n}: ours {t.nodes[n].kind} vs hwloc {h.node_subtypes[n]}"
+            for n, k in sorted(node_kinds.items())
+            if t.nodes[n].kind is not k
+        ]
+        add("memory_kinds", not wrong_kinds, "; ".join(wrong_kinds))
     if "distances" in h.seen:
         wrong = [
             f"{a}->{b}: ours {t.distances.get((a, b))} vs hwloc {v}"

@@ -37,6 +37,9 @@ class TreeStyle:
     cpufreq: bool = True
     numa: bool = True
     die_cluster_files: bool = True
+    #: off: the kernel's defaults for architectures without dies or clusters
+    #: (ppc64, s390, older arm64): each CPU alone in die_cpus/cluster_cpus, ids -1
+    dies_and_clusters: bool = True
     list_files: bool = True  # *_list twins next to the hex masks
     sibling_masks: bool = True  # off: only the *_id files (grouping falls back to ids)
     online_file: bool = True  # cpu/online (old kernels only have cpuN/online)
@@ -87,17 +90,22 @@ def write_sysfs(t: Topology, root: str | os.PathLike[str], style: TreeStyle = Tr
         _write(base, f"{topo}/core_id", str(info.core_id))
         core = info.siblings & online
         pkg = t.cpus_of_package(info.package)
+        die_cpus, cluster_cpus = t.cpus_of_die(info.die), t.cpus_of_cluster(info.cluster)
+        die_id, cluster_id = info.die_id, info.cluster_id
+        if not style.dies_and_clusters:
+            die_cpus = cluster_cpus = CPUSet([c])
+            die_id = cluster_id = -1
         if style.die_cluster_files:
-            _write(base, f"{topo}/die_id", str(info.die_id))
-            _write(base, f"{topo}/cluster_id", str(info.cluster_id))
+            _write(base, f"{topo}/die_id", str(die_id))
+            _write(base, f"{topo}/cluster_id", str(cluster_id))
         if style.sibling_masks:
             _cpus(base, f"{topo}/thread_siblings", core, style, "thread_siblings_list")
             _cpus(base, f"{topo}/core_siblings", pkg, style, "core_siblings_list")
         if style.sibling_masks and style.die_cluster_files:
             _cpus(base, f"{topo}/core_cpus", core, style, "core_cpus_list")
             _cpus(base, f"{topo}/package_cpus", pkg, style, "package_cpus_list")
-            _cpus(base, f"{topo}/die_cpus", t.cpus_of_die(info.die), style, "die_cpus_list")
-            _cpus(base, f"{topo}/cluster_cpus", t.cpus_of_cluster(info.cluster), style, "cluster_cpus_list")
+            _cpus(base, f"{topo}/die_cpus", die_cpus, style, "die_cpus_list")
+            _cpus(base, f"{topo}/cluster_cpus", cluster_cpus, style, "cluster_cpus_list")
         if style.caches:
             index = 0
             for cache in t.caches:

@@ -134,6 +134,12 @@ def topology_check_command(
                 err.print(f"[yellow]note:[/yellow] {hwloc.LSTOPO} not installed; live comparison skipped")
                 live = False
             for name in track(names, description="comparing", console=err, transient=True):
+                if not err.is_terminal:  # no live bar: one line per fixture instead
+                    err.print(
+                        f"comparing {name} ({names.index(name) + 1}/{len(names)})",
+                        highlight=False,
+                        markup=False,
+                    )
                 tree = unpacked_fixture(name)
                 t = read_topology(tree)
                 for e in tests:

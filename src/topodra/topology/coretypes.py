@@ -4,8 +4,10 @@ Pure: takes per-CPU numbers already read from sysfs, returns a type per CPU.
 
 Precedence (the first source that covers every online CPU wins):
 
-1. Intel hybrid PMU lists ``/sys/devices/cpu_core/cpus`` (P-cores) and
-   ``/sys/devices/cpu_atom/cpus`` (E-cores): the kernel's own statement.
+1. Intel hybrid PMU lists ``/sys/devices/cpu_core/cpus`` (P-cores),
+   ``/sys/devices/cpu_atom/cpus`` and ``/sys/devices/cpu_lowpower/cpus``
+   (E-cores and low-power E-cores): the kernel's own statement, read by hwloc
+   as the IntelCore, IntelAtom and IntelLowPower kinds.
 2. ARM ``cpuN/cpu_capacity`` (big.LITTLE / DynamIQ, 1024 = biggest core).
 3. ACPI CPPC ``cpuN/acpi_cppc/highest_perf``.
 4. ``cpuN/cpufreq/cpuinfo_max_freq``: the last resort. Base frequencies are
@@ -43,6 +45,7 @@ class CoreTypeInputs:
     online: CPUSet
     pmu_core: CPUSet | None = None  # /sys/devices/cpu_core/cpus
     pmu_atom: CPUSet | None = None  # /sys/devices/cpu_atom/cpus
+    pmu_lowpower: CPUSet | None = None  # /sys/devices/cpu_lowpower/cpus (LP E-cores)
     capacity: Mapping[int, int] | None = None
     cppc_highest_perf: Mapping[int, int] | None = None
     max_freq_khz: Mapping[int, int] | None = None
@@ -78,9 +81,16 @@ def _from_values(online: CPUSet, values: Mapping[int, int] | None) -> dict[int, 
 def classify_core_types(inp: CoreTypeInputs) -> tuple[dict[int, CoreType], CoreTypeSource]:
     """The type of every online CPU and the source that decided it."""
     online = inp.online
-    if inp.pmu_core is not None and inp.pmu_atom is not None:
-        core, atom = inp.pmu_core & online, inp.pmu_atom & online
-        if core and atom and (core | atom) >= online and not core & atom:
+    if inp.pmu_core is not None and (inp.pmu_atom is not None or inp.pmu_lowpower is not None):
+        core = inp.pmu_core & online
+        atom = (inp.pmu_atom or CPUSet()) & online
+        lowp = (inp.pmu_lowpower or CPUSet()) & online
+        if (
+            core
+            and (atom or lowp)
+            and (core | atom | lowp) >= online
+            and not (core & atom or (core | atom) & lowp)
+        ):
             return (
                 {c: CoreType.P_CORE if c in core else CoreType.E_CORE for c in online},
                 CoreTypeSource.INTEL_PMU,

@@ -18,7 +18,8 @@ from topodra.topology.errors import TopologyError
 
 __all__ = ["SysfsTree"]
 
-_INT = re.compile(r"-?\d+")
+_INT = re.compile(r"-?[0-9]+")
+_PADDING = b" \t\n\r\x0b\x0c\x00"  # ASCII whitespace and NUL around a value
 _CHUNK = 1 << 16
 _MAX_FILE = 1 << 20  # no topology file is anywhere near this
 
@@ -52,22 +53,24 @@ class SysfsTree:
         except OSError as e:
             raise TopologyError(self.shown(rel), f"cannot be read: {e.strerror or e}") from None
         try:
-            chunks = [os.read(fd, _CHUNK)]
+            data = os.read(fd, _CHUNK)
             # sysfs hands over a whole attribute in one read, and a regular
             # file reads short only at its end; keep going only on a full chunk.
-            while len(chunks[-1]) == _CHUNK and len(chunks) * _CHUNK < _MAX_FILE:
-                chunks.append(os.read(fd, _CHUNK))
+            if len(data) == _CHUNK:
+                chunks = [data]
+                while len(chunks[-1]) == _CHUNK and len(chunks) * _CHUNK < _MAX_FILE:
+                    chunks.append(os.read(fd, _CHUNK))
+                data = b"".join(chunks)
         except IsADirectoryError:
             raise TopologyError(self.shown(rel), "expected a file, found a directory") from None
         except OSError as e:
             raise TopologyError(self.shown(rel), f"cannot be read: {e.strerror or e}") from None
         finally:
             os.close(fd)
-        data = b"".join(chunks)
         try:
             # Some gathered trees carry a trailing NUL after the newline; the
             # kernel never writes one inside the value, so it is safe to drop.
-            return data.decode("ascii").strip().strip("\x00").strip()
+            return data.strip(_PADDING).decode("ascii")
         except UnicodeDecodeError:
             raise TopologyError(
                 self.shown(rel), "is not ASCII text", data[:80].decode("ascii", "replace")
@@ -127,9 +130,8 @@ class SysfsTree:
             return None
         try:
             return CPUSet.parse_hexmask(text)
-        except (CPUSetParseError, ValueError) as e:
-            reason = e.reason if isinstance(e, CPUSetParseError) else str(e)
-            raise TopologyError(self.shown(rel), f"expected a hex CPU mask: {reason}", text) from None
+        except CPUSetParseError as e:
+            raise TopologyError(self.shown(rel), f"expected a hex CPU mask: {e.reason}", text) from None
 
     def cpus(self, rel_list: str, rel_mask: str) -> CPUSet | None:
         """A CPU set from the ``*_list`` file, else from the hex mask file."""

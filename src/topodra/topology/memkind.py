@@ -1,22 +1,27 @@
 """Memory kind (DRAM, HBM, PMEM, CXL) of each NUMA node, from sysfs evidence.
 
 Pure: takes facts already read from sysfs, returns a kind and the reason for
-it per node. The first rule that applies wins:
+it per node. The first rule that applies wins (docs/topology.md sets each
+beside hwloc's rule):
 
 1. A node with CPUs is ``DRAM`` (also when a memory-side cache fronts it).
-2. A DAX device onlined into the node (``dax*/target_node`` bound to ``kmem``)
+2. A node the NVIDIA driver names as GPU memory
+   (``/proc/driver/nvidia/gpus/*/numa_status``, hwloc's ``GPUMemory``) is
+   ``HBM``.
+3. A DAX device onlined into the node (``dax*/target_node`` bound to ``kmem``)
    whose device path lies on an NVDIMM bus (``ndbus``, ACPI0012) is ``PMEM``;
    on a CXL region (``ACPI0017``, ``decoder``, ``cxl``) it is ``CXL``.
-3. The kernel memory tier (``/sys/devices/virtual/memory_tiering``): a tier
+4. The kernel memory tier (``/sys/devices/virtual/memory_tiering``): a tier
    below the DRAM tier (the tier of the CPU nodes, else the kernel's default
    tier 4) is ``HBM``; a tier above it is slow memory: ``CXL`` when the machine
    has CXL devices (``/sys/bus/cxl/devices``), else ``PMEM``.
-4. HMAT performance (``access0/initiators/read_bandwidth``/``read_latency``)
-   against the best CPU node: 1.5x the bandwidth is ``HBM``; 1.5x the latency
-   or two thirds of the bandwidth is slow memory (as in 3).
-5. Heuristic when sysfs says nothing: a CPU-less node with less than half the
-   memory of the average CPU node is ``HBM`` (KNL MCDRAM, Sapphire Rapids HBM
-   in flat mode, GPU memory exposed as NUMA nodes); any other node is ``DRAM``.
+5. HMAT performance (``access1``, else ``access0``, ``initiators/read_*``)
+   against the best CPU node: more than twice the bandwidth is ``HBM`` (hwloc's
+   DRAM/HBM guess); 1.5x the latency or two thirds of the bandwidth is slow
+   memory (as in 4).
+6. Otherwise ``DRAM``: the kernel puts every node no driver describes in its
+   default (DRAM) tier. hwloc leaves such a node's kind unknown; it never
+   guesses from the size.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ __all__ = ["DEFAULT_DRAM_TIER", "NodeMemoryFacts", "classify_memory"]
 #: The kernel's tier for ordinary DRAM: MEMTIER_ADISTANCE_DRAM (576) >> 7.
 DEFAULT_DRAM_TIER = 4
 _PERF_RATIO = 1.5
+#: hwloc calls a tier HBM when its bandwidth is more than twice DRAM's.
+_HBM_BANDWIDTH_RATIO = 2
 
 
 @dataclass(frozen=True)
@@ -43,9 +50,10 @@ class NodeMemoryFacts:
     tier: int | None = None
     dax_kind: MemoryKind | None = None
     dax_evidence: str = ""
-    read_bandwidth: int | None = None  # MB/s, HMAT access0
-    read_latency: int | None = None  # ns, HMAT access0
+    read_bandwidth: int | None = None  # MB/s, HMAT access1 (CPU initiators), else access0
+    read_latency: int | None = None  # ns, HMAT access1, else access0
     memory_side_cache: bool = False
+    gpu: str = ""  # the GPU whose memory this node is (PCI bus id), from the NVIDIA driver
 
 
 def _slow(cxl_present: bool) -> MemoryKind:
@@ -63,7 +71,6 @@ def classify_memory(
     lats = [f.read_latency for f in dram if f.read_latency]
     ref_bw = max(bws) if bws else None
     ref_lat = min(lats) if lats else None
-    avg_dram = sum(f.memory_bytes for f in dram) / len(dram) if dram else None
     slow_name = "CXL devices present" if cxl_present else "no CXL devices, so persistent memory"
 
     out: dict[int, tuple[MemoryKind, str]] = {}
@@ -73,6 +80,8 @@ def classify_memory(
             if f.memory_side_cache:
                 why += " (behind a memory-side cache)"
             out[f.id] = (MemoryKind.DRAM, why)
+        elif f.gpu:
+            out[f.id] = (MemoryKind.HBM, f"memory of NVIDIA GPU {f.gpu} (proc/driver/nvidia/gpus)")
         elif f.dax_kind is not None:
             out[f.id] = (f.dax_kind, f.dax_evidence or "DAX device")
         elif f.tier is not None and f.tier != dram_tier:
@@ -83,7 +92,7 @@ def classify_memory(
                     _slow(cxl_present),
                     f"memory tier {f.tier} is slower than DRAM tier {dram_tier}; {slow_name}",
                 )
-        elif ref_bw and f.read_bandwidth and f.read_bandwidth >= _PERF_RATIO * ref_bw:
+        elif ref_bw and f.read_bandwidth and f.read_bandwidth > _HBM_BANDWIDTH_RATIO * ref_bw:
             out[f.id] = (
                 MemoryKind.HBM,
                 f"HMAT read bandwidth {f.read_bandwidth} MB/s vs {ref_bw} on CPU nodes",
@@ -96,13 +105,8 @@ def classify_memory(
                 f"HMAT latency {f.read_latency} ns / bandwidth {f.read_bandwidth} MB/s vs "
                 f"{ref_lat} ns / {ref_bw} MB/s on CPU nodes; {slow_name}",
             )
-        elif avg_dram is not None and 0 < f.memory_bytes < avg_dram / 2:
-            out[f.id] = (
-                MemoryKind.HBM,
-                "heuristic: CPU-less and less than half the memory of the average CPU node",
-            )
         elif f.memory_bytes == 0:
             out[f.id] = (MemoryKind.DRAM, "no memory")
         else:
-            out[f.id] = (MemoryKind.DRAM, "heuristic: CPU-less, nothing says it is not DRAM")
+            out[f.id] = (MemoryKind.DRAM, "CPU-less, no evidence of another kind (the kernel's default tier)")
     return out

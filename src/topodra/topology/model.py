@@ -105,7 +105,7 @@ class NUMANode:
     memory_bytes: int
     kind: MemoryKind = MemoryKind.DRAM
     tier: int | None = None  # kernel memory tier: memory_tierN, N = abstract distance >> 7 (DRAM: 4)
-    kind_reason: str = ""  # why this kind: "sysfs memory tier", "heuristic: ..."
+    kind_reason: str = ""  # why this kind: "node has CPUs", "memory tier 5 is slower ...", ...
 
     @property
     def memory_only(self) -> bool:

@@ -16,6 +16,7 @@ between files, get a documented fallback and a warning in
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -40,7 +41,9 @@ NODE_DIR = "sys/devices/system/node"
 TIER_DIR = "sys/devices/virtual/memory_tiering"
 DAX_DIR = "sys/bus/dax/devices"
 CXL_DIR = "sys/bus/cxl/devices"
+NVIDIA_DIR = "proc/driver/nvidia/gpus"
 _EMPTY = CPUSet()
+_DISTANCES = re.compile(r"(?:[0-9]+\s*)*")  # "10 21 21 10"
 
 
 def read_topology(root: str | os.PathLike[str] = "/") -> Topology:
@@ -74,7 +77,6 @@ class _CPURaw:
     die_mask: CPUSet | None = None
     cluster_mask: CPUSet | None = None
     caches: list[_CacheRaw] = field(default_factory=list)
-    node_links: list[int] = field(default_factory=list)
     base_freq: int | None = None
     min_freq: int | None = None
     max_freq: int | None = None
@@ -90,26 +92,31 @@ class _Partition:
 
     __slots__ = ("groups", "of")
 
-    def __init__(self, groups: Iterable[CPUSet]) -> None:
-        self.groups = sorted(groups, key=CPUSet.first)
-        self.of: dict[int, int] = {}
-        for i, g in enumerate(self.groups):
-            for c in g:
-                self.of[c] = i
+    def __init__(self, masks: Iterable[int]) -> None:
+        """``masks``: one int bitmask per group, disjoint."""
+        ordered = sorted(masks, key=lambda m: m & -m)
+        self.groups = [CPUSet.from_mask(m) for m in ordered]
+        of: dict[int, int] = {}
+        for i, m in enumerate(ordered):
+            while m:
+                low = m & -m
+                of[low.bit_length() - 1] = i
+                m ^= low
+        self.of = of
 
     def refine(self, other: _Partition) -> _Partition:
         """Split every group along ``other``'s groups (so it nests inside them)."""
+        groups, of = other.groups, other.of
+        if all(g.mask & ~groups[of[g.first()]].mask == 0 for g in self.groups):
+            return self  # already nested: nothing to split
         keyed: dict[tuple[int, int], int] = {}
         for c, g in self.of.items():
-            k = (g, other.of[c])
+            k = (g, of[c])
             keyed[k] = keyed.get(k, 0) | (1 << c)
-        return _Partition(CPUSet.from_mask(m) for m in keyed.values())
-
-    def same_as(self, other: _Partition) -> bool:
-        return self.groups == other.groups
+        return _Partition(keyed.values())
 
 
-def _partition(
+def _group(
     online: CPUSet,
     mask_of: Callable[[int], CPUSet | None],
     key_of: Callable[[int], Hashable | None],
@@ -141,7 +148,7 @@ def _partition(
         claim[c] = want
         claimers[want] = claimers.get(want, 0) | (1 << c)
     if all(members == m for m, members in claimers.items()):
-        return _Partition(CPUSet.from_mask(m) for m in claimers)
+        return _Partition(claimers)
     votes = {m: members.bit_count() for m, members in claimers.items()}
     chosen: dict[int, int] = {}
     for c in online:
@@ -156,7 +163,7 @@ def _partition(
         f"{what} sibling lists disagree between CPUs (first at CPU {first_bad}); "
         "each CPU is grouped where most CPUs report it"
     )
-    return _Partition(CPUSet.from_mask(m) for m in chosen.values())
+    return _Partition(chosen.values())
 
 
 # --- the reader ---------------------------------------------------------------------
@@ -166,6 +173,9 @@ class _Reader:
     def __init__(self, tree: SysfsTree) -> None:
         self.t = tree
         self.warnings: list[str] = []
+        # Groups the one-read-per-group path already knows (by level name or
+        # cache (level, type)), so assembling need not rebuild them per CPU.
+        self.known: dict[Hashable, list[int]] = {}
 
     def warn(self, msg: str) -> None:
         self.warnings.append(msg)
@@ -214,13 +224,18 @@ class _Reader:
         if nohz_text is not None and nohz_text != "(null)":
             nohz = t.cpulist(f"{CPU_DIR}/nohz_full") or _EMPTY
 
-        raw = {c: self.read_cpu(c) for c in online}
+        raw = self.read_grouped(online)
+        if raw is None:  # not a consistent kernel tree: read every CPU and vote
+            self.known = {}
+            raw = {c: self.read_cpu(c) for c in online}
+        self.drop_lone_masks(online, raw)
         nodes, distances, node_of = self.read_nodes(online, present, raw)
         core_types, source = classify_core_types(
             CoreTypeInputs(
                 online=online,
                 pmu_core=t.cpulist("sys/devices/cpu_core/cpus"),
                 pmu_atom=t.cpulist("sys/devices/cpu_atom/cpus"),
+                pmu_lowpower=t.cpulist("sys/devices/cpu_lowpower/cpus"),
                 capacity=_complete({c: r.capacity for c, r in raw.items()}),
                 cppc_highest_perf=_complete({c: r.highest_perf for c, r in raw.items()}),
                 max_freq_khz=_complete({c: r.max_freq for c, r in raw.items()}),
@@ -240,6 +255,193 @@ class _Reader:
             core_type_source=source,
             source=f"sysfs:{os.fspath(t.root)}",
             warnings=tuple(self.warnings),
+        )
+
+    # --- one read per group -----------------------------------------------------
+    def read_grouped(self, online: CPUSet) -> dict[int, _CPURaw] | None:
+        """Per-CPU facts read once per core, cluster, die, package and cache instance.
+
+        The kernel writes the same sibling mask, ids, cache files and
+        frequencies for every CPU of a group, so the lowest CPU of each group
+        answers for all of them (hwloc reads the same way). Which files exist is
+        learned from the first online CPU. None when the tree is not such a
+        consistent kernel tree (a CPU without a topology folder, a missing mask,
+        a group that overlaps an earlier one, cores with different cache
+        layouts): the caller then reads every CPU and resolves disagreements.
+        """
+        t = self.t
+        cpus = list(online)
+        first = cpus[0]
+        top0 = f"{CPU_DIR}/cpu{first}"
+        entries = set(t.listdir(top0))
+        if "topology" not in entries:
+            return None
+        files = set(t.listdir(f"{top0}/topology"))
+        for c in cpus:
+            if not t.isdir(f"{CPU_DIR}/cpu{c}/topology"):
+                return None
+        raw = {c: _CPURaw(c) for c in cpus}
+        levels = (
+            (("core_cpus", "thread_siblings", "core_cpus_list", "thread_siblings_list"), "core_id", "core"),
+            (("cluster_cpus", "cluster_cpus_list"), "cluster_id", "cluster"),
+            (("die_cpus", "die_cpus_list"), "die_id", "die"),
+            (
+                ("package_cpus", "core_siblings", "package_cpus_list", "core_siblings_list"),
+                "physical_package_id",
+                "package",
+            ),
+        )
+        om = online.mask
+        core_of: dict[int, int] = {}
+        # AMD Bulldozer compute units: the two cores of a unit are listed as
+        # siblings but keep their own core_id; hwloc tells the case apart by
+        # comparing the first two siblings' core_id, and so does topodra.
+        thread_ids: bool | None = None
+        for names, id_name, level in levels:
+            mask_name = next((n for n in names if n in files), None)
+            id_file = id_name if id_name in files else None
+            if mask_name is None:
+                if id_file is not None:
+                    return None  # grouping by ids needs every CPU's id
+                continue
+            covered = 0
+            for c in cpus:
+                if covered >> c & 1:
+                    continue
+                rel = f"{CPU_DIR}/cpu{c}/topology/{mask_name}"
+                mask = t.cpulist(rel) if mask_name.endswith("_list") else t.cpumask(rel)
+                if mask is None or not mask.mask >> c & 1:
+                    return None
+                want = mask.mask & om
+                if want & covered:
+                    return None
+                covered |= want
+                self.known.setdefault(level, []).append(want)
+                ident = t.int(f"{CPU_DIR}/cpu{c}/topology/{id_file}") if id_file else None
+                if level == "core" and id_file and thread_ids is None and want != 1 << c:
+                    second = _lowest_bit(want & ~(1 << c)).bit_length() - 1
+                    thread_ids = t.int(f"{CPU_DIR}/cpu{second}/topology/{id_file}") != ident
+                for m in CPUSet.from_mask(want):
+                    r = raw[m]
+                    if level == "core":
+                        if thread_ids and m != c:
+                            ident = t.int(f"{CPU_DIR}/cpu{m}/topology/{id_file}")
+                        r.core_mask, r.core_id = mask, ident
+                        core_of[m] = want
+                    elif level == "cluster":
+                        r.cluster_mask, r.cluster_id = mask, ident
+                    elif level == "die":
+                        r.die_mask, r.die_id = mask, ident
+                    else:
+                        r.package_mask, r.package_id = mask, ident
+        # the lowest CPU of each core (every CPU when there are no core masks)
+        core_reps = [c for c in cpus if _lowest_bit(core_of.get(c, 1 << c)) == 1 << c]
+        if not self.read_grouped_caches(cpus, om, core_reps, core_of, raw):
+            return None
+        for c in core_reps:
+            self.read_cpu_values(c, entries, raw[c])
+            for m in CPUSet.from_mask(core_of.get(c, 1 << c) & ~(1 << c)):
+                r, src = raw[m], raw[c]
+                r.base_freq, r.min_freq, r.max_freq = src.base_freq, src.min_freq, src.max_freq
+                r.capacity, r.highest_perf = src.capacity, src.highest_perf
+        return raw
+
+    def read_grouped_caches(
+        self,
+        cpus: list[int],
+        om: int,
+        core_reps: list[int],
+        core_of: Mapping[int, int],
+        raw: Mapping[int, _CPURaw],
+    ) -> bool:
+        """Caches read once per instance; False when cores differ in cache layout."""
+        t = self.t
+        layout: set[int] | None = None
+        for c in core_reps:
+            got = set(t.numbered(f"{CPU_DIR}/cpu{c}/cache", "index"))
+            if layout is None:
+                layout = got
+            elif got != layout:
+                return False
+        seen: set[tuple[int, str]] = set()
+        for k in sorted(layout or ()):
+            d0 = f"{CPU_DIR}/cpu{cpus[0]}/cache/index{k}"
+            level = t.int(f"{d0}/level")
+            kind = t.text(f"{d0}/type") or "Unified"  # hwloc's default when type is missing
+            if level is None:
+                return False
+            if kind not in ("Data", "Instruction", "Unified"):
+                raise TopologyError(t.shown(f"{d0}/type"), "expected Data, Instruction or Unified", kind)
+            covered = 0
+            groups: list[int] = []
+            for c in cpus:
+                if covered >> c & 1:
+                    continue
+                d = f"{CPU_DIR}/cpu{c}/cache/index{k}"
+                shared = t.cpus_mask_first(f"{d}/shared_cpu_map", f"{d}/shared_cpu_list")
+                if shared is None:
+                    return False
+                # empty shared_cpu_map (IA64 L3): private to the core
+                want = ((shared.mask & om) | (1 << c)) if shared else core_of.get(c, 1 << c)
+                if want & covered:
+                    return False
+                covered |= want
+                groups.append(want)
+                cache = _CacheRaw(level, kind, shared, d)
+                for m in CPUSet.from_mask(want):
+                    raw[m].caches.append(cache)
+            # one index per (level, type) on every known machine; if not, the
+            # assembler groups that pair itself
+            if (level, kind) in seen:
+                self.known.pop((level, kind), None)
+            else:
+                seen.add((level, kind))
+                self.known[(level, kind)] = groups
+        return True
+
+    def read_cpu_values(self, c: int, entries: set[str], r: _CPURaw) -> None:
+        """Frequencies, CPPC and capacity of one CPU (informational: garbage is dropped)."""
+        base = f"{CPU_DIR}/cpu{c}"
+        if "cpufreq" in entries:
+            r.base_freq = self.soft_int(f"{base}/cpufreq/base_frequency")
+            r.min_freq = self.soft_int(f"{base}/cpufreq/cpuinfo_min_freq")
+            r.max_freq = self.soft_int(f"{base}/cpufreq/cpuinfo_max_freq")
+        if "acpi_cppc" in entries:
+            r.highest_perf = self.soft_int(f"{base}/acpi_cppc/highest_perf")
+            if r.base_freq is None:
+                nominal = self.soft_int(f"{base}/acpi_cppc/nominal_freq")
+                if nominal:
+                    r.base_freq = nominal * 1000  # MHz -> kHz
+        if "cpu_capacity" in entries:
+            r.capacity = self.soft_int(f"{base}/cpu_capacity")
+
+    def drop_lone_masks(self, online: CPUSet, raw: Mapping[int, _CPURaw]) -> None:
+        """Die and cluster masks that hold only their own CPU say nothing.
+
+        Kernels print them for architectures without dies or clusters (the
+        generic ``topology_die_cpumask`` and ``topology_cluster_cpumask`` are
+        the CPU alone); hwloc ignores a die or cluster of one PU, and so does
+        topodra: such a CPU is grouped by its id, else as if the files were absent
+        (taken literally, they would split every SMT core into threads).
+        """
+        om = online.mask
+        lone_die = lone_cluster = False
+        for c, r in raw.items():
+            bit = 1 << c
+            if r.die_mask is not None and r.die_mask.mask & om | bit == bit:
+                r.die_mask, lone_die = None, True
+            if r.cluster_mask is not None and r.cluster_mask.mask & om | bit == bit:
+                r.cluster_mask, lone_cluster = None, True
+        if lone_die:
+            self.known.pop("die", None)
+        if lone_cluster:
+            self.known.pop("cluster", None)
+
+    def node_links(self, c: int) -> list[int]:
+        """The nodes of the cpuN/nodeM links (read only when the cpumaps leave doubt)."""
+        entries = self.t.listdir(f"{CPU_DIR}/cpu{c}")
+        return sorted(
+            int(e[4:]) for e in entries if e.startswith("node") and e[4:].isdigit() and e[4:].isascii()
         )
 
     def read_cpu(self, c: int) -> _CPURaw:
@@ -272,34 +474,20 @@ class _Reader:
             r.die_mask = mask("die_cpus", "die_cpus_list")
             r.cluster_mask = mask("cluster_cpus", "cluster_cpus_list")
         if "cache" in entries:
-            for idx in sorted(t.numbered(f"{base}/cache", "index").values()):
+            for _, idx in sorted(t.numbered(f"{base}/cache", "index").items()):
                 cache = self.read_cache(f"{base}/cache/{idx}")
                 if cache is not None:
                     r.caches.append(cache)
-        r.node_links = sorted(
-            int(e[4:]) for e in entries if e.startswith("node") and e[4:].isdigit() and e[4:].isascii()
-        )
-        if "cpufreq" in entries:
-            r.base_freq = self.soft_int(f"{base}/cpufreq/base_frequency")
-            r.min_freq = self.soft_int(f"{base}/cpufreq/cpuinfo_min_freq")
-            r.max_freq = self.soft_int(f"{base}/cpufreq/cpuinfo_max_freq")
-        if "acpi_cppc" in entries:
-            r.highest_perf = self.soft_int(f"{base}/acpi_cppc/highest_perf")
-            if r.base_freq is None:
-                nominal = self.soft_int(f"{base}/acpi_cppc/nominal_freq")
-                if nominal:
-                    r.base_freq = nominal * 1000  # MHz -> kHz
-        if "cpu_capacity" in entries:
-            r.capacity = self.soft_int(f"{base}/cpu_capacity")
+        self.read_cpu_values(c, entries, r)
         return r
 
     def read_cache(self, d: str) -> _CacheRaw | None:
         t = self.t
         level = t.int(f"{d}/level")
-        kind = t.text(f"{d}/type")
+        kind = t.text(f"{d}/type") or "Unified"  # hwloc's default when type is missing
         shared = t.cpus_mask_first(f"{d}/shared_cpu_map", f"{d}/shared_cpu_list")
-        if level is None or kind is None or shared is None:
-            self.warn(f"{t.shown(d)}: incomplete (level, type or shared_cpu_list missing); ignored")
+        if level is None or shared is None:
+            self.warn(f"{t.shown(d)}: incomplete (level or shared_cpu_map missing); ignored")
             return None
         if kind not in ("Data", "Instruction", "Unified"):
             raise TopologyError(t.shown(f"{d}/type"), "expected Data, Instruction or Unified", kind)
@@ -337,28 +525,41 @@ class _Reader:
         isolated: CPUSet,
     ) -> tuple[dict[int, CPUInfo], tuple[CacheInstance, ...]]:
         w = self.warnings
-        pkg = _partition(
+        known = self.known
+
+        def group(
+            cpus: CPUSet,
+            mask_of: Callable[[int], CPUSet | None],
+            key_of: Callable[[int], Hashable | None],
+            what: str,
+            known_as: Hashable,
+        ) -> _Partition:
+            """The groups the per-group read found, else grouped CPU by CPU."""
+            got = known.get(known_as)
+            return _Partition(got) if got is not None else _group(cpus, mask_of, key_of, what, w)
+
+        pkg = group(
             online,
             lambda c: raw[c].package_mask,
-            lambda c: raw[c].package_id if (raw[c].package_id or 0) >= 0 else None,
+            lambda c: _valid(raw[c].package_id),
             "package",
-            w,
+            "package",
         )
-        if all(raw[c].package_mask is None and raw[c].package_id is None for c in online):
-            pkg = _Partition([online])  # nothing known: one package
-        die = _partition(
+        if all(raw[c].package_mask is None and _valid(raw[c].package_id) is None for c in online):
+            pkg = _Partition([online.mask])  # nothing known: one package
+        die = group(
             online,
             lambda c: raw[c].die_mask,
             lambda c: (pkg.of[c], raw[c].die_id) if raw[c].die_id is not None else (pkg.of[c],),
             "die",
-            w,
+            "die",
         ).refine(pkg)
-        core = _partition(
+        core = group(
             online,
             lambda c: raw[c].core_mask,
-            lambda c: (die.of[c], raw[c].core_id) if raw[c].core_id is not None else None,
+            lambda c: (die.of[c], raw[c].core_id) if _valid(raw[c].core_id) is not None else None,
             "core",
-            w,
+            "core",
         ).refine(die)
 
         # Caches: one partition per (level, type); ids from sysfs or lowest CPU.
@@ -374,12 +575,12 @@ class _Reader:
             covered = CPUSet(of_cpu)
             # An empty shared_cpu_map (IA64 kernels do this for L3) means the
             # cache is private to the core, as hwloc reads it.
-            part = _partition(
+            part = group(
                 covered,
                 lambda c, m=of_cpu: m[c].shared or core.groups[core.of[c]],  # type: ignore[misc]
                 lambda c: None,
                 f"L{level} {kind.lower()} cache",
-                w,
+                (level, kind),
             )
             cache_parts[(level, kind)] = (part, self.cache_ids(part, of_cpu), of_cpu)
 
@@ -395,14 +596,14 @@ class _Reader:
             cluster_fallback: _Partition = l2_part[0].refine(die)
         else:
             cluster_fallback = core
-        cluster = _partition(
+        cluster = group(
             online,
             lambda c: raw[c].cluster_mask,
-            lambda c: (die.of[c], raw[c].cluster_id) if raw[c].cluster_id is not None else None,
+            lambda c: (die.of[c], raw[c].cluster_id) if _valid(raw[c].cluster_id) is not None else None,
             "cluster",
-            w,
+            "cluster",
         ).refine(die)
-        if all(raw[c].cluster_mask is None and raw[c].cluster_id is None for c in online):
+        if all(raw[c].cluster_mask is None and _valid(raw[c].cluster_id) is None for c in online):
             cluster = cluster_fallback
         core = core.refine(cluster)
 
@@ -414,11 +615,11 @@ class _Reader:
                 id=c,
                 package=pkg_ids[pkg.of[c]],
                 die=die.of[c],
-                die_id=r.die_id if r.die_id is not None else 0,
+                die_id=_valid(r.die_id) or 0,  # -1: the architecture has no dies
                 cluster=cluster.of[c],
                 cluster_id=r.cluster_id if r.cluster_id is not None else -1,
                 core=core.of[c],
-                core_id=r.core_id if r.core_id is not None else core.of[c],
+                core_id=_or(_valid(r.core_id), core.of[c]),
                 siblings=core.groups[core.of[c]],
                 node=node_of[c],
                 l1d=cache_of(c, 1, "Data", "Unified"),
@@ -472,9 +673,12 @@ class _Reader:
                 {(0, 0): 10},
                 dict.fromkeys(online, 0),
             )
+        online_nodes = t.cpulist(f"{NODE_DIR}/online")  # node lists share the CPU list format
+        node_ids = self.online_node_ids(node_dirs, online_nodes)
+        node_set = set(node_ids)
         listed: dict[int, CPUSet] = {}
         memory: dict[int, int] = {}
-        for n in sorted(node_dirs):
+        for n in node_ids:
             d = f"{NODE_DIR}/node{n}"
             got = t.cpus_mask_first(f"{d}/cpumap", f"{d}/cpulist")
             listed[n] = got if got is not None else _EMPTY
@@ -484,43 +688,72 @@ class _Reader:
         node_of: dict[int, int] = {}
         overlap = False
         holders_of: dict[int, list[int]] = {}
-        for n in sorted(listed):
+        for n in node_ids:
             for c in listed[n] & online:
                 holders_of.setdefault(c, []).append(n)
         for c in online:
             holders = holders_of.get(c, [])
-            links = [n for n in raw[c].node_links if n in node_dirs]
             if len(holders) == 1:
                 node_of[c] = holders[0]
                 continue
+            linked = self.node_links(c)
+            links = [n for n in linked if n in node_set]
             overlap = overlap or len(holders) > 1
             if len(links) == 1:
                 node_of[c] = links[0]
             elif holders:
                 node_of[c] = holders[0]
             else:
-                node_of[c] = min(node_dirs)
-                self.warn(
-                    f"CPU {c} is in no NUMA node's cpulist and has no node link; put on node {node_of[c]}"
-                )
+                node_of[c] = node_ids[0]
+                gone = [n for n in linked if n not in node_set]
+                if gone:
+                    self.warn(
+                        f"CPU {c} belongs to NUMA node {gone[0]} (link cpu{c}/node{gone[0]}), which is "
+                        f"offline; put on node {node_of[c]}"
+                    )
+                else:
+                    self.warn(
+                        f"CPU {c} is in no NUMA node's cpumap and has no cpu{c}/nodeN link; "
+                        f"put on node {node_of[c]}"
+                    )
         if overlap:
             self.warn(
                 "several NUMA nodes list the same CPUs (buggy firmware); such a CPU is on the node "
                 "of its cpuN/nodeM link, else on the lowest node listing it"
             )
-        on_node: dict[int, int] = dict.fromkeys(node_dirs, 0)
+        on_node: dict[int, int] = dict.fromkeys(node_ids, 0)
         for c, n in node_of.items():
             on_node[n] |= 1 << c
         claimed = CPUSet.from_mask(sum(1 << c for c in node_of))
         offline = present - online
-        cpu_sets = {n: CPUSet.from_mask(on_node[n]) | ((listed[n] & offline) - claimed) for n in node_dirs}
-        distances = self.read_distances(sorted(node_dirs))
-        kinds = self.memory_kinds(sorted(node_dirs), cpu_sets, memory, online)
+        cpu_sets = {n: CPUSet.from_mask(on_node[n]) | ((listed[n] & offline) - claimed) for n in node_ids}
+        order = list(online_nodes) if online_nodes is not None else node_ids
+        distances = self.read_distances(node_ids, order)
+        kinds = self.memory_kinds(node_ids, cpu_sets, memory, online)
         nodes: dict[int, NUMANode] = {}
-        for n in sorted(node_dirs):
+        for n in node_ids:
             kind, reason, tier = kinds[n]
             nodes[n] = NUMANode(n, cpu_sets[n], memory[n], kind, tier, reason)
         return nodes, distances, node_of
+
+    def online_node_ids(self, node_dirs: Mapping[int, str], online_nodes: CPUSet | None) -> list[int]:
+        """The nodes to model: those in ``node/online`` (as hwloc reads them) that have a folder."""
+        if online_nodes is None:
+            return sorted(node_dirs)
+        ids = [n for n in online_nodes if n in node_dirs]
+        shown = self.t.shown(f"{NODE_DIR}/online")
+        missing = [n for n in online_nodes if n not in node_dirs]
+        if missing:
+            self.warn(f"{shown} lists nodes {CPUSet(missing)} without a nodeN folder; they are left out")
+        offline = sorted(set(node_dirs) - set(online_nodes))
+        if not ids:
+            self.warn(f"{shown} lists no node with a folder; every nodeN folder is used")
+            return sorted(node_dirs)
+        if offline:
+            self.warn(
+                f"NUMA nodes {CPUSet(offline)} have a folder but are not in {shown} (offline); left out"
+            )
+        return ids
 
     def node_memtotal(self, n: int) -> int:
         rel = f"{NODE_DIR}/node{n}/meminfo"
@@ -551,27 +784,31 @@ class _Reader:
                 return int(parts[1]) * 1024
         raise TopologyError(self.t.shown(rel), "has no 'MemTotal: X kB' line", text[:80])
 
-    def read_distances(self, node_ids: list[int]) -> dict[tuple[int, int], int]:
-        """SLIT rows; each row is in the order of the online nodes."""
+    def read_distances(self, node_ids: list[int], order: list[int]) -> dict[tuple[int, int], int]:
+        """SLIT rows, each in the order of ``node/online``; all rows or none.
+
+        As hwloc does, a missing or short row drops the whole matrix (a partial
+        one would mix measured and made-up distances); extra values are ignored.
+        """
         t = self.t
-        order_set = t.cpulist(f"{NODE_DIR}/online")  # node lists share the CPU list format
-        order = list(order_set) if order_set is not None else node_ids
         out: dict[tuple[int, int], int] = {}
         wanted = set(node_ids)
         for n in node_ids:
             rel = f"{NODE_DIR}/node{n}/distance"
             text = t.text(rel)
             if text is None:
-                continue
-            fields = text.split()
-            if not all(f.isdigit() and f.isascii() for f in fields):
+                self.warn(f"{t.shown(rel)} is missing; no NUMA distances are used")
+                return {}
+            if not _DISTANCES.fullmatch(text):
                 raise TopologyError(t.shown(rel), "expected distances (integers)", text)
-            if len(fields) != len(order):
+            fields = text.split()
+            if len(fields) < len(order):
                 self.warn(
-                    f"{t.shown(rel)} has {len(fields)} distances for {len(order)} online nodes; ignored"
+                    f"{t.shown(rel)} has {len(fields)} distances for {len(order)} online nodes; "
+                    "no NUMA distances are used"
                 )
-                continue
-            for m, v in zip(order, fields, strict=True):
+                return {}
+            for m, v in zip(order, fields, strict=False):
                 if m in wanted:
                     out[(n, m)] = int(v)
         return out
@@ -601,13 +838,21 @@ class _Reader:
             if kind is not None:
                 dax.setdefault(target, (kind, f"DAX device {name} on {_dax_bus(kind)} (kmem)"))
         cxl_present = bool(t.listdir(CXL_DIR))
+        gpus = self.gpu_memory_nodes()
+        # Fake NUMA (numa=fake=) splits nodes without updating HMAT, so hwloc
+        # ignores HMAT then; so does topodra.
+        fake_numa = "numa=fake=" in (t.text("proc/cmdline") or "")
         facts = []
         for n in node_ids:
             d = f"{NODE_DIR}/node{n}"
             bw = lat = None
-            if t.isdir(f"{d}/access0/initiators"):
-                bw = self.soft_int(f"{d}/access0/initiators/read_bandwidth")
-                lat = self.soft_int(f"{d}/access0/initiators/read_latency")
+            # access1 ranks CPU initiators only; access0 may rank a generic
+            # initiator (an accelerator) first. hwloc reads access1, else access0.
+            for access in () if fake_numa else ("access1", "access0"):
+                if t.isdir(f"{d}/{access}/initiators"):
+                    bw = self.soft_int(f"{d}/{access}/initiators/read_bandwidth") or None
+                    lat = self.soft_int(f"{d}/{access}/initiators/read_latency") or None
+                    break
             dk = dax.get(n)
             facts.append(
                 NodeMemoryFacts(
@@ -620,13 +865,47 @@ class _Reader:
                     read_bandwidth=bw,
                     read_latency=lat,
                     memory_side_cache=t.isdir(f"{d}/memory_side_cache"),
+                    gpu=gpus.get(n, ""),
                 )
             )
         got = classify_memory(facts, cxl_present)
         return {n: (got[n][0], got[n][1], tiers.get(n)) for n in node_ids}
 
+    def gpu_memory_nodes(self) -> dict[int, str]:
+        """NUMA nodes that hold NVIDIA GPU memory, with the GPU's PCI address.
+
+        The driver's ``proc/driver/nvidia/gpus/<bus>/numa_status`` says
+        ``Node: N`` (POWER9 and Grace systems); hwloc reads the same file.
+        """
+        out: dict[int, str] = {}
+        for bus in sorted(self.t.listdir(NVIDIA_DIR)):
+            rel = f"{NVIDIA_DIR}/{bus}/numa_status"
+            text = self.t.text(rel)
+            for line in (text or "").splitlines():
+                key, _, value = line.partition(":")
+                if key.strip() == "Node":
+                    if value.strip().isdigit() and value.strip().isascii():
+                        out.setdefault(int(value), bus)
+                    else:
+                        self.warn(f"ignored: {self.t.shown(rel)}: not a node number ({line!r})")
+                    break
+        return out
+
 
 # --- helpers ------------------------------------------------------------------------
+
+
+def _or(value: int | None, default: int) -> int:
+    return default if value is None else value
+
+
+def _lowest_bit(mask: int) -> int:
+    return mask & -mask
+
+
+def _valid(ident: int | None) -> int | None:
+    """A sysfs id, or None for the kernel's "no such level" value -1."""
+    return ident if ident is not None and ident >= 0 else None
 
 
 def _complete(values: Mapping[int, int | None]) -> dict[int, int] | None:
