@@ -38,7 +38,6 @@ from typing import Any
 from topodra.quantity import Quantity
 from topodra.sim.api import (
     MAX_RESULTS,
-    ApiError,
     Capacity,
     Claim,
     Constraint,
@@ -47,6 +46,7 @@ from topodra.sim.api import (
     DeviceClass,
     DeviceID,
     Node,
+    ObjectError,
     RequestSpec,
     Slice,
     parse_claim,
@@ -58,7 +58,7 @@ from topodra.sim.cel import CelCompileError, CelError, CelRuntimeError, compile_
 from topodra.sim.pools import Pool, _device_matches, gather_pools
 
 __all__ = [
-    "ApiError",
+    "ObjectError",
     "AllocationError",
     "SearchAborted",
     "AllocatedState",
@@ -249,7 +249,7 @@ def allocation_of_claim(claim: Mapping[str, Any]) -> ClaimAllocation | None:
                 )
             )
         except (KeyError, TypeError, AttributeError, ValueError) as e:
-            raise ApiError(f"ResourceClaim {meta.get('name')}: status.allocation.devices.results[{i}]: {e}") from None
+            raise ObjectError(f"ResourceClaim {meta.get('name')}: status.allocation.devices.results[{i}]: {e}") from None
     if not results:
         return None
     ns, name = meta.get("namespace") or "", meta.get("name") or ""

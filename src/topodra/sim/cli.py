@@ -249,7 +249,7 @@ def allocate_cmd(
     import yaml
 
     from topodra.sim.allocator import AllocationError, Allocator
-    from topodra.sim.api import ApiError
+    from topodra.sim.api import ObjectError
 
     objs: list[dict[str, Any]] = []
     for f in files:
@@ -264,7 +264,7 @@ def allocate_cmd(
     try:
         alloc = Allocator(kinds.get("ResourceSlice", []), kinds.get("DeviceClass", []))
         result, stats = alloc.allocate_with_stats(nodes.get(node, node), kinds.get("ResourceClaim", []))
-    except (AllocationError, ApiError) as e:
+    except (AllocationError, ObjectError) as e:
         _fail(str(e))
     if result is None:
         typer.echo(f"no allocation on node {node} (calls={stats.calls}, devices visited={stats.visits})")
