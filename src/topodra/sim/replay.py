@@ -1,0 +1,610 @@
+"""Replay what happened in a cluster: Kubernetes objects in order, scheduled as kube-scheduler 1.36 does.
+
+Objects come as ``kubectl get -o yaml`` writes them (``kind: List`` too): Nodes,
+DeviceClasses, ResourceSlices, ResourceClaimTemplates, ResourceClaims and Pods,
+plus deletions ``{op: delete, kind: Pod, name: NAME[, namespace: NS]}``. A Pod is
+scheduled when it arrives: the resourceclaim controller's part (a claim per
+template, named ``<pod>-<claim>-<5 letters>``; pre-created claims shared, their
+``reservedFor`` growing and shrinking, deallocated when the last user goes) and
+the scheduler's (Filter: the plugins of ``podfit`` then DynamicResources with the
+simulator's one allocator; Score; bind). A Pod that cannot be scheduled stays
+pending and is tried again, in arrival order, after every event that can free
+or add devices or nodes, as the scheduling queue does. A Pod that arrives with
+``spec.nodeName`` is bound there without scheduling: its allocated claims are
+reserved for it, and unallocated ones are allocated on that node.
+
+Every scheduling decision is a ``Step``: the node, each claim's
+``status.allocation`` (the API's shape) and ``reservedFor``, or kube-scheduler's
+message (the part before its preemption summary). Ties between the best nodes
+go to the first in scan order (kube-scheduler picks one at random) unless a
+``prefer`` hint names one of them (``sim diff`` follows a recording that way).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from topodra.sim.allocator import (
+    AllocatedState,
+    AllocationError,
+    Allocator,
+    ClaimAllocation,
+    allocation_of_claim,
+)
+from topodra.sim.api import Claim, ObjectError, node_selector_matches, parse_claim
+from topodra.sim.costmodel import num_feasible_nodes_to_find
+from topodra.sim.podfit import (
+    NodeUsage,
+    NodeView,
+    PodView,
+    filter_reasons,
+    parse_node_view,
+    parse_pod,
+    score_nodes,
+)
+from topodra.sim.scheduler import _score as dra_score
+
+__all__ = ["ClaimState", "Step", "Replay", "ReplayError", "replay"]
+
+KINDS = ("Node", "DeviceClass", "ResourceSlice", "ResourceClaimTemplate", "ResourceClaim", "Pod")
+RESERVED_FOR_MAX = 256  # ResourceClaimReservedForMaxSize
+CANNOT_ALLOCATE = "cannot allocate all claims"
+NOT_AVAILABLE = "resourceclaim not available on the node"
+_NAME_LETTERS = "bcdfghjklmnpqrstvwxz2456789"  # the API server's generateName alphabet
+
+
+class ReplayError(ValueError):
+    """An object or deletion the replay cannot apply; the message names it and where it came from."""
+
+
+@dataclass
+class ClaimState:
+    """One claim as a pod sees it in a step (``state`` only in delete steps)."""
+
+    pod_claim: str
+    claim: str
+    generated: bool
+    allocation: dict[str, Any] | None  # status.allocation as the API writes it
+    reserved_for: list[str]
+    state: str | None = None  # delete: deallocated | still-allocated | deleted | unallocated
+
+    @property
+    def devices(self) -> list[str]:
+        return [r["device"] for r in (self.allocation or {}).get("devices", {}).get("results", [])]
+
+
+@dataclass
+class Step:
+    """One scheduling decision or deletion."""
+
+    op: str  # create | bound | scheduled-later | delete | still-pending
+    pod: str
+    namespace: str
+    source: str = ""
+    node: str | None = None
+    failure: str | None = None  # kube-scheduler's message when the pod stays pending
+    claims: list[ClaimState] = field(default_factory=list)
+    feasible: list[str] = field(default_factory=list)
+    scores: dict[str, int] = field(default_factory=dict)
+    top: list[str] = field(default_factory=list)  # best-scoring nodes when several tie
+    followed_hint: bool = False  # a tie resolved by the ``prefer`` hint
+    pending: list[str] = field(default_factory=list)  # still-pending: pods that stayed pending
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"op": self.op}
+        if self.op == "still-pending":
+            out["after"] = self.pod
+            out["pods"] = self.pending
+            return out
+        out["pod"] = self.pod
+        out["namespace"] = self.namespace
+        if self.op != "delete":
+            out["node"] = self.node
+        if self.failure is not None:
+            out["failure"] = self.failure
+        claims = []
+        for c in self.claims:
+            entry: dict[str, Any] = {"podClaimName": c.pod_claim, "claimName": c.claim, "generated": c.generated}
+            if c.state is not None:
+                entry["state"] = c.state
+                entry["reservedForAfter"] = c.reserved_for
+            else:
+                entry["allocation"] = c.allocation
+                entry["reservedFor"] = c.reserved_for
+            claims.append(entry)
+        if claims:
+            out["claims"] = claims
+        if len(self.feasible) > 1:
+            out["feasibleNodes"] = self.feasible
+            out["scores"] = self.scores
+        if len(self.top) > 1:
+            out["tie"] = self.top
+        if self.source:
+            out["source"] = self.source
+        return out
+
+
+@dataclass
+class _Claim:
+    obj: Mapping[str, Any]
+    name: str
+    namespace: str
+    owner: str | None  # pod key of a generated claim
+    allocation: ClaimAllocation | None = None
+    reserved_for: list[str] = field(default_factory=list)  # pod names
+    deleting: bool = False
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass
+class _Pod:
+    view: PodView
+    claims: dict[str, str | None]  # pod claim name -> claim key (None: no claim needed)
+    node: str | None = None
+    failure: str | None = None
+
+
+def _meta(obj: Mapping[str, Any]) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("name") or ""), str(meta.get("namespace") or "default")
+
+
+class Replay:
+    """The cluster as objects arrive; ``apply`` returns the steps each object causes."""
+
+    def __init__(self, *, prefer: Callable[[str], str | None] | None = None, percentage_of_nodes_to_score: int | None = None) -> None:
+        self.prefer = prefer
+        self.percentage = percentage_of_nodes_to_score
+        self.nodes: dict[str, NodeView] = {}
+        self.usage: dict[str, NodeUsage] = {}
+        self.classes: dict[str, Mapping[str, Any]] = {}
+        self.slices: dict[str, Mapping[str, Any]] = {}
+        self.templates: dict[str, Mapping[str, Any]] = {}
+        self.claims: dict[str, _Claim] = {}
+        self.pods: dict[str, _Pod] = {}
+        self.pending: list[str] = []  # pod keys, in the order they became pending
+        self.state = AllocatedState()
+        self.steps: list[Step] = []
+        self._allocator: Allocator | None = None
+        self._next_start = 0
+
+    # ---- objects in
+    def apply(self, obj: Any, source: str = "") -> list[Step]:
+        """Apply one object or deletion; the steps it caused (also appended to ``steps``)."""
+        if not isinstance(obj, Mapping):
+            raise ReplayError(f"{source}: expected a Kubernetes object, got {type(obj).__name__}")
+        first = len(self.steps)
+        try:
+            if obj.get("op") is not None:
+                self._delete(obj, source)
+            else:
+                self._create(obj, source)
+        except ObjectError as e:
+            raise ReplayError(f"{source}: {e}" if source else str(e)) from None
+        return self.steps[first:]
+
+    def _create(self, obj: Mapping[str, Any], source: str) -> None:
+        kind = obj.get("kind")
+        name, ns = _meta(obj)
+        if kind not in KINDS:
+            raise ReplayError(f"{source}: kind {kind!r} is not replayed (expected one of {', '.join(KINDS)} or an op: delete document)")
+        if not name:
+            raise ReplayError(f"{source}: {kind} has no metadata.name")
+        if kind == "Node":
+            view = parse_node_view(obj)
+            self.nodes[name] = view
+            self.usage.setdefault(name, NodeUsage())
+            self._changed(source, "Node")
+        elif kind == "DeviceClass":
+            self.classes[name] = obj
+            self._allocator = None
+            self._changed(source, "DeviceClass")
+        elif kind == "ResourceSlice":
+            self.slices[name] = obj
+            self._allocator = None
+            self._changed(source, "ResourceSlice")
+        elif kind == "ResourceClaimTemplate":
+            self.templates[f"{ns}/{name}"] = obj
+            self._changed(source, "ResourceClaimTemplate")
+        elif kind == "ResourceClaim":
+            self._add_claim(obj, name, ns)
+            self._changed(source, "ResourceClaim")
+        else:
+            self._add_pod(obj, source)
+
+    def _add_claim(self, obj: Mapping[str, Any], name: str, ns: str) -> None:
+        key = f"{ns}/{name}"
+        old = self.claims.get(key)
+        if old is not None and old.allocation is not None:
+            self.state.remove(old.allocation)
+        meta = obj.get("metadata") or {}
+        owner = None
+        for ref in meta.get("ownerReferences") or ():
+            if ref.get("kind") == "Pod" and ref.get("controller"):
+                owner = f"{ns}/{ref.get('name')}"
+        allocation = allocation_of_claim(obj)
+        reserved = [str(r.get("name")) for r in (obj.get("status") or {}).get("reservedFor") or () if r.get("resource") == "pods"]
+        claim = _Claim(obj, name, ns, owner, allocation, reserved)
+        if allocation is not None:
+            self.state.add(allocation)
+        self.claims[key] = claim
+
+    def _add_pod(self, obj: Mapping[str, Any], source: str) -> None:
+        view = parse_pod(obj)
+        if view.key in self.pods:
+            raise ReplayError(f"{source}: Pod {view.key} already exists (delete it first)")
+        pod = _Pod(view, {})
+        self.pods[view.key] = pod
+        missing = self._claims_for(pod)
+        if view.node_name:
+            self.steps.append(self._bind_given(pod, source, missing))
+            return
+        step = self._schedule(pod, "create", source, missing)
+        self.steps.append(step)
+        if step.node is None:
+            self.pending.append(view.key)
+
+    def _claims_for(self, pod: _Pod) -> str | None:
+        """Find or generate the pod's claims (the resourceclaim controller); why one is missing."""
+        view = pod.view
+        for ref in view.claims:
+            if pod.claims.get(ref.name):
+                continue
+            if ref.claim_name:
+                pod.claims[ref.name] = f"{view.namespace}/{ref.claim_name}"
+            elif ref.template_name:
+                given = view.claim_statuses.get(ref.name)
+                if given and f"{view.namespace}/{given}" in self.claims:
+                    pod.claims[ref.name] = f"{view.namespace}/{given}"
+                    continue
+                template = self.templates.get(f"{view.namespace}/{ref.template_name}")
+                if template is None:
+                    pod.claims[ref.name] = None
+                    return f'resourceclaimtemplate.resource.k8s.io "{ref.template_name}" not found'
+                pod.claims[ref.name] = self._generate(view, ref.name, template).key
+            else:
+                pod.claims[ref.name] = None
+        for ref in view.claims:
+            key = pod.claims.get(ref.name)
+            if key is None and ref.template_name:
+                return f"pod {view.key}: ResourceClaim not created yet"
+            if key is not None and key not in self.claims:
+                return f'resourceclaim.resource.k8s.io "{key.split("/", 1)[1]}" not found'
+            if key is not None and self.claims[key].deleting:
+                return f'resourceclaim "{key.split("/", 1)[1]}" is being deleted'
+        return None
+
+    def _generate(self, pod: PodView, pod_claim: str, template: Mapping[str, Any]) -> _Claim:
+        digest = hashlib.blake2b(f"{pod.key}/{pod_claim}".encode(), digest_size=8).digest()
+        suffix = "".join(_NAME_LETTERS[b % len(_NAME_LETTERS)] for b in digest[:5])
+        name = f"{pod.name}-{pod_claim}-{suffix}"
+        tspec = template.get("spec") or {}
+        obj = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {
+                "name": name,
+                "namespace": pod.namespace,
+                "uid": f"uid-{pod.namespace}-{name}",
+                "annotations": {"resource.kubernetes.io/pod-claim-name": pod_claim},
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": pod.name, "uid": pod.uid, "controller": True}],
+                **({"labels": dict((tspec.get("metadata") or {}).get("labels") or {})} if (tspec.get("metadata") or {}).get("labels") else {}),
+            },
+            "spec": tspec.get("spec") or {},
+        }
+        claim = _Claim(obj, name, pod.namespace, pod.key)
+        self.claims[claim.key] = claim
+        return claim
+
+    # ---- scheduling
+    def _allocator_now(self) -> Allocator:
+        if self._allocator is None:
+            self._allocator = Allocator(list(self.slices.values()), list(self.classes.values()), self.state)
+        return self._allocator
+
+    def _claims_of(self, pod: _Pod) -> list[tuple[str, _Claim]]:
+        out = []
+        seen = set()
+        for ref in pod.view.claims:
+            key = pod.claims.get(ref.name)
+            if key is not None and key in self.claims and key not in seen:
+                seen.add(key)
+                out.append((ref.name, self.claims[key]))
+        return out
+
+    def _schedule(self, pod: _Pod, op: str, source: str, missing: str | None) -> Step:
+        view = pod.view
+        step = Step(op, view.name, view.namespace, source)
+        if missing is not None:
+            return self._fail(pod, step, missing)
+        claims = self._claims_of(pod)
+        to_allocate: list[_Claim] = []
+        for _, c in claims:
+            if c.allocation is not None:
+                if len(c.reserved_for) >= RESERVED_FOR_MAX and view.name not in c.reserved_for:
+                    return self._fail(pod, step, f"0/{len(self.nodes)} nodes are available: resourceclaim in use.")
+            else:
+                to_allocate.append(c)
+        parsed: list[Claim] = []
+        for c in to_allocate:
+            parsed.append(parse_claim(c.obj))
+            for req in parsed[-1].requests:
+                for spec in (req.exactly,) if req.exactly else req.first_available:
+                    if spec is not None and spec.class_name not in self.classes:
+                        name = f"{req.name}/{spec.name}" if req.first_available else req.name
+                        return self._fail(pod, step, f"0/{len(self.nodes)} nodes are available: request {name}: device class {spec.class_name} does not exist.")
+        names = list(self.nodes)
+        if not names:
+            return self._fail(pod, step, "0/0 nodes are available: no nodes available to schedule pods")
+        want = num_feasible_nodes_to_find(len(names), self.percentage)
+        start = self._next_start % len(names)
+        reasons: dict[str, int] = {}
+        feasible: list[str] = []
+        plans: dict[str, list[ClaimAllocation]] = {}
+        processed = 0
+        for k in range(len(names)):
+            node = self.nodes[names[(start + k) % len(names)]]
+            processed += 1
+            why = filter_reasons(view, node, self.usage[node.name])
+            if not why:
+                try:
+                    why = self._dra_filter(node, claims, to_allocate, parsed, plans)
+                except AllocationError as e:
+                    self._next_start = (start + processed) % len(names)
+                    return self._fail(pod, step, f'running Filter plugin "DynamicResources": {e}')
+            if why:
+                for r in why:
+                    reasons[r] = reasons.get(r, 0) + 1
+                continue
+            feasible.append(node.name)
+            if len(feasible) >= want:
+                break
+        self._next_start = (start + processed) % len(names)
+        if not feasible:
+            hist = ", ".join(sorted(f"{n} {r}" for r, n in reasons.items()))
+            return self._fail(pod, step, f"0/{len(names)} nodes are available: {hist}.")
+        chosen = feasible[0]
+        if len(feasible) > 1:
+            chosen = self._choose(pod, step, feasible, to_allocate, parsed, plans)
+        step.feasible = feasible
+        self._bind(pod, chosen, to_allocate, plans[chosen] if to_allocate else [])
+        step.node = chosen
+        step.claims = self._claim_states(pod)
+        return step
+
+    def _dra_filter(
+        self,
+        node: NodeView,
+        claims: list[tuple[str, _Claim]],
+        to_allocate: list[_Claim],
+        parsed: list[Claim],
+        plans: dict[str, list[ClaimAllocation]],
+    ) -> list[str]:
+        if to_allocate:
+            result = self._allocator_now().allocate(node.node, parsed)
+            if result is None:
+                return [CANNOT_ALLOCATE]
+            plans[node.name] = result
+        for _, c in claims:
+            sel = c.allocation.node_selector if c.allocation is not None else None
+            if sel is not None and not node_selector_matches(sel, node.node):
+                return [NOT_AVAILABLE]
+        return []
+
+    def _choose(
+        self, pod: _Pod, step: Step, feasible: list[str], to_allocate: list[_Claim], parsed: list[Claim], plans: dict[str, list[ClaimAllocation]]
+    ) -> str:
+        per_plugin = score_nodes(pod.view, [self.nodes[n] for n in feasible], self.usage)
+        totals = {}
+        for n in feasible:
+            if to_allocate:
+                per_plugin[n]["DynamicResources"] = dra_score(parsed, plans[n])
+            totals[n] = sum(per_plugin[n].values())
+        step.scores = totals
+        best = max(totals.values())
+        top = [n for n in feasible if totals[n] == best]
+        if len(top) > 1:
+            step.top = top
+            hint = self.prefer(pod.view.name) if self.prefer is not None else None
+            if hint in top:
+                step.followed_hint = True
+                return str(hint)
+        return top[0]
+
+    def _fail(self, pod: _Pod, step: Step, message: str) -> Step:
+        pod.failure = message
+        step.failure = message
+        step.claims = self._claim_states(pod)
+        return step
+
+    def _bind(self, pod: _Pod, node: str, to_allocate: list[_Claim], allocations: list[ClaimAllocation]) -> None:
+        for c, a in zip(to_allocate, allocations, strict=True):
+            c.allocation = a
+            self.state.add(a)
+        for _, c in self._claims_of(pod):
+            if pod.view.name not in c.reserved_for:
+                c.reserved_for.append(pod.view.name)
+        pod.node = node
+        pod.failure = None
+        self.usage.setdefault(node, NodeUsage()).add(pod.view)
+
+    def _bind_given(self, pod: _Pod, source: str, missing: str | None) -> Step:
+        """A pod that arrives with spec.nodeName: bound there, its claims allocated on that node."""
+        view = pod.view
+        step = Step("bound", view.name, view.namespace, source, node=view.node_name)
+        claims = self._claims_of(pod)
+        to_allocate = [c for _, c in claims if c.allocation is None]
+        node = self.nodes.get(view.node_name)
+        if missing is not None:
+            step.failure = missing
+        elif to_allocate and node is None:
+            step.failure = f"node {view.node_name} does not exist: its claims cannot be allocated"
+        elif to_allocate:
+            assert node is not None
+            try:
+                result = self._allocator_now().allocate(node.node, [parse_claim(c.obj) for c in to_allocate])
+            except AllocationError as e:
+                result, step.failure = None, f'running Filter plugin "DynamicResources": {e}'
+            if result is None:
+                step.failure = step.failure or f"0/1 nodes are available: 1 {CANNOT_ALLOCATE}."
+                to_allocate, result = [], []
+            for c, a in zip(to_allocate, result, strict=True):
+                c.allocation = a
+                self.state.add(a)
+        for _, c in claims:
+            if c.allocation is not None and view.name not in c.reserved_for:
+                c.reserved_for.append(view.name)
+        pod.node = view.node_name
+        pod.failure = step.failure
+        self.usage.setdefault(view.node_name, NodeUsage()).add(view)
+        step.claims = self._claim_states(pod)
+        return step
+
+    def _claim_states(self, pod: _Pod) -> list[ClaimState]:
+        out = []
+        for ref in pod.view.claims:
+            key = pod.claims.get(ref.name)
+            c = self.claims.get(key) if key else None
+            if c is None:
+                continue
+            out.append(
+                ClaimState(ref.name, c.name, c.owner is not None, c.allocation.to_api() if c.allocation else None, list(c.reserved_for))
+            )
+        return out
+
+    def _retry(self, source: str) -> list[str]:
+        """Try every pending pod again, in order; the pods still pending."""
+        still = []
+        for key in list(self.pending):
+            pod = self.pods.get(key)
+            if pod is None:
+                continue
+            step = self._schedule(pod, "scheduled-later", source, self._claims_for(pod))
+            if step.node is not None:
+                self.steps.append(step)
+            else:
+                still.append(key)
+        self.pending = still
+        return still
+
+    def _changed(self, source: str, kind: str) -> None:
+        """A new object that can make pending pods schedulable."""
+        del kind
+        if self.pending:
+            self._retry(source)
+
+    # ---- deletions
+    def _delete(self, doc: Mapping[str, Any], source: str) -> None:
+        if doc.get("op") != "delete":
+            raise ReplayError(f"{source}: unknown op {doc.get('op')!r} (only op: delete)")
+        kind, name = doc.get("kind"), doc.get("name")
+        if not isinstance(name, str) or not name or kind not in KINDS:
+            raise ReplayError(f"{source}: a deletion needs kind (one of {', '.join(KINDS)}) and name, got kind={kind!r} name={name!r}")
+        ns = doc.get("namespace")
+        if kind == "Pod":
+            self._delete_pod(self._find(self.pods, name, ns, "Pod", source), source)
+            return
+        if kind == "ResourceClaim":
+            key = self._find(self.claims, name, ns, "ResourceClaim", source)
+            claim = self.claims[key]
+            if claim.reserved_for:
+                claim.deleting = True  # the finalizer keeps it until the last user goes
+            else:
+                self._drop_claim(claim)
+        elif kind == "Node":
+            self._gone(self.nodes, name, kind, source)
+        elif kind == "DeviceClass":
+            self._gone(self.classes, name, kind, source)
+            self._allocator = None
+        elif kind == "ResourceSlice":
+            self._gone(self.slices, name, kind, source)
+            self._allocator = None
+        else:
+            self._gone(self.templates, self._find(self.templates, name, ns, kind, source), kind, source)
+        self._changed(source, kind)
+
+    @staticmethod
+    def _gone(table: dict[str, Any], key: str, kind: str, source: str) -> None:
+        if table.pop(key, None) is None:
+            raise ReplayError(f"{source}: delete {kind} {key}: no such object")
+
+    @staticmethod
+    def _find(table: Mapping[str, Any], name: str, ns: Any, kind: str, source: str) -> str:
+        if ns:
+            key = f"{ns}/{name}"
+            if key in table:
+                return key
+        else:
+            found = [k for k in table if k.split("/", 1)[1] == name]
+            if len(found) == 1:
+                return found[0]
+            if len(found) > 1:
+                raise ReplayError(f"{source}: delete {kind} {name}: in several namespaces ({', '.join(found)}), give namespace")
+        raise ReplayError(f"{source}: delete {kind} {name}: no such object")
+
+    def _drop_claim(self, claim: _Claim) -> None:
+        if claim.allocation is not None:
+            self.state.remove(claim.allocation)
+            claim.allocation = None
+        self.claims.pop(claim.key, None)
+
+    def _delete_pod(self, key: str, source: str) -> None:
+        pod = self.pods.pop(key)
+        view = pod.view
+        if key in self.pending:
+            self.pending.remove(key)
+        if pod.node is not None:
+            self.usage.setdefault(pod.node, NodeUsage()).remove(view)
+        step = Step("delete", view.name, view.namespace, source)
+        for ref in view.claims:
+            ckey = pod.claims.get(ref.name)
+            claim = self.claims.get(ckey) if ckey else None
+            if claim is None:
+                continue
+            if view.name in claim.reserved_for:
+                claim.reserved_for.remove(view.name)
+            generated = claim.owner == key
+            if generated:
+                state = "deallocated" if claim.allocation is not None else "deleted"
+                self._drop_claim(claim)
+            elif claim.reserved_for:
+                state = "still-allocated" if claim.allocation is not None else "unallocated"
+            elif claim.allocation is not None:
+                self.state.remove(claim.allocation)
+                claim.allocation = None
+                state = "deallocated"
+                if claim.deleting:
+                    self._drop_claim(claim)
+            else:
+                state = "unallocated"
+            step.claims.append(ClaimState(ref.name, claim.name, generated, None, list(claim.reserved_for), state))
+        self.steps.append(step)
+        if self.pending:
+            still = self._retry(source)
+            if still:
+                self.steps.append(Step("still-pending", view.name, view.namespace, source, pending=[self.pods[k].view.name for k in still]))
+
+    # ---- final state
+    def final_pods(self) -> dict[str, Step]:
+        """Every pod still in the cluster as a step-shaped record of its current state (by name)."""
+        out = {}
+        for pod in self.pods.values():
+            view = pod.view
+            step = Step("state", view.name, view.namespace, node=pod.node, failure=pod.failure if pod.node is None else None)
+            step.claims = self._claim_states(pod)
+            out[view.name] = step
+        return out
+
+
+def replay(objects: Iterable[tuple[Any, str]], *, prefer: Callable[[str], str | None] | None = None, percentage_of_nodes_to_score: int | None = None) -> Replay:
+    """Replay ``(object, source)`` pairs in order; the finished ``Replay`` (its ``steps``, its state)."""
+    r = Replay(prefer=prefer, percentage_of_nodes_to_score=percentage_of_nodes_to_score)
+    for obj, source in objects:
+        r.apply(obj, source)
+    return r
