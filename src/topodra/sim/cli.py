@@ -53,7 +53,7 @@ def _fail(message: str) -> NoReturn:
     from rich.console import Console
     from rich.markup import escape
 
-    Console(stderr=True).print(f"[red]error:[/red] {escape(message)}")
+    Console(stderr=True, soft_wrap=True).print(f"[red]error:[/red] {escape(message)}")
     raise typer.Exit(2)
 
 
