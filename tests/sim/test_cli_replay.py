@@ -108,3 +108,10 @@ def test_run_exit_codes() -> None:
     assert code == 2
     code, out, _ = invoke("run", "--help")
     assert "Exit codes" in out
+
+
+def test_the_shipped_replay_example_matches_its_recording() -> None:
+    ex = Path(__file__).resolve().parents[2] / "examples" / "replay"
+    code, out, _ = invoke("diff", str(ex / "cluster.yaml"), str(ex / "workload.yaml"), "-r", str(ex / "recorded.json"))
+    assert code == 0, out
+    assert "16 match, 0 mismatch" in out
