@@ -195,3 +195,12 @@ def test_bad_documents_are_one_line_errors_naming_the_source(doc: Any, needle: s
     assert needle in str(e.value)
     assert str(e.value).startswith("f.yaml:7")
     assert "\n" not in str(e.value)
+
+
+def test_a_claim_updated_without_its_allocation_frees_its_devices() -> None:
+    allocated = claim("held")
+    allocated["status"] = {"allocation": {"devices": {"results": [{"request": "r", "driver": D, "pool": "n1", "device": f"d{i}"} for i in range(4)]}}}
+    r = run(*cluster("n1"), allocated, template("one"), pod("p", template="one"))
+    assert r.pending == ["default/p"]
+    steps = r.apply(claim("held"))  # the same claim, its allocation cleared
+    assert [(s.op, s.pod, s.claims[0].devices) for s in steps] == [("scheduled-later", "p", ["d0"])]

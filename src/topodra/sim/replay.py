@@ -200,27 +200,29 @@ class Replay:
             view = parse_node_view(obj)
             self.nodes[name] = view
             self.usage.setdefault(name, NodeUsage())
-            self._changed(source, "Node")
+            self._changed(source)
         elif kind == "DeviceClass":
             self.classes[name] = obj
             self._allocator = None
-            self._changed(source, "DeviceClass")
+            self._changed(source)
         elif kind == "ResourceSlice":
             self.slices[name] = obj
             self._allocator = None
-            self._changed(source, "ResourceSlice")
+            self._changed(source)
         elif kind == "ResourceClaimTemplate":
             self.templates[f"{ns}/{name}"] = obj
-            self._changed(source, "ResourceClaimTemplate")
+            self._changed(source, lambda p: any(r.template_name == name for r in p.view.claims) and p.view.namespace == ns)
         elif kind == "ResourceClaim":
-            self._add_claim(obj, name, ns)
-            self._changed(source, "ResourceClaim")
+            freed = self._add_claim(obj, name, ns)
+            self._changed(source, None if freed else lambda p: f"{ns}/{name}" in p.claims.values())
         else:
             self._add_pod(obj, source)
 
-    def _add_claim(self, obj: Mapping[str, Any], name: str, ns: str) -> None:
+    def _add_claim(self, obj: Mapping[str, Any], name: str, ns: str) -> bool:
+        """Store a claim (replacing one of that name); whether devices were freed."""
         key = f"{ns}/{name}"
         old = self.claims.get(key)
+        freed = old is not None and old.allocation is not None
         if old is not None and old.allocation is not None:
             self.state.remove(old.allocation)
         meta = obj.get("metadata") or {}
@@ -234,6 +236,7 @@ class Replay:
         if allocation is not None:
             self.state.add(allocation)
         self.claims[key] = claim
+        return freed
 
     def _add_pod(self, obj: Mapping[str, Any], source: str) -> None:
         view = parse_pod(obj)
@@ -478,12 +481,15 @@ class Replay:
             )
         return out
 
-    def _retry(self, source: str) -> list[str]:
-        """Try every pending pod again, in order; the pods still pending."""
+    def _retry(self, source: str, only: Callable[[_Pod], bool] | None = None) -> list[str]:
+        """Try the pending pods again (those ``only`` selects), in order; the pods still pending."""
         still = []
         for key in list(self.pending):
             pod = self.pods.get(key)
             if pod is None:
+                continue
+            if only is not None and not only(pod):
+                still.append(key)
                 continue
             step = self._schedule(pod, "scheduled-later", source, self._claims_for(pod))
             if step.node is not None:
@@ -493,11 +499,12 @@ class Replay:
         self.pending = still
         return still
 
-    def _changed(self, source: str, kind: str) -> None:
-        """A new object that can make pending pods schedulable."""
-        del kind
+    def _changed(self, source: str, only: Callable[[_Pod], bool] | None = None) -> None:
+        """A new object that can make pending pods schedulable (all, or those ``only`` selects):
+        the scheduling queue's events for nodes, classes and slices, and a claim or template a
+        pod waits for."""
         if self.pending:
-            self._retry(source)
+            self._retry(source, only)
 
     # ---- deletions
     def _delete(self, doc: Mapping[str, Any], source: str) -> None:
@@ -527,7 +534,7 @@ class Replay:
             self._allocator = None
         else:
             self._gone(self.templates, self._find(self.templates, name, ns, kind, source), kind, source)
-        self._changed(source, kind)
+        self._changed(source)
 
     @staticmethod
     def _gone(table: dict[str, Any], key: str, kind: str, source: str) -> None:
