@@ -46,9 +46,6 @@ def _machines(machine: list[str] | None, cpus: int) -> dict[str, float]:
     return out
 
 
-EXIT_CODES = "Exit codes: 0 every pod scheduled, 1 some pod could not be scheduled, 2 bad input."
-
-
 def _fail(message: str) -> NoReturn:
     from rich.console import Console
     from rich.markup import escape
