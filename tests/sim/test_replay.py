@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from topodra.sim.replay import Replay, ReplayError
 
@@ -204,3 +206,28 @@ def test_a_claim_updated_without_its_allocation_frees_its_devices() -> None:
     assert r.pending == ["default/p"]
     steps = r.apply(claim("held"))  # the same claim, its allocation cleared
     assert [(s.op, s.pod, s.claims[0].devices) for s in steps] == [("scheduled-later", "p", ["d0"])]
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["one", "two", "shared", "del", "node"]), st.integers(0, 9)), min_size=1, max_size=30))
+def test_memoised_filter_results_equal_fresh_ones(ops: list[tuple[str, int]]) -> None:
+    objs: list[dict[str, Any]] = [*cluster("n1", "n2", "n3", devices=4), template("one"), template("two", 2, 'device.attributes["dra.example.com"].half == 1'), claim("shared", 2)]
+    names: list[str] = []
+    extra = 0
+    for op, k in ops:
+        if op == "del" and names:
+            objs.append(delete("Pod", names.pop(k % len(names))))
+        elif op == "node":
+            extra += 1
+            objs += [node(f"x{extra}"), slice_(f"x{extra}-0", f"x{extra}", [device(f"d{i}", attrs(half=i)) for i in range(2)])]
+        elif op != "del":
+            name = f"p{len(objs)}"
+            objs.append(pod(name, claim="shared") if op == "shared" else pod(name, template=op))
+            names.append(name)
+    runs = []
+    for memo in (True, False):
+        r = Replay(memo=memo)
+        for o in objs:
+            r.apply(o)
+        runs.append([s.as_dict() for s in r.steps])
+    assert runs[0] == runs[1]

@@ -23,6 +23,7 @@ go to the first in scan order (kube-scheduler picks one at random) unless a
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -158,8 +159,11 @@ def _meta(obj: Mapping[str, Any]) -> tuple[str, str]:
 class Replay:
     """The cluster as objects arrive; ``apply`` returns the steps each object causes."""
 
-    def __init__(self, *, prefer: Callable[[str], str | None] | None = None, percentage_of_nodes_to_score: int | None = None) -> None:
+    def __init__(
+        self, *, prefer: Callable[[str], str | None] | None = None, percentage_of_nodes_to_score: int | None = None, memo: bool = True
+    ) -> None:
         self.prefer = prefer
+        self.memo = memo
         self.percentage = percentage_of_nodes_to_score
         self.nodes: dict[str, NodeView] = {}
         self.usage: dict[str, NodeUsage] = {}
@@ -173,6 +177,12 @@ class Replay:
         self.steps: list[Step] = []
         self._allocator: Allocator | None = None
         self._next_start = 0
+        # Filter memo: (node, node version, claim specs) -> (fits, DRA score, allocation error).
+        # A node's version changes with every allocation on its devices, so a hit is exact.
+        self._memo: dict[tuple[str, int, str], tuple[bool, int, str | None]] = {}
+        self._version: dict[str, int] = {}
+        self._pool_node: dict[tuple[str, str], str] | None = None  # None: some slice is not node-local
+        self.memo_hits = 0
 
     # ---- objects in
     def apply(self, obj: Any, source: str = "") -> list[Step]:
@@ -199,15 +209,16 @@ class Replay:
         if kind == "Node":
             view = parse_node_view(obj)
             self.nodes[name] = view
+            self._bump(name)
             self.usage.setdefault(name, NodeUsage())
             self._changed(source)
         elif kind == "DeviceClass":
             self.classes[name] = obj
-            self._allocator = None
+            self._reset()
             self._changed(source)
         elif kind == "ResourceSlice":
             self.slices[name] = obj
-            self._allocator = None
+            self._reset()
             self._changed(source)
         elif kind == "ResourceClaimTemplate":
             self.templates[f"{ns}/{name}"] = obj
@@ -224,7 +235,7 @@ class Replay:
         old = self.claims.get(key)
         freed = old is not None and old.allocation is not None
         if old is not None and old.allocation is not None:
-            self.state.remove(old.allocation)
+            self._release(old.allocation)
         meta = obj.get("metadata") or {}
         owner = None
         for ref in meta.get("ownerReferences") or ():
@@ -234,7 +245,7 @@ class Replay:
         reserved = [str(r.get("name")) for r in (obj.get("status") or {}).get("reservedFor") or () if r.get("resource") == "pods"]
         claim = _Claim(obj, name, ns, owner, allocation, reserved)
         if allocation is not None:
-            self.state.add(allocation)
+            self._hold(allocation)
         self.claims[key] = claim
         return freed
 
@@ -311,6 +322,36 @@ class Replay:
             self._allocator = Allocator(list(self.slices.values()), list(self.classes.values()), self.state)
         return self._allocator
 
+    def _reset(self) -> None:
+        """Slices or classes changed: a new allocator, no memoised Filter result holds."""
+        self._allocator = None
+        self._memo.clear()
+        local = all((s.get("spec") or {}).get("nodeName") for s in self.slices.values())
+        self._pool_node = (
+            {(str(s["spec"].get("driver")), str((s["spec"].get("pool") or {}).get("name"))): str(s["spec"]["nodeName"]) for s in self.slices.values()}
+            if local
+            else None
+        )
+
+    def _bump(self, node: str) -> None:
+        self._version[node] = self._version.get(node, 0) + 1
+
+    def _touch(self, allocation: ClaimAllocation) -> None:
+        for r in allocation.results:
+            node = self._pool_node.get((r.driver, r.pool)) if self._pool_node is not None else None
+            if node is None:
+                self._memo.clear()
+                return
+            self._bump(node)
+
+    def _hold(self, allocation: ClaimAllocation) -> None:
+        self.state.add(allocation)
+        self._touch(allocation)
+
+    def _release(self, allocation: ClaimAllocation) -> None:
+        self.state.remove(allocation)
+        self._touch(allocation)
+
     def _claims_of(self, pod: _Pod) -> list[tuple[str, _Claim]]:
         out = []
         seen = set()
@@ -349,7 +390,8 @@ class Replay:
         start = self._next_start % len(names)
         reasons: dict[str, int] = {}
         feasible: list[str] = []
-        plans: dict[str, list[ClaimAllocation]] = {}
+        dra_scores: dict[str, int] = {}
+        signature = json.dumps([c.obj.get("spec") for c in to_allocate], sort_keys=True, default=str)
         processed = 0
         for k in range(len(names)):
             node = self.nodes[names[(start + k) % len(names)]]
@@ -357,7 +399,7 @@ class Replay:
             why = filter_reasons(view, node, self.usage[node.name])
             if not why:
                 try:
-                    why = self._dra_filter(node, claims, to_allocate, parsed, plans)
+                    why = self._dra_filter(node, claims, to_allocate, parsed, signature, dra_scores)
                 except AllocationError as e:
                     self._next_start = (start + processed) % len(names)
                     return self._fail(pod, step, f'running Filter plugin "DynamicResources": {e}')
@@ -374,9 +416,14 @@ class Replay:
             return self._fail(pod, step, f"0/{len(names)} nodes are available: {hist}.")
         chosen = feasible[0]
         if len(feasible) > 1:
-            chosen = self._choose(pod, step, feasible, to_allocate, parsed, plans)
+            chosen = self._choose(pod, step, feasible, dra_scores)
         step.feasible = feasible
-        self._bind(pod, chosen, to_allocate, plans[chosen] if to_allocate else [])
+        allocations: list[ClaimAllocation] = []
+        if to_allocate:
+            fresh = self._allocator_now().allocate(self.nodes[chosen].node, parsed)
+            assert fresh is not None, "a node that passed Filter has no allocation"
+            allocations = fresh
+        self._bind(pod, chosen, to_allocate, allocations)
         step.node = chosen
         step.claims = self._claim_states(pod)
         return step
@@ -387,27 +434,40 @@ class Replay:
         claims: list[tuple[str, _Claim]],
         to_allocate: list[_Claim],
         parsed: list[Claim],
-        plans: dict[str, list[ClaimAllocation]],
+        signature: str,
+        scores: dict[str, int],
     ) -> list[str]:
         if to_allocate:
-            result = self._allocator_now().allocate(node.node, parsed)
-            if result is None:
+            key = (node.name, self._version.get(node.name, 0), signature)
+            use_memo = self.memo and self._pool_node is not None
+            hit = self._memo.get(key) if use_memo else None
+            if hit is None:
+                try:
+                    result = self._allocator_now().allocate(node.node, parsed)
+                    hit = (result is not None, dra_score(parsed, result) if result is not None else 0, None)
+                except AllocationError as e:
+                    hit = (False, 0, str(e))
+                if use_memo:
+                    self._memo[key] = hit
+            else:
+                self.memo_hits += 1
+            if hit[2] is not None:
+                raise AllocationError(hit[2])
+            if not hit[0]:
                 return [CANNOT_ALLOCATE]
-            plans[node.name] = result
+            scores[node.name] = hit[1]
         for _, c in claims:
             sel = c.allocation.node_selector if c.allocation is not None else None
             if sel is not None and not node_selector_matches(sel, node.node):
                 return [NOT_AVAILABLE]
         return []
 
-    def _choose(
-        self, pod: _Pod, step: Step, feasible: list[str], to_allocate: list[_Claim], parsed: list[Claim], plans: dict[str, list[ClaimAllocation]]
-    ) -> str:
+    def _choose(self, pod: _Pod, step: Step, feasible: list[str], dra_scores: Mapping[str, int]) -> str:
         per_plugin = score_nodes(pod.view, [self.nodes[n] for n in feasible], self.usage)
         totals = {}
         for n in feasible:
-            if to_allocate:
-                per_plugin[n]["DynamicResources"] = dra_score(parsed, plans[n])
+            if n in dra_scores:
+                per_plugin[n]["DynamicResources"] = dra_scores[n]
             totals[n] = sum(per_plugin[n].values())
         step.scores = totals
         best = max(totals.values())
@@ -429,7 +489,7 @@ class Replay:
     def _bind(self, pod: _Pod, node: str, to_allocate: list[_Claim], allocations: list[ClaimAllocation]) -> None:
         for c, a in zip(to_allocate, allocations, strict=True):
             c.allocation = a
-            self.state.add(a)
+            self._hold(a)
         for _, c in self._claims_of(pod):
             if pod.view.name not in c.reserved_for:
                 c.reserved_for.append(pod.view.name)
@@ -459,7 +519,7 @@ class Replay:
                 to_allocate, result = [], []
             for c, a in zip(to_allocate, result, strict=True):
                 c.allocation = a
-                self.state.add(a)
+                self._hold(a)
         for _, c in claims:
             if c.allocation is not None and view.name not in c.reserved_for:
                 c.reserved_for.append(view.name)
@@ -528,10 +588,10 @@ class Replay:
             self._gone(self.nodes, name, kind, source)
         elif kind == "DeviceClass":
             self._gone(self.classes, name, kind, source)
-            self._allocator = None
+            self._reset()
         elif kind == "ResourceSlice":
             self._gone(self.slices, name, kind, source)
-            self._allocator = None
+            self._reset()
         else:
             self._gone(self.templates, self._find(self.templates, name, ns, kind, source), kind, source)
         self._changed(source)
@@ -557,7 +617,7 @@ class Replay:
 
     def _drop_claim(self, claim: _Claim) -> None:
         if claim.allocation is not None:
-            self.state.remove(claim.allocation)
+            self._release(claim.allocation)
             claim.allocation = None
         self.claims.pop(claim.key, None)
 
@@ -583,7 +643,7 @@ class Replay:
             elif claim.reserved_for:
                 state = "still-allocated" if claim.allocation is not None else "unallocated"
             elif claim.allocation is not None:
-                self.state.remove(claim.allocation)
+                self._release(claim.allocation)
                 claim.allocation = None
                 state = "deallocated"
                 if claim.deleting:
