@@ -231,3 +231,9 @@ def test_memoised_filter_results_equal_fresh_ones(ops: list[tuple[str, int]]) ->
             r.apply(o)
         runs.append([s.as_dict() for s in r.steps])
     assert runs[0] == runs[1]
+
+
+def test_pods_of_another_scheduler_are_left_pending() -> None:
+    r = run(*cluster("n1"), template("one"), pod("p", template="one", schedulerName="other"))
+    assert r.final_pods()["p"].failure == "left to scheduler 'other' (only default-scheduler is replayed)"
+    assert r.final_pods()["p"].claims[0].allocation is None

@@ -76,6 +76,7 @@ class PodView:
     nonzero: Resources  # requests with kube-scheduler's defaults for containers without one
     claims: tuple[PodClaimRef, ...]
     claim_statuses: Mapping[str, str]  # status.resourceClaimStatuses: pod claim -> generated claim
+    scheduler_name: str = "default-scheduler"
 
     @property
     def key(self) -> str:
@@ -197,6 +198,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodView:
             nonzero=nonzero,
             claims=tuple(claims),
             claim_statuses=statuses,
+            scheduler_name=str(spec.get("schedulerName") or "default-scheduler"),
         )
     except (AttributeError, TypeError, ValueError, KeyError) as e:
         if isinstance(e, ObjectError):

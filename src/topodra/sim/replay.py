@@ -367,6 +367,8 @@ class Replay:
         step = Step(op, view.name, view.namespace, source)
         if missing is not None:
             return self._fail(pod, step, missing)
+        if view.scheduler_name != "default-scheduler":
+            return self._fail(pod, step, f"left to scheduler {view.scheduler_name!r} (only default-scheduler is replayed)")
         claims = self._claims_of(pod)
         to_allocate: list[_Claim] = []
         for _, c in claims:
