@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from topodra.dra.allocation import AllocationFormatError, parse_allocation
-from topodra.sim.replay import ClaimState, Replay, Step, replay
+from topodra.sim.replay import Replay, replay
+from topodra.sim.replaysteps import ClaimState, Step
 from topodra.yamldocs import YamlFileError, expand_lists, load_documents
 
 __all__ = ["Outcome", "Recorded", "DiffRow", "DiffReport", "load_recorded", "diff_replay", "filter_message"]
