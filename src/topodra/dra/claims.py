@@ -15,6 +15,7 @@ from fractions import Fraction
 from typing import Any, Final
 
 from topodra.cpuset import CPUSet
+from topodra.dra.allocation import AllocationFormatError, parse_allocation
 from topodra.dra.devices import CAPACITY_CPU, DRIVER, Device
 from topodra.quantity import QuantityError
 from topodra.quantity import parse_quantity as _parse_quantity
@@ -88,8 +89,12 @@ def whole_cpus(text: object, *, what: str) -> int:
         value = parse_quantity(text)
     except ValueError as exc:
         raise ClaimError(f"{what}: {exc}") from None
+    return _whole(value, what=what, text=text)
+
+
+def _whole(value: Fraction, *, what: str, text: object = None) -> int:
     if value.denominator != 1 or value <= 0:
-        raise ClaimError(f"{what}: {text!r} is not a positive whole number of CPUs")
+        raise ClaimError(f"{what}: {str(value) if text is None else repr(text)} is not a positive whole number of CPUs")
     return int(value)
 
 
@@ -111,46 +116,29 @@ def allocated_devices(claim: Mapping[str, Any], ref: ClaimRef, *, pool: str, dri
     uid = _get(claim, "metadata", "uid")
     if uid != ref.uid:
         raise ClaimError(f"claim {ref}: the API server has UID {uid!r} (claim was re-created?)")
-    allocation = _get(claim, "status", "allocation")
-    if not isinstance(allocation, Mapping):
+    if not isinstance(_get(claim, "status", "allocation"), Mapping):
         raise ClaimError(f"claim {ref} is not allocated")
-    results = _get(allocation, "devices", "results")
-    if results is None:
-        results = []
-    if not isinstance(results, list):
-        raise ClaimError(f"claim {ref}: status.allocation.devices.results is not a list")
+    try:
+        allocation = parse_allocation(claim)
+    except AllocationFormatError as exc:
+        raise ClaimError(f"claim {ref}: {exc}") from None
     out: list[AllocatedDevice] = []
-    for i, result in enumerate(results):
+    for i, result in enumerate(allocation.results if allocation is not None else ()):
         where = f"claim {ref}: status.allocation.devices.results[{i}]"
-        if not isinstance(result, Mapping):
-            raise ClaimError(f"{where} is not an object")
-        if result.get("driver") != driver:
+        if result.driver != driver:
             continue
-        request, device, res_pool = result.get("request"), result.get("device"), result.get("pool")
-        for field_name, value in (("request", request), ("device", device), ("pool", res_pool)):
-            if not isinstance(value, str) or not value:
-                raise ClaimError(f"{where}.{field_name} is missing")
-        assert isinstance(request, str)
-        assert isinstance(device, str)
-        assert isinstance(res_pool, str)
-        if res_pool != pool:
-            raise ClaimError(f"{where}: device {res_pool}/{device} belongs to another pool than this node's {pool!r}")
-        if result.get("adminAccess"):
+        if result.pool != pool:
+            raise ClaimError(f"{where}: device {result.pool}/{result.device} belongs to another pool than this node's {pool!r}")
+        if result.admin_access:
             # Admin access shares devices already in use; a CPU claim is exclusive by nature, and
             # pinning a monitoring container onto someone else's claimed CPUs is never what is meant.
             raise ClaimError(f"{where}: adminAccess is not supported for {driver} devices")
-        share = result.get("shareID")
-        if share is not None and not isinstance(share, str):
-            raise ClaimError(f"{where}.shareID is not a string")
-        consumed = result.get("consumedCapacity")
         cpus: int | None = None
-        if consumed is not None:
-            if not isinstance(consumed, Mapping):
-                raise ClaimError(f"{where}.consumedCapacity is not an object")
-            for key in (CAPACITY_CPU, f"{driver}/{CAPACITY_CPU}"):
-                if key in consumed:
-                    cpus = whole_cpus(consumed[key], what=f"{where}.consumedCapacity[{key!r}]")
-        out.append(AllocatedDevice(request.split("/", 1)[0], res_pool, device, share or None, cpus))
+        for key in (CAPACITY_CPU, f"{driver}/{CAPACITY_CPU}"):
+            consumed = (result.consumed_capacity or {}).get(key)
+            if consumed is not None:
+                cpus = _whole(consumed.amount, what=f"{where}.consumedCapacity[{key!r}]")
+        out.append(AllocatedDevice(result.request.split("/", 1)[0], result.pool, result.device, result.share_id, cpus))
     return out
 
 

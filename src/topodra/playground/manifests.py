@@ -8,6 +8,8 @@ from typing import Any
 
 import yaml
 
+from topodra.yamldocs import yaml_error as _yaml_error
+
 __all__ = ["Manifest", "ManifestError", "load_manifests", "parse_manifests"]
 
 
@@ -68,10 +70,3 @@ def load_manifests(path: str | Path) -> list[Manifest]:
         raise ManifestError(f"cannot read {p}: {err.strerror or err}") from None
     return parse_manifests(text, str(p))
 
-
-def _yaml_error(err: yaml.YAMLError, source: str) -> str:
-    mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
-    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-    if mark is not None:
-        return f"{source}:{mark.line + 1}:{mark.column + 1}: invalid YAML: {problem}"
-    return f"{source}: invalid YAML: {problem}"

@@ -35,10 +35,10 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from topodra.dra.allocation import AllocationFormatError, parse_allocation
 from topodra.quantity import Quantity
 from topodra.sim.api import (
     MAX_RESULTS,
-    ApiError,
     Capacity,
     Claim,
     Constraint,
@@ -47,6 +47,7 @@ from topodra.sim.api import (
     DeviceClass,
     DeviceID,
     Node,
+    ObjectError,
     RequestSpec,
     Slice,
     parse_claim,
@@ -58,7 +59,7 @@ from topodra.sim.cel import CelCompileError, CelError, CelRuntimeError, compile_
 from topodra.sim.pools import Pool, _device_matches, gather_pools
 
 __all__ = [
-    "ApiError",
+    "ObjectError",
     "AllocationError",
     "SearchAborted",
     "AllocatedState",
@@ -230,35 +231,21 @@ class AllocatedState:
 def allocation_of_claim(claim: Mapping[str, Any]) -> ClaimAllocation | None:
     """The ``status.allocation`` of a claim dict as a ``ClaimAllocation`` (None if unallocated)."""
     meta = claim.get("metadata") or {}
-    allocation = (claim.get("status") or {}).get("allocation") or {}
-    devices = allocation.get("devices") or {}
-    results = []
-    for i, r in enumerate(devices.get("results") or []):
-        try:
-            cc = r.get("consumedCapacity")
-            results.append(
-                DeviceResult(
-                    request=r.get("request", ""),
-                    driver=r["driver"],
-                    pool=r["pool"],
-                    device=r["device"],
-                    admin_access=bool(r.get("adminAccess")),
-                    tolerations=tuple(r.get("tolerations") or ()),
-                    share_id=r.get("shareID"),
-                    consumed_capacity={k: Quantity.parse(v) for k, v in cc.items()} if cc else None,
-                )
-            )
-        except (KeyError, TypeError, AttributeError, ValueError) as e:
-            raise ApiError(f"ResourceClaim {meta.get('name')}: status.allocation.devices.results[{i}]: {e}") from None
-    if not results:
+    try:
+        allocation = parse_allocation(claim)
+    except AllocationFormatError as e:
+        raise ObjectError(f"ResourceClaim {meta.get('name')}: {e}") from None
+    if allocation is None:
         return None
     ns, name = meta.get("namespace") or "", meta.get("name") or ""
-    return ClaimAllocation(
-        f"{ns}/{name}" if ns else str(name),
-        tuple(results),
-        tuple(devices.get("config") or ()),
-        allocation.get("nodeSelector"),
+    results = tuple(
+        DeviceResult(
+            r.request, r.driver, r.pool, r.device, r.admin_access, r.tolerations,
+            r.binding_conditions, r.binding_failure_conditions, r.share_id, r.consumed_capacity,
+        )
+        for r in allocation.results
     )
+    return ClaimAllocation(f"{ns}/{name}" if ns else str(name), results, allocation.config, allocation.node_selector)
 
 
 @dataclass(slots=True)

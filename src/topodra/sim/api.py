@@ -19,7 +19,7 @@ from topodra.sim.cel import CelDevice, attribute_value
 from topodra.sim.semver import SemverError
 
 __all__ = [
-    "ApiError",
+    "ObjectError",
     "DeviceID",
     "Capacity",
     "RequestPolicy",
@@ -45,21 +45,21 @@ MAX_RESULTS = 32  # AllocationResultsMaxSize
 DeviceID = tuple[str, str, str]  # (driver, pool, device)
 
 
-class ApiError(ValueError):
+class ObjectError(ValueError):
     """An API object the allocator cannot use, naming the object and field."""
 
 
 def _get(obj: Mapping[str, Any], key: str, where: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:
     if not isinstance(obj, Mapping):
-        raise ApiError(f"{where}: expected an object, got {type(obj).__name__}")
+        raise ObjectError(f"{where}: expected an object, got {type(obj).__name__}")
     if key not in obj or obj[key] is None:
         if default is ...:
-            raise ApiError(f"{where}.{key}: required field is missing")
+            raise ObjectError(f"{where}.{key}: required field is missing")
         return default
     value = obj[key]
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
-        raise ApiError(f"{where}.{key}: expected {names}, got {type(value).__name__} {value!r}")
+        raise ObjectError(f"{where}.{key}: expected {names}, got {type(value).__name__} {value!r}")
     return value
 
 
@@ -67,7 +67,7 @@ def _qty(value: Any, where: str) -> Quantity:
     try:
         return parse_quantity(value)
     except QuantityError as e:
-        raise ApiError(f"{where}: {e}") from None
+        raise ObjectError(f"{where}: {e}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,20 +225,20 @@ _R = TypeVar("_R")
 
 
 def _guarded(kind: str) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
-    """Turn any structural surprise in a parser into an ``ApiError`` naming the object."""
+    """Turn any structural surprise in a parser into an ``ObjectError`` naming the object."""
 
     def wrap(fn: Callable[_P, _R]) -> Callable[_P, _R]:
         @functools.wraps(fn)
         def inner(*args: _P.args, **kwargs: _P.kwargs) -> _R:
             try:
                 return fn(*args, **kwargs)
-            except ApiError:
+            except ObjectError:
                 raise
             except (AttributeError, TypeError, KeyError, ValueError, IndexError) as e:
                 obj = args[0] if args else None
                 meta = obj.get("metadata") if isinstance(obj, Mapping) else None
                 name = meta.get("name") if isinstance(meta, Mapping) else None
-                raise ApiError(f"{kind} {name or '<unnamed>'}: malformed object ({type(e).__name__}: {e})") from None
+                raise ObjectError(f"{kind} {name or '<unnamed>'}: malformed object ({type(e).__name__}: {e})") from None
 
         return inner
 
@@ -248,7 +248,7 @@ def _guarded(kind: str) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
 def _name_of(obj: Mapping[str, Any], kind: str) -> str:
     meta = obj.get("metadata") if isinstance(obj, Mapping) else None
     if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str) or not meta["name"]:
-        raise ApiError(f"{kind}: metadata.name is missing")
+        raise ObjectError(f"{kind}: metadata.name is missing")
     return str(meta["name"])
 
 
@@ -275,12 +275,12 @@ def _device(raw: Mapping[str, Any], driver: str, where: str) -> Device:
         try:
             attrs[key] = attribute_value(key, val)
         except (ValueError, SemverError) as e:
-            raise ApiError(f"{where}.attributes[{key!r}]: {e}") from None
+            raise ObjectError(f"{where}.attributes[{key!r}]: {e}") from None
     caps: dict[str, Capacity] = {}
     for key, val in (_get(raw, "capacity", where, Mapping, {}) or {}).items():
         cw = f"{where}.capacity[{key!r}]"
         if not isinstance(val, Mapping) or "value" not in val:
-            raise ApiError(f"{cw}.value: required field is missing")
+            raise ObjectError(f"{cw}.value: required field is missing")
         pol = val.get("requestPolicy")
         caps[key] = Capacity(_qty(val["value"], f"{cw}.value"), _policy(pol, f"{cw}.requestPolicy") if isinstance(pol, Mapping) else None)
     consumes = []
@@ -381,7 +381,7 @@ def _selectors(raw: Any, where: str) -> tuple[str, ...]:
     for i, sel in enumerate(raw or ()):
         cel = sel.get("cel") if isinstance(sel, Mapping) else None
         if not isinstance(cel, Mapping) or not isinstance(cel.get("expression"), str):
-            raise ApiError(f"{where}[{i}]: CEL expression empty (unsupported selector type?)")
+            raise ObjectError(f"{where}[{i}]: CEL expression empty (unsupported selector type?)")
         out.append(cel["expression"])
     return tuple(out)
 
@@ -389,11 +389,11 @@ def _selectors(raw: Any, where: str) -> tuple[str, ...]:
 def _spec(raw: Mapping[str, Any], name: str, where: str) -> RequestSpec:
     cls = raw.get("deviceClassName")
     if not isinstance(cls, str) or not cls:
-        raise ApiError(f"{where}.deviceClassName: missing device class name (unsupported request type?)")
+        raise ObjectError(f"{where}.deviceClassName: missing device class name (unsupported request type?)")
     mode = raw.get("allocationMode") or "ExactCount"
     count = raw.get("count", 1) if mode == "ExactCount" else 0
     if mode == "ExactCount" and (not isinstance(count, int) or isinstance(count, bool) or count < 1):
-        raise ApiError(f"{where}.count: must be a positive integer, got {count!r}")
+        raise ObjectError(f"{where}.count: must be a positive integer, got {count!r}")
     tols = tuple(
         Toleration(str(t.get("key", "")), str(t.get("operator", "Equal")), str(t.get("value", "")), str(t.get("effect", "")), t)
         for t in (raw.get("tolerations") or ())
@@ -436,7 +436,7 @@ def parse_claim(obj: Mapping[str, Any]) -> Claim:
         elif r.get("deviceClassName"):  # v1beta1-style flat request, accepted for convenience
             requests.append(Request(rname, _spec(r, rname, rw), ()))
         else:
-            raise ApiError(f"{rw}: needs exactly or firstAvailable")
+            raise ObjectError(f"{rw}: needs exactly or firstAvailable")
     constraints = []
     for i, c in enumerate(devices.get("constraints") or ()):
         constraints.append(
@@ -447,7 +447,7 @@ def parse_claim(obj: Mapping[str, Any]) -> Claim:
             )
         )
         if not constraints[-1].match_attribute and not constraints[-1].distinct_attribute:
-            raise ApiError(f"{where}.constraints[{i}]: empty constraint (unsupported constraint type?)")
+            raise ObjectError(f"{where}.constraints[{i}]: empty constraint (unsupported constraint type?)")
     return Claim(
         name=name,
         namespace=str(meta.get("namespace") or ""),
@@ -475,7 +475,7 @@ def node_selector_matches(selector: Mapping[str, Any], node: Node) -> bool:
     try:
         return _selector_matches(selector, node)
     except (AttributeError, TypeError) as e:
-        raise ApiError(f"malformed node selector {selector!r}: {e}") from None
+        raise ObjectError(f"malformed node selector {selector!r}: {e}") from None
 
 
 def _selector_matches(selector: Mapping[str, Any], node: Node) -> bool:
@@ -509,5 +509,5 @@ def _requirement(req: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
         except (KeyError, ValueError, IndexError):
             return False
         return have > want if op == "Gt" else have < want
-    raise ApiError(f"node selector requirement {key!r}: unknown operator {op!r}")
+    raise ObjectError(f"node selector requirement {key!r}: unknown operator {op!r}")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -46,11 +46,25 @@ def _machines(machine: list[str] | None, cpus: int) -> dict[str, float]:
     return out
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     from rich.console import Console
+    from rich.markup import escape
 
-    Console(stderr=True).print(f"[red]error:[/red] {message}")
+    Console(stderr=True, soft_wrap=True).print(f"[red]error:[/red] {escape(message)}")
     raise typer.Exit(2)
+
+
+def _load(files: list[Path]) -> list[Any]:
+    """Every document of FILES (``kind: List`` expanded), in order; bad YAML ends the command (exit 2)."""
+    from topodra.yamldocs import YamlFileError, expand_lists, load_documents
+
+    docs = []
+    try:
+        for f in files:
+            docs.extend(expand_lists(load_documents(f)))
+    except YamlFileError as e:
+        _fail(str(e))
+    return docs
 
 
 @sim_app.command("run")
@@ -76,7 +90,11 @@ def run_cmd(
     scoring: Annotated[str, typer.Option("--scoring", help="Among feasible nodes: least-allocated (spread, like NodeResourcesFit) or first (pack).")] = "least-allocated",
     percentage: Annotated[int, typer.Option("--percentage-of-nodes-to-score", min=0, max=100, help="kube-scheduler's percentageOfNodesToScore (0: adaptive).")] = 0,
 ) -> None:
-    """Schedule a workload on one synthetic cluster and report what kube-scheduler would spend."""
+    """Schedule a workload on one synthetic cluster and report what kube-scheduler would spend.
+
+    Exit codes: 0 every pod scheduled, 1 some pod could not be scheduled
+    (unschedulable, timeout or error), 2 bad input.
+    """
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -131,8 +149,10 @@ def run_cmd(
                 w.writerow([r.pod, r.template, r.node or "", r.failure or "", r.nodes_filtered, r.calls, r.visits, r.cel_evals, f"{r.predicted_s * 1e3:.4f}", f"{r.slowest_node_s * 1e3:.4f}"])
     if as_json:
         typer.echo(json.dumps(summary.as_row(), indent=2))
-        return
-    _print_summary(summary.as_row())
+    else:
+        _print_summary(summary.as_row())
+    if summary.failed_unschedulable or summary.failed_timeout or summary.failed_error:
+        raise typer.Exit(1)
 
 
 def _print_summary(row: dict[str, Any]) -> None:
@@ -242,32 +262,128 @@ def workloads_cmd() -> None:
 
 @sim_app.command("allocate")
 def allocate_cmd(
-    files: Annotated[list[Path], typer.Argument(help="YAML/JSON files with ResourceSlices, DeviceClasses, ResourceClaims and Nodes.")],
+    files: Annotated[list[Path], typer.Argument(help="YAML/JSON files with ResourceSlices, DeviceClasses, ResourceClaims and Nodes (kind: List too).")],
     node: Annotated[str, typer.Option("--node", help="Node to allocate on.")],
 ) -> None:
-    """Allocate the claims in FILES on one node exactly as kube-scheduler would; print status.allocation."""
+    """Allocate the claims in FILES on one node exactly as kube-scheduler would; print status.allocation.
+
+    Exit codes: 0 allocated, 1 no allocation on this node, 2 bad input.
+    """
     import yaml
 
     from topodra.sim.allocator import AllocationError, Allocator
-    from topodra.sim.api import ApiError
+    from topodra.sim.api import ObjectError
 
-    objs: list[dict[str, Any]] = []
-    for f in files:
-        try:
-            objs.extend(d for d in yaml.safe_load_all(f.read_text()) if isinstance(d, dict))
-        except (OSError, yaml.YAMLError) as e:
-            _fail(f"{f}: {e}")
     kinds: dict[str, list[dict[str, Any]]] = {}
-    for o in objs:
-        kinds.setdefault(str(o.get("kind")), []).append(o)
-    nodes = {n["metadata"]["name"]: n for n in kinds.get("Node", [])}
+    for d in _load(files):
+        if isinstance(d.obj, dict):
+            kinds.setdefault(str(d.obj.get("kind")), []).append(d.obj)
+    claims = kinds.get("ResourceClaim", [])
+    if not claims:
+        _fail(f"no ResourceClaim in {', '.join(str(f) for f in files)}: nothing to allocate")
+    nodes = {str((n.get("metadata") or {}).get("name")): n for n in kinds.get("Node", [])}
     try:
         alloc = Allocator(kinds.get("ResourceSlice", []), kinds.get("DeviceClass", []))
-        result, stats = alloc.allocate_with_stats(nodes.get(node, node), kinds.get("ResourceClaim", []))
-    except (AllocationError, ApiError) as e:
+        result, stats = alloc.allocate_with_stats(nodes.get(node, node), claims)
+    except (AllocationError, ObjectError) as e:
         _fail(str(e))
     if result is None:
         typer.echo(f"no allocation on node {node} (calls={stats.calls}, devices visited={stats.visits})")
         raise typer.Exit(1)
-    for claim, a in zip(kinds.get("ResourceClaim", []), result, strict=True):
+    for claim, a in zip(claims, result, strict=True):
         typer.echo(yaml.safe_dump({"claim": claim["metadata"]["name"], "status": {"allocation": a.to_api()}}, sort_keys=False))
+
+
+@sim_app.command("replay")
+def replay_cmd(
+    files: Annotated[list[Path], typer.Argument(help="Kubernetes objects in the order they happened (YAML/JSON, kind: List too); a deletion is the document {op: delete, kind: Pod, name: NAME}.")],
+    output: Annotated[str, typer.Option("--output", "-o", help="yaml (each step with claims in the ResourceClaim status shape), json, or table.")] = "yaml",
+    percentage: Annotated[int, typer.Option("--percentage-of-nodes-to-score", min=0, max=100, help="kube-scheduler's percentageOfNodesToScore (0: adaptive).")] = 0,
+) -> None:
+    """Replay what happened in a cluster: every pod's node and allocation, or kube-scheduler's reason.
+
+    Exit codes: 0 every pod scheduled at the end, 1 some pod still pending, 2 bad input.
+    """
+    from topodra.sim.replay import ReplayError, replay
+
+    if output not in ("yaml", "json", "table"):
+        _fail(f"--output {output!r}: must be yaml, json or table")
+    docs = _load(files)
+    try:
+        r = replay(((d.obj, d.source) for d in docs), percentage_of_nodes_to_score=percentage or None)
+    except ReplayError as e:
+        _fail(str(e))
+    steps = [s.as_dict() for s in r.steps]
+    if output == "table":
+        _print_steps(r.steps)
+    elif output == "json":
+        typer.echo(json.dumps(steps, indent=2))
+    else:
+        import yaml
+
+        typer.echo(yaml.safe_dump_all(steps, sort_keys=False), nl=False)
+    if r.pending:
+        raise typer.Exit(1)
+
+
+def _print_steps(steps: list[Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    t = Table(title="topodra sim replay")
+    for col in ("#", "op", "pod", "node", "claims / reason"):
+        t.add_column(col, overflow="fold")
+    for i, s in enumerate(steps, 1):
+        if s.op == "still-pending":
+            t.add_row(*(Text(x) for x in (str(i), s.op, ", ".join(s.pending), "", "")))
+            continue
+        what = s.failure if s.node is None and s.failure else "; ".join(
+            f"{c.pod_claim}: {c.state or ','.join(c.devices) or 'unallocated'}" for c in s.claims
+        )
+        node = s.node or ("" if s.op == "delete" else "pending")
+        t.add_row(*(Text(x) for x in (str(i), s.op + (" (tie)" if len(s.top) > 1 else ""), s.pod, node, what or "")))
+    Console().print(t)
+
+
+@sim_app.command("diff")
+def diff_cmd(
+    files: Annotated[list[Path], typer.Argument(help="The objects to replay, in order (as for `sim replay`).")],
+    recorded: Annotated[Path, typer.Option("--recorded", "-r", help="What the cluster did: Pods and ResourceClaims read back from it (kubectl get -o yaml), or a step log with {steps: [...]}.")],
+    output: Annotated[str, typer.Option("--output", "-o", help="table or json.")] = "table",
+    percentage: Annotated[int, typer.Option("--percentage-of-nodes-to-score", min=0, max=100, help="kube-scheduler's percentageOfNodesToScore (0: adaptive).")] = 0,
+) -> None:
+    """Replay FILES and compare every pod's node and allocation with a recording from a real cluster.
+
+    Exit codes: 0 every step matches, 1 some mismatch, 2 bad input.
+    """
+    from topodra.sim.diff import diff_replay, load_recorded
+    from topodra.sim.replay import ReplayError
+    from topodra.yamldocs import YamlFileError
+
+    if output not in ("table", "json"):
+        _fail(f"--output {output!r}: must be table or json")
+    docs = _load(files)
+    try:
+        rec = load_recorded(recorded)
+        report = diff_replay([(d.obj, d.source) for d in docs], rec, percentage_of_nodes_to_score=percentage or None)
+    except (YamlFileError, ReplayError) as e:
+        _fail(str(e))
+    if output == "json":
+        typer.echo(json.dumps(report.as_dict(), indent=2))
+    else:
+        from rich.console import Console
+        from rich.table import Table
+        from rich.text import Text
+
+        t = Table(title=f"topodra sim diff: {report.matches} match, {report.mismatches} mismatch")
+        for col in ("step", "verdict", "recorded", "replayed"):
+            t.add_column(col, overflow="fold")
+        for row in report.rows:
+            style = "green" if row.verdict in ("match", "tie") else "red"
+            verdict = row.verdict + (f" ({', '.join(row.differs)})" if row.differs else "")
+            cells = (row.key, verdict, row.recorded, row.replayed if row.verdict != "match" else "=")
+            t.add_row(*(Text(x) for x in cells), style=style)
+        Console().print(t)
+    if report.mismatches:
+        raise typer.Exit(1)
