@@ -432,6 +432,7 @@ class _Cand:
     device: Device
     slice: Slice
     pool: Pool
+    simple_cap: bool = False  # exclusive, no request policy: consumes exactly its capacity, always fits
 
 
 @dataclass(slots=True)
@@ -547,14 +548,14 @@ class _Search:
                 continue
             for s in pool.slices:
                 for d in s.devices:
-                    self.cands.append(_Cand(len(self.cands), (pool.driver, pool.name, d.name), d, s, pool))
+                    simple = not d.allow_multiple and not any(c.policy for c in d.capacity.values())
+                    self.cands.append(_Cand(len(self.cands), (pool.driver, pool.name, d.name), d, s, pool, simple))
         self.D = len(self.cands)
         self.stats.devices = self.D
         self.has_counters = any(c.device.consumes_counters for c in self.cands)
         self.state = alloc.state
         self.req: dict[tuple[int, int, int], _ReqData] = {}
         self.memo: dict[tuple[int, int, int, int], tuple[bool, int]] = {}
-        self.go_seen: set[tuple[int, int, int, int]] = set()
         self.allocating: dict[DeviceID, set[int]] = {}
         self.allocating_cap: dict[DeviceID, dict[str, Fraction]] = {}
         self.available: dict[tuple[str, str], dict[str, dict[str, Fraction]]] = {}
@@ -562,6 +563,7 @@ class _Search:
         self.results: list[list[_Result]] = [[] for _ in claims]
         self.constraints: list[list[_ConstraintState]] = []
         self.budget = alloc.budget
+        self.cvals: dict[tuple[int, int], list[tuple[str, Any] | None]] = {}
         self.next_budget_check = 0
         self.completions = 0  # requests completed (a subtree that completes one is not memoised)
         self.leaks = 0  # counters left charged by a rejected device (upstream quirk; blocks memoising)
@@ -637,9 +639,10 @@ class _Search:
         if hit is None:
             hit = self._match(cand, rd, rkey[0])
             self.memo[key] = hit
-        if count and key not in self.go_seen:
-            self.go_seen.add(key)
+        if count and hit[1]:
+            # the scheduler's own per-call memo: evaluations are counted the first time only
             self.stats.cel_evals += hit[1]
+            self.memo[key] = (hit[0], 0)
         return hit[0]
 
     def _match(self, cand: _Cand, rd: _ReqData, ci: int) -> tuple[bool, int]:
@@ -931,21 +934,40 @@ class _Search:
         self.next_budget_check = self.stats.calls + 32
 
     def _scan(self, ci: int, ri: int, si: int, di: int, in_sub: bool, start: int, rd: _ReqData, rkey: tuple[int, int, int]) -> bool:
-        """allocateOne's loop over the candidate devices for one slot."""
+        """allocateOne's loop over the candidate devices for one slot.
+
+        With ``fast``, a device that its constraints reject is counted as the
+        allocation check it is without calling ``_allocate_device``, when that
+        rejection has no side effect (no counters on the node, no taints).
+        """
         spec = rd.spec
+        cands = self.cands
+        stats = self.stats
+        used = self.state.devices
+        allocating = self.allocating
+        admin = spec.admin_access
+        simple_cap = not spec.capacity_requests
+        reject = self._rejecter(ci, rd) if self.a.fast and not self.has_counters else None
         for pos in range(start, self.D):
-            cand = self.cands[pos]
-            self.stats.visits += 1
-            if spec.admin_access:
-                if ci in self.allocating.get(cand.id, ()):
+            cand = cands[pos]
+            stats.visits += 1
+            cid = cand.id
+            if admin:
+                if ci in allocating.get(cid, ()):
                     continue
-            elif self._in_use(cand):
+            elif cid in used or allocating.get(cid):
                 continue
             if not self._selectable(cand, rd, rkey, True):
                 continue
-            if not self._capacity_fits(cand, spec):
+            d = cand.device
+            if not (simple_cap and cand.simple_cap) and not self._capacity_fits(cand, spec):
+                continue
+            if reject is not None and not d.taints and reject(pos):
+                stats.checks += 1
                 continue
             if not self._allocate_device(ci, rd, cand, False):
+                if reject is not None:
+                    reject = self._rejecter(ci, rd)  # a rejection may have moved the constraint state
                 continue
             try:
                 done = self._one(ci, ri, si, di + 1, in_sub, pos + 1)
@@ -955,7 +977,57 @@ class _Search:
             if done:
                 return True
             self._deallocate(ci, rd, cand)
+            if reject is not None:
+                # upstream's distinctAttribute forgets the request's value on removal: state moved
+                reject = self._rejecter(ci, rd)
         return False
+
+    def _values(self, ci: int, j: int) -> list[tuple[str, Any] | None]:
+        """The typed value of claim ``ci``'s constraint ``j`` attribute, by device position."""
+        key = (ci, j)
+        vals = self.cvals.get(key)
+        if vals is None:
+            name = self.constraints[ci][j].name
+            vals = [_lookup(c.device, c.pool.driver, name) for c in self.cands]
+            self.cvals[key] = vals
+        return vals
+
+    def _rejecter(self, ci: int, rd: _ReqData) -> Any:
+        """A test of whether the constraints, as they stand, reject a device position."""
+        tests: list[tuple[list[tuple[str, Any] | None], int, Any]] = []
+        for j, c in enumerate(self.constraints[ci]):
+            if not c.applies(rd.base, rd.sub):
+                continue
+            vals = self._values(ci, j)
+            if c.num == 0:
+                tests.append((vals, 0, None))
+            elif c.distinct:
+                tests.append((vals, 1, (bool(c.values), set(c.values.values()))))
+            else:
+                tests.append((vals, 2, c.stored))
+        if not tests:
+            return None
+
+        def reject(pos: int) -> bool:
+            """True: rejected without side effect. False: accepted, or let ``_allocate_device`` decide
+            (a distinctAttribute that accepted and is then undone forgets its request's value)."""
+            distinct_added = False
+            for vals, kind, arg in tests:
+                v = vals[pos]
+                if v is None:
+                    return not distinct_added
+                if kind == 1:
+                    if v[0] == "list":
+                        if arg[0]:
+                            return not distinct_added
+                    elif v in arg[1]:
+                        return not distinct_added
+                    distinct_added = True
+                elif kind == 2 and (v[0] == "list" or v != arg):
+                    return not distinct_added
+            return False
+
+        return reject
 
     # ---- pruning by counting
     def _prune(self, ci: int, rd: _ReqData, rkey: tuple[int, int, int], start: int, need: int) -> bool:
