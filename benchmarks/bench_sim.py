@@ -17,8 +17,8 @@ from topodra.sim.allocator import Allocator
 from topodra.sim.calibration import (
     DISTINCT_SECONDS,
     L3_GROUP_SECONDS,
-    distinct_shape,
     SCHEDULER_PERF_DRIVER,
+    distinct_shape,
     fitted_costs,
     l3_shape,
     published_observations,
@@ -171,7 +171,7 @@ def _distinct_run(machine: str, n: int, r: int, fast: bool, budget: bool) -> tup
     from topodra.topology.synthetic import synthetic_topology
 
     slices = build_slices("node-0", build_devices(synthetic_topology(machine), DeviceModelConfig(model="cpu")))
-    alloc = Allocator(slices, [device_class()], fast=fast, prune=fast, **({} if budget else {"budget": None}))
+    alloc = Allocator(slices, [device_class()], fast=fast, prune=fast, budget="default" if budget else None)
     t = time.perf_counter()
     try:
         alloc.allocate_with_stats("node-0", [distinct_shape(n, r)])
