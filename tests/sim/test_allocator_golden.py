@@ -465,3 +465,46 @@ def test_admin_count_may_take_allocated_devices() -> None:
     st.devices = {(DRIVER, "node-1", "d1")}
     got = alloc([slice_("s", "node-1", devs("d1", "d2"))], [claim("c", req("r", "cls", 2, adminAccess=True))], state=st)
     assert picked(got) == [[("r", "d1"), ("r", "d2")]]
+
+
+def test_distinct_search_past_the_filter_timeout_is_that_timeout() -> None:
+    """Nine CPUs on distinct L3 groups of a node with eight: kube-scheduler gives up at 10 s."""
+    from topodra.dra.devices import DeviceModelConfig, build_devices, device_class
+    from topodra.dra.slices import build_slices
+    from topodra.sim.allocator import FilterTimeout
+    from topodra.sim.calibration import distinct_shape
+    from topodra.sim.costmodel import DEFAULT_COSTS
+    from topodra.topology.synthetic import synthetic_topology
+
+    slices = build_slices("node-0", build_devices(synthetic_topology("2s1d2n2l6c2t4e"), DeviceModelConfig(model="cpu")))
+    a = Allocator(slices, [device_class()])
+    with pytest.raises(FilterTimeout) as err:
+        a.allocate("node-0", [distinct_shape(9)])
+    assert str(err.value) == "timed out trying to allocate devices"
+    stats = a.last_stats
+    assert DEFAULT_COSTS.timeout_s * 0.999 < DEFAULT_COSTS.node_seconds(stats) < DEFAULT_COSTS.timeout_s * 1.01
+    assert stats.our_calls < stats.calls / 100  # decided by counting, not by walking the search
+    # the same claim fits when the node has nine groups
+    slices9 = build_slices("node-0", build_devices(synthetic_topology("1s1d1n9l2c2t"), DeviceModelConfig(model="cpu")))
+    got = Allocator(slices9, [device_class()]).allocate("node-0", [distinct_shape(9)])
+    assert got is not None
+    assert len(got[0].results) == 9
+
+
+def test_memoised_subtrees_tell_apart_the_counters_their_prefix_consumed() -> None:
+    """r0 (under distinctAttribute, so its subtrees are memoised) picks devices that use different
+    amounts of a shared counter; r1 then fits or not: equal slot, start and constraint state must not
+    share a memo entry when the counters differ (found by the property test below)."""
+    counters = slice_("s1", "node-1", [], pool="p", count=2, sharedCounters=[{"name": "set", "counters": {"n": {"value": "4"}}}])
+    devices = [
+        device(f"d{i}", attrs(l3=i // 4, numa=i // 4, kind="p"), consumesCounters=[{"counterSet": "set", "counters": {"n": {"value": "2" if i == 1 else "1"}}}])
+        for i in range(8)
+    ]
+    slices = [slice_("s0", "node-1", devices, pool="p", count=2), counters]
+    c = claim("c", req("r0", "cls", 1), req("r1", "cls", 3), constraints=[{"distinctAttribute": f"{DRIVER}/l3", "requests": ["r0"]}])
+    got = []
+    for fast in (True, False):
+        res, s = Allocator(slices, [CLS], prune=fast, fast=fast, budget=None).allocate_with_stats(NODE, [c])
+        got.append((picked(res), s.calls, s.visits, s.checks, s.cel_evals))
+    assert got[0] == got[1]
+    assert got[1][0] == [[("r0", "d0"), ("r1", "d2"), ("r1", "d3"), ("r1", "d4")]]

@@ -1,4 +1,4 @@
-"""Property tests: the allocator against a brute-force reference, pruning against plain search.
+"""Property tests: the allocator against a brute-force reference, pruning and memoising against plain search.
 
 The reference enumerates candidate solutions in the order kube-scheduler's
 depth-first search meets them (claims, then requests, then subrequests in
@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from topodra.sim.allocator import AllocatedState, Allocator
@@ -138,7 +138,7 @@ def test_allocation_equals_brute_force_reference(sc: dict[str, Any]) -> None:
 def test_pruning_changes_neither_result_nor_counted_work(sc: dict[str, Any]) -> None:
     node = {"metadata": {"name": "node-1"}}
     fast, fs = Allocator(sc["slices"], CLASSES, _state(sc["in_use"]), prune=True).allocate_with_stats(node, sc["claims"])
-    slow, ss = Allocator(sc["slices"], CLASSES, _state(sc["in_use"]), prune=False).allocate_with_stats(node, sc["claims"])
+    slow, ss = Allocator(sc["slices"], CLASSES, _state(sc["in_use"]), prune=False, fast=False).allocate_with_stats(node, sc["claims"])
     assert fast == slow
     assert (fs.calls, fs.visits, fs.checks, fs.cel_evals) == (ss.calls, ss.visits, ss.checks, ss.cel_evals)
     assert fs.our_calls <= ss.our_calls
@@ -162,7 +162,7 @@ def test_group_constraint_results_hold_and_counting_is_exact(shape: tuple[int, i
     st_.devices = {(DRIVER, "node-1", f"cpu{i}") for i in used}
     node = {"metadata": {"name": "node-1"}}
     fast, fs = Allocator([slice_("s", "node-1", devices)], CLASSES, st_, prune=True).allocate_with_stats(node, [c])
-    slow, ss = Allocator([slice_("s", "node-1", devices)], CLASSES, st_, prune=False).allocate_with_stats(node, [c])
+    slow, ss = Allocator([slice_("s", "node-1", devices)], CLASSES, st_, prune=False, fast=False).allocate_with_stats(node, [c])
     assert fast == slow
     assert (fs.calls, fs.visits, fs.checks, fs.cel_evals) == (ss.calls, ss.visits, ss.checks, ss.cel_evals)
     if fast is not None:
@@ -250,7 +250,7 @@ def test_pruning_is_transparent_with_every_feature(sc: dict[str, Any]) -> None:
     outcomes: list[tuple[Any, ...]] = []
     for prune in (True, False):
         try:
-            got, stats = Allocator(sc["slices"], CLASSES, prune=prune).allocate_with_stats(node, sc["claims"])
+            got, stats = Allocator(sc["slices"], CLASSES, prune=prune, fast=prune).allocate_with_stats(node, sc["claims"])
             outcomes.append((None if got is None else [a.to_api() for a in got], stats.calls, stats.visits, stats.checks, stats.cel_evals))
         except AllocationError as e:
             outcomes.append((str(e), 0, 0, 0, 0))
@@ -261,3 +261,45 @@ def test_pruning_is_transparent_with_every_feature(sc: dict[str, Any]) -> None:
         devs = [r for a in result for r in a["devices"]["results"]]
         exclusive = [r["device"] for r in devs if "shareID" not in r and not r.get("adminAccess")]
         assert len(exclusive) == len(set(exclusive))
+
+
+@st.composite
+def distinct_scenario(draw: Any) -> dict[str, Any]:
+    """Failing and succeeding distinctAttribute searches over L3-like groups, several requests, counters."""
+    groups = draw(st.integers(2, 4))
+    size = draw(st.integers(2, 4))
+    counters = draw(st.integers(0, 2)) == 0
+    devices = []
+    for i in range(groups * size):
+        extra: dict[str, Any] = {}
+        if counters:
+            extra["consumesCounters"] = [{"counterSet": "set", "counters": {"n": {"value": str(draw(st.integers(1, 2)))}}}]
+        if draw(st.integers(0, 6)) == 0:
+            extra["taints"] = [{"key": "t", "value": "v", "effect": "NoSchedule"}]
+        g = draw(st.integers(0, groups - 1)) if draw(st.integers(0, 3)) == 0 else i // size
+        devices.append(device(f"d{i}", attrs(l3=g, numa=g % 2, kind=draw(st.sampled_from(["p", "e"]))), None, **extra))
+    slices = [slice_("s0", "node-1", devices, pool="p", count=2 if counters else 1)]
+    if counters:
+        slices.append(slice_("s1", "node-1", [], pool="p", count=2, sharedCounters=[{"name": "set", "counters": {"n": {"value": str(draw(st.integers(2, 8)))}}}]))
+    reqs = [
+        req(f"r{r}", "cls", draw(st.integers(1, groups + 2)), *([f'device.attributes["{DRIVER}"].kind == "p"'] if draw(st.booleans()) else []))
+        for r in range(draw(st.integers(2, 3)))
+    ]
+    constraints: list[dict[str, Any]] = [{"distinctAttribute": f"{DRIVER}/l3", **({"requests": ["r0"]} if draw(st.integers(0, 3)) == 0 else {})}]
+    if draw(st.booleans()):
+        constraints.append({"matchAttribute": f"{DRIVER}/numa"})
+    in_use = draw(st.sets(st.integers(0, groups * size - 1), max_size=2))
+    return {"slices": slices, "claims": [claim("c", *reqs, constraints=constraints)], "in_use": {f"d{k}" for k in in_use}}
+
+
+@settings(max_examples=400)
+@given(distinct_scenario())
+def test_memoised_search_equals_plain_search(sc: dict[str, Any]) -> None:
+    """Memoised failing subtrees and counting leave result and counted work as the plain search has them."""
+    node = {"metadata": {"name": "node-1"}}
+    got = []
+    for fast in (True, False):
+        res, stats = Allocator(sc["slices"], CLASSES, _state(sc["in_use"]), prune=fast, fast=fast, budget=None).allocate_with_stats(node, sc["claims"])
+        got.append((None if res is None else [a.to_api() for a in res], stats.calls, stats.visits, stats.checks, stats.cel_evals, stats.our_calls))
+    assert got[0][:5] == got[1][:5]
+    assert got[0][5] <= got[1][5]

@@ -95,9 +95,11 @@ def test_predicted_timeout_fails_the_pod() -> None:
     s = Scheduler(nodes, slices, [CLS], costs=CostModel(per_call_s=10e-6))
     r = s.schedule(pod(c))
     assert r.failure_kind == "timeout"
+    assert r.failure == "node n0: timed out trying to allocate devices"
     assert r.timeouts == 1
-    assert r.calls == 1 + 2 * (2**20 - 1)
-    assert r.slowest_node_s > 10
+    # the search stops where kube-scheduler's deadline falls: well inside the 2 x 2^20 subsets
+    assert r.calls < 2 * (2**20 - 1)
+    assert 9.9 < r.slowest_node_s < 10.1
 
 
 def test_cel_error_fails_the_pod_with_the_message() -> None:

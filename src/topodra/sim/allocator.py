@@ -62,6 +62,9 @@ __all__ = [
     "ObjectError",
     "AllocationError",
     "SearchAborted",
+    "TIMEOUT_MESSAGE",
+    "FilterTimeout",
+    "FilterBudget",
     "AllocatedState",
     "DeviceResult",
     "ClaimAllocation",
@@ -80,7 +83,46 @@ class AllocationError(Exception):
 
 
 class SearchAborted(AllocationError):
-    """Our own search exceeded its step budget (the scheduler would time out far earlier)."""
+    """Our own search exceeded its effort cap before the scheduler's Filter timeout was reached."""
+
+
+#: kube-scheduler's words when Filter abandons the allocator at its timeout (it prefixes "node NAME: ").
+TIMEOUT_MESSAGE = "timed out trying to allocate devices"
+
+
+class FilterTimeout(AllocationError):
+    """kube-scheduler would abandon this Filter call at its timeout (``DRASchedulerFilterTimeout``)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(TIMEOUT_MESSAGE)
+        self.seconds = seconds
+
+
+@dataclass(frozen=True, slots=True)
+class FilterBudget:
+    """The Filter timeout in counted work: the cost model's price of each step and the limit.
+
+    The search stops, as kube-scheduler's does at its deadline, as soon as the
+    work it has counted so far is priced above ``timeout_s``.
+    """
+
+    timeout_s: float
+    per_node_s: float
+    per_device_s: float
+    per_call_s: float
+    per_visit_s: float
+    per_check_s: float
+    per_cel_eval_s: float
+
+    def seconds(self, s: SearchStats) -> float:
+        return (
+            self.per_node_s
+            + self.per_device_s * s.devices
+            + self.per_call_s * s.calls
+            + self.per_visit_s * s.visits
+            + self.per_check_s * s.checks
+            + self.per_cel_eval_s * s.cel_evals
+        )
 
 
 class _MaxSizeExceeded(Exception):
@@ -290,13 +332,27 @@ class Allocator:
         *,
         prune: bool = True,
         max_calls: int = 5_000_000,
+        budget: FilterBudget | str | None = "default",
+        fast: bool = True,
     ) -> None:
+        """``budget``: the Filter timeout in counted work (``"default"``: the default cost
+        model's; ``None``: no timeout). ``prune`` (decide hopeless subtrees by counting) and
+        ``fast`` (memoised failing subtrees) change only our own effort; off,
+        the search is the plain reference. ``max_calls`` caps our own effort (``SearchAborted``).
+        """
         cache: DeviceCache = {}
         self.slices = [s if isinstance(s, Slice) else parse_slice(s, cache) for s in slices]
         self.classes = {c.name: c for c in (c if isinstance(c, DeviceClass) else parse_class(c) for c in classes)}
         self.state = state if state is not None else AllocatedState()
         self.prune = prune
+        self.fast = fast
         self.max_calls = max_calls
+        if budget == "default":
+            from topodra.sim.costmodel import DEFAULT_COSTS  # costmodel imports this module
+
+            budget = DEFAULT_COSTS.budget()
+        assert budget is None or isinstance(budget, FilterBudget)
+        self.budget: FilterBudget | None = budget
         self._on_node: dict[str, list[Slice]] = {}
         self._shared: list[Slice] = []
         self._by_pool: dict[tuple[str, str], list[Slice]] = {}
@@ -363,6 +419,7 @@ class _Cand:
     device: Device
     slice: Slice
     pool: Pool
+    simple_cap: bool = False  # exclusive, no request policy: consumes exactly its capacity, always fits
 
 
 @dataclass(slots=True)
@@ -373,6 +430,8 @@ class _ReqData:
     num_devices: int
     all_devices: list[_Cand] | None = None
     selected_sub: int = 0
+    #: failing subtrees that stayed inside this request, by (slot, start, constraint/counter state)
+    memo: dict[Any, tuple[int, int, int]] | None = None
 
     @property
     def name(self) -> str:
@@ -476,20 +535,25 @@ class _Search:
                 continue
             for s in pool.slices:
                 for d in s.devices:
-                    self.cands.append(_Cand(len(self.cands), (pool.driver, pool.name, d.name), d, s, pool))
+                    simple = not d.allow_multiple and not any(c.policy for c in d.capacity.values())
+                    self.cands.append(_Cand(len(self.cands), (pool.driver, pool.name, d.name), d, s, pool, simple))
         self.D = len(self.cands)
         self.stats.devices = self.D
         self.has_counters = any(c.device.consumes_counters for c in self.cands)
         self.state = alloc.state
         self.req: dict[tuple[int, int, int], _ReqData] = {}
         self.memo: dict[tuple[int, int, int, int], tuple[bool, int]] = {}
-        self.go_seen: set[tuple[int, int, int, int]] = set()
         self.allocating: dict[DeviceID, set[int]] = {}
         self.allocating_cap: dict[DeviceID, dict[str, Fraction]] = {}
         self.available: dict[tuple[str, str], dict[str, dict[str, Fraction]]] = {}
         self.consumed: dict[tuple[str, str], dict[str, dict[str, Fraction]]] = {}
         self.results: list[list[_Result]] = [[] for _ in claims]
         self.constraints: list[list[_ConstraintState]] = []
+        self.budget = alloc.budget
+        self.cvals: dict[tuple[int, int], list[tuple[str, Any] | None]] = {}
+        self.next_budget_check = 0
+        self.completions = 0  # requests completed (a subtree that completes one is not memoised)
+        self.leaks = 0  # counters left charged by a rejected device (upstream quirk; blocks memoising)
 
     # ---- driver
     def run(self) -> list[ClaimAllocation] | None:
@@ -513,6 +577,9 @@ class _Search:
                     f"claim {claim.key}: number of requested devices {min_devices} exceeds the claim limit of {MAX_RESULTS}"
                 )
             self.constraints.append([_ConstraintState(c) for c in claim.constraints])
+            for (cj, _, _), rd in self.req.items():
+                if cj == ci and (self.has_counters or any(c.applies(rd.base, rd.sub) for c in self.constraints[ci])):
+                    rd.memo = {}
         try:
             done = self._one(0, 0, 0, 0, False, 0)
         except _MaxSizeExceeded:
@@ -559,9 +626,10 @@ class _Search:
         if hit is None:
             hit = self._match(cand, rd, rkey[0])
             self.memo[key] = hit
-        if count and key not in self.go_seen:
-            self.go_seen.add(key)
+        if count and hit[1]:
+            # the scheduler's own per-call memo: evaluations are counted the first time only
             self.stats.cel_evals += hit[1]
+            self.memo[key] = (hit[0], 0)
         return hit[0]
 
     def _match(self, cand: _Cand, rd: _ReqData, ci: int) -> tuple[bool, int]:
@@ -672,9 +740,11 @@ class _Search:
         if not spec.admin_access and self._in_use(cand):
             return False
         skip_counters = multi and (cand.id in self.state.capacity or cand.id in self.allocating_cap)
-        if not skip_counters and d.consumes_counters and not self._charge(cand):
+        charged = not skip_counters and bool(d.consumes_counters)
+        if charged and not self._charge(cand):
             return False
         if self._taint_blocks(d, spec):
+            self.leaks += charged
             return False
         cons = self.constraints[ci]
         base, sub = rd.base, rd.sub
@@ -692,6 +762,7 @@ class _Search:
                 for j in range(i):
                     if cons[j].applies(base, sub):
                         cons[j].remove(base)
+                self.leaks += charged
                 return False
             assert v is not None
             c.add(base, v)
@@ -701,6 +772,7 @@ class _Search:
         consumed: dict[str, Quantity] | None = None
         share: str | None = None
         if not self._capacity_fits(cand, spec):
+            self.leaks += 1
             return False  # upstream leaves constraints and counters as they are here
         if multi:
             consumed = {
@@ -740,6 +812,8 @@ class _Search:
         self.stats.our_calls += 1
         if self.stats.our_calls > self.a.max_calls:
             raise SearchAborted(f"search exceeded {self.a.max_calls} steps on node {self.node.name}")
+        if self.budget is not None and self.stats.calls >= self.next_budget_check:
+            self._check_budget()
         if ci >= len(self.claims):
             return True
         claim = self.claims[ci]
@@ -770,6 +844,7 @@ class _Search:
         if spec.mode == "All" and not rd.all_devices:
             return False
         if di >= rd.num_devices:
+            self.completions += 1
             return self._one(ci, ri + 1, 0, 0, False, 0)
         if len(self.results[ci]) + rd.num_devices - di > MAX_RESULTS:
             raise _MaxSizeExceeded()
@@ -789,19 +864,97 @@ class _Search:
             return done
         if self.a.prune and self._prune(ci, rd, rkey, start, rd.num_devices - di):
             return False
+        if not self.a.fast or rd.memo is None:
+            return self._scan(ci, ri, si, di, in_sub, start, rd, rkey)
+        if di == 0:
+            rd.memo.clear()  # a new prefix: what lies outside this request may have changed
+        key = (di, start, self._constraint_key(ci, rd), self._counter_key() if self.has_counters else None)
+        hit = rd.memo.get(key)
+        if hit is not None:
+            self.stats.calls -= 1  # the hit includes this call
+            self.stats.pruned += 1
+            self._bulk(*hit)
+            return False
+        st = self.stats
+        calls, visits, checks, completions, leaks = st.calls, st.visits, st.checks, self.completions, self.leaks
+        done = self._scan(ci, ri, si, di, in_sub, start, rd, rkey)
+        if not done and self.completions == completions and self.leaks == leaks:
+            rd.memo[key] = (st.calls - calls + 1, st.visits - visits, st.checks - checks)
+        return done
+
+    def _constraint_key(self, ci: int, rd: _ReqData) -> tuple[Any, ...]:
+        return tuple(
+            (c.num, c.stored, frozenset(c.values.items())) for c in self.constraints[ci] if c.applies(rd.base, rd.sub)
+        )
+
+    def _counter_key(self) -> tuple[Any, ...]:
+        return tuple(
+            (pool, cset, name, v)
+            for pool, sets in sorted(self.consumed.items())
+            for cset, used in sorted(sets.items())
+            for name, v in sorted(used.items())
+            if v
+        )
+
+    def _bulk(self, calls: int, visits: int, checks: int) -> None:
+        """Add counted work of a subtree we did not walk; stop at the deadline inside it, as Go would."""
+        st = self.stats
+        b = self.budget
+        if b is not None:
+            before = b.seconds(st)
+            cost = b.per_call_s * calls + b.per_visit_s * visits + b.per_check_s * checks
+            if before + cost > b.timeout_s:
+                f = max(0.0, (b.timeout_s - before) / cost)
+                st.calls += int(calls * f)
+                st.visits += int(visits * f)
+                st.checks += int(checks * f)
+                raise FilterTimeout(b.seconds(st))
+        st.calls += calls
+        st.visits += visits
+        st.checks += checks
+
+    def _check_budget(self) -> None:
+        assert self.budget is not None
+        secs = self.budget.seconds(self.stats)
+        if secs > self.budget.timeout_s:
+            raise FilterTimeout(secs)
+        self.next_budget_check = self.stats.calls + 32
+
+    def _scan(self, ci: int, ri: int, si: int, di: int, in_sub: bool, start: int, rd: _ReqData, rkey: tuple[int, int, int]) -> bool:
+        """allocateOne's loop over the candidate devices for one slot.
+
+        With ``fast``, a device that its constraints reject is counted as the
+        allocation check it is without calling ``_allocate_device``, when that
+        rejection has no side effect (no counters on the node, no taints).
+        """
+        spec = rd.spec
+        cands = self.cands
+        stats = self.stats
+        used = self.state.devices
+        allocating = self.allocating
+        admin = spec.admin_access
+        simple_cap = not spec.capacity_requests
+        reject = self._rejecter(ci, rd) if self.a.fast and not self.has_counters else None
         for pos in range(start, self.D):
-            cand = self.cands[pos]
-            self.stats.visits += 1
-            if spec.admin_access:
-                if ci in self.allocating.get(cand.id, ()):
+            cand = cands[pos]
+            stats.visits += 1
+            cid = cand.id
+            if admin:
+                if ci in allocating.get(cid, ()):
                     continue
-            elif self._in_use(cand):
+            elif cid in used or allocating.get(cid):
                 continue
             if not self._selectable(cand, rd, rkey, True):
                 continue
-            if not self._capacity_fits(cand, spec):
+            d = cand.device
+            if not (simple_cap and cand.simple_cap) and not self._capacity_fits(cand, spec):
+                continue
+            if reject is not None and not d.taints and reject(pos):
+                stats.checks += 1
                 continue
             if not self._allocate_device(ci, rd, cand, False):
+                if reject is not None:
+                    reject = self._rejecter(ci, rd)  # a rejection may have moved the constraint state
                 continue
             try:
                 done = self._one(ci, ri, si, di + 1, in_sub, pos + 1)
@@ -811,7 +964,57 @@ class _Search:
             if done:
                 return True
             self._deallocate(ci, rd, cand)
+            if reject is not None:
+                # upstream's distinctAttribute forgets the request's value on removal: state moved
+                reject = self._rejecter(ci, rd)
         return False
+
+    def _values(self, ci: int, j: int) -> list[tuple[str, Any] | None]:
+        """The typed value of claim ``ci``'s constraint ``j`` attribute, by device position."""
+        key = (ci, j)
+        vals = self.cvals.get(key)
+        if vals is None:
+            name = self.constraints[ci][j].name
+            vals = [_lookup(c.device, c.pool.driver, name) for c in self.cands]
+            self.cvals[key] = vals
+        return vals
+
+    def _rejecter(self, ci: int, rd: _ReqData) -> Any:
+        """A test of whether the constraints, as they stand, reject a device position."""
+        tests: list[tuple[list[tuple[str, Any] | None], int, Any]] = []
+        for j, c in enumerate(self.constraints[ci]):
+            if not c.applies(rd.base, rd.sub):
+                continue
+            vals = self._values(ci, j)
+            if c.num == 0:
+                tests.append((vals, 0, None))
+            elif c.distinct:
+                tests.append((vals, 1, (bool(c.values), set(c.values.values()))))
+            else:
+                tests.append((vals, 2, c.stored))
+        if not tests:
+            return None
+
+        def reject(pos: int) -> bool:
+            """True: rejected without side effect. False: accepted, or let ``_allocate_device`` decide
+            (a distinctAttribute that accepted and is then undone forgets its request's value)."""
+            distinct_added = False
+            for vals, kind, arg in tests:
+                v = vals[pos]
+                if v is None:
+                    return not distinct_added
+                if kind == 1:
+                    if v[0] == "list":
+                        if arg[0]:
+                            return not distinct_added
+                    elif v in arg[1]:
+                        return not distinct_added
+                    distinct_added = True
+                elif kind == 2 and (v[0] == "list" or v != arg):
+                    return not distinct_added
+            return False
+
+        return reject
 
     # ---- pruning by counting
     def _prune(self, ci: int, rd: _ReqData, rkey: tuple[int, int, int], start: int, need: int) -> bool:
@@ -890,10 +1093,9 @@ class _Search:
             calls += s_calls
             visits += s_visits
             checks += s_checks
-        self.stats.calls += calls - 1  # this call was counted on entry
-        self.stats.visits += visits
-        self.stats.checks += checks
+        self.stats.calls -= 1  # this call was counted on entry
         self.stats.pruned += 1
+        self._bulk(calls, visits, checks)
         return True
 
     # ---- result building

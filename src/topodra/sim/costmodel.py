@@ -27,7 +27,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from topodra.sim.allocator import SearchStats
+from topodra.sim.allocator import FilterBudget, SearchStats
 
 __all__ = ["CostModel", "DEFAULT_COSTS", "Observation", "calibrate", "num_feasible_nodes_to_find"]
 
@@ -56,12 +56,12 @@ class CostModel:
     The step costs are the fit of ``calibration.fitted_costs()`` (a test keeps them equal).
     """
 
-    per_call_s: float = 1.489e-08
-    per_visit_s: float = 2.976e-09
-    per_check_s: float = 1.787e-08
-    per_cel_eval_s: float = 6.195e-06
-    per_node_s: float = 4.737e-05  # one Filter call: allocator set-up, pool gathering
-    per_device_s: float = 6.066e-07  # converting one device while gathering pools
+    per_call_s: float = 1.152e-06
+    per_visit_s: float = 3.840e-07
+    per_check_s: float = 3.936e-07
+    per_cel_eval_s: float = 6.002e-06
+    per_node_s: float = 4.342e-05  # one Filter call: allocator set-up, pool gathering
+    per_device_s: float = 4.899e-07  # converting one device while gathering pools
     per_pod_s: float = 0.4e-3  # outside Filter for one pod: PreFilter, score, PreBind/Bind API writes (assumed)
     workers: int = 16  # filter parallelism (``parallelism: 16``), capped by cores below
     cores: int = 16  # CPUs of the scheduler host
@@ -76,6 +76,18 @@ class CostModel:
             + self.per_visit_s * s.visits
             + self.per_check_s * s.checks
             + self.per_cel_eval_s * s.cel_evals
+        )
+
+    def budget(self) -> FilterBudget:
+        """The Filter timeout in counted work, for the allocator to stop where kube-scheduler would."""
+        return FilterBudget(
+            self.timeout_s,
+            self.per_node_s,
+            self.per_device_s,
+            self.per_call_s,
+            self.per_visit_s,
+            self.per_check_s,
+            self.per_cel_eval_s,
         )
 
     def filter_seconds(self, total_node_seconds: float, slowest_node_s: float) -> float:

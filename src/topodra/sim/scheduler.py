@@ -29,10 +29,12 @@ from typing import Any
 import numpy as np
 
 from topodra.sim.allocator import (
+    TIMEOUT_MESSAGE,
     AllocatedState,
     AllocationError,
     Allocator,
     ClaimAllocation,
+    FilterTimeout,
     SearchAborted,
     SearchStats,
     share_id,
@@ -132,7 +134,7 @@ class Scheduler:
         #: fraction of each node's device capacity still free (the least-allocated score)
         self._free = np.ones(len(self.nodes))
         self.state = AllocatedState()
-        self.allocator = Allocator(slices, classes, self.state, max_calls=max_calls)
+        self.allocator = Allocator(slices, classes, self.state, max_calls=max_calls, budget=costs.budget())
         self.costs = costs
         self.want = num_feasible_nodes_to_find(len(self.nodes), percentage_of_nodes_to_score)
         self.next_start = 0
@@ -225,7 +227,7 @@ class Scheduler:
         entries = [self._evaluate(self._class_rep[k], claims, sig) for k in live]
         feas = np.array([e.feasible for e in entries], dtype=bool)
         # A Filter error -- a CEL error, or a node past the filter timeout -- ends the attempt.
-        timed_out = np.array([e.seconds > self.costs.timeout_s for e in entries], dtype=bool)
+        timed_out = np.array([e.kind == "timeout" or e.seconds > self.costs.timeout_s for e in entries], dtype=bool)
         errs = np.array([e.error is not None and e.kind != "invalid-pool" for e in entries], dtype=bool) | timed_out
         start = self.next_start
         rot = np.concatenate((inverse[start:], inverse[:start]))
@@ -252,7 +254,7 @@ class Scheduler:
             visits += e.visits * n
             checks += e.checks * n
             evals += e.cel_evals * n
-            if e.seconds > self.costs.timeout_s:
+            if e.kind == "timeout" or e.seconds > self.costs.timeout_s:
                 timeouts += n
             if not (e.error is not None and e.kind == "invalid-pool"):
                 invalid_only = False
@@ -260,8 +262,8 @@ class Scheduler:
             j = int(err_at[0])
             e = entries[seen[j]]
             name = self.nodes[(start + j) % N].name
-            if e.seconds > self.costs.timeout_s:
-                failure = ("timeout", f"filter on node {name} would take {e.seconds:.1f} s (timeout {self.costs.timeout_s:g} s)")
+            if e.kind == "timeout" or e.seconds > self.costs.timeout_s:
+                failure = ("timeout", f"node {name}: {TIMEOUT_MESSAGE}")
             else:
                 failure = (e.kind or "error", f"node {name}: {e.error}")
         feasible: list[tuple[int, _Entry]] = []
@@ -303,10 +305,10 @@ class Scheduler:
             visits += e.visits
             checks += e.checks
             evals += e.cel_evals
-            if e.seconds > self.costs.timeout_s:
+            if e.kind == "timeout" or e.seconds > self.costs.timeout_s:
                 timeouts += 1
                 if failure is None:
-                    failure = ("timeout", f"filter on node {self.nodes[i].name} would take {e.seconds:.1f} s (timeout {self.costs.timeout_s:g} s)")
+                    failure = ("timeout", f"node {self.nodes[i].name}: {TIMEOUT_MESSAGE}")
                 break
             if e.error is not None:
                 if e.kind == "invalid-pool":
@@ -512,6 +514,9 @@ class Scheduler:
         node = self.nodes[i]
         try:
             res, stats = self.allocator.allocate_with_stats(node, claims)
+        except FilterTimeout as e:
+            stats = self.allocator.last_stats
+            entry = self._entry(False, stats, error=str(e), kind="timeout")
         except SearchAborted as e:
             stats = self.allocator.last_stats
             entry = self._entry(False, stats, error=str(e), kind="aborted")
