@@ -49,7 +49,7 @@ __all__ = ["Pod", "PodResult", "Scheduler"]
 #: "first" (the first node in scan order). Remaining ties go to the first in scan order.
 SCORINGS = ("least-allocated", "first")
 
-#: Nodes the memoised scan looks at per numpy step (0: twice the feasible nodes wanted, plus 64).
+#: Nodes the memoised scan looks at per numpy step (0: 1.25 x the feasible nodes wanted, plus 64).
 SCAN_CHUNK = 0
 
 #: Memoised Filter answers kept before the memo starts over (bounds memory on huge clusters).
@@ -205,7 +205,8 @@ class Scheduler:
         stop = 0  # nodes processed so far
         err_at = -1  # scan offset of the node whose Filter error ends the attempt
         evaluated = 0
-        chunk = min(N, SCAN_CHUNK or 2 * want + 64)
+        statuses: list[np.ndarray[Any, np.dtype[np.int8]]] = []
+        chunk = min(N, SCAN_CHUNK or want + want // 4 + 64)
         while stop < N:
             size = min(chunk, N - stop)
             kids = self._rotated(start + stop, size)
@@ -226,10 +227,12 @@ class Scheduler:
                     if status[end] == _ERROR:
                         err_at = stop + end
                     stop += end + 1
+                    statuses.append(status[: end + 1])
                     break
                 if upto == size:
                     found += have
                     stop += size
+                    statuses.append(status)
                     break
                 # evaluate the classes of the next nodes the scan must reach, in scan order
                 for j in range(upto, min(size, upto + max(1, want - found - have))):
@@ -251,7 +254,7 @@ class Scheduler:
         secs = stats[:, 0]
         slowest = float(secs.max()) if stop else 0.0
         timeouts = int(np.count_nonzero(secs > self.costs.timeout_s))
-        seen_status = memo.status[seen]
+        seen_status = statuses[0] if len(statuses) == 1 else np.concatenate(statuses) if statuses else memo.status[seen]
         invalid_only = bool(stop) and bool((seen_status == _INVALID).all())
         failure: tuple[str, str] | None = None
         feasible: list[tuple[int, _Entry]] = []
