@@ -148,6 +148,7 @@ def _print_summary(row: dict[str, Any]) -> None:
         ("outcome", f"{row['scheduled']} scheduled, {row['failed_unschedulable']} unschedulable, {row['failed_timeout']} timeout, {row['failed_error']} error"),
         ("simulator", f"{row['sim_pods_per_s']:.0f} pods/s ({row['sim_seconds']:.2f} s, cluster build {row['build_seconds']:.2f} s)"),
         ("kube-scheduler (predicted)", f"p50 {row['predicted_p50_ms']:.2f} ms, p99 {row['predicted_p99_ms']:.2f} ms, max {row['predicted_max_ms']:.2f} ms per pod ~ {row['predicted_pods_per_s']:.0f} pods/s"),
+        ("throughput (predicted)", f"Filter-bound {row['predicted_pods_per_s']:.1f} pods/s; end to end {row['e2e_pods_per_s']:.1f} pods/s ({row['api_writes_per_pod']:g} API writes, {row['e2e_cpu_ms_per_pod']:.1f} ms control-plane CPU per pod, bound by {row['e2e_bound_by']})"),
         ("per-node filter", f"p50 {row['node_filter_p50_ms']:.3f} ms, max {row['node_filter_max_ms']:.3f} ms, {row['timeouts']} node timeouts"),
         ("search work", f"{row['cel_evals']} CEL evaluations, {row['devices_visited']} devices visited, {row['allocate_calls']} allocateOne calls, {row['nodes_filtered_mean']:.0f} nodes filtered per pod"),
         ("API footprint", f"{row['resource_slices']} ResourceSlices, {row['api_bytes'] / 2**20:.1f} MiB, {row['devices_per_node']:g} devices per node"),

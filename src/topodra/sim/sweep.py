@@ -209,15 +209,19 @@ def markdown_report(summaries: Sequence[RunSummary], title: str) -> str:
         "(counted exactly by the simulator) and per-step costs calibrated against measurements "
         "of the Go allocator (see docs/simulator.md).",
         "",
-        "| model | CPUs/node | nodes | pods | scheduled | unsched. | timeouts | errors | p50 ms | p99 ms | max node filter ms | CEL evals/pod | slices | API MiB | sim pods/s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "Throughput: *Filter-bound* is one over the scheduler's mean cycle (Filter + per-pod cost); "
+        "*end to end* adds every pod's API writes on a control plane sharing the scheduler host's cores "
+        "(see docs/simulator.md, End-to-end throughput).",
+        "",
+        "| model | CPUs/node | nodes | pods | scheduled | unsched. | timeouts | errors | p50 ms | p99 ms | max node filter ms | CEL evals/pod | slices | API MiB | Filter-bound pods/s | end-to-end pods/s | sim pods/s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in summaries:
         lines.append(
             f"| {s.model} | {s.cpus_per_node:g} | {s.nodes} | {s.pods} | {s.scheduled} | {s.failed_unschedulable} | "
             f"{s.failed_timeout} | {s.failed_error} | {s.predicted_p50_ms:.2f} | {s.predicted_p99_ms:.2f} | "
             f"{s.node_filter_max_ms:.2f} | {s.cel_evals / max(1, s.pods):.0f} | {s.resource_slices} | "
-            f"{s.api_bytes / 2**20:.1f} | {s.sim_pods_per_s:.0f} |"
+            f"{s.api_bytes / 2**20:.1f} | {s.predicted_pods_per_s:.1f} | {s.e2e_pods_per_s:.1f} | {s.sim_pods_per_s:.0f} |"
         )
     lines += ["", "## Findings", ""]
     worst = max(summaries, key=lambda s: s.predicted_p99_ms)
