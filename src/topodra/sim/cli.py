@@ -48,8 +48,9 @@ def _machines(machine: list[str] | None, cpus: int) -> dict[str, float]:
 
 def _fail(message: str) -> None:
     from rich.console import Console
+    from rich.markup import escape
 
-    Console(stderr=True).print(f"[red]error:[/red] {message}")
+    Console(stderr=True).print(f"[red]error:[/red] {escape(message)}")
     raise typer.Exit(2)
 
 
@@ -172,6 +173,7 @@ def sweep_cmd(
     out: Annotated[Path, typer.Option("--out", "-o", help="Output directory (CSV, JSON, PNG plots, report.md).")] = Path("sim-sweep"),
     scheduler_cores: Annotated[int, typer.Option("--scheduler-cores", min=1, help="CPUs of the kube-scheduler host (Filter runs on min(16, this) workers).")] = 16,
     scoring: Annotated[str, typer.Option("--scoring", help="Among feasible nodes: least-allocated (spread) or first (pack).")] = "least-allocated",
+    cluster: Annotated[str | None, typer.Option("--cluster", help="Run the cells on a Dask distributed cluster: its scheduler address (tcp://host:8786), or local[:N] to start one here. Needs topodra[cluster].")] = None,
 ) -> None:
     """Run the simulator over nodes x CPUs x device models on all cores; write CSV/JSON, plots and a report."""
     import os
@@ -198,6 +200,7 @@ def sweep_cmd(
         fill=fill,
         processes=processes or os.cpu_count() or 1,
         scoring=scoring,
+        cluster=cluster,
     )
     if scoring not in ("least-allocated", "first"):
         _fail(f"--scoring {scoring!r}: must be least-allocated or first")
@@ -212,9 +215,11 @@ def sweep_cmd(
         def done(s: Any) -> None:
             bar.update(task, advance=1, description=f"{s.model} {s.cpus_per_node:g} CPUs x {s.nodes} nodes: p99 {s.predicted_p99_ms:.1f} ms")
 
+        from topodra.sim.distributed import EngineError
+
         try:
             summaries = run_sweep(cfg, costs=replace(DEFAULT_COSTS, cores=scheduler_cores), progress=done)
-        except WorkloadError as e:
+        except (WorkloadError, EngineError) as e:
             _fail(str(e))
     files = write_outputs(summaries, out)
     Console().print(f"wrote {', '.join(str(f) for f in files)}")

@@ -1,4 +1,8 @@
-"""Sweeps: many runs over nodes x CPUs per node x device model, on every core, with outputs.
+"""Sweeps: many runs over nodes x CPUs per node x device model, on every core or a cluster, with outputs.
+
+Cells run in local processes, or as tasks on a Dask distributed cluster when
+``SweepConfig.cluster`` names one (``topodra.sim.distributed``); the outputs
+are the same either way.
 
 Writes ``results.csv``, ``results.json``, PNG plots (predicted scheduler
 latency against cluster size, against CPUs per node, and per device model)
@@ -33,6 +37,7 @@ class SweepConfig:
     seed: int = 1
     processes: int = field(default_factory=lambda: os.cpu_count() or 1)
     scoring: str = "least-allocated"
+    cluster: str | None = None  # a Dask scheduler address (or local[:N]): run the cells there
 
 
 def parse_models(models: Sequence[str]) -> list[tuple[str, str]]:
@@ -85,7 +90,14 @@ def run_sweep(
     jobs = [(points[i], costs.as_dict()) for i in order]
     results: dict[int, RunSummary] = {}
     procs = max(1, min(cfg.processes, len(points)))
-    if procs == 1:
+    if cfg.cluster:
+        from topodra.sim.distributed import map_on_cluster
+
+        for k, summary in map_on_cluster(cfg.cluster, _run_point, jobs):
+            results[order[k]] = summary
+            if progress:
+                progress(summary)
+    elif procs == 1:
         for i, job in zip(order, jobs, strict=True):
             results[i] = _run_point(job)
             if progress:
