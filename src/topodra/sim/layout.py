@@ -105,6 +105,11 @@ class NodeLayouts:
                 return node, pos
         return None
 
+    def pool_positions(self, pool: tuple[str, str]) -> list[tuple[int, int, dict[tuple[int, str], int]]]:
+        """(node, pool index, positions by (pool index, device name)) of a pool, last node first:
+        ``where`` for many devices of one pool at once."""
+        return [(node, pidx, self._namings[self._names_of[node]].position) for node, pidx in reversed(self._pool_nodes.get(pool, ()))]
+
     def multi_positions(self, node: int) -> frozenset[int]:
         """Positions of the node's devices that allow multiple allocations."""
         return self._namings[self._names_of[node]].multi

@@ -455,13 +455,18 @@ class Scheduler:
     def _touch(self, allocs: Iterable[ClaimAllocation]) -> None:
         """Refresh the held flags, class and free share of the nodes whose devices changed."""
         touched: dict[int, list[tuple[int, DeviceID]]] = {}
-        where = self._layout.where
+        pools: dict[tuple[str, str], list[tuple[int, int, dict[tuple[int, str], int]]]] = {}
         for a in allocs:
             for r in a.results:
-                did = r.id
-                w = where(did)
-                if w is not None:
-                    touched.setdefault(w[0], []).append((w[1], did))
+                key = (r.driver, r.pool)
+                found = pools.get(key)
+                if found is None:
+                    found = pools[key] = self._layout.pool_positions(key)
+                for node, pidx, position in found:
+                    pos = position.get((pidx, r.device))
+                    if pos is not None:
+                        touched.setdefault(node, []).append((pos, (r.driver, r.pool, r.device)))
+                        break
         st = self.state
         layout = self._layout
         for i, devices in touched.items():
