@@ -216,14 +216,14 @@ class Scheduler:
                 upto = int(unknown[0]) if unknown.size else size
                 # inside the known prefix the attempt ends at the first error or where ``want`` is met
                 known = status[:upto]
-                feas = np.cumsum(known == _FEASIBLE)
-                have = int(feas[-1]) if upto else 0
+                feas = (known == _FEASIBLE).nonzero()[0]  # offsets of the feasible nodes
+                have = int(feas.size)
                 errs = (known == _ERROR).nonzero()[0]
                 end = int(errs[0]) if errs.size else upto
                 if have >= want - found:
-                    end = min(end, int(np.searchsorted(feas, want - found)))
+                    end = min(end, int(feas[want - found - 1]))
                 if end < upto:
-                    found += int(feas[end])
+                    found += int(np.searchsorted(feas, end, side="right"))
                     if status[end] == _ERROR:
                         err_at = stop + end
                     stop += end + 1
@@ -249,11 +249,19 @@ class Scheduler:
         self.memo_hits += stop - min(stop, evaluated)  # nodes answered from the memo
         self._memo_size += evaluated
         seen = self._rotated(start, stop)
-        stats = memo.stats[seen]
-        total_s, calls, visits, checks, evals = stats.sum(axis=0).tolist() if stop else (0.0, 0, 0, 0, 0)
-        secs = stats[:, 0]
-        slowest = float(secs.max()) if stop else 0.0
-        timeouts = int(np.count_nonzero(secs > self.costs.timeout_s))
+        total_s = slowest = 0.0
+        calls = visits = checks = evals = timeouts = 0
+        if stop:
+            if len(memo.entries) <= 4 * stop + 1024:  # few classes: sum per class
+                counts = np.bincount(seen, minlength=len(memo.entries))
+                classes = counts.nonzero()[0]
+                per, rows = counts[classes], memo.stats[classes]
+            else:
+                per, rows = np.ones(stop, dtype=np.int64), np.take(memo.stats, seen, axis=0)
+            total_s, calls, visits, checks, evals = (per @ rows).tolist()
+            secs = rows[:, 0]
+            slowest = float(secs.max())
+            timeouts = int(per[secs > self.costs.timeout_s].sum())
         seen_status = statuses[0] if len(statuses) == 1 else np.concatenate(statuses) if statuses else memo.status[seen]
         invalid_only = bool(stop) and bool((seen_status == _INVALID).all())
         failure: tuple[str, str] | None = None
