@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import statistics
 import time
 from collections import Counter, deque
@@ -125,6 +126,23 @@ def run_simulation(
     if cluster.background:
         sched.preallocate(cluster.background)
     build_s = time.perf_counter() - t0
+    gc.freeze()  # the cluster lives for the whole run: keep the collector from rescanning it
+    try:
+        return _schedule_all(config, wl, cluster, sched, costs, api, build_s, progress)
+    finally:
+        gc.unfreeze()
+
+
+def _schedule_all(
+    config: RunConfig,
+    wl: Workload,
+    cluster: Any,
+    sched: Scheduler,
+    costs: CostModel,
+    api: ApiCosts,
+    build_s: float,
+    progress: Callable[[int, int], None] | None,
+) -> tuple[RunSummary, list[PodResult]]:
     count = config.pods or wl.pod_count or len(cluster.nodes) * 4
     results: list[PodResult] = []
     claims_of: list[int] = []

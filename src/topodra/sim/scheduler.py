@@ -479,8 +479,8 @@ class Scheduler:
         layout = self._layout
         for i, devices in touched.items():
             off = int(self._offset[i])
-            for pos, did in devices:
-                self._held[off + pos] = did in st.devices or did in st.shared or did in st.capacity
+            flags = [did in st.devices or did in st.shared or did in st.capacity for _, did in devices]
+            self._held[[off + pos for pos, _ in devices]] = flags  # a repeated device has the same flag each time
             held = self._held[off : int(self._offset[i + 1])].nonzero()[0]
             shared = [(p, layout.device_at(i, p)) for p in held.tolist() if p in multi] if (multi := layout.multi_positions(i)) else []
             self._kid[i] = self._key_id(self._alloc_key(i, held, shared))
