@@ -13,9 +13,12 @@ timeout makes the pod fail with an error, as kube-scheduler 1.36 does.
 
 Speed: nodes whose pools look the same (same device shapes in the same
 order) and that hold the same allocations (by position) give the same
-answer, so Filter results are memoised per (node layout, node allocations,
-claim specs). The chosen node is always allocated for real. The memo is off
-when any slice is shared between nodes.
+answer, so Filter results are memoised per (node class, claim specs) in
+arrays indexed by class id, and the scan over the node -> class array runs in
+numpy; a class is evaluated only where the scan first reaches it. Device
+positions come from ``layout`` (tables per shared device list, not per
+device) and the devices in use are a flat bitmap. The chosen node is always
+allocated for real. The memo is off when any slice is shared between nodes.
 """
 
 from __future__ import annotations
