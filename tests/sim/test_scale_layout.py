@@ -114,3 +114,17 @@ def test_scheduler_on_random_layouts_equals_the_plain_loop(cluster: tuple[list[d
         assert [r.id for x in a.allocations for r in x.results] == [r.id for x in b.allocations for r in x.results]
         if k % 3 == 2 and a.node is not None:
             assert fast.delete(a.pod) == slow.delete(b.pod)
+
+
+def test_grouped_placements_equal_the_per_device_scheduler() -> None:
+    """Least-allocated ties on grouped devices are broken on a float summed in the order devices
+    were taken; the placements (node and devices of every pod) are those of the scheduler that
+    kept a dictionary per device (digest recorded from it)."""
+    import hashlib
+
+    from topodra.sim.run import RunConfig, run_simulation
+
+    s, rs = run_simulation(RunConfig(nodes=60, machines={"64": 1.0, "256": 1.0}, model="grouped", workload="grouped", pods=300, fill=0.3, fill_patterns=7))
+    seq = ",".join(f"{r.node}:{'/'.join(x.device for a in r.allocations for x in a.results)}" for r in rs)
+    assert s.scheduled == 300
+    assert hashlib.sha256(seq.encode()).hexdigest() == "51fc6def9fb846c1c415129555be13908dcbbc6d94e0961b6bbf7358fbbd80c0"

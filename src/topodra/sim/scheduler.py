@@ -159,6 +159,7 @@ class Scheduler:
         counts = [self._layout.device_count(i) for i in range(len(self.nodes))]
         self._offset = np.concatenate(([0], np.cumsum(counts, dtype=np.int64)))  # node -> first flat position
         self._held = np.zeros(int(self._offset[-1]), dtype=bool)  # flat position -> device in use
+        self._held_order: dict[int, dict[int, DeviceID]] = {}  # nodes with shareable devices: position -> device
 
     # ---- public API
     @property
@@ -485,9 +486,17 @@ class Scheduler:
             flags = [did in st.devices or did in st.shared or did in st.capacity for _, did in devices]
             self._held[[off + pos for pos, _ in devices]] = flags  # a repeated device has the same flag each time
             held = self._held[off : int(self._offset[i + 1])].nonzero()[0]
-            shared = [(p, layout.device_at(i, p)) for p in held.tolist() if p in multi] if (multi := layout.multi_positions(i)) else []
+            multi = layout.multi_positions(i)
+            shared = [(p, layout.device_at(i, p)) for p in held.tolist() if p in multi] if multi else []
+            if multi:  # nodes with shareable devices: the devices in use in the order they were taken
+                ordered = self._held_order.setdefault(i, {})
+                for (pos, did), flag in zip(devices, flags, strict=True):
+                    if flag:
+                        ordered[pos] = did
+                    else:
+                        ordered.pop(pos, None)
             self._kid[i] = self._key_id(self._alloc_key(i, held, shared))
-            self._free[i] = self._free_share(i, held, shared)
+            self._free[i] = self._free_share(i, held)
 
     def _key_id(self, key: tuple[Any, ...]) -> int:
         kid = self._key_ids.get(key)
@@ -495,19 +504,27 @@ class Scheduler:
             kid = self._key_ids[key] = len(self._key_ids)
         return kid
 
-    def _free_share(self, i: int, held: np.ndarray[Any, np.dtype[np.intp]], shared: list[tuple[int, DeviceID]]) -> float:
-        """Share of node ``i``'s devices still free; shared devices count by consumed capacity."""
+    def _free_share(self, i: int, held: np.ndarray[Any, np.dtype[np.intp]]) -> float:
+        """Share of node ``i``'s devices still free; shared devices count by consumed capacity.
+
+        Summed in the order the devices were taken, so the float is the same whatever path
+        updated the node (ties between nodes are broken on it).
+        """
         total = self._layout.device_count(i)
         if not total:
             return 0.0
-        used = float(held.size)
-        for pos, did in shared:
+        ordered = self._held_order.get(i)
+        if ordered is None:
+            return max(0.0, 1.0 - float(held.size) / total)
+        used = 0.0
+        for pos, did in ordered.items():
             if did in self.state.devices:
+                used += 1.0
                 continue
             consumed = self.state.capacity.get(did, {})
             cap = self._layout.capacity_of(i, pos)
             fractions = [float(v / cap[k]) for k, v in consumed.items() if cap.get(k)]
-            used += max(fractions, default=1.0) - 1.0
+            used += max(fractions, default=1.0)
         return max(0.0, 1.0 - used / total)
 
     def _alloc_key(self, i: int, held: np.ndarray[Any, np.dtype[np.intp]], shared: list[tuple[int, DeviceID]]) -> tuple[Any, ...]:
