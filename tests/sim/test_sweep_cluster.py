@@ -28,7 +28,7 @@ def dask_address() -> Iterator[str]:
     from distributed import LocalCluster
 
     # in-process workers: a real scheduler and real task submission, fast enough for the suite
-    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cluster:
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cluster:  # type: ignore[no-untyped-call]
         yield str(cluster.scheduler_address)
 
 
