@@ -474,6 +474,12 @@ class Scheduler:
                 found = pools.get(key)
                 if found is None:
                     found = pools[key] = self._layout.pool_positions(key)
+                if len(found) == 1:  # the usual case: the pool is on one node
+                    node, pidx, position = found[0]
+                    pos = position.get((pidx, r.device))
+                    if pos is not None:
+                        touched.setdefault(node, []).append((pos, (r.driver, r.pool, r.device)))
+                    continue
                 for node, pidx, position in found:
                     pos = position.get((pidx, r.device))
                     if pos is not None:
