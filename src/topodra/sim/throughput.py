@@ -75,8 +75,8 @@ MEASURED = (Measured(500, 64, 43.5), Measured(100, 256, 51.8))
 
 def writes_per_pod(template_claims: int, bound: bool) -> int:
     """API writes one pod causes: pod create; per template claim a create; the pod's
-    resourceClaimStatuses; then per claim the PreBind status write, the binding and the
-    scheduler's Event when bound -- or one PodScheduled=False status write when not."""
+    resourceClaimStatuses; then, when bound, per claim the PreBind status write plus the
+    binding and the scheduler's Event -- or, when not, one PodScheduled=False status write."""
     controller = template_claims + (1 if template_claims else 0)
     if bound:
         return 1 + controller + template_claims + 2
