@@ -217,8 +217,10 @@ from topodra.sim.run import RunConfig, run_simulation
 nodes, pods, fill, patterns = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
 t = time.perf_counter()
 s, _ = run_simulation(RunConfig(nodes=nodes, machines={"256": 1.0}, model="cpu", workload="p-cores", pods=pods, fill=fill, fill_patterns=patterns))
-print(json.dumps({"total": time.perf_counter() - t, "build": s.build_seconds, "sim": s.sim_seconds, "scheduled": s.scheduled,
-                  "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+# VmHWM is this process's own peak; ru_maxrss would carry the parent's peak over from the fork
+hwm = [int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:")]
+peak = hwm[0] if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"total": time.perf_counter() - t, "build": s.build_seconds, "sim": s.sim_seconds, "scheduled": s.scheduled, "rss_mib": peak / 1024}))
 """
 
 
