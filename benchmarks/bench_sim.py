@@ -259,4 +259,147 @@ def run(quick: bool) -> list[Result]:
     results: list[Result] = []
     for part in (bench_cel, bench_scheduler_perf, bench_search, bench_cpu_scale, bench_l3, bench_calibration, bench_models):
         results.extend(part(quick))
+    for part in (bench_scale, bench_e2e, bench_sweep_engines):
+        results.extend(part(quick))
     return results
+
+
+# ---- scale, end-to-end throughput and sweep engines (issue 14 items 4-6) ---------------------------
+
+_SCALE_CHILD = """
+import json, resource, sys, time
+from topodra.sim.run import RunConfig, run_simulation
+nodes, pods, fill, patterns = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+t = time.perf_counter()
+s, _ = run_simulation(RunConfig(nodes=nodes, machines={"256": 1.0}, model="cpu", workload="p-cores", pods=pods, fill=fill, fill_patterns=patterns))
+# VmHWM is this process's own peak; ru_maxrss would carry the parent's peak over from the fork
+hwm = [int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:")]
+peak = hwm[0] if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"total": time.perf_counter() - t, "build": s.build_seconds, "sim": s.sim_seconds, "scheduled": s.scheduled, "rss_mib": peak / 1024}))
+"""
+
+
+def _scale_point(nodes: int, pods: int, fill: float = 0.0, patterns: int = 16) -> dict[str, float]:
+    """One run in a fresh interpreter, so that its peak RSS is its own."""
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _SCALE_CHILD, str(nodes), str(pods), str(fill), str(patterns)], capture_output=True, text=True, check=True)
+    point: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    return point
+
+
+def bench_scale(quick: bool) -> list[Result]:
+    """Nodes -> seconds and peak RSS for N nodes x 256 per-CPU devices, 2 P-core pods per node.
+
+    Goals (issue 14 item 6): 50,000 nodes, 100,000 pods in <= 60 s and <= 4 GiB; every node
+    filled differently (half full, one fill pattern per node) in <= 120 s. Prints the table and
+    writes benchmarks/out/sim_scale.png.
+    """
+    sizes = (500, 1_000, 2_000) if quick else (5_000, 10_000, 20_000, 50_000)
+    rows: list[tuple[str, int, dict[str, float]]] = []
+    for n in sizes:
+        rows.append(("empty", n, _scale_point(n, 2 * n)))
+    for n in (sizes[0], sizes[-1]):
+        rows.append(("filled differently", n, _scale_point(n, 2 * n, fill=0.5, patterns=n)))
+    out: list[Result] = []
+    base = {kind: p for kind, n, p in rows if n == sizes[0]}
+    print(f"\n{'cluster':<22}{'nodes':>8}{'pods':>9}{'total s':>10}{'build s':>10}{'sched s':>10}{'peak RSS MiB':>14}")
+    for kind, n, p in rows:
+        print(f"{kind:<22}{n:>8}{2 * n:>9}{p['total']:>10.1f}{p['build']:>10.1f}{p['sim']:>10.1f}{p['rss_mib']:>14.0f}")
+        goal_s = (120 if kind != "empty" else 60) if n == 50_000 else None
+        ratio = p["total"] / base[kind]["total"]
+        out.append(
+            Result(
+                f"scale {kind} {n}x256, {2 * n} pods: total wall",
+                p["total"],
+                "s",
+                goal=f"<= {goal_s} s" if goal_s else None,
+                met=p["total"] <= goal_s if goal_s else None,
+                note=f"build {p['build']:.1f} s, scheduling {p['sim']:.1f} s; {ratio:.1f}x the {sizes[0]}-node run ({n / sizes[0]:g}x the nodes)",
+            )
+        )
+        out.append(
+            Result(
+                f"scale {kind} {n}x256: peak RSS",
+                p["rss_mib"],
+                "MiB",
+                goal="<= 4096 MiB" if n == 50_000 else None,
+                met=p["rss_mib"] <= 4096 if n == 50_000 else None,
+                note=f"{p['rss_mib'] / base[kind]['rss_mib']:.1f}x the {sizes[0]}-node run",
+            )
+        )
+    import math
+
+    empty = [(n, p) for kind, n, p in rows if kind == "empty"]
+    (n0, p0), (n1, p1) = empty[0], empty[-1]
+    out.append(Result("scale: time grows as nodes^k", math.log(p1["total"] / p0["total"]) / math.log(n1 / n0), "k", note=f"{n0} -> {n1} nodes, pods = 2 x nodes"))
+    out.append(Result("scale: peak RSS grows as nodes^k", math.log(p1["rss_mib"] / p0["rss_mib"]) / math.log(n1 / n0), "k"))
+    _plot_scale(empty, [(n, p) for kind, n, p in rows if kind != "empty"])
+    return out
+
+
+def _plot_scale(empty: list[tuple[int, dict[str, float]]], filled: list[tuple[int, dict[str, float]]]) -> None:
+    from pathlib import Path
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    for label, pts, style in (("empty nodes", empty, "o-"), ("every node filled differently", filled, "s--")):
+        a.plot([n for n, _ in pts], [p["total"] for _, p in pts], style, label=label)
+        b.plot([n for n, _ in pts], [p["rss_mib"] for _, p in pts], style, label=label)
+    for ax, name in ((a, "total wall (s)"), (b, "peak RSS (MiB)")):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("nodes (256 per-CPU devices each, 2 pods per node)")
+        ax.set_ylabel(name)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    out = Path(__file__).parent / "out"
+    out.mkdir(exist_ok=True)
+    fig.savefig(out / "sim_scale.png", dpi=100)
+    plt.close(fig)
+
+
+def bench_e2e(quick: bool) -> list[Result]:
+    """End-to-end throughput against the two real control-plane runs it is calibrated on."""
+    from topodra.sim.throughput import DEFAULT_API_COSTS, calibrate
+
+    api, fitted = calibrate()
+    out = [Result("e2e: fitted CPU per API write", api.per_write_s * 1e3, "ms", note=f"default {DEFAULT_API_COSTS.per_write_s * 1e3:.3f} ms")]
+    for m, e in fitted:
+        ratio = e.pods_per_s / m.pods_per_s
+        out.append(
+            Result(
+                f"e2e: {m.nodes} nodes x {m.cpus}, {m.pods} pods, {m.cores} cores: predicted / measured",
+                ratio,
+                "x",
+                goal="within 1.5x",
+                met=1 / 1.5 <= ratio <= 1.5,
+                note=f"predicted {e.pods_per_s:.1f} pods/s (CPU {e.cpu_s_per_pod * 1e3:.1f} ms/pod, {e.writes_per_pod:g} writes), measured {m.pods_per_s:g}",
+            )
+        )
+    return out
+
+
+def bench_sweep_engines(quick: bool) -> list[Result]:
+    """The same small sweep on local processes and on a local Dask cluster (2 worker processes)."""
+    from topodra.sim.sweep import SweepConfig, run_sweep
+
+    grid = {"nodes": [200, 500] if quick else [500, 1_000, 2_000], "cpus": [64, 256], "models": ["cpu", "grouped"], "workload": "cpus-4", "processes": 2}
+    t = time.perf_counter()
+    local = run_sweep(SweepConfig(**grid))  # type: ignore[arg-type]
+    t_local = time.perf_counter() - t
+    t = time.perf_counter()
+    remote = run_sweep(SweepConfig(**grid, cluster="local:2"))  # type: ignore[arg-type]
+    t_dask = time.perf_counter() - t
+    same = [(s.scheduled, s.cel_evals) for s in local] == [(s.scheduled, s.cel_evals) for s in remote]
+    return [
+        Result(f"sweep {len(local)} cells: local processes", t_local, "s"),
+        Result(f"sweep {len(local)} cells: local Dask cluster (incl. its start)", t_dask, "s", note=f"{t_dask / t_local:.2f}x local; same results: {same}", goal="same results", met=same),
+    ]

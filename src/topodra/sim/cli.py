@@ -168,6 +168,7 @@ def _print_summary(row: dict[str, Any]) -> None:
         ("outcome", f"{row['scheduled']} scheduled, {row['failed_unschedulable']} unschedulable, {row['failed_timeout']} timeout, {row['failed_error']} error"),
         ("simulator", f"{row['sim_pods_per_s']:.0f} pods/s ({row['sim_seconds']:.2f} s, cluster build {row['build_seconds']:.2f} s)"),
         ("kube-scheduler (predicted)", f"p50 {row['predicted_p50_ms']:.2f} ms, p99 {row['predicted_p99_ms']:.2f} ms, max {row['predicted_max_ms']:.2f} ms per pod ~ {row['predicted_pods_per_s']:.0f} pods/s"),
+        ("throughput (predicted)", f"Filter-bound {row['predicted_pods_per_s']:.1f} pods/s; end to end {row['e2e_pods_per_s']:.1f} pods/s ({row['api_writes_per_pod']:g} API writes, {row['e2e_cpu_ms_per_pod']:.1f} ms control-plane CPU per pod, bound by {row['e2e_bound_by']})"),
         ("per-node filter", f"p50 {row['node_filter_p50_ms']:.3f} ms, max {row['node_filter_max_ms']:.3f} ms, {row['timeouts']} node timeouts"),
         ("search work", f"{row['cel_evals']} CEL evaluations, {row['devices_visited']} devices visited, {row['allocate_calls']} allocateOne calls, {row['nodes_filtered_mean']:.0f} nodes filtered per pod"),
         ("API footprint", f"{row['resource_slices']} ResourceSlices, {row['api_bytes'] / 2**20:.1f} MiB, {row['devices_per_node']:g} devices per node"),
@@ -191,6 +192,7 @@ def sweep_cmd(
     out: Annotated[Path, typer.Option("--out", "-o", help="Output directory (CSV, JSON, PNG plots, report.md).")] = Path("sim-sweep"),
     scheduler_cores: Annotated[int, typer.Option("--scheduler-cores", min=1, help="CPUs of the kube-scheduler host (Filter runs on min(16, this) workers).")] = 16,
     scoring: Annotated[str, typer.Option("--scoring", help="Among feasible nodes: least-allocated (spread) or first (pack).")] = "least-allocated",
+    cluster: Annotated[str | None, typer.Option("--cluster", help="Run the cells on a Dask distributed cluster: its scheduler address (tcp://host:8786), or local[:N] to start one here. Needs topodra[cluster].")] = None,
 ) -> None:
     """Run the simulator over nodes x CPUs x device models on all cores; write CSV/JSON, plots and a report."""
     import os
@@ -217,6 +219,7 @@ def sweep_cmd(
         fill=fill,
         processes=processes or os.cpu_count() or 1,
         scoring=scoring,
+        cluster=cluster,
     )
     if scoring not in ("least-allocated", "first"):
         _fail(f"--scoring {scoring!r}: must be least-allocated or first")
@@ -231,9 +234,11 @@ def sweep_cmd(
         def done(s: Any) -> None:
             bar.update(task, advance=1, description=f"{s.model} {s.cpus_per_node:g} CPUs x {s.nodes} nodes: p99 {s.predicted_p99_ms:.1f} ms")
 
+        from topodra.sim.distributed import EngineError
+
         try:
             summaries = run_sweep(cfg, costs=replace(DEFAULT_COSTS, cores=scheduler_cores), progress=done)
-        except WorkloadError as e:
+        except (WorkloadError, EngineError) as e:
             _fail(str(e))
     files = write_outputs(summaries, out)
     Console().print(f"wrote {', '.join(str(f) for f in files)}")

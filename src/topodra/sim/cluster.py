@@ -234,29 +234,40 @@ def _background(cluster: Cluster, cpus_per_device: Mapping[str, list[int]]) -> l
     its machine (deterministic for a seed), so nodes fall into a few usage classes."""
     rng = random.Random(cluster.spec.seed)
     patterns: dict[str, list[list[tuple[int, int]]]] = {}  # machine -> patterns of (device index, CPUs)
+    names: dict[tuple[int, ...], list[str]] = {}  # device lists -> device names in slice-name order
     out: list[ClaimAllocation] = []
     by_node: dict[str, list[dict[str, Any]]] = {}
     for s in cluster.slices:
         by_node.setdefault(s["spec"]["nodeName"], []).append(s)
+    grouped = cluster.spec.model == "grouped"
     for node, node_slices in by_node.items():
         machine = cluster.machine_of[node]
-        devices = [(s["spec"]["pool"]["name"], d) for s in sorted(node_slices, key=lambda s: s["metadata"]["name"]) for d in s["spec"]["devices"]]
+        ordered = sorted(node_slices, key=lambda s: s["metadata"]["name"])
+        layout = tuple(id(s["spec"]["devices"]) for s in ordered)
+        device_names = names.get(layout)
+        if device_names is None:  # nodes of one machine share their device lists: done once per machine
+            device_names = names[layout] = [d["name"] for s in ordered for d in s["spec"]["devices"]]
+        pool = node_slices[0]["spec"]["pool"]["name"]
         sizes = cpus_per_device[machine]
         if machine not in patterns:
             patterns[machine] = [_pattern(rng, sizes, cluster.spec) for _ in range(max(1, cluster.spec.fill_patterns))]
         chosen = rng.choice(patterns[machine])
-        results: list[DeviceResult] = []
-        for k, amount in chosen:
-            pool, d = devices[k]
-            did = ("native.cpu", pool, d["name"])
-            if cluster.spec.model == "grouped":
-                results.append(
-                    DeviceResult("background", *did, share_id=share_id(f"bg-{node}", "background", did, k), consumed_capacity={"cpu": Quantity(Fraction(amount))})
+        if grouped:
+            results = tuple(
+                DeviceResult(
+                    "background",
+                    "native.cpu",
+                    pool,
+                    device_names[k],
+                    share_id=share_id(f"bg-{node}", "background", ("native.cpu", pool, device_names[k]), k),
+                    consumed_capacity={"cpu": Quantity(Fraction(amount))},
                 )
-            else:
-                results.append(DeviceResult("background", *did))
+                for k, amount in chosen
+            )
+        else:
+            results = tuple(DeviceResult("background", "native.cpu", pool, device_names[k]) for k, _ in chosen)
         if results:
-            out.append(ClaimAllocation(f"background/{node}", tuple(results)))
+            out.append(ClaimAllocation(f"background/{node}", results))
     return out
 
 

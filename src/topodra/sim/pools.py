@@ -15,9 +15,41 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from topodra.quantity import Quantity
-from topodra.sim.api import Node, Slice, node_selector_matches
+from topodra.sim.api import Device, Node, Slice, node_selector_matches
 
 __all__ = ["Pool", "gather_pools"]
+
+
+@dataclass(frozen=True, slots=True)
+class _ListFacts:
+    """What pool checks need from one device list: computed once, shared by every node using it."""
+
+    devices: list[Device]  # held so that the id() key stays valid while cached
+    names: frozenset[str]
+    duplicates: bool
+    counter_refs: tuple[tuple[str, tuple[str, ...]], ...]  # (counter set, counters) in device order
+    binding: bool  # some device has binding conditions
+
+
+_FACTS: dict[int, _ListFacts] = {}
+_FACTS_LIMIT = 4096
+
+
+def _facts(devices: list[Device]) -> _ListFacts:
+    """Facts of a device list; nodes of one machine share their lists, so this is a cache hit."""
+    hit = _FACTS.get(id(devices))
+    if hit is not None and hit.devices is devices:
+        return hit
+    names = frozenset(d.name for d in devices)
+    refs: dict[tuple[str, tuple[str, ...]], None] = {}
+    for d in devices:
+        for cset, counters in d.consumes_counters:
+            refs.setdefault((cset, tuple(n for n, _ in counters)), None)
+    facts = _ListFacts(devices, names, len(names) != len(devices), tuple(refs), any(d.binding_conditions for d in devices))
+    if len(_FACTS) >= _FACTS_LIMIT:
+        _FACTS.clear()
+    _FACTS[id(devices)] = facts
+    return facts
 
 
 @dataclass(slots=True)
@@ -86,7 +118,7 @@ def gather_pools(slices_for_node: Iterable[Slice], node: Node, all_slices_of_poo
                 result.append(Pool(key[0], key[1], incomplete=True))
                 continue
         pool = _build(key, kept, all_for_pool)
-        if any(d.binding_conditions for s in pool.slices for d in s.devices):
+        if any(_facts(s.devices).binding for s in pool.slices):
             with_binding.append(pool)
         else:
             result.append(pool)
@@ -107,12 +139,14 @@ def _build(key: tuple[str, str], kept: list[Slice], all_for_pool: list[Slice] | 
                 continue
             (counter_slices if s.shared_counters else other).append(s)
     pool = Pool(key[0], key[1], slices=device_slices, other_slices=other)
-    seen: set[str] = set()
-    for s in device_slices:
-        for d in s.devices:
-            if d.name in seen:
-                return Pool(key[0], key[1], invalid=True, invalid_reason=f"duplicate device name {d.name}")
-            seen.add(d.name)
+    facts = [_facts(s.devices) for s in device_slices]
+    if any(f.duplicates for f in facts) or not _disjoint([f.names for f in facts]):
+        seen: set[str] = set()
+        for s in device_slices:
+            for d in s.devices:
+                if d.name in seen:
+                    return Pool(key[0], key[1], invalid=True, invalid_reason=f"duplicate device name {d.name}")
+                seen.add(d.name)
     sets: dict[str, dict[str, Quantity]] = {}
     for s in counter_slices:
         for set_name, set_counters in s.shared_counters.items():
@@ -120,12 +154,17 @@ def _build(key: tuple[str, str], kept: list[Slice], all_for_pool: list[Slice] | 
                 return Pool(key[0], key[1], invalid=True, invalid_reason=f"duplicate counter set name {set_name}")
             sets[set_name] = set_counters
     for s in device_slices + other:
-        for d in s.devices:
-            for cset, counters in d.consumes_counters:
-                if cset not in sets:
-                    return Pool(key[0], key[1], invalid=True, invalid_reason=f"counter set {cset} not found")
-                for cname, _ in counters:
-                    if cname not in sets[cset]:
-                        return Pool(key[0], key[1], invalid=True, invalid_reason=f"counter {cname} not found in counter set {cset}")
+        for cset, cnames in _facts(s.devices).counter_refs:
+            if cset not in sets:
+                return Pool(key[0], key[1], invalid=True, invalid_reason=f"counter set {cset} not found")
+            for cname in cnames:
+                if cname not in sets[cset]:
+                    return Pool(key[0], key[1], invalid=True, invalid_reason=f"counter {cname} not found in counter set {cset}")
     pool.counter_sets = sets
     return pool
+
+
+def _disjoint(name_sets: Sequence[frozenset[str]]) -> bool:
+    if len(name_sets) <= 8:
+        return all(a.isdisjoint(b) for i, a in enumerate(name_sets) for b in name_sets[i + 1 :])
+    return len(frozenset().union(*name_sets)) == sum(len(n) for n in name_sets)

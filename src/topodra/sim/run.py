@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import statistics
 import time
 from collections import Counter, deque
@@ -12,6 +13,7 @@ from typing import Any
 from topodra.sim.cluster import ClusterSpec, build_cluster
 from topodra.sim.costmodel import DEFAULT_COSTS, CostModel
 from topodra.sim.scheduler import PodResult, Scheduler
+from topodra.sim.throughput import DEFAULT_API_COSTS, ApiCosts, end_to_end
 from topodra.sim.workload import Workload, load_workload
 
 __all__ = ["RunConfig", "RunSummary", "run_simulation", "percentile"]
@@ -56,7 +58,11 @@ class RunSummary:
     predicted_p50_ms: float
     predicted_p99_ms: float
     predicted_max_ms: float
-    predicted_pods_per_s: float
+    predicted_pods_per_s: float  # Filter-bound: the scheduler's cycle only
+    e2e_pods_per_s: float  # end to end: with the API work of every pod (``throughput``)
+    e2e_cpu_ms_per_pod: float  # control-plane CPU per pod (Filter + scheduler + API writes)
+    e2e_bound_by: str  # "cpu" (the shared control plane) or "scheduler" (its serial cycle)
+    api_writes_per_pod: float
     node_filter_p50_ms: float
     node_filter_max_ms: float
     timeouts: int
@@ -89,44 +95,73 @@ def run_simulation(
     config: RunConfig,
     *,
     costs: CostModel = DEFAULT_COSTS,
+    api: ApiCosts = DEFAULT_API_COSTS,
     workload: Workload | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> tuple[RunSummary, list[PodResult]]:
     """Schedule the workload's pods on a fresh cluster; return the summary and every pod's result."""
-    t0 = time.perf_counter()
-    wl = workload or load_workload(config.workload)
-    cluster = _objects_cluster(config) if config.objects else build_cluster(
-        ClusterSpec(
-            nodes=config.nodes,
-            machines=dict(config.machines),
-            model=config.model,
-            group_by=config.group_by,
-            order=config.order,
-            reserved_cpus=config.reserved_cpus,
-            fill=config.fill,
-            seed=config.seed,
-            fill_patterns=config.fill_patterns,
+    # The cluster is millions of long-lived objects: the cyclic collector would rescan them
+    # over and over while they are built (half the build time at 50,000 nodes), and again
+    # during the run. It is off while building and the result is frozen for the run.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        t0 = time.perf_counter()
+        wl = workload or load_workload(config.workload)
+        cluster = _objects_cluster(config) if config.objects else build_cluster(
+            ClusterSpec(
+                nodes=config.nodes,
+                machines=dict(config.machines),
+                model=config.model,
+                group_by=config.group_by,
+                order=config.order,
+                reserved_cpus=config.reserved_cpus,
+                fill=config.fill,
+                seed=config.seed,
+                fill_patterns=config.fill_patterns,
+            )
         )
-    )
-    sched = Scheduler(
-        cluster.nodes,
-        cluster.slices,
-        list(cluster.classes) + list(wl.classes),
-        costs=costs,
-        percentage_of_nodes_to_score=config.percentage_of_nodes_to_score,
-        scoring=config.scoring,
-    )
-    if cluster.background:
-        sched.preallocate(cluster.background)
-    build_s = time.perf_counter() - t0
+        sched = Scheduler(
+            cluster.nodes,
+            cluster.slices,
+            list(cluster.classes) + list(wl.classes),
+            costs=costs,
+            percentage_of_nodes_to_score=config.percentage_of_nodes_to_score,
+            scoring=config.scoring,
+        )
+        if cluster.background:
+            sched.preallocate(cluster.background)
+        build_s = time.perf_counter() - t0
+        gc.freeze()
+    finally:
+        if collecting:
+            gc.enable()
+    try:
+        return _schedule_all(config, wl, cluster, sched, costs, api, build_s, progress)
+    finally:
+        gc.unfreeze()
+
+
+def _schedule_all(
+    config: RunConfig,
+    wl: Workload,
+    cluster: Any,
+    sched: Scheduler,
+    costs: CostModel,
+    api: ApiCosts,
+    build_s: float,
+    progress: Callable[[int, int], None] | None,
+) -> tuple[RunSummary, list[PodResult]]:
     count = config.pods or wl.pod_count or len(cluster.nodes) * 4
     results: list[PodResult] = []
+    claims_of: list[int] = []
     bound: deque[str] = deque()
     deleted = 0
     t1 = time.perf_counter()
     for n, pod in enumerate(wl.generate(config.model, count)):
         r = sched.schedule(pod)
         results.append(r)
+        claims_of.append(len(pod.claims))
         if r.node is not None:
             bound.append(pod.name)
         if wl.churn_every and (n + 1) % wl.churn_every == 0:
@@ -142,6 +177,7 @@ def run_simulation(
     kinds = Counter(r.failure_kind for r in results if r.failure_kind)
     machines = "objects" if cluster.from_objects else ",".join(f"{m}:{w:g}" for m, w in config.machines.items())
     mean_pred = statistics.fmean(predicted) if predicted else 0.0
+    e2e = end_to_end(((r.filter_cpu_s, r.predicted_s, k, r.node is not None) for r, k in zip(results, claims_of, strict=True)), costs, api)
     n_nodes = len(cluster.nodes)
     summary = RunSummary(
         nodes=n_nodes,
@@ -162,6 +198,10 @@ def run_simulation(
         predicted_p99_ms=percentile(predicted, 99),
         predicted_max_ms=max(predicted, default=0.0),
         predicted_pods_per_s=1e3 / mean_pred if mean_pred > 0 else 0.0,
+        e2e_pods_per_s=e2e.pods_per_s,
+        e2e_cpu_ms_per_pod=e2e.cpu_s_per_pod * 1e3,
+        e2e_bound_by=e2e.bound_by,
+        api_writes_per_pod=e2e.writes_per_pod,
         node_filter_p50_ms=percentile(per_node, 50),
         node_filter_max_ms=max((r.slowest_node_s * 1e3 for r in results), default=0.0),
         timeouts=sum(r.timeouts for r in results),

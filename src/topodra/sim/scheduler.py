@@ -13,9 +13,12 @@ timeout makes the pod fail with an error, as kube-scheduler 1.36 does.
 
 Speed: nodes whose pools look the same (same device shapes in the same
 order) and that hold the same allocations (by position) give the same
-answer, so Filter results are memoised per (node layout, node allocations,
-claim specs). The chosen node is always allocated for real. The memo is off
-when any slice is shared between nodes.
+answer, so Filter results are memoised per (node class, claim specs) in
+arrays indexed by class id, and the scan over the node -> class array runs in
+numpy; a class is evaluated only where the scan first reaches it. Device
+positions come from ``layout`` (tables per shared device list, not per
+device) and the devices in use are a flat bitmap. The chosen node is always
+allocated for real. The memo is off when any slice is shared between nodes.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from topodra.sim.allocator import (
     AllocationError,
     Allocator,
     ClaimAllocation,
+    DeviceResult,
     FilterTimeout,
     SearchAborted,
     SearchStats,
@@ -41,6 +45,7 @@ from topodra.sim.allocator import (
 )
 from topodra.sim.api import Claim, DeviceID, Node, parse_claim, parse_node
 from topodra.sim.costmodel import DEFAULT_COSTS, CostModel, num_feasible_nodes_to_find
+from topodra.sim.layout import NodeLayouts
 
 __all__ = ["Pod", "PodResult", "Scheduler"]
 
@@ -49,9 +54,11 @@ __all__ = ["Pod", "PodResult", "Scheduler"]
 #: "first" (the first node in scan order). Remaining ties go to the first in scan order.
 SCORINGS = ("least-allocated", "first")
 
-#: Up to this many distinct node classes the scan evaluates every class once and runs in
-#: numpy; beyond it, nodes are evaluated one by one (memoised) only as far as the scan goes.
-VECTOR_CLASSES = 64
+#: Nodes the memoised scan looks at per numpy step (0: 1.25 x the feasible nodes wanted, plus 64).
+SCAN_CHUNK = 0
+
+#: Memoised Filter answers kept before the memo starts over (bounds memory on huge clusters).
+MEMO_LIMIT = 500_000
 
 
 @dataclass(frozen=True)
@@ -139,52 +146,22 @@ class Scheduler:
         self.want = num_feasible_nodes_to_find(len(self.nodes), percentage_of_nodes_to_score)
         self.next_start = 0
         self.memo_enabled = memo and all(s.node_name for s in self.allocator.slices)
-        self._memo: dict[str, dict[int, _Entry]] = {}  # claim signature -> node key id -> entry
+        self._memo: dict[str, _SigMemo] = {}  # claim signature -> results per node class
+        self._memo_size = 0
         self._bound: dict[str, _Bound] = {}
-        # node layouts: device positions, template ids and allocation keys
-        self._templates: dict[Any, int] = {}
-        self._template_of: list[int] = []
-        self._where: dict[DeviceID, tuple[int, int]] = {}
-        self._node_key: list[tuple[Any, ...]] = []
-        self._held: dict[int, dict[int, DeviceID]] = {}
-        self._ids: list[list[DeviceID]] = []  # node -> device ids by position
-        self._capacity_of: dict[DeviceID, dict[str, Any]] = {}  # shared devices: capacity totals
-        self._spec_cache: dict[tuple[int, ...], tuple[list[Any], list[Claim], str]] = {}  # node -> position -> device in use
+        self._spec_cache: dict[tuple[int, ...], tuple[list[Any], list[Claim], str]] = {}
         self.memo_hits = 0
         self.memo_misses = 0
-        for i, node in enumerate(self.nodes):
-            pools = self.allocator.pools_for(node)
-            layout: list[Any] = []
-            ids: list[DeviceID] = []
-            self._ids.append(ids)
-            pos = 0
-            for p in pools:
-                if not p.usable:
-                    layout.append((p.driver, "incomplete" if p.incomplete else "invalid"))
-                    continue
-                shapes = []
-                for s in p.slices:
-                    shapes.append((s.per_device_node_selection, bool(s.node_name), tuple(d.shape for d in s.devices)))
-                    for d in s.devices:
-                        self._where[(p.driver, p.name, d.name)] = (i, pos)
-                        ids.append((p.driver, p.name, d.name))
-                        if d.allow_multiple and d.capacity:
-                            self._capacity_of[(p.driver, p.name, d.name)] = {k: c.value.amount for k, c in d.capacity.items()}
-                        pos += 1
-                counters = json.dumps({k: {c: str(q) for c, q in v.items()} for k, v in p.counter_sets.items()}, sort_keys=True)
-                layout.append((p.driver, tuple(shapes), counters))
-            key = tuple(layout)
-            self._template_of.append(self._templates.setdefault(key, len(self._templates)))
-            self._node_key.append((self._template_of[i], ()))
+        self._layout = NodeLayouts(self.allocator, self.nodes)
+        self._template_of = self._layout.template_of
         self._key_ids: dict[tuple[Any, ...], int] = {}
-        self._kid = np.array([self._key_id(k) for k in self._node_key], dtype=np.int64)
-        # live node classes: key id -> number of nodes, and one node that has it
-        self._class_size: dict[int, int] = {}
-        self._class_rep: dict[int, int] = {}
-        for i, kid in enumerate(self._kid.tolist()):
-            self._class_size[kid] = self._class_size.get(kid, 0) + 1
-            self._class_rep.setdefault(kid, i)
-        self._lut = np.zeros(max(16, 2 * len(self._key_ids)), dtype=np.int64)
+        for t in range(self._layout.template_count):
+            self._key_id((t, ()))  # a node with nothing allocated: key id = template id
+        self._kid = np.asarray(self._template_of, dtype=np.int64)  # node -> class (template + allocations)
+        counts = [self._layout.device_count(i) for i in range(len(self.nodes))]
+        self._offset = np.concatenate(([0], np.cumsum(counts, dtype=np.int64)))  # node -> first flat position
+        self._held = np.zeros(int(self._offset[-1]), dtype=bool)  # flat position -> device in use
+        self._held_order: dict[int, dict[int, DeviceID]] = {}  # nodes with shareable devices: position -> device
 
     # ---- public API
     @property
@@ -212,74 +189,121 @@ class Scheduler:
 
     def schedule(self, pod: Pod) -> PodResult:
         claims, sig = self._parse(pod)
-        if self.memo_enabled and len(self._class_size) <= VECTOR_CLASSES:
-            return self._finish(pod, claims, *self._filter_vectorised(claims, sig))
-        # many distinct nodes (or no memo): evaluate node by node, only as far as the scan goes
+        if self.memo_enabled:
+            return self._finish(pod, claims, *self._filter_scan(claims, sig))
         return self._finish(pod, claims, *self._filter_loop(claims, sig))
 
-    def _filter_vectorised(self, claims: list[Claim], sig: str) -> tuple[Any, ...]:
-        """The filter loop over node classes: one evaluation per distinct node key, numpy for the scan."""
+    def _filter_scan(self, claims: list[Claim], sig: str) -> tuple[Any, ...]:
+        """The filter loop over node classes: numpy for the scan, one evaluation per class not yet seen.
+
+        Nodes are taken in scan order in chunks; a class without an answer for these claims is
+        evaluated on the first node of it the scan reaches (only nodes the scan must reach:
+        at most as many as feasible nodes are still wanted, and none past a Filter error).
+        """
         N = len(self.nodes)
-        live = list(self._class_size)
-        self._lut[live] = np.arange(len(live))
-        inverse = self._lut[self._kid]
-        kids = live
-        entries = [self._evaluate(self._class_rep[k], claims, sig) for k in live]
-        feas = np.array([e.feasible for e in entries], dtype=bool)
-        # A Filter error -- a CEL error, or a node past the filter timeout -- ends the attempt.
-        timed_out = np.array([e.kind == "timeout" or e.seconds > self.costs.timeout_s for e in entries], dtype=bool)
-        errs = np.array([e.error is not None and e.kind != "invalid-pool" for e in entries], dtype=bool) | timed_out
+        memo = self._memo.get(sig)
+        if memo is None:
+            memo = self._memo[sig] = _SigMemo()
+        memo.grow(len(self._key_ids))
         start = self.next_start
-        rot = np.concatenate((inverse[start:], inverse[:start]))
-        f = feas[rot]
-        stop = N  # processed nodes
-        c = np.cumsum(f)
-        reach = int(np.searchsorted(c, self.want))  # first index where the count reaches ``want``
-        if reach < N:
-            stop = reach + 1
-        err_at = np.flatnonzero(errs[rot][:stop])
-        if err_at.size:
-            stop = int(err_at[0]) + 1
-        seen = rot[:stop]
-        counts = np.bincount(seen, minlength=len(kids))
+        want = self.want
+        found = 0
+        stop = 0  # nodes processed so far
+        err_at = -1  # scan offset of the node whose Filter error ends the attempt
+        evaluated = 0
+        statuses: list[np.ndarray[Any, np.dtype[np.int8]]] = []
+        chunk = min(N, SCAN_CHUNK or want + want // 4 + 64)
+        while stop < N:
+            size = min(chunk, N - stop)
+            kids = self._rotated(start + stop, size)
+            status = memo.status[kids]
+            while True:
+                unknown = (status == _UNKNOWN).nonzero()[0]
+                upto = int(unknown[0]) if unknown.size else size
+                # inside the known prefix the attempt ends at the first error or where ``want`` is met
+                known = status[:upto]
+                feas = (known == _FEASIBLE).nonzero()[0]  # offsets of the feasible nodes
+                have = int(feas.size)
+                errs = (known == _ERROR).nonzero()[0]
+                end = int(errs[0]) if errs.size else upto
+                if have >= want - found:
+                    end = min(end, int(feas[want - found - 1]))
+                if end < upto:
+                    found += int(np.searchsorted(feas, end, side="right"))
+                    if status[end] == _ERROR:
+                        err_at = stop + end
+                    stop += end + 1
+                    statuses.append(status[: end + 1])
+                    break
+                if upto == size:
+                    found += have
+                    stop += size
+                    statuses.append(status)
+                    break
+                # evaluate the classes of the next nodes the scan must reach, in scan order
+                for j in range(upto, min(size, upto + max(1, want - found - have))):
+                    if status[j] != _UNKNOWN:
+                        continue
+                    k = int(kids[j])
+                    code = memo.put(k, self._evaluate((start + stop + j) % N, claims), self.costs.timeout_s)
+                    evaluated += 1
+                    status[kids == k] = code
+                    if code == _ERROR:
+                        break
+            if err_at >= 0 or found >= want:
+                break
+        self.memo_hits += stop - min(stop, evaluated)  # nodes answered from the memo
+        self._memo_size += evaluated
+        seen = self._rotated(start, stop)
         total_s = slowest = 0.0
         calls = visits = checks = evals = timeouts = 0
+        if stop:
+            if len(memo.entries) <= 4 * stop + 1024:  # few classes: sum per class
+                counts = np.bincount(seen, minlength=len(memo.entries))
+                classes = counts.nonzero()[0]
+                per, rows = counts[classes], memo.stats[classes]
+            else:
+                per, rows = np.ones(stop, dtype=np.int64), np.take(memo.stats, seen, axis=0)
+            total_s, calls, visits, checks, evals = (per @ rows).tolist()
+            secs = rows[:, 0]
+            slowest = float(secs.max())
+            timeouts = int(per[secs >= self.costs.timeout_s].sum())
+        seen_status = statuses[0] if len(statuses) == 1 else np.concatenate(statuses) if statuses else memo.status[seen]
+        invalid_only = bool(stop) and bool((seen_status == _INVALID).all())
         failure: tuple[str, str] | None = None
-        invalid_only = True
-        for u in np.flatnonzero(counts):
-            e, n = entries[u], int(counts[u])
-            total_s += e.seconds * n
-            slowest = max(slowest, e.seconds)
-            calls += e.calls * n
-            visits += e.visits * n
-            checks += e.checks * n
-            evals += e.cel_evals * n
-            if e.kind == "timeout" or e.seconds > self.costs.timeout_s:
-                timeouts += n
-            if not (e.error is not None and e.kind == "invalid-pool"):
-                invalid_only = False
-        if err_at.size:
-            j = int(err_at[0])
-            e = entries[seen[j]]
-            name = self.nodes[(start + j) % N].name
-            if e.kind == "timeout" or e.seconds > self.costs.timeout_s:
+        feasible: list[tuple[int, _Entry]] = []
+        if err_at >= 0:
+            e = memo.entries[int(seen[err_at])]
+            assert e is not None
+            name = self.nodes[(start + err_at) % N].name
+            if e.kind == "timeout" or e.seconds >= self.costs.timeout_s:
                 failure = ("timeout", f"node {name}: {TIMEOUT_MESSAGE}")
             else:
                 failure = (e.kind or "error", f"node {name}: {e.error}")
-        feasible: list[tuple[int, _Entry]] = []
-        if failure is None:
-            fidx = np.flatnonzero(f[:stop])
+        else:
+            fidx = (seen_status == _FEASIBLE).nonzero()[0]
             if fidx.size:
-                scores = np.array([e.score for e in entries], dtype=float)[rot[fidx]] * 2.0
+                scores = memo.scores[seen[fidx]] * 2.0
                 if self.scoring == "least-allocated":
                     scores = scores + self._free[(start + fidx) % N]
                 best = int(fidx[int(np.argmax(scores))])
-                feasible = [((start + best) % N, entries[rot[best]])]
-            found = int(fidx.size)
-        else:
-            found = int(np.count_nonzero(f[:stop]))
+                entry = memo.entries[int(seen[best])]
+                assert entry is not None
+                feasible = [((start + best) % N, entry)]
         self.next_start = (start + stop) % N
-        return feasible, found, stop, total_s, slowest, calls, visits, checks, evals, timeouts, failure, invalid_only
+        if self._memo_size > MEMO_LIMIT:
+            self._memo.clear()
+            self._memo_size = 0
+        return (feasible, found, stop, total_s, slowest, int(calls), int(visits), int(checks), int(evals), timeouts, failure, invalid_only)
+
+    def _rotated(self, begin: int, size: int) -> np.ndarray[Any, np.dtype[np.int64]]:
+        """The class ids of ``size`` nodes in scan order from node ``begin`` (wrapping around)."""
+        N = len(self.nodes)
+        begin %= N
+        end = begin + size
+        if end <= N:
+            return self._kid[begin:end]
+        return np.concatenate((self._kid[begin:], self._kid[: end - N]))
 
     def _filter_loop(self, claims: list[Claim], sig: str) -> tuple[Any, ...]:
         """The filter loop node by node (used when slices are shared between nodes)."""
@@ -296,7 +320,7 @@ class Scheduler:
             i = start + k
             if i >= N:
                 i -= N
-            e = self._evaluate(i, claims, sig)
+            e = self._evaluate(i, claims)
             processed += 1
             total_s += e.seconds
             if e.seconds > slowest:
@@ -305,7 +329,7 @@ class Scheduler:
             visits += e.visits
             checks += e.checks
             evals += e.cel_evals
-            if e.kind == "timeout" or e.seconds > self.costs.timeout_s:
+            if e.kind == "timeout" or e.seconds >= self.costs.timeout_s:
                 timeouts += 1
                 if failure is None:
                     failure = ("timeout", f"node {self.nodes[i].name}: {TIMEOUT_MESSAGE}")
@@ -406,20 +430,27 @@ class Scheduler:
         if entry.plan is None:
             return None
         _, allocs = entry.plan
-        ids = self._ids[node]
+        layout = self._layout
         name = self.nodes[node].name
         out = []
         for claim, a in zip(claims, allocs, strict=True):
             results = []
             for n, r in enumerate(a.results):
-                did = ids[self._where[r.id][1]]
+                w = layout.where(r.id)
+                assert w is not None, f"memoised device {r.id} is on no node"
+                did = layout.device_at(node, w[1])
                 results.append(
-                    replace(
-                        r,
-                        driver=did[0],
-                        pool=did[1],
-                        device=did[2],
-                        share_id=share_id(claim.uid, r.request, did, n) if r.share_id is not None else None,
+                    DeviceResult(
+                        r.request,
+                        did[0],
+                        did[1],
+                        did[2],
+                        r.admin_access,
+                        r.tolerations,
+                        r.binding_conditions,
+                        r.binding_failure_conditions,
+                        share_id(claim.uid, r.request, did, n) if r.share_id is not None else None,
+                        r.consumed_capacity,
                     )
                 )
             sel = a.node_selector
@@ -436,40 +467,44 @@ class Scheduler:
 
     # ---- internals
     def _touch(self, allocs: Iterable[ClaimAllocation]) -> None:
-        """Refresh the allocation keys of the nodes whose devices changed."""
+        """Refresh the held flags, class and free share of the nodes whose devices changed."""
         touched: dict[int, list[tuple[int, DeviceID]]] = {}
+        pools: dict[tuple[str, str], list[tuple[int, int, dict[tuple[int, str], int]]]] = {}
         for a in allocs:
             for r in a.results:
-                w = self._where.get(r.id)
-                if w is not None:
-                    touched.setdefault(w[0], []).append((w[1], r.id))
+                key = (r.driver, r.pool)
+                found = pools.get(key)
+                if found is None:
+                    found = pools[key] = self._layout.pool_positions(key)
+                if len(found) == 1:  # the usual case: the pool is on one node
+                    node, pidx, position = found[0]
+                    pos = position.get((pidx, r.device))
+                    if pos is not None:
+                        touched.setdefault(node, []).append((pos, (r.driver, r.pool, r.device)))
+                    continue
+                for node, pidx, position in found:
+                    pos = position.get((pidx, r.device))
+                    if pos is not None:
+                        touched.setdefault(node, []).append((pos, (r.driver, r.pool, r.device)))
+                        break
+        st = self.state
+        layout = self._layout
         for i, devices in touched.items():
-            held = self._held.setdefault(i, {})
-            for pos, did in devices:
-                if did in self.state.devices or did in self.state.shared or did in self.state.capacity:
-                    held[pos] = did
-                else:
-                    held.pop(pos, None)
-            self._node_key[i] = self._alloc_key(i)
-            self._move(i, self._key_id(self._node_key[i]))
-            self._free[i] = self._free_share(i)
-
-    def _move(self, i: int, new: int) -> None:
-        """Node ``i`` changes class: keep class sizes and representatives current."""
-        old = int(self._kid[i])
-        if old == new:
-            return
-        self._kid[i] = new
-        self._class_size[old] -= 1
-        if self._class_size[old] == 0:
-            del self._class_size[old]
-            del self._class_rep[old]
-        elif self._class_rep[old] == i:
-            self._class_rep[old] = int(np.flatnonzero(self._kid == old)[0])
-        self._class_size[new] = self._class_size.get(new, 0) + 1
-        self._class_rep.setdefault(new, i)
-        if new >= len(self._lut):
-            self._lut = np.zeros(2 * new + 16, dtype=np.int64)
+            off = int(self._offset[i])
+            flags = [did in st.devices or did in st.shared or did in st.capacity for _, did in devices]
+            self._held[[off + pos for pos, _ in devices]] = flags  # a repeated device has the same flag each time
+            held = self._held[off : int(self._offset[i + 1])].nonzero()[0]
+            multi = layout.multi_positions(i)
+            shared = [(p, layout.device_at(i, p)) for p in held.tolist() if p in multi] if multi else []
+            if multi:  # nodes with shareable devices: the devices in use in the order they were taken
+                ordered = self._held_order.setdefault(i, {})
+                for (pos, did), flag in zip(devices, flags, strict=True):
+                    if flag:
+                        ordered[pos] = did
+                    else:
+                        ordered.pop(pos, None)
+            self._kid[i] = self._key_id(self._alloc_key(i, held, shared))
+            self._free[i] = self._free_share(i, held)
 
     def _key_id(self, key: tuple[Any, ...]) -> int:
         kid = self._key_ids.get(key)
@@ -477,46 +512,51 @@ class Scheduler:
             kid = self._key_ids[key] = len(self._key_ids)
         return kid
 
-    def _free_share(self, i: int) -> float:
-        """Share of node ``i``'s devices still free; shared devices count by consumed capacity."""
-        total = len(self._ids[i])
+    def _free_share(self, i: int, held: np.ndarray[Any, np.dtype[np.intp]]) -> float:
+        """Share of node ``i``'s devices still free; shared devices count by consumed capacity.
+
+        Summed in the order the devices were taken, so the float is the same whatever path
+        updated the node (ties between nodes are broken on it).
+        """
+        total = self._layout.device_count(i)
         if not total:
             return 0.0
+        ordered = self._held_order.get(i)
+        if ordered is None:
+            return max(0.0, 1.0 - float(held.size) / total)
         used = 0.0
-        for _, did in self._held.get(i, {}).items():
+        for pos, did in ordered.items():
             if did in self.state.devices:
                 used += 1.0
                 continue
             consumed = self.state.capacity.get(did, {})
-            cap = self._capacity_of.get(did, {})
+            cap = self._layout.capacity_of(i, pos)
             fractions = [float(v / cap[k]) for k, v in consumed.items() if cap.get(k)]
             used += max(fractions, default=1.0)
         return max(0.0, 1.0 - used / total)
 
-    def _alloc_key(self, i: int) -> tuple[Any, ...]:
+    def _alloc_key(self, i: int, held: np.ndarray[Any, np.dtype[np.intp]], shared: list[tuple[int, DeviceID]]) -> tuple[Any, ...]:
+        """The node's class: its template, the positions in use, and how shared devices are used."""
+        if not held.size:
+            return (self._template_of[i], ())
         parts: list[tuple[Any, ...]] = []
-        for pos, did in sorted(self._held.get(i, {}).items()):
-            if did in self.state.devices:
-                parts.append((pos,))
-            else:
+        for pos, did in shared:
+            if did not in self.state.devices:
                 amounts = self.state.capacity.get(did, {})
                 parts.append((pos, tuple(sorted((k, str(v)) for k, v in amounts.items())), len(self.state.shared.get(did, ()))))
-        return (self._template_of[i], tuple(parts))
+        return (self._template_of[i], held.astype(np.uint32).tobytes(), tuple(parts))
 
-    def _evaluate(self, i: int, claims: list[Claim], sig: str) -> _Entry:
-        memo = self._memo.get(sig) if self.memo_enabled else None
-        if memo is not None:
-            hit = memo.get(int(self._kid[i]))
-            if hit is not None:
-                self.memo_hits += 1
-                return hit
+    def _evaluate(self, i: int, claims: list[Claim]) -> _Entry:
+        """Filter on node ``i`` for real: the allocator's answer and the predicted cost."""
         self.memo_misses += 1
         node = self.nodes[i]
         try:
             res, stats = self.allocator.allocate_with_stats(node, claims)
         except FilterTimeout as e:
             stats = self.allocator.last_stats
+            # the scheduler abandons the node at the deadline: that is its Filter time
             entry = self._entry(False, stats, error=str(e), kind="timeout")
+            entry = replace(entry, seconds=max(entry.seconds, self.costs.timeout_s))
         except SearchAborted as e:
             stats = self.allocator.last_stats
             entry = self._entry(False, stats, error=str(e), kind="aborted")
@@ -526,16 +566,48 @@ class Scheduler:
             entry = self._entry(False, stats, error=str(e), kind=kind)
         else:
             entry = self._entry(res is not None, stats, score=_score(claims, res) if res is not None else 0)
-            if res is not None:
+            if res is not None and self.memo_enabled:
                 entry.plan = (i, res)
-        if self.memo_enabled:
-            if sum(len(m) for m in self._memo.values()) > 200_000:
-                self._memo.clear()
-            self._memo.setdefault(sig, {})[int(self._kid[i])] = entry
         return entry
 
     def _entry(self, feasible: bool, s: SearchStats, *, score: int = 0, error: str | None = None, kind: str | None = None) -> _Entry:
         return _Entry(feasible, self.costs.node_seconds(s), s.calls, s.visits, s.checks, s.cel_evals, score, error, kind)
+
+
+_UNKNOWN, _FEASIBLE, _INFEASIBLE, _ERROR, _INVALID = 0, 1, 2, 3, 4
+
+
+class _SigMemo:
+    """Filter answers for one claim signature, per node class id, as arrays the scan can index."""
+
+    def __init__(self) -> None:
+        self.entries: list[_Entry | None] = []
+        self.status = np.zeros(0, dtype=np.int8)
+        self.stats = np.zeros((0, 5))  # seconds, calls, visits, checks, CEL evaluations
+        self.scores = np.zeros(0)
+
+    def grow(self, classes: int) -> None:
+        if classes <= len(self.entries):
+            return
+        extra = max(classes, 2 * len(self.entries), 64) - len(self.entries)
+        self.entries.extend([None] * extra)
+        self.status = np.concatenate((self.status, np.zeros(extra, dtype=np.int8)))
+        self.stats = np.concatenate((self.stats, np.zeros((extra, 5))))
+        self.scores = np.concatenate((self.scores, np.zeros(extra)))
+
+    def put(self, kid: int, e: _Entry, timeout_s: float) -> int:
+        """Store the answer of class ``kid``; returns its status code."""
+        if e.kind == "timeout" or e.seconds >= timeout_s or (e.error is not None and e.kind != "invalid-pool"):
+            code = _ERROR
+        elif e.error is not None:
+            code = _INVALID
+        else:
+            code = _FEASIBLE if e.feasible else _INFEASIBLE
+        self.entries[kid] = e
+        self.status[kid] = code
+        self.stats[kid] = (e.seconds, e.calls, e.visits, e.checks, e.cel_evals)
+        self.scores[kid] = e.score
+        return code
 
 
 def _score(claims: Sequence[Claim], allocs: Sequence[ClaimAllocation]) -> int:
