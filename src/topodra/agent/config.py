@@ -1,7 +1,9 @@
 """The agent's configuration: one YAML file, one pydantic model tree.
 
 Every error names the file, the field path and the bad value. Keys are
-camelCase as in Kubernetes objects (snake_case is accepted too).
+camelCase as in Kubernetes objects (snake_case is accepted too). This module
+checks the file on its own; ``topodra.agent.validation`` adds what only the
+machine can say, and both run for ``--check``, start and reload alike.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import stat
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,8 +23,10 @@ from topodra.dra.devices import DeviceModelConfig
 from topodra.nri.stub import check_plugin_index, check_plugin_name
 from topodra.policy.config import PolicyConfig
 
-__all__ = ["AgentConfig", "ConfigError", "load_config", "parse_config"]
+__all__ = ["AgentConfig", "ConfigError", "MAX_CONFIG_BYTES", "check_file_mode", "load_config", "parse_config"]
 
+#: The largest configuration read (a ConfigMap holds at most 1 MiB).
+MAX_CONFIG_BYTES = 1024 * 1024
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
@@ -33,6 +38,13 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True)
 
 
+def _absolute(value: Path) -> Path:
+    """Host paths must not depend on the directory the agent happens to start in."""
+    if not value.is_absolute():
+        raise ValueError(f"must be an absolute path, got relative {str(value)!r}")
+    return value
+
+
 class NRIConfig(_Section):
     enabled: bool = True
     socket: Path = Path("/var/run/nri/nri.sock")
@@ -41,6 +53,8 @@ class NRIConfig(_Section):
     #: Push container changes caused outside NRI events (claim release, reconfiguration)
     #: with an unsolicited UpdateContainers at once.
     unsolicited_updates: bool = True
+
+    _socket = field_validator("socket")(_absolute)
 
     @field_validator("plugin_index")
     @classmethod
@@ -85,7 +99,11 @@ class AgentConfig(_Section):
     kubelet_root: Path = Path("/var/lib/kubelet")
     cdi_dir: Path = Path("/var/run/cdi")
     state_dir: Path = Path("/var/lib/topodra")
+    #: /metrics, /healthz and /readyz (Prometheus and the kubelet's probes); "" turns it off.
     metrics_address: str = ":9402"
+    #: /state (claim UIDs, container ids, CPU sets): by default the unix socket
+    #: ``stateDir/state.sock`` (mode 0600); HOST:PORT or ``unix:/path`` elsewhere, "" off.
+    state_address: str | None = None
     nri: NRIConfig = Field(default_factory=NRIConfig)
     dra: DRAConfig = Field(default_factory=DRAConfig)
     kube: KubeConfig = Field(default_factory=KubeConfig)
@@ -99,6 +117,8 @@ class AgentConfig(_Section):
             raise ValueError(f"node name must be a DNS subdomain (lower case), got {value!r}")
         return value
 
+    _paths = field_validator("sysfs_root", "kubelet_root", "cdi_dir", "state_dir")(_absolute)
+
     @field_validator("metrics_address")
     @classmethod
     def _addr(cls, value: str) -> str:
@@ -107,6 +127,22 @@ class AgentConfig(_Section):
 
             parse_address(value)
         return value
+
+    @field_validator("state_address")
+    @classmethod
+    def _state_addr(cls, value: str | None) -> str | None:
+        if value:
+            from topodra.agent.http import parse_listen
+
+            parse_listen(value)
+        return value
+
+    @property
+    def state_listen(self) -> str:
+        """Where /state is served ("" for nowhere)."""
+        if self.state_address is None:
+            return f"unix:{self.state_dir / 'state.sock'}"
+        return self.state_address
 
     @property
     def checkpoint_path(self) -> Path:
@@ -129,7 +165,8 @@ def _format_errors(err: ValidationError, source: str) -> str:
         shown = repr(value)
         if len(shown) > 80:
             shown = shown[:77] + "..."
-        lines.append(f"  {path}: {e['msg']} (got {shown})")
+        msg = e["msg"].removeprefix("Value error, ")
+        lines.append(f"  {path}: {msg} (got {shown})")
     return "\n".join(lines)
 
 
@@ -145,18 +182,53 @@ def parse_config(data: Any, source: str = "<config>") -> AgentConfig:
         raise ConfigError(_format_errors(err, source)) from None
 
 
+def check_file_mode(path: Path, st: os.stat_result) -> None:
+    """Refuse a file others could rewrite: the configuration names code the agent runs
+    (``devices.attributeHook``) and decides every container's CPUs."""
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise ConfigError(
+            f"configuration {path} is writable by group or others (mode {stat.filemode(st.st_mode)}); "
+            f"it names code the agent runs: chmod go-w {path}"
+        )
+    if st.st_uid not in (0, os.geteuid()):
+        raise ConfigError(
+            f"configuration {path} is owned by uid {st.st_uid}, neither root nor the agent's user "
+            f"(uid {os.geteuid()}); it names code the agent runs"
+        )
+
+
+def _decode(raw: bytes, path: Path) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw.count(b"\n", 0, err.start) + 1
+        column = err.start - (raw.rfind(b"\n", 0, err.start) + 1) + 1
+        bad = raw[err.start : err.end].hex()
+        raise ConfigError(f"invalid configuration in {path}:{line}:{column}: not UTF-8 (byte 0x{bad})") from None
+
+
 def load_config(path: str | os.PathLike[str]) -> AgentConfig:
-    """Read and validate the YAML file at ``path``."""
+    """Read and validate the YAML file at ``path`` (its content and its permissions)."""
     p = Path(path)
     try:
-        text = p.read_text()
+        with p.open("rb") as f:
+            check_file_mode(p, os.fstat(f.fileno()))
+            raw = f.read(MAX_CONFIG_BYTES + 1)
     except OSError as err:
         raise ConfigError(f"cannot read configuration {p}: {err.strerror or err}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"configuration {p} is larger than {MAX_CONFIG_BYTES} bytes (a ConfigMap's limit)")
+    text = _decode(raw, p)
     try:
         data = yaml.safe_load(text)
+    except yaml.reader.ReaderError as err:
+        char = err.character if isinstance(err.character, int) else ord(err.character)
+        raise ConfigError(f"invalid YAML in {p}: character U+{char:04X} at offset {err.position} is not allowed") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"{p}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(p)
-        problem = getattr(err, "problem", None) or str(err)
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise ConfigError(f"invalid YAML in {where}: {problem}") from None
+    except RecursionError:
+        raise ConfigError(f"invalid YAML in {p}: nested too deeply") from None
     return parse_config(data, str(p))

@@ -1,0 +1,105 @@
+"""Ready before registering: the agent takes every local resource (ports, sockets, state
+directory, checkpoint) before the runtime or the kubelet sees it, so a taken port ends the start
+with one clear line and no peer ever saw a plugin that then vanished."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import socket
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import topodra
+from topodra.agent.agent import Agent, AgentError
+from topodra.agent.config import parse_config
+from topodra.testing.runtime import EmbeddedRuntime
+
+SRC = str(Path(topodra.__file__).resolve().parents[1])
+
+
+@pytest.fixture
+def base() -> Iterator[Path]:
+    # unix socket paths are limited to 108 bytes: keep the directory short.
+    path = Path(tempfile.mkdtemp(prefix="tdst-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _config(base: Path, **extra: object) -> dict[str, object]:
+    for sub in ("kubelet/plugins_registry", "cdi", "state"):
+        (base / sub).mkdir(parents=True, exist_ok=True)
+    return {
+        "nodeName": "n1",
+        "topology": "synthetic:1s4c2t",
+        "kubeletRoot": str(base / "kubelet"),
+        "cdiDir": str(base / "cdi"),
+        "stateDir": str(base / "state"),
+        "nri": {"socket": str(base / "nri.sock")},
+        "kube": {"server": "http://127.0.0.1:9"},  # never reached: the start fails first
+        **extra,
+    }
+
+
+def _assert_never_registered(runtime: EmbeddedRuntime, base: Path) -> None:
+    assert runtime.all_plugins() == [], runtime.log
+    assert list((base / "kubelet" / "plugins_registry").iterdir()) == []  # the kubelet saw nothing
+
+
+def test_port_taken_the_agent_exits_and_never_registered(base: Path) -> None:
+    """The agent process, its metrics port taken: exit 1 with one line naming the address, and
+    neither the runtime double nor the kubelet's registration directory ever saw it."""
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    cfg = base / "agent.yaml"
+    cfg.write_text(json.dumps(_config(base, metricsAddress=f"127.0.0.1:{port}")))
+
+    async def main() -> None:
+        async with EmbeddedRuntime(base / "nri.sock") as runtime:
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH")) if p)}
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "topodra", "agent", "--config", str(cfg),
+                env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            )
+            out, err = await asyncio.wait_for(proc.communicate(), 60)
+            assert proc.returncode == 1, (out, err)
+            lines = err.decode().strip().splitlines()
+            assert lines == [f"error: cannot listen on 127.0.0.1:{port} for /healthz, /metrics, /readyz: "
+                             "Address already in use"], err.decode()
+            _assert_never_registered(runtime, base)
+
+    try:
+        asyncio.run(main())
+    finally:
+        taken.close()
+
+
+def test_state_socket_in_use_fails_the_start_before_any_registration(base: Path) -> None:
+    """The same rule for the /state socket (in-process: a second agent on the same state dir)."""
+
+    async def main() -> None:
+        async with EmbeddedRuntime(base / "nri.sock") as runtime:
+            first = Agent(parse_config(_config(base, metricsAddress="", dra={"enabled": False})), reload_interval=3600)
+            await first.start()
+            try:
+                await runtime.wait_for_plugins(1)
+                before = len(runtime.all_plugins())
+                second = Agent(parse_config(_config(base, metricsAddress="")), reload_interval=3600)
+                with pytest.raises(AgentError, match=r"cannot listen on unix:.*state\.sock for /state: .*in use"):
+                    await second.start()
+                assert len(runtime.all_plugins()) == before
+                assert list((base / "kubelet" / "plugins_registry").iterdir()) == []
+                assert second.http is None
+                assert second.state_http is None
+            finally:
+                await first.stop()
+
+    asyncio.run(main())
