@@ -103,3 +103,42 @@ def test_state_socket_in_use_fails_the_start_before_any_registration(base: Path)
                 await first.stop()
 
     asyncio.run(main())
+
+
+def test_state_is_local_and_the_metrics_address_does_not_serve_it(base: Path) -> None:
+    """Defaults: /metrics and the probes on metricsAddress, /state only on the unix socket in
+    stateDir (mode 0600), which `topodra agent --state` reads."""
+    from typer.testing import CliRunner
+
+    from topodra.agent.http import get
+    from topodra.cli import app
+
+    cfg = base / "agent.yaml"
+    cfg.write_text(json.dumps(_config(base, metricsAddress="127.0.0.1:0", nri={"enabled": False}, dra={"enabled": False})))
+
+    async def main() -> None:
+        agent = Agent(parse_config(json.loads(cfg.read_text())), reload_interval=3600)
+        await agent.start()
+        try:
+            assert agent.http is not None
+            metrics = f"127.0.0.1:{agent.http.port}"
+            assert (await get(metrics, "/metrics"))[0] == 200
+            assert (await get(metrics, "/healthz"))[0] == 200
+            assert (await get(metrics, "/state"))[0] == 404
+            sock = base / "state" / "state.sock"
+            assert sock.stat().st_mode & 0o077 == 0
+            status, body = await get(f"unix:{sock}", "/state")
+            assert status == 200
+            assert json.loads(body)["node"] == "n1"
+            assert (await get(f"unix:{sock}", "/metrics"))[0] == 404
+            r = await asyncio.to_thread(CliRunner().invoke, app, ["agent", "--config", str(cfg), "--state"])
+            assert r.exit_code == 0, r.output
+            assert json.loads(r.output)["node"] == "n1"
+        finally:
+            await agent.stop()
+        assert not (base / "state" / "state.sock").exists()
+        r = await asyncio.to_thread(CliRunner().invoke, app, ["agent", "--config", str(cfg), "--state"])
+        assert r.exit_code == 2
+        assert f"no agent answers on unix:{base}/state/state.sock" in " ".join(r.output.split())
+
+    asyncio.run(main())

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from topodra.agent.config import AgentConfig, ConfigError, load_config
-from topodra.agent.http import HttpEndpoint, Route, json_route
+from topodra.agent.http import HttpEndpoint, Route, json_route, parse_listen
 from topodra.agent.metrics import AgentMetrics
 from topodra.agent.pusher import UpdatePusher, to_update
 from topodra.agent.requests import container_request
@@ -248,6 +248,8 @@ class Agent:
             listeners.setdefault(cfg.metrics_address, {}).update(self._routes())
         if cfg.state_listen:
             listeners.setdefault(cfg.state_listen, {}).update(self._state_routes())
+            if not parse_listen(cfg.state_listen).is_local:
+                log.warning("/state (claims, containers, CPU sets) is served without authentication on %s", cfg.state_listen)
         for address, routes in listeners.items():
             endpoint = HttpEndpoint(routes)
             try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -23,9 +24,13 @@ def agent_command(
     check: Annotated[
         bool, typer.Option("--check", help="Validate the configuration and topology, print them, and exit.")
     ] = False,
+    state: Annotated[
+        bool, typer.Option("--state", help="Print the running agent's /state (from its stateAddress) and exit.")
+    ] = False,
 ) -> None:
     """Run the node agent: NRI plugin, DRA kubelet plugin, ResourceSlices and metrics."""
     from rich.console import Console
+    from rich.markup import escape
 
     from topodra.agent.agent import AgentError, load_topology
     from topodra.agent.config import ConfigError, load_config
@@ -34,9 +39,11 @@ def agent_command(
     err = Console(stderr=True)
 
     def fail(exc: Exception) -> typer.Exit:
-        err.print(f"[red]error:[/red] {exc}", highlight=False, markup=True, soft_wrap=True)
+        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, markup=True, soft_wrap=True)
         return typer.Exit(2)
 
+    if state:
+        raise typer.Exit(_print_state(config, fail))
     # The same checks the agent runs when it starts (and on every reload): what --check
     # accepts, the agent accepts.
     try:
@@ -59,6 +66,28 @@ def agent_command(
 
     setup_logging(cfg.log_level, cfg.log_format)
     asyncio.run(_run(cfg, config, topo))
+
+
+def _print_state(path: Path, fail: Callable[[Exception], typer.Exit]) -> int:
+    """``/state`` of the agent running with this configuration (a local socket by default)."""
+    from topodra.agent.config import ConfigError, load_config
+    from topodra.agent.http import get
+
+    try:
+        cfg = load_config(path)
+    except ConfigError as exc:
+        raise fail(exc) from None
+    if not cfg.state_listen:
+        raise fail(ValueError(f"stateAddress is off in {path}: the agent serves no /state"))
+    try:
+        status, body = asyncio.run(get(cfg.state_listen, "/state"))
+    except (OSError, TimeoutError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else (str(exc) or type(exc).__name__)
+        raise fail(OSError(f"no agent answers on {cfg.state_listen}: {why}")) from None
+    if status != 200:
+        raise fail(OSError(f"{cfg.state_listen}/state answered {status}: {body.decode(errors='replace').strip()}"))
+    typer.echo(body.decode().rstrip())
+    return 0
 
 
 async def _run(cfg: AgentConfig, path: Path, topology: Topology) -> None:

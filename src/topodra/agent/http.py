@@ -22,7 +22,7 @@ from pathlib import Path
 
 import h11
 
-__all__ = ["HttpEndpoint", "Limits", "Listen", "Route", "json_route", "parse_address", "parse_listen"]
+__all__ = ["HttpEndpoint", "Limits", "Listen", "Route", "get", "json_route", "parse_address", "parse_listen"]
 
 log = logging.getLogger(__name__)
 
@@ -238,3 +238,34 @@ def _remove_stale_socket(path: Path) -> None:
             path.unlink(missing_ok=True)
             return
     raise OSError(errno.EADDRINUSE, f"{path} is in use by another process")
+
+
+async def get(address: str, path: str, timeout: float = 10.0, max_body: int = 64 * 1024 * 1024) -> tuple[int, bytes]:
+    """GET ``path`` from an endpoint at ``address`` (TCP or ``unix:``): (status, body)."""
+    where = parse_listen(address)
+    async with asyncio.timeout(timeout):
+        if where.path is not None:
+            reader, writer = await asyncio.open_unix_connection(str(where.path))
+        else:
+            host = "127.0.0.1" if where.host in ("0.0.0.0", "") else ("::1" if where.host == "::" else where.host)
+            reader, writer = await asyncio.open_connection(host, where.port)
+        try:
+            conn = h11.Connection(h11.CLIENT)
+            request = h11.Request(method="GET", target=path, headers=[("Host", "topodra"), ("Connection", "close")])
+            writer.write(b"".join(conn.send(e) or b"" for e in (request, h11.EndOfMessage())))
+            await writer.drain()
+            status, body = 0, bytearray()
+            while True:
+                event = conn.next_event()
+                if event is h11.NEED_DATA:
+                    conn.receive_data(await reader.read(65536))
+                elif isinstance(event, h11.Response):
+                    status = event.status_code
+                elif isinstance(event, h11.Data):
+                    body += event.data
+                    if len(body) > max_body:
+                        raise ValueError(f"answer from {address}{path} is larger than {max_body} bytes")
+                elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
+                    return status, bytes(body)
+        finally:
+            writer.close()

@@ -250,12 +250,12 @@ class Playground:
             return self.agent.state()
         import json
 
-        reader, writer = await asyncio.open_connection("127.0.0.1", self.agent_port)
-        writer.write(b"GET /state HTTP/1.1\r\nHost: agent\r\n\r\n")
-        await writer.drain()
-        raw = await reader.read()
-        writer.close()
-        state: dict[str, Any] = json.loads(raw.split(b"\r\n\r\n", 1)[1])
+        from topodra.agent.http import get
+
+        status, body = await get(f"127.0.0.1:{self.agent_port}", "/state")
+        if status != 200:
+            raise OSError(f"the agent's /state answered {status}")
+        state: dict[str, Any] = json.loads(body)
         return state
 
     async def wait_slices(self, timeout: float = 10.0) -> None:
