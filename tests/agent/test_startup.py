@@ -142,3 +142,29 @@ def test_state_is_local_and_the_metrics_address_does_not_serve_it(base: Path) ->
         assert f"no agent answers on unix:{base}/state/state.sock" in " ".join(r.output.split())
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        ({"kube": {"server": "https://127.0.0.1:9", "tokenFile": "/nonexistent/token"}},
+         "cannot set up the Kubernetes API client (kube section): No such file or directory: /nonexistent/token"),
+        ({"kube": {"kubeconfig": "/nonexistent/kubeconfig"}}, "cannot set up the Kubernetes API client"),
+        ({"cdiDir": "/proc/no/cdi"}, "cannot create /proc/no/cdi"),
+    ],
+)
+def test_local_start_failures_are_one_line_and_register_nothing(
+    base: Path, extra: dict[str, object], needle: str
+) -> None:
+    async def main() -> None:
+        async with EmbeddedRuntime(base / "nri.sock") as runtime:
+            agent = Agent(parse_config({**_config(base, metricsAddress="127.0.0.1:0"), **extra}), reload_interval=3600)
+            with pytest.raises(AgentError) as err:
+                await agent.start()
+            assert needle in str(err.value)
+            assert "\n" not in str(err.value)
+            _assert_never_registered(runtime, base)
+            assert agent.http is None  # released
+            assert not (base / "state" / "state.sock").exists()
+
+    asyncio.run(main())

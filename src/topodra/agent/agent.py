@@ -269,20 +269,27 @@ class Agent:
 
         cfg = self.config
         if self._kube is None:
+            try:
+                if cfg.kube.server:
+                    token = cfg.kube.token_file.read_text().strip() if cfg.kube.token_file else "topodra"
+                    self._kube = KubeClient.for_url(cfg.kube.server, token=token)
+                else:
+                    self._kube = KubeClient.from_environment(str(cfg.kube.kubeconfig) if cfg.kube.kubeconfig else None)
+            except Exception as err:  # lightkube's ConfigError, a missing token file, ...
+                why = f"{err.strerror}: {err.filename}" if isinstance(err, OSError) and err.strerror else str(err)
+                raise AgentError(f"cannot set up the Kubernetes API client (kube section): {why}") from None
             self._own_kube = True
-            if cfg.kube.server:
-                token = cfg.kube.token_file.read_text().strip() if cfg.kube.token_file else "topodra"
-                self._kube = KubeClient.for_url(cfg.kube.server, token=token)
-            else:
-                self._kube = KubeClient.from_environment(str(cfg.kube.kubeconfig) if cfg.kube.kubeconfig else None)
         kube = self._kube
 
         async def fetch(namespace: str, name: str) -> dict[str, Any]:
             result: dict[str, Any] = await kube.get(RESOURCE_CLAIMS, name, namespace)
             return result
 
-        cfg.state_dir.mkdir(parents=True, exist_ok=True)
-        cfg.cdi_dir.mkdir(parents=True, exist_ok=True)
+        for directory in (cfg.state_dir, cfg.cdi_dir):
+            try:
+                directory.mkdir(parents=True, exist_ok=True)
+            except OSError as err:
+                raise AgentError(f"cannot create {directory}: {err.strerror or err}") from None
         self.driver = driver = _MeteredDriver(
             policy=self.policy,
             lock=self.lock,
