@@ -185,3 +185,35 @@ def test_unix_socket_endpoint(tmp_path: Path) -> None:
 )
 def test_local_addresses(address: str, local: bool) -> None:
     assert parse_listen(address).is_local is local
+
+
+def test_a_client_that_never_reads_its_answer_is_dropped_at_the_deadline() -> None:
+    big = b"x" * (32 * 1024 * 1024)  # more than the socket buffers hold
+
+    async def main() -> None:
+        ep = HttpEndpoint({"/big": Route(lambda: (200, "text/plain", big))}, Limits(write_timeout=0.3))
+        await ep.start("127.0.0.1:0")
+        try:
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.connect(("127.0.0.1", ep.port))
+            sock.setblocking(False)
+            reader, writer = await asyncio.open_connection(sock=sock)
+            writer.write(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+            await writer.drain()
+            while ep.active == 0:  # accepted
+                await asyncio.sleep(0)
+            while ep.active:  # ... and dropped, though this client has not read a byte
+                await asyncio.sleep(0.01)
+            assert (await _request(ep.port, b"GET /nope HTTP/1.1\r\nHost: x\r\n\r\n")).startswith(b"HTTP/1.1 404")
+            # The connection was aborted, its unsent answer dropped: reading now ends early.
+            got = 0
+            with contextlib.suppress(ConnectionResetError):
+                while chunk := await reader.read(1 << 20):
+                    got += len(chunk)
+            assert got < len(big)
+            writer.close()
+        finally:
+            await ep.stop()
+
+    asyncio.run(main())

@@ -180,14 +180,16 @@ class HttpEndpoint:
                 status, ctype, body, head_only = err.status, "text/plain", f"{err}\n".encode(), False
             await self._send(conn, writer, status, ctype, body, head_only)
         except (ConnectionError, TimeoutError, h11.LocalProtocolError):
-            pass  # the client left or would not read its answer: nothing more to do
+            writer.transport.abort()  # the client left or would not take its answer
         finally:
+            writer.close()
+            try:
+                await asyncio.wait_for(writer.wait_closed(), self.limits.write_timeout)
+            except (TimeoutError, OSError):
+                writer.transport.abort()  # unsent bytes a client never reads are dropped
             self._clients.discard(writer)
             if not self._clients:
                 self._idle.set()
-            writer.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(writer.wait_closed(), self.limits.write_timeout)
 
     async def _read_request(self, conn: h11.Connection, reader: asyncio.StreamReader) -> h11.Request | None:
         while True:
