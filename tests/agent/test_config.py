@@ -102,6 +102,13 @@ def test_check_reports_what_the_agent_would_run(tmp_path: Path) -> None:
     assert "3 DRA device(s)" in r.output
 
 
+#: Nine levels of nine aliases: 9**9 values once expanded; validating or printing them would take
+#: hours (printing the error for the 8-level version took 40 s before the limit).
+_ALIAS_BOMB = b"l0: &l0 [x, x, x, x, x, x, x, x, x]\n" + b"".join(
+    b"l%d: &l%d [%s]\n" % (i, i, b", ".join([b"*l%d" % (i - 1)] * 9)) for i in range(1, 9)
+) + b"nodeName: *l8\n"
+
+
 @pytest.mark.parametrize(
     ("raw", "needle"),
     [
@@ -109,6 +116,8 @@ def test_check_reports_what_the_agent_would_run(tmp_path: Path) -> None:
         (b"nodeName: n1\npolicy: {reservedCPUs: '\xc3'}\n", r"c\.yaml:2:\d+: not UTF-8"),
         (b"nodeName: \x00\n", r"character U\+0000 at offset 10"),
         (b"a: " + b"[" * 5000 + b"]" * 5000 + b"\n", r"(nested too deeply|invalid)"),
+        (_ALIAS_BOMB, r"aliases expand to more than 100000 values"),
+        (b"a: &a [*a]\n", r"an alias refers to a value that contains it"),
     ],
 )
 def test_undecodable_files_get_one_line(tmp_path: Path, raw: bytes, needle: str) -> None:

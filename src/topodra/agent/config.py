@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import reprlib
 import socket
 import stat
 from pathlib import Path
@@ -27,6 +28,11 @@ __all__ = ["AgentConfig", "ConfigError", "MAX_CONFIG_BYTES", "check_file_mode", 
 
 #: The largest configuration read (a ConfigMap holds at most 1 MiB).
 MAX_CONFIG_BYTES = 1024 * 1024
+#: The most values a configuration may hold with its YAML aliases expanded (an alias bomb
+#: would make validation and error messages take exponential time).
+MAX_CONFIG_VALUES = 100_000
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxdict, _REPR.maxstring, _REPR.maxother = 3, 6, 6, 60, 60
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
@@ -162,12 +168,36 @@ def _format_errors(err: ValidationError, source: str) -> str:
     for e in err.errors():
         path = ".".join(str(p) for p in e["loc"]) or "(top level)"
         value = e.get("input")
-        shown = repr(value)
+        shown = _REPR.repr(value)
         if len(shown) > 80:
             shown = shown[:77] + "..."
         msg = e["msg"].removeprefix("Value error, ")
         lines.append(f"  {path}: {msg} (got {shown})")
     return "\n".join(lines)
+
+
+def _expanded_size(data: Any) -> int:
+    """How many values ``data`` holds once YAML aliases are expanded (a shared list counts once
+    per reference); raises ``ValueError`` for a structure that contains itself."""
+    sizes: dict[int, int] = {}
+    open_: set[int] = set()
+
+    def size(value: Any) -> int:
+        if not isinstance(value, dict | list):
+            return 1
+        key = id(value)
+        if key in sizes:
+            return sizes[key]
+        if key in open_:
+            raise ValueError("an alias refers to a value that contains it")
+        open_.add(key)
+        children = [*value.keys(), *value.values()] if isinstance(value, dict) else value
+        total = 1 + sum(size(c) for c in children)
+        open_.discard(key)
+        sizes[key] = total
+        return total
+
+    return size(data)
 
 
 def parse_config(data: Any, source: str = "<config>") -> AgentConfig:
@@ -231,4 +261,12 @@ def load_config(path: str | os.PathLike[str]) -> AgentConfig:
         raise ConfigError(f"invalid YAML in {where}: {problem}") from None
     except RecursionError:
         raise ConfigError(f"invalid YAML in {p}: nested too deeply") from None
+    try:
+        values = _expanded_size(data)
+    except ValueError as err:
+        raise ConfigError(f"invalid YAML in {p}: {err}") from None
+    except RecursionError:
+        raise ConfigError(f"invalid YAML in {p}: nested too deeply") from None
+    if values > MAX_CONFIG_VALUES:
+        raise ConfigError(f"invalid YAML in {p}: its aliases expand to more than {MAX_CONFIG_VALUES} values")
     return parse_config(data, str(p))
