@@ -19,6 +19,8 @@ import pytest
 import yaml
 
 from topodra.agent.config import parse_config
+from topodra.agent.validation import check_on_machine
+from topodra.topology.synthetic import synthetic_topology
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "deploy" / "manifests" / "topodra.yaml"
@@ -84,6 +86,8 @@ def _config(docs: list[dict[str, Any]]) -> Any:
 def _daemonset_checks(docs: list[dict[str, Any]]) -> None:
     pod = _pod(docs)
     cfg = _config(docs)
+    # The shipped configuration also passes the machine checks (--check, start, reload).
+    check_on_machine(cfg, synthetic_topology("1s4c2t"), "configmap")
     host = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
     mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
     # Host paths come from the agent's configuration and are mounted at the same path inside:
