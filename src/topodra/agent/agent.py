@@ -9,9 +9,11 @@ Ordering rules (why the code looks like this):
   corrections) are pushed at once with an unsolicited UpdateContainers by the
   ``UpdatePusher``, which the NRI stub only sends when no event reply is
   outstanding (containerd holds its lock while delivering events).
-- Start-up: restore prepared claims from the checkpoint into the policy
-  first, then serve the kubelet, then connect to the runtime, whose
-  Synchronize rebuilds container placement (``Policy.sync``).
+- Start-up: take every local resource first (listen ports and the /state
+  socket, directories, the checkpoint restored into the policy), then serve
+  the kubelet, then connect to the runtime, whose Synchronize rebuilds
+  container placement (``Policy.sync``). Nothing registers before all of
+  it is held.
 """
 
 from __future__ import annotations
