@@ -22,7 +22,7 @@ def agent_command(
         Path, typer.Option("--config", "-c", envvar="TOPODRA_CONFIG", help="The agent's YAML configuration.")
     ] = Path("/etc/topodra/config.yaml"),
     check: Annotated[
-        bool, typer.Option("--check", help="Validate the configuration and topology, print them, and exit.")
+        bool, typer.Option("--check", help="Run the checks a start runs (file, fields, topology, policy, devices), print the result, and exit.")
     ] = False,
     state: Annotated[
         bool, typer.Option("--state", help="Print the running agent's /state (from its stateAddress) and exit.")

@@ -221,6 +221,7 @@ class Playground:
         cfg["metricsAddress"] = cfg["stateAddress"] = f"127.0.0.1:{self.agent_port}"  # /state over TCP too
         path = self.workdir / "agent.yaml"
         path.write_text(json.dumps(cfg))  # JSON is YAML
+        path.chmod(0o600)  # the agent refuses a configuration others could write (any umask)
         before = {p.id for p in self.runtime.plugins}
         # The child imports the same topodra as this process.
         import topodra
