@@ -187,6 +187,24 @@ def test_values_are_set_once() -> None:
     assert values["metrics"]["serviceMonitor"]["enabled"] is False
 
 
+@pytest.mark.parametrize(
+    ("setting", "needle"),
+    [
+        ("metricsPort=9402", "Additional property metricsPort is not allowed"),
+        ("kubeletRoot=/var/lib/kubelet", "Additional property kubeletRoot is not allowed"),
+        ("metrics.servicemonitor.enabled=true", "Additional property servicemonitor is not allowed"),
+        ("config.stateDir=var/lib/topodra", "config.stateDir: Does not match pattern"),
+    ],
+)
+def test_retired_and_misspelt_values_are_errors(setting: str, needle: str) -> None:
+    """The values schema is closed: a value the chart no longer reads is an error, not ignored."""
+    r = subprocess.run(
+        [_tool("helm"), "template", "topodra", str(CHART), "--set", setting], capture_output=True, text=True
+    )
+    assert r.returncode != 0
+    assert needle in r.stderr, r.stderr
+
+
 def test_helm_values_reach_the_config_and_the_pod(tmp_path: Path) -> None:
     rendered = _render(
         tmp_path,
