@@ -179,6 +179,9 @@ class Playground:
         ]
         if self.agent_port:
             out.append(("agent HTTP", f"http://127.0.0.1:{self.agent_port}/state  (/metrics, /healthz)"))
+        elif cfg.state_listen.startswith("unix:"):
+            sock = cfg.state_listen.removeprefix("unix:")
+            out.append(("agent /state", f"curl --unix-socket {sock} http://agent/state"))
         return out
 
     async def start_agent(self, env: Mapping[str, str] | None = None) -> Agent | None:
