@@ -31,6 +31,7 @@ MAX_CONFIG_BYTES = 1024 * 1024
 #: The most values a configuration may hold with its YAML aliases expanded (an alias bomb
 #: would make validation and error messages take exponential time).
 MAX_CONFIG_VALUES = 100_000
+MAX_CONFIG_DEPTH = 64
 _REPR = reprlib.Repr()
 _REPR.maxlevel, _REPR.maxlist, _REPR.maxdict, _REPR.maxstring, _REPR.maxother = 3, 6, 6, 60, 60
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -176,28 +177,42 @@ def _format_errors(err: ValidationError, source: str) -> str:
     return "\n".join(lines)
 
 
-def _expanded_size(data: Any) -> int:
-    """How many values ``data`` holds once YAML aliases are expanded (a shared list counts once
-    per reference); raises ``ValueError`` for a structure that contains itself."""
-    sizes: dict[int, int] = {}
+def _check_depth(text: str, path: Path) -> None:
+    """Refuse deep nesting from the event stream (iterative) before the recursive composer
+    meets it; a configuration is a few levels deep."""
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.MappingStartEvent | yaml.SequenceStartEvent):
+            depth += 1
+            if depth > MAX_CONFIG_DEPTH:
+                mark = event.start_mark
+                where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+                raise ConfigError(f"invalid YAML in {where}: nested deeper than {MAX_CONFIG_DEPTH} levels")
+        elif isinstance(event, yaml.MappingEndEvent | yaml.SequenceEndEvent):
+            depth -= 1
+
+
+def _expanded_shape(data: Any) -> tuple[int, int]:
+    """(values, depth) of ``data`` once YAML aliases are expanded (a shared list counts once per
+    reference); raises ``ValueError`` for a structure that contains itself."""
+    shapes: dict[int, tuple[int, int]] = {}
     open_: set[int] = set()
 
-    def size(value: Any) -> int:
+    def shape(value: Any) -> tuple[int, int]:
         if not isinstance(value, dict | list):
-            return 1
+            return 1, 0
         key = id(value)
-        if key in sizes:
-            return sizes[key]
+        if key in shapes:
+            return shapes[key]
         if key in open_:
             raise ValueError("an alias refers to a value that contains it")
         open_.add(key)
-        children = [*value.keys(), *value.values()] if isinstance(value, dict) else value
-        total = 1 + sum(size(c) for c in children)
+        children = [shape(c) for c in ([*value.keys(), *value.values()] if isinstance(value, dict) else value)]
         open_.discard(key)
-        sizes[key] = total
-        return total
+        shapes[key] = (1 + sum(n for n, _ in children), 1 + max((d for _, d in children), default=0))
+        return shapes[key]
 
-    return size(data)
+    return shape(data)
 
 
 def parse_config(data: Any, source: str = "<config>") -> AgentConfig:
@@ -250,6 +265,7 @@ def load_config(path: str | os.PathLike[str]) -> AgentConfig:
         raise ConfigError(f"configuration {p} is larger than {MAX_CONFIG_BYTES} bytes (a ConfigMap's limit)")
     text = _decode(raw, p)
     try:
+        _check_depth(text, p)
         data = yaml.safe_load(text)
     except yaml.reader.ReaderError as err:
         char = err.character if isinstance(err.character, int) else ord(err.character)
@@ -259,14 +275,14 @@ def load_config(path: str | os.PathLike[str]) -> AgentConfig:
         where = f"{p}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(p)
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise ConfigError(f"invalid YAML in {where}: {problem}") from None
-    except RecursionError:
-        raise ConfigError(f"invalid YAML in {p}: nested too deeply") from None
     try:
-        values = _expanded_size(data)
+        values, depth = _expanded_shape(data)
     except ValueError as err:
         raise ConfigError(f"invalid YAML in {p}: {err}") from None
     except RecursionError:
-        raise ConfigError(f"invalid YAML in {p}: nested too deeply") from None
+        depth = MAX_CONFIG_DEPTH + 1
+    if depth > MAX_CONFIG_DEPTH:
+        raise ConfigError(f"invalid YAML in {p}: its aliases nest deeper than {MAX_CONFIG_DEPTH} levels")
     if values > MAX_CONFIG_VALUES:
         raise ConfigError(f"invalid YAML in {p}: its aliases expand to more than {MAX_CONFIG_VALUES} values")
     return parse_config(data, str(p))
