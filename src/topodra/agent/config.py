@@ -12,33 +12,22 @@ import os
 import re
 import reprlib
 import socket
-import stat
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
+from topodra.agent.config_file import MAX_CONFIG_BYTES, ConfigError, check_file_mode, read_config_file
 from topodra.dra.devices import DeviceModelConfig
 from topodra.nri.stub import check_plugin_index, check_plugin_name
 from topodra.policy.config import PolicyConfig
 
 __all__ = ["AgentConfig", "ConfigError", "MAX_CONFIG_BYTES", "check_file_mode", "load_config", "parse_config"]
 
-#: The largest configuration read (a ConfigMap holds at most 1 MiB).
-MAX_CONFIG_BYTES = 1024 * 1024
-#: The most values a configuration may hold with its YAML aliases expanded (an alias bomb
-#: would make validation and error messages take exponential time).
-MAX_CONFIG_VALUES = 100_000
-MAX_CONFIG_DEPTH = 64
 _REPR = reprlib.Repr()
 _REPR.maxlevel, _REPR.maxlist, _REPR.maxdict, _REPR.maxstring, _REPR.maxother = 3, 6, 6, 60, 60
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-
-
-class ConfigError(ValueError):
-    """A configuration file that cannot be used; the message says where and why."""
 
 
 class _Section(BaseModel):
@@ -177,44 +166,6 @@ def _format_errors(err: ValidationError, source: str) -> str:
     return "\n".join(lines)
 
 
-def _check_depth(text: str, path: Path) -> None:
-    """Refuse deep nesting from the event stream (iterative) before the recursive composer
-    meets it; a configuration is a few levels deep."""
-    depth = 0
-    for event in yaml.parse(text, Loader=yaml.SafeLoader):
-        if isinstance(event, yaml.MappingStartEvent | yaml.SequenceStartEvent):
-            depth += 1
-            if depth > MAX_CONFIG_DEPTH:
-                mark = event.start_mark
-                where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
-                raise ConfigError(f"invalid YAML in {where}: nested deeper than {MAX_CONFIG_DEPTH} levels")
-        elif isinstance(event, yaml.MappingEndEvent | yaml.SequenceEndEvent):
-            depth -= 1
-
-
-def _expanded_shape(data: Any) -> tuple[int, int]:
-    """(values, depth) of ``data`` once YAML aliases are expanded (a shared list counts once per
-    reference); raises ``ValueError`` for a structure that contains itself."""
-    shapes: dict[int, tuple[int, int]] = {}
-    open_: set[int] = set()
-
-    def shape(value: Any) -> tuple[int, int]:
-        if not isinstance(value, dict | list):
-            return 1, 0
-        key = id(value)
-        if key in shapes:
-            return shapes[key]
-        if key in open_:
-            raise ValueError("an alias refers to a value that contains it")
-        open_.add(key)
-        children = [shape(c) for c in ([*value.keys(), *value.values()] if isinstance(value, dict) else value)]
-        open_.discard(key)
-        shapes[key] = (1 + sum(n for n, _ in children), 1 + max((d for _, d in children), default=0))
-        return shapes[key]
-
-    return shape(data)
-
-
 def parse_config(data: Any, source: str = "<config>") -> AgentConfig:
     """Validate a parsed YAML document (None or {} gives the defaults)."""
     if data is None:
@@ -227,62 +178,6 @@ def parse_config(data: Any, source: str = "<config>") -> AgentConfig:
         raise ConfigError(_format_errors(err, source)) from None
 
 
-def check_file_mode(path: Path, st: os.stat_result) -> None:
-    """Refuse a file others could rewrite: the configuration names code the agent runs
-    (``devices.attributeHook``) and decides every container's CPUs."""
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise ConfigError(
-            f"configuration {path} is writable by group or others (mode {stat.filemode(st.st_mode)}); "
-            f"it names code the agent runs: chmod go-w {path}"
-        )
-    if st.st_uid not in (0, os.geteuid()):
-        raise ConfigError(
-            f"configuration {path} is owned by uid {st.st_uid}, neither root nor the agent's user "
-            f"(uid {os.geteuid()}); it names code the agent runs"
-        )
-
-
-def _decode(raw: bytes, path: Path) -> str:
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = raw.count(b"\n", 0, err.start) + 1
-        column = err.start - (raw.rfind(b"\n", 0, err.start) + 1) + 1
-        bad = raw[err.start : err.end].hex()
-        raise ConfigError(f"invalid configuration in {path}:{line}:{column}: not UTF-8 (byte 0x{bad})") from None
-
-
 def load_config(path: str | os.PathLike[str]) -> AgentConfig:
-    """Read and validate the YAML file at ``path`` (its content and its permissions)."""
-    p = Path(path)
-    try:
-        with p.open("rb") as f:
-            check_file_mode(p, os.fstat(f.fileno()))
-            raw = f.read(MAX_CONFIG_BYTES + 1)
-    except OSError as err:
-        raise ConfigError(f"cannot read configuration {p}: {err.strerror or err}") from None
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"configuration {p} is larger than {MAX_CONFIG_BYTES} bytes (a ConfigMap's limit)")
-    text = _decode(raw, p)
-    try:
-        _check_depth(text, p)
-        data = yaml.safe_load(text)
-    except yaml.reader.ReaderError as err:
-        char = err.character if isinstance(err.character, int) else ord(err.character)
-        raise ConfigError(f"invalid YAML in {p}: character U+{char:04X} at offset {err.position} is not allowed") from None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"{p}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(p)
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise ConfigError(f"invalid YAML in {where}: {problem}") from None
-    try:
-        values, depth = _expanded_shape(data)
-    except ValueError as err:
-        raise ConfigError(f"invalid YAML in {p}: {err}") from None
-    except RecursionError:
-        depth = MAX_CONFIG_DEPTH + 1
-    if depth > MAX_CONFIG_DEPTH:
-        raise ConfigError(f"invalid YAML in {p}: its aliases nest deeper than {MAX_CONFIG_DEPTH} levels")
-    if values > MAX_CONFIG_VALUES:
-        raise ConfigError(f"invalid YAML in {p}: its aliases expand to more than {MAX_CONFIG_VALUES} values")
-    return parse_config(data, str(p))
+    """Read and validate the YAML file at ``path`` (its permissions, bytes and content)."""
+    return parse_config(read_config_file(Path(path)), str(path))
