@@ -7,12 +7,14 @@ scheduler (the simulator's allocator), all over real sockets.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 import yaml
 
+from topodra.agent.http import get
 from topodra.cpuset import CPUSet
 from topodra.nri.types import Container, ContainerState, Pod
 from topodra.playground.runner import resolve_topology
@@ -190,6 +192,12 @@ def test_metrics_and_state_endpoints() -> None:
         state = pg.agent.state()
         assert state["claims"] == {}
         assert state["push_idle"] is True
+        # /state is not on the metrics endpoint but on the local socket the playground names.
+        (where,) = [w for what, w in pg.endpoints() if what == "agent /state"]
+        sock = where.split()[2]
+        status, raw = await get(f"unix:{sock}", "/state")
+        assert status == 200
+        assert json.loads(raw) == json.loads(json.dumps(pg.agent.state()))
 
     run(body)
 

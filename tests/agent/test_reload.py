@@ -10,7 +10,7 @@ from topodra.agent.agent import Agent
 from topodra.agent.config import load_config
 from topodra.cpuset import CPUSet
 
-BASE = "nodeName: n1\ntopology: synthetic:1s4c2t\nmetricsAddress: ''\nnri: {enabled: false}\ndra: {enabled: false}\n"
+BASE = "nodeName: n1\ntopology: synthetic:1s4c2t\nmetricsAddress: ''\nstateAddress: ''\nnri: {enabled: false}\ndra: {enabled: false}\n"
 
 
 def _write(path: Path, text: str, bump: float) -> None:
@@ -49,6 +49,39 @@ def test_file_changes_are_applied_or_refused(tmp_path: Path) -> None:
                 await asyncio.sleep(0.01)
             assert applied in agent.metrics.render()
             assert agent.config.node_name == "n1"  # restart-only field kept
+        finally:
+            await agent.stop()
+
+    asyncio.run(main())
+
+
+def test_reload_applies_only_what_a_fresh_start_would_accept(tmp_path: Path) -> None:
+    """The reload runs the --check/start validation first: a file that names a hook that cannot
+    be imported changes nothing at all (not even its valid policy part)."""
+    cfg = tmp_path / "config.yaml"
+    _write(cfg, BASE + "policy: {reservedCPUs: '0'}\n", 0)
+
+    async def main() -> None:
+        agent = Agent(load_config(cfg), config_path=cfg, reload_interval=3600)
+        await agent.start()
+        try:
+            before = [d.to_api() for d in agent.devices]
+            for bad in (
+                "policy: {reservedCPUs: '0-1'}\ndevices: {attributeHook: 'no_such_module_xyz:f'}\n",
+                "policy: {reservedCPUs: '100-200'}\n",
+                "policy: {reservedCPUCount: 1000000}\n",
+            ):
+                _write(cfg, BASE + bad, 1)
+                assert await agent.reload() == {}
+                assert agent.policy.reserved_cpus == CPUSet([0])
+                assert agent.config.devices.attribute_hook is None
+                assert [d.to_api() for d in agent.devices] == before
+            assert b'topodra_config_reloads_total{result="invalid"} 3.0' in agent.metrics.render()
+            assert b'result="applied"' not in agent.metrics.render()
+            _write(cfg, BASE + "policy: {reservedCPUs: '0-1'}\n", 2)
+            await agent.reload()
+            assert agent.policy.reserved_cpus == CPUSet([0, 1])
+            assert len(agent.devices) == len(before) - 1
         finally:
             await agent.stop()
 

@@ -9,9 +9,11 @@ Ordering rules (why the code looks like this):
   corrections) are pushed at once with an unsolicited UpdateContainers by the
   ``UpdatePusher``, which the NRI stub only sends when no event reply is
   outstanding (containerd holds its lock while delivering events).
-- Start-up: restore prepared claims from the checkpoint into the policy
-  first, then serve the kubelet, then connect to the runtime, whose
-  Synchronize rebuilds container placement (``Policy.sync``).
+- Start-up: take every local resource first (listen ports and the /state
+  socket, directories, the checkpoint restored into the policy), then serve
+  the kubelet, then connect to the runtime, whose Synchronize rebuilds
+  container placement (``Policy.sync``). Nothing registers before all of
+  it is held.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
@@ -26,12 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from topodra.agent.config import AgentConfig, ConfigError, load_config
-from topodra.agent.http import HttpEndpoint, Route, json_route
+from topodra.agent.http import HttpEndpoint, Route, json_route, parse_listen
 from topodra.agent.metrics import AgentMetrics
 from topodra.agent.pusher import UpdatePusher, to_update
 from topodra.agent.requests import container_request
+from topodra.agent.validation import check_on_machine
 from topodra.cpuset import CPUSet
-from topodra.dra.devices import Device, build_devices
+from topodra.dra.devices import Device
 from topodra.dra.driver import (
     ClaimCheckError,
     ClaimEnvError,
@@ -53,7 +57,6 @@ from topodra.nri.types import (
     Pod,
 )
 from topodra.nri.version import RuntimeInfo
-from topodra.policy import Policy
 from topodra.policy.api import Assignment, Changes, ContainerRequest, PolicyError
 from topodra.topology.model import Topology
 
@@ -166,14 +169,15 @@ class Agent:
         self.config_path = config_path
         self.topology = topology or load_topology(config)
         try:
-            self.policy = Policy(self.topology, config.policy)
-        except (PolicyError, ValueError) as err:
-            raise AgentError(f"invalid policy configuration: {err}") from err
+            checked = check_on_machine(config, self.topology, str(config_path or "the configuration"))
+        except ConfigError as err:
+            raise AgentError(str(err)) from None
+        self.policy = checked.policy
         self.lock = asyncio.Lock()
         self.metrics = AgentMetrics()
         self.pods: dict[str, Pod] = {}
         self.containers: dict[str, Container] = {}
-        self.devices: list[Device] = self._build_devices(config)
+        self.devices: list[Device] = checked.devices
         self._kube = kube
         self._own_kube = False
         self.driver: Driver | None = None
@@ -181,6 +185,7 @@ class Agent:
         self.reconciler: Any | None = None
         self.stub: Any | None = None
         self.http: HttpEndpoint | None = None
+        self.state_http: HttpEndpoint | None = None
         self.pusher: UpdatePusher | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._stop = asyncio.Event()
@@ -191,12 +196,6 @@ class Agent:
         self._deferred: set[str] = set()  # changes held for the next event reply (unsolicited off)
 
     # --- construction helpers -------------------------------------------------------------------
-    def _build_devices(self, config: AgentConfig) -> list[Device]:
-        try:
-            return build_devices(self.topology, config.devices, exclude=self.policy.reserved_cpus)
-        except ValueError as err:
-            raise AgentError(f"invalid device model configuration: {err}") from err
-
     def _mtime(self) -> float | None:
         if self.config_path is None:
             return None
@@ -212,21 +211,47 @@ class Agent:
 
     # --- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> None:
+        """Acquire every local resource (ports, sockets, directories, checkpoint) first, then
+        register with the kubelet and the runtime: a node resource that is taken fails the start
+        before any peer has seen the agent. A failed start releases what it took."""
         cfg = self.config
-        if cfg.dra.enabled:
-            await self._start_dra()
-        if cfg.nri.enabled:
-            self._start_nri()
-        if cfg.metrics_address:
-            self.http = HttpEndpoint(self._routes())
-            try:
-                await self.http.start(cfg.metrics_address)
-            except OSError as err:
-                raise AgentError(f"cannot listen on {cfg.metrics_address} for metrics: {err}") from err
+        try:
+            await self._start_http()
+            if cfg.dra.enabled:
+                await self._start_dra()
+            if cfg.nri.enabled:
+                self._start_nri()
+        except BaseException:
+            await self.stop()
+            raise
         if self.config_path is not None:
             self._spawn(self._watch_config(), "config-watch")
         self.started.set()
         self._note(f"agent started on node {cfg.node_name} ({len(self.topology.cpus)} CPUs, {len(self.devices)} devices)")
+
+    async def _start_http(self) -> None:
+        """/metrics and the probes on ``metricsAddress``; /state on ``stateAddress`` (a unix
+        socket in ``stateDir`` by default); one listener when both name the same address."""
+        cfg = self.config
+        listeners: dict[str, dict[str, Route]] = {}
+        if cfg.metrics_address:
+            listeners.setdefault(cfg.metrics_address, {}).update(self._routes())
+        if cfg.state_listen:
+            listeners.setdefault(cfg.state_listen, {}).update(self._state_routes())
+            if not parse_listen(cfg.state_listen).is_local:
+                log.warning("/state (claims, containers, CPU sets) is served without authentication on %s", cfg.state_listen)
+        for address, routes in listeners.items():
+            endpoint = HttpEndpoint(routes)
+            try:
+                await endpoint.start(address)
+            except OSError as err:
+                what = ", ".join(sorted(routes))
+                why = os.strerror(err.errno) if err.errno else str(err)
+                raise AgentError(f"cannot listen on {address} for {what}: {why}") from None
+            if address == cfg.metrics_address:
+                self.http = endpoint
+            if address == cfg.state_listen:
+                self.state_http = endpoint
 
     async def _start_dra(self) -> None:
         from topodra.dra.kubeletplugin import KubeletPlugin, PluginPaths
@@ -234,20 +259,27 @@ class Agent:
 
         cfg = self.config
         if self._kube is None:
+            try:
+                if cfg.kube.server:
+                    token = cfg.kube.token_file.read_text().strip() if cfg.kube.token_file else "topodra"
+                    self._kube = KubeClient.for_url(cfg.kube.server, token=token)
+                else:
+                    self._kube = KubeClient.from_environment(str(cfg.kube.kubeconfig) if cfg.kube.kubeconfig else None)
+            except Exception as err:  # lightkube's ConfigError, a missing token file, ...
+                why = f"{err.strerror}: {err.filename}" if isinstance(err, OSError) and err.strerror else str(err)
+                raise AgentError(f"cannot set up the Kubernetes API client (kube section): {why}") from None
             self._own_kube = True
-            if cfg.kube.server:
-                token = cfg.kube.token_file.read_text().strip() if cfg.kube.token_file else "topodra"
-                self._kube = KubeClient.for_url(cfg.kube.server, token=token)
-            else:
-                self._kube = KubeClient.from_environment(str(cfg.kube.kubeconfig) if cfg.kube.kubeconfig else None)
         kube = self._kube
 
         async def fetch(namespace: str, name: str) -> dict[str, Any]:
             result: dict[str, Any] = await kube.get(RESOURCE_CLAIMS, name, namespace)
             return result
 
-        cfg.state_dir.mkdir(parents=True, exist_ok=True)
-        cfg.cdi_dir.mkdir(parents=True, exist_ok=True)
+        for directory in (cfg.state_dir, cfg.cdi_dir):
+            try:
+                directory.mkdir(parents=True, exist_ok=True)
+            except OSError as err:
+                raise AgentError(f"cannot create {directory}: {err.strerror or err}") from None
         self.driver = driver = _MeteredDriver(
             policy=self.policy,
             lock=self.lock,
@@ -333,8 +365,9 @@ class Agent:
         self._tasks.clear()
         if self.kubelet_plugin is not None:
             await self.kubelet_plugin.stop()
-        if self.http is not None:
-            await self.http.stop()
+        for endpoint in {id(e): e for e in (self.http, self.state_http) if e is not None}.values():
+            await endpoint.stop()
+        self.http = self.state_http = None
         if self._own_kube and self._kube is not None:
             with contextlib.suppress(Exception):
                 await self._kube.close()
@@ -519,16 +552,18 @@ class Agent:
                 await self.reload()
 
     async def reload(self, new: AgentConfig | None = None) -> Changes:
-        """Apply a changed configuration file (or ``new``); a bad one is logged and ignored."""
-        if new is None:
-            assert self.config_path is not None
-            try:
+        """Apply a changed configuration file (or ``new``); one that a fresh start would refuse
+        (``check_on_machine``, the same checks as ``--check``) is logged and ignored."""
+        try:
+            if new is None:
+                assert self.config_path is not None
                 new = load_config(self.config_path)
-            except ConfigError as err:
-                self.metrics.config_reloads.labels("invalid").inc()
-                log.error("configuration reload ignored: %s", err)
-                self._note("configuration reload ignored (invalid): see the log")
-                return {}
+            checked = check_on_machine(new, self.topology, str(self.config_path or "the configuration"))
+        except ConfigError as err:
+            self.metrics.config_reloads.labels("invalid").inc()
+            log.error("configuration reload ignored: %s", err)
+            self._note("configuration reload ignored (invalid): see the log")
+            return {}
         old = self.config
         changes: Changes = {}
         if new.policy != old.policy:
@@ -542,20 +577,19 @@ class Agent:
                     return {}
                 self._record(changes)
         if new.devices != old.devices or new.policy != old.policy:
-            try:
-                devices = build_devices(self.topology, new.devices, exclude=self.policy.reserved_cpus)
-            except ValueError as err:
-                log.error("new device model refused, keeping the old one: %s", err)
-            else:
-                if [d.to_api() for d in devices] != [d.to_api() for d in self.devices]:
-                    self.devices = devices
-                    if self.reconciler is not None:
-                        self.reconciler.set_devices(devices)
-                    if self.driver is not None and hasattr(self.driver, "set_devices"):
-                        self.driver.set_devices(devices)
+            devices = checked.devices
+            if [d.to_api() for d in devices] != [d.to_api() for d in self.devices]:
+                self.devices = devices
+                if self.reconciler is not None:
+                    self.reconciler.set_devices(devices)
+                if self.driver is not None and hasattr(self.driver, "set_devices"):
+                    self.driver.set_devices(devices)
         restart_only = {
             k
-            for k in ("nri", "dra", "kube", "kubelet_root", "cdi_dir", "state_dir", "metrics_address", "node_name")
+            for k in (
+                "nri", "dra", "kube", "kubelet_root", "cdi_dir", "state_dir", "metrics_address", "state_address",
+                "node_name",
+            )
             if getattr(new, k) != getattr(old, k)
         }
         if restart_only:
@@ -634,5 +668,8 @@ class Agent:
             "/metrics": Route(self._metrics_route),
             "/healthz": probe(self.healthy),
             "/readyz": probe(self.ready),
-            "/state": json_route(self.state),
         }
+
+    def _state_routes(self) -> dict[str, Route]:
+        """Claim UIDs, container ids and CPU sets: served on ``stateAddress`` only."""
+        return {"/state": json_route(self.state)}

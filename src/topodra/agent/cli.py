@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from topodra.agent.config import AgentConfig
+    from topodra.topology.model import Topology
 
 __all__ = ["register"]
 
@@ -17,46 +22,79 @@ def agent_command(
         Path, typer.Option("--config", "-c", envvar="TOPODRA_CONFIG", help="The agent's YAML configuration.")
     ] = Path("/etc/topodra/config.yaml"),
     check: Annotated[
-        bool, typer.Option("--check", help="Validate the configuration and topology, print them, and exit.")
+        bool, typer.Option("--check", help="Run the checks a start runs (file, fields, topology, policy, devices), print the result, and exit.")
+    ] = False,
+    state: Annotated[
+        bool, typer.Option("--state", help="Print the running agent's /state (from its stateAddress) and exit.")
     ] = False,
 ) -> None:
     """Run the node agent: NRI plugin, DRA kubelet plugin, ResourceSlices and metrics."""
     from rich.console import Console
+    from rich.markup import escape
 
+    from topodra.agent.agent import AgentError, load_topology
     from topodra.agent.config import ConfigError, load_config
+    from topodra.agent.validation import check_on_machine
 
     err = Console(stderr=True)
+
+    def fail(exc: Exception) -> typer.Exit:
+        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, markup=True, soft_wrap=True)
+        return typer.Exit(2)
+
+    if state:
+        raise typer.Exit(_print_state(config, fail))
+    # The same checks the agent runs when it starts (and on every reload): what --check
+    # accepts, the agent accepts.
     try:
         cfg = load_config(config)
-    except ConfigError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False, markup=True)
-        raise typer.Exit(2) from None
+        topo = load_topology(cfg)
+        checked = check_on_machine(cfg, topo, str(config))
+    except (ConfigError, AgentError) as exc:
+        raise fail(exc) from None
     if check:
         import yaml
 
-        from topodra.agent.agent import AgentError, load_topology
-
-        try:
-            topo = load_topology(cfg)
-        except AgentError as exc:
-            err.print(f"[red]error:[/red] {exc}", highlight=False)
-            raise typer.Exit(2) from None
         typer.echo(yaml.safe_dump(cfg.model_dump(mode="json", by_alias=True), sort_keys=False).rstrip())
-        typer.echo(f"# topology: {len(topo.cpus)} online CPUs, {len(topo.nodes)} NUMA node(s), types {', '.join(t.value for t in topo.core_types())}")
+        kinds = ", ".join(t.value for t in topo.core_types())
+        typer.echo(
+            f"# topology: {len(topo.cpus)} online CPUs, {len(topo.nodes)} NUMA node(s), types {kinds}; "
+            f"reserved CPUs {checked.policy.reserved_cpus or 'none'}; {len(checked.devices)} DRA device(s)"
+        )
         return
     from topodra.agent.logs import setup_logging
 
     setup_logging(cfg.log_level, cfg.log_format)
-    asyncio.run(_run(cfg, config))
+    asyncio.run(_run(cfg, config, topo))
 
 
-async def _run(cfg: object, path: Path) -> None:
-    from topodra.agent.agent import Agent, AgentError
-    from topodra.agent.config import AgentConfig
+def _print_state(path: Path, fail: Callable[[Exception], typer.Exit]) -> int:
+    """``/state`` of the agent running with this configuration (a local socket by default)."""
+    from topodra.agent.config import ConfigError, load_config
+    from topodra.agent.http import get
 
-    assert isinstance(cfg, AgentConfig)
     try:
-        agent = Agent(cfg, config_path=path)
+        cfg = load_config(path)
+    except ConfigError as exc:
+        raise fail(exc) from None
+    if not cfg.state_listen:
+        raise fail(ValueError(f"stateAddress is off in {path}: the agent serves no /state"))
+    try:
+        status, body = asyncio.run(get(cfg.state_listen, "/state"))
+    except (OSError, TimeoutError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else (str(exc) or type(exc).__name__)
+        raise fail(OSError(f"no agent answers on {cfg.state_listen}: {why}")) from None
+    if status != 200:
+        raise fail(OSError(f"{cfg.state_listen}/state answered {status}: {body.decode(errors='replace').strip()}"))
+    typer.echo(body.decode().rstrip())
+    return 0
+
+
+async def _run(cfg: AgentConfig, path: Path, topology: Topology) -> None:
+    from topodra.agent.agent import Agent, AgentError
+
+    try:
+        agent = Agent(cfg, config_path=path, topology=topology)
     except AgentError as exc:
         raise SystemExit(f"error: {exc}") from None
     loop = asyncio.get_running_loop()

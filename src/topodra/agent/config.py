@@ -1,36 +1,44 @@
 """The agent's configuration: one YAML file, one pydantic model tree.
 
 Every error names the file, the field path and the bad value. Keys are
-camelCase as in Kubernetes objects (snake_case is accepted too).
+camelCase as in Kubernetes objects (snake_case is accepted too). This module
+checks the file on its own; ``topodra.agent.validation`` adds what only the
+machine can say, and both run for ``--check``, start and reload alike.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import reprlib
 import socket
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
+from topodra.agent.config_file import MAX_CONFIG_BYTES, ConfigError, check_file_mode, read_config_file
 from topodra.dra.devices import DeviceModelConfig
 from topodra.nri.stub import check_plugin_index, check_plugin_name
 from topodra.policy.config import PolicyConfig
 
-__all__ = ["AgentConfig", "ConfigError", "load_config", "parse_config"]
+__all__ = ["AgentConfig", "ConfigError", "MAX_CONFIG_BYTES", "check_file_mode", "load_config", "parse_config"]
 
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxdict, _REPR.maxstring, _REPR.maxother = 3, 6, 6, 60, 60
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-
-
-class ConfigError(ValueError):
-    """A configuration file that cannot be used; the message says where and why."""
 
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True)
+
+
+def _absolute(value: Path) -> Path:
+    """Host paths must not depend on the directory the agent happens to start in."""
+    if not value.is_absolute():
+        raise ValueError(f"must be an absolute path, got relative {str(value)!r}")
+    return value
 
 
 class NRIConfig(_Section):
@@ -41,6 +49,8 @@ class NRIConfig(_Section):
     #: Push container changes caused outside NRI events (claim release, reconfiguration)
     #: with an unsolicited UpdateContainers at once.
     unsolicited_updates: bool = True
+
+    _socket = field_validator("socket")(_absolute)
 
     @field_validator("plugin_index")
     @classmethod
@@ -85,7 +95,11 @@ class AgentConfig(_Section):
     kubelet_root: Path = Path("/var/lib/kubelet")
     cdi_dir: Path = Path("/var/run/cdi")
     state_dir: Path = Path("/var/lib/topodra")
+    #: /metrics, /healthz and /readyz (Prometheus and the kubelet's probes); "" turns it off.
     metrics_address: str = ":9402"
+    #: /state (claim UIDs, container ids, CPU sets): by default the unix socket
+    #: ``stateDir/state.sock`` (mode 0600); HOST:PORT or ``unix:/path`` elsewhere, "" off.
+    state_address: str | None = None
     nri: NRIConfig = Field(default_factory=NRIConfig)
     dra: DRAConfig = Field(default_factory=DRAConfig)
     kube: KubeConfig = Field(default_factory=KubeConfig)
@@ -99,6 +113,8 @@ class AgentConfig(_Section):
             raise ValueError(f"node name must be a DNS subdomain (lower case), got {value!r}")
         return value
 
+    _paths = field_validator("sysfs_root", "kubelet_root", "cdi_dir", "state_dir")(_absolute)
+
     @field_validator("metrics_address")
     @classmethod
     def _addr(cls, value: str) -> str:
@@ -107,6 +123,22 @@ class AgentConfig(_Section):
 
             parse_address(value)
         return value
+
+    @field_validator("state_address")
+    @classmethod
+    def _state_addr(cls, value: str | None) -> str | None:
+        if value:
+            from topodra.agent.http import parse_listen
+
+            parse_listen(value)
+        return value
+
+    @property
+    def state_listen(self) -> str:
+        """Where /state is served ("" for nowhere)."""
+        if self.state_address is None:
+            return f"unix:{self.state_dir / 'state.sock'}"
+        return self.state_address
 
     @property
     def checkpoint_path(self) -> Path:
@@ -126,10 +158,11 @@ def _format_errors(err: ValidationError, source: str) -> str:
     for e in err.errors():
         path = ".".join(str(p) for p in e["loc"]) or "(top level)"
         value = e.get("input")
-        shown = repr(value)
+        shown = _REPR.repr(value)
         if len(shown) > 80:
             shown = shown[:77] + "..."
-        lines.append(f"  {path}: {e['msg']} (got {shown})")
+        msg = e["msg"].removeprefix("Value error, ")
+        lines.append(f"  {path}: {msg} (got {shown})")
     return "\n".join(lines)
 
 
@@ -146,17 +179,5 @@ def parse_config(data: Any, source: str = "<config>") -> AgentConfig:
 
 
 def load_config(path: str | os.PathLike[str]) -> AgentConfig:
-    """Read and validate the YAML file at ``path``."""
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as err:
-        raise ConfigError(f"cannot read configuration {p}: {err.strerror or err}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"{p}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(p)
-        problem = getattr(err, "problem", None) or str(err)
-        raise ConfigError(f"invalid YAML in {where}: {problem}") from None
-    return parse_config(data, str(p))
+    """Read and validate the YAML file at ``path`` (its permissions, bytes and content)."""
+    return parse_config(read_config_file(Path(path)), str(path))

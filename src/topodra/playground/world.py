@@ -179,6 +179,9 @@ class Playground:
         ]
         if self.agent_port:
             out.append(("agent HTTP", f"http://127.0.0.1:{self.agent_port}/state  (/metrics, /healthz)"))
+        elif cfg.state_listen.startswith("unix:"):
+            sock = cfg.state_listen.removeprefix("unix:")
+            out.append(("agent /state", f"curl --unix-socket {sock} http://agent/state"))
         return out
 
     async def start_agent(self, env: Mapping[str, str] | None = None) -> Agent | None:
@@ -218,9 +221,10 @@ class Playground:
             self.agent_port = s.getsockname()[1]
         cfg = self.agent_config().model_dump(mode="json", by_alias=True)
         cfg["topology"] = self.agent_process
-        cfg["metricsAddress"] = f"127.0.0.1:{self.agent_port}"
+        cfg["metricsAddress"] = cfg["stateAddress"] = f"127.0.0.1:{self.agent_port}"  # /state over TCP too
         path = self.workdir / "agent.yaml"
         path.write_text(json.dumps(cfg))  # JSON is YAML
+        path.chmod(0o600)  # the agent refuses a configuration others could write (any umask)
         before = {p.id for p in self.runtime.plugins}
         # The child imports the same topodra as this process.
         import topodra
@@ -266,12 +270,12 @@ class Playground:
             return self.agent.state()
         import json
 
-        reader, writer = await asyncio.open_connection("127.0.0.1", self.agent_port)
-        writer.write(b"GET /state HTTP/1.1\r\nHost: agent\r\n\r\n")
-        await writer.drain()
-        raw = await reader.read()
-        writer.close()
-        state: dict[str, Any] = json.loads(raw.split(b"\r\n\r\n", 1)[1])
+        from topodra.agent.http import get
+
+        status, body = await get(f"127.0.0.1:{self.agent_port}", "/state")
+        if status != 200:
+            raise OSError(f"the agent's /state answered {status}")
+        state: dict[str, Any] = json.loads(body)
         return state
 
     async def wait_slices(self, timeout: float = 10.0) -> None:
