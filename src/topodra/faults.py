@@ -29,6 +29,7 @@ POINTS = (
     "unprepare.cdi-removed",  # everything recorded; containers not yet widened
     "create.placed",  # CreateContainer placed in the policy; reply not sent
     "stop.removed",  # StopContainer released in the policy; reply not sent
+    "checkpoint.torn",  # a checkpoint slot half written (any Prepare/Unprepare save)
 )
 
 
