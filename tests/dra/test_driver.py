@@ -333,7 +333,7 @@ def test_restore_with_cpus_now_reserved(rig: Rig) -> None:
 CORRUPTIONS: dict[str, Callable[[bytes], bytes]] = {
     "truncated": lambda b: b[: len(b) // 2],
     "bit-flipped": lambda b: b[: len(b) // 2] + bytes([b[len(b) // 2] ^ 0x01]) + b[len(b) // 2 + 1 :],
-    "wrong-version": lambda b: b.replace(b'"version": 2', b'"version": 99'),
+    "wrong-version": lambda b: b.replace(b'"version":2', b'"version":99'),
     "not-json": lambda b: b"\x00\xff not a checkpoint",
 }
 CHECKPOINT = "plugin/checkpoint.json"

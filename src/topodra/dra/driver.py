@@ -297,7 +297,7 @@ class Driver:
             for uid in stale:
                 cdi.remove_spec(self._cdi_dir, uid)
             if recovery:
-                self._save()  # a sound generation again, before anything is answered
+                await self._save()  # a sound generation again, before anything is answered
             if failed:
                 for uid, reason in failed.items():
                     log.error("claim %s: %s", uid, reason)
@@ -455,7 +455,7 @@ class Driver:
             cdi.write_spec(self._cdi_dir, ref.uid, cpus)
             crash_point("prepare.cdi-written")
             self._prepared[ref.uid] = prepared
-            self._save()
+            await self._save()
         except (OSError, ClaimError) as exc:
             self._prepared.pop(ref.uid, None)
             async with self._lock:
@@ -487,7 +487,7 @@ class Driver:
             known = replace(known, pod_uids=merged)
             self._prepared[ref.uid] = known
             try:
-                self._save()
+                await self._save()
             except OSError as exc:
                 return PrepareResult(error=f"claim {ref}: cannot record the new consumers: {exc}")
         if known.cpus and self._spec_cpus(ref.uid) != known.cpus:
@@ -526,7 +526,7 @@ class Driver:
         error = ""
         try:
             if known is not None or self._dirty:
-                self._save()
+                await self._save()
                 crash_point("unprepare.saved")
             cdi.remove_spec(self._cdi_dir, ref.uid)
         except OSError as exc:
@@ -536,9 +536,11 @@ class Driver:
         await self._push(changes)
         return UnprepareResult(error=error, changes=changes)
 
-    def _save(self) -> None:
+    async def _save(self) -> None:
+        """Write the checkpoint; the flush runs in a worker thread so the event loop (NRI events,
+        /healthz) is not held for the disk's latency. Calls are serialized by ``_serial``."""
         try:
-            self._store.save(self._prepared)
+            await asyncio.to_thread(self._store.save, dict(self._prepared))
         except OSError:
             self._dirty = True
             raise
