@@ -241,6 +241,81 @@ def _bare_flush(rounds: int) -> list[float]:
     return samples
 
 
+async def _flood(claims: int, samples: int) -> dict[str, Any]:
+    """The agent (its own process) under one NodePrepareResources of ``claims`` unknown claims."""
+    from topodra.dra.proto import dra_v1_pb2
+    from topodra.nri.types import Container, ContainerState, LinuxResources, Pod
+    from topodra.playground.world import Playground
+    from topodra.testing.crashsoak import TEMPLATES, _pod
+
+    spec = "1s1d1n1l4c2t4e"
+    out: dict[str, Any] = {}
+    async with Playground(topology=synthetic_topology(spec), agent_process=f"synthetic:{spec}") as pg:
+        assert pg.runtime is not None
+        assert pg.kubelet is not None
+        runtime = pg.runtime
+        await pg.apply(TEMPLATES)
+        serial = [0]
+
+        async def healthz() -> float:
+            t0 = time.perf_counter()
+            reader, writer = await asyncio.open_connection("127.0.0.1", pg.agent_port)
+            writer.write(b"GET /healthz HTTP/1.1\r\nHost: agent\r\nConnection: close\r\n\r\n")
+            await writer.drain()
+            raw = await reader.read()
+            writer.close()
+            if b" 200 " not in raw.split(b"\r\n", 1)[0]:
+                raise RuntimeError(f"/healthz answered {raw[:80]!r}")
+            return time.perf_counter() - t0
+
+        async def create() -> float:
+            serial[0] += 1
+            i = serial[0]
+            pod = Pod(id=f"s{i}", name=f"pod{i}", uid=f"uid{i}", namespace="bench", cgroup_parent=f"/kubepods/burstable/poduid{i}")
+            assert (await runtime.run_pod_sandbox(pod)).ok
+            ctr = Container(
+                id=f"c{i}", pod_sandbox_id=pod.id, name="app", state=ContainerState.CREATED,
+                resources=LinuxResources(cpu_shares=256), cgroups_path=f"/kubepods/burstable/poduid{i}/c{i}",
+            )
+            t0 = time.perf_counter()
+            result = await runtime.create_container(ctr)
+            if not result.ok:
+                raise RuntimeError(f"container {i}: {result.error}")
+            return time.perf_counter() - t0
+
+        async def claimer(name: str) -> float:
+            t0 = time.perf_counter()
+            lines = await pg.apply([_pod(name, {}, "one-cpu")])
+            if not lines[-1].endswith("running"):
+                raise RuntimeError(f"{name}: {lines[-1]}")
+            return time.perf_counter() - t0
+
+        idle_h = [await healthz() for _ in range(samples)]
+        idle_c = [await create() for _ in range(samples)]
+        idle_pod = await claimer("claimer-idle")
+        stub = pg.kubelet.plugins["native.cpu"].stub
+        request = dra_v1_pb2.NodePrepareResourcesRequest(
+            claims=[dra_v1_pb2.Claim(namespace="default", uid=f"f{i}", name=f"flood-{i}") for i in range(claims)]
+        )
+
+        async def call() -> Any:
+            return await stub.NodePrepareResources(request, timeout=60)
+
+        t0 = time.perf_counter()
+        flood = asyncio.create_task(call())
+        busy_h: list[float] = []
+        busy_c: list[float] = []
+        busy_pod = await claimer("claimer-busy")
+        while not flood.done() and len(busy_c) < samples:
+            busy_h.append(await healthz())
+            busy_c.append(await create())
+        answer = await flood
+        out["flood_seconds"] = time.perf_counter() - t0
+        out["answered"] = len(answer.claims)
+        out.update(idle_h=idle_h, idle_c=idle_c, busy_h=busy_h, busy_c=busy_c, idle_pod=idle_pod, busy_pod=busy_pod)
+    return out
+
+
 def _time_best(fn: Callable[[], object], repeat: int) -> float:
     best = float("inf")
     for _ in range(repeat):
@@ -427,6 +502,28 @@ def run(quick: bool) -> list[Result]:
         Result("bare fdatasync of 2 KB p50 (this disk, same run)", flush, "ms", note="Prepare pays one; was 4 per Prepare")
     )
     results.append(Result(f"Unprepare {CLAIM_CPUS}-CPU claim over gRPC p50", unprep, "ms", note=f"{unprep / empty:.1f}x an empty call"))
+
+    flood_claims = 5_000 if quick else 20_000
+    f = asyncio.run(_flood(flood_claims, 30 if quick else 200))
+    note = f"while one NodePrepareResources of {flood_claims} unknown claims runs (agent in its own process)"
+    results.append(
+        Result(f"flood of {flood_claims} unknown claims: call answered in", f["flood_seconds"], "s",
+               goal="< 45 s (kubelet timeout)", met=f["flood_seconds"] < 45 and f["answered"] == flood_claims)
+    )
+    if f["busy_h"]:
+        worst = max(f["busy_h"]) * 1e3
+        results.append(Result("/healthz worst during the flood", worst, "ms", goal="<= 100 ms", met=worst <= 100, note=note))
+        results.append(Result("/healthz p50 idle", median(f["idle_h"]) * 1e3, "ms"))
+        idle_p99, busy_p99 = percentile(f["idle_c"], 99) * 1e3, percentile(f["busy_c"], 99) * 1e3
+        results.append(Result("CreateContainer p99 idle", idle_p99, "ms"))
+        results.append(
+            Result("CreateContainer p99 during the flood / idle", busy_p99 / idle_p99, "x", goal="<= 2x",
+                   met=busy_p99 <= 2 * idle_p99, note=f"{busy_p99:.2f} ms vs {idle_p99:.2f} ms; {len(f['busy_c'])} samples")
+        )
+    results.append(
+        Result("pod with a 1-CPU claim started during the flood", f["busy_pod"] * 1e3, "ms",
+               note=f"idle: {f['idle_pod'] * 1e3:.0f} ms")
+    )
 
     topo = synthetic_topology(MACHINE)
     build = _time_best(lambda: build_slices("node-a", build_devices(topo)), 5 if quick else 20)

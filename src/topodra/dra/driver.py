@@ -8,7 +8,7 @@ policy's container changes to ``on_changes`` at once (nothing is left for the
 next runtime event, the prototype's Unprepare bug).
 
 Bounded work: the claims of one call are fetched by at most
-``fetch_concurrency`` workers, and whatever is not fetched by the call's
+``fetch_concurrency`` workers (paced beyond ``UNPACED_FETCHES``), and whatever is not fetched by the call's
 deadline (``prepare_deadline``, under the kubelet's 45 s) is answered with an
 error the kubelet retries. Claims that could not be fetched and are not
 prepared are answered without waiting for the serial lock, so a call with
@@ -86,7 +86,11 @@ ClaimFetcher = Callable[[str, str], Awaitable[Mapping[str, Any]]]
 #: ``await list_claims()`` -> every ResourceClaim JSON object (only to repair a damaged checkpoint).
 ClaimLister = Callable[[], Awaitable[Sequence[Mapping[str, Any]]]]
 #: How many claims of one call are fetched at once.
-FETCH_CONCURRENCY = 8
+FETCH_CONCURRENCY = 4
+#: Fetches of one call beyond this many are paced: each worker then waits as long as its last
+#: fetch took, so a flood of claims gets at most about half of the event loop. A pod's claims
+#: (the kubelet sends one call per pod) stay far below it and are never slowed.
+UNPACED_FETCHES = 32
 #: Seconds a Prepare call may spend fetching claims: well under the kubelet's 45 s per call.
 PREPARE_DEADLINE = 30.0
 ChangesCallback = Callable[[Changes], Awaitable[None]]
@@ -364,10 +368,14 @@ class Driver:
 
         async def worker() -> None:
             for i in todo:
+                start = loop.time()
                 try:
                     results[i] = await self._fetch_one(refs[i])
                 except Exception as exc:
                     results[i] = exc
+                if i >= UNPACED_FETCHES:
+                    # A huge call: leave the event loop to everything else at least half the time.
+                    await asyncio.sleep(min(loop.time() - start, 0.1))
 
         workers = [worker() for _ in range(min(self._fetch_concurrency, len(refs)))]
         with contextlib.suppress(TimeoutError):
