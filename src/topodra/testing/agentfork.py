@@ -81,11 +81,15 @@ def serve() -> None:
     out = sys.stdout
     buffer = b""
     stdin = sys.stdin.fileno()
+    children: set[int] = set()
     while True:
         ready, _, _ = select.select([stdin], [], [], 0.01)
         if ready:
             chunk = os.read(stdin, 65536)
-            if not chunk:
+            if not chunk:  # the test process is gone: take the agents with us
+                for child in children:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(child, signal.SIGKILL)
                 break
             buffer += chunk
             while b"\n" in buffer:
@@ -95,6 +99,7 @@ def serve() -> None:
                 pid = os.fork()
                 if pid == 0:
                     _child(request)
+                children.add(pid)
                 out.write(f"pid {pid}\n")
                 out.flush()
         while True:
@@ -104,6 +109,7 @@ def serve() -> None:
                 break
             if pid == 0:
                 break
+            children.discard(pid)
             out.write(f"exit {pid} {os.waitstatus_to_exitcode(status)}\n")
             out.flush()
 
