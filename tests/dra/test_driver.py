@@ -597,3 +597,37 @@ def test_the_prepare_deadline_answers_every_claim(tmp_path: Path) -> None:
         assert store.in_flight == 0, "fetches still running after the deadline were cancelled"
 
     run(main())
+
+
+def test_many_huge_calls_at_once_stay_bounded(tmp_path: Path) -> None:
+    from topodra.dra.driver import FETCHES_IN_FLIGHT
+
+    async def main() -> None:
+        rig = Rig(tmp_path)
+        store = GatedStore()
+        store.bound = FETCHES_IN_FLIGHT
+        store.add(make_claim("u1", ["cpu4"]))
+        driver = Driver(
+            policy=rig.policy,
+            lock=asyncio.Lock(),
+            fetch_claim=store.fetch,
+            cdi_dir=tmp_path / "cdi",
+            checkpoint_path=tmp_path / "plugin" / "checkpoint.json",
+            devices=rig.devices,
+            pool="node-a",
+            fetch_concurrency=4,
+            prepare_deadline=3600,
+        )
+        calls = [
+            asyncio.create_task(driver.prepare([ClaimRef("default", f"x{c}-{i}", f"slow-{c}-{i}") for i in range(100)]))
+            for c in range(10)
+        ]
+        await asyncio.wait_for(store.saturated.wait(), 30)
+        small = asyncio.create_task(driver.prepare([ClaimRef("default", "u1", "claim-u1")]))
+        store.gate.set()  # the small call queued behind at most the workers already waiting
+        assert (await asyncio.wait_for(small, 30))["u1"].error == ""
+        for answers in await asyncio.wait_for(asyncio.gather(*calls), 60):
+            assert len(answers) == 100
+        assert store.most == FETCHES_IN_FLIGHT
+
+    run(main())

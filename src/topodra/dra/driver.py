@@ -91,6 +91,9 @@ FETCH_CONCURRENCY = 4
 #: fetch took, so a flood of claims gets at most about half of the event loop. A pod's claims
 #: (the kubelet sends one call per pod) stay far below it and are never slowed.
 UNPACED_FETCHES = 32
+#: Fetches in flight across all calls: many huge calls at once stay bounded too. Each call queues
+#: at most ``fetch_concurrency`` workers here, so a small call waits for few fetches.
+FETCHES_IN_FLIGHT = 16
 #: Seconds a Prepare call may spend fetching claims: well under the kubelet's 45 s per call.
 PREPARE_DEADLINE = 30.0
 ChangesCallback = Callable[[Changes], Awaitable[None]]
@@ -185,6 +188,7 @@ class Driver:
         self._list_claims = list_claims
         self._fetch_concurrency = max(1, fetch_concurrency)
         self._prepare_deadline = prepare_deadline
+        self._in_flight = asyncio.Semaphore(max(FETCHES_IN_FLIGHT, self._fetch_concurrency))
         self._devices = {d.name: d for d in devices}
         self._pool = pool
         self._on_changes = on_changes or _no_changes
@@ -370,7 +374,8 @@ class Driver:
             for i in todo:
                 start = loop.time()
                 try:
-                    results[i] = await self._fetch_one(refs[i])
+                    async with self._in_flight:
+                        results[i] = await self._fetch_one(refs[i])
                 except Exception as exc:
                     results[i] = exc
                 if i >= UNPACED_FETCHES:
