@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["CRASH_EXIT_CODE", "ENV", "POINTS", "crash_point"]
+__all__ = ["CRASH_EXIT_CODE", "ENV", "POINTS", "crash_point", "rearm"]
 
 ENV = "TOPODRA_CRASH_AT"
 CRASH_EXIT_CODE = 86
@@ -29,6 +29,7 @@ POINTS = (
     "unprepare.cdi-removed",  # everything recorded; containers not yet widened
     "create.placed",  # CreateContainer placed in the policy; reply not sent
     "stop.removed",  # StopContainer released in the policy; reply not sent
+    "checkpoint.torn",  # a checkpoint slot half written (any Prepare/Unprepare save)
 )
 
 
@@ -42,6 +43,12 @@ def _armed() -> dict[str, int]:
 
 
 _ARMED = _armed()
+
+
+def rearm() -> None:
+    """Read ``TOPODRA_CRASH_AT`` again (a process forked after import, as the crash soak does)."""
+    _ARMED.clear()
+    _ARMED.update(_armed())
 
 
 def crash_point(name: str) -> None:

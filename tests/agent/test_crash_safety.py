@@ -9,6 +9,7 @@ server, scheduler) stays up in the test process, like on a real node.
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -143,5 +144,38 @@ def test_crash_and_restart_loses_and_doubles_nothing(point: str) -> None:
                 await pg.kubelet.retry_unprepare()
                 await pg.settle()
                 await _check(pg, claimer_running=False)
+
+    asyncio.run(main())
+
+
+def test_a_damaged_checkpoint_is_repaired_at_start_and_counted() -> None:
+    """The newest slot bit-flipped while the agent was down: it starts, loses nothing, counts it."""
+
+    async def main() -> None:
+        topo = synthetic_topology(SPEC)
+        async with Playground(topology=topo, agent_process=f"synthetic:{SPEC}") as pg:
+            assert pg.workdir is not None
+            await pg.apply(BACKGROUND)
+            await pg.apply([TEMPLATE, CLAIMER])
+            await pg.delete_pod("claimer")
+            await pg.apply([CLAIMER])  # three generations: the previous one lacks this claim
+            await _check(pg, claimer_running=True)
+            await pg.kill_agent_process()
+            slots = [pg.workdir / "state" / name for name in ("dra-checkpoint.json", "dra-checkpoint.json.1")]
+            newest = max((p for p in slots if p.exists()), key=lambda p: json.loads(p.read_bytes())["generation"])
+            data = bytearray(newest.read_bytes())
+            data[len(data) // 2] ^= 0x01
+            newest.write_bytes(bytes(data))
+            await pg.restart_agent()
+            await _check(pg, claimer_running=True)
+            reader, writer = await asyncio.open_connection("127.0.0.1", pg.agent_port)
+            writer.write(b"GET /metrics HTTP/1.1\r\nHost: agent\r\nConnection: close\r\n\r\n")
+            await writer.drain()
+            metrics = (await reader.read()).decode()
+            writer.close()
+            assert 'topodra_dra_checkpoint_recoveries_total{how="previous-generation"} 1.0' in metrics
+            assert newest.with_name(newest.name + ".damaged").exists()
+            await pg.delete_pod("claimer")
+            await _check(pg, claimer_running=False)
 
     asyncio.run(main())

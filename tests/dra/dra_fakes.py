@@ -89,11 +89,22 @@ class ClaimStore:
     def __init__(self) -> None:
         self.claims: dict[tuple[str, str], dict[str, Any]] = {}
         self.fetches = 0
+        self.lists = 0
+        self.reachable = True
 
     def add(self, claim: dict[str, Any]) -> dict[str, Any]:
         m = claim["metadata"]
         self.claims[(m["namespace"], m["name"])] = claim
         return claim
+
+    def delete(self, namespace: str, name: str) -> None:
+        del self.claims[(namespace, name)]
+
+    async def list_all(self) -> list[dict[str, Any]]:
+        self.lists += 1
+        if not self.reachable:
+            raise ConnectionError("API server unreachable")
+        return list(self.claims.values())
 
     async def fetch(self, namespace: str, name: str) -> dict[str, Any]:
         self.fetches += 1

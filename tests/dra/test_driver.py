@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -50,6 +50,7 @@ class Rig:
             policy=self.policy,
             lock=asyncio.Lock(),
             fetch_claim=self.store.fetch,
+            list_claims=self.store.list_all,
             cdi_dir=self.tmp / "cdi",
             checkpoint_path=self.tmp / "plugin" / "checkpoint.json",
             devices=self.devices,
@@ -329,25 +330,95 @@ def test_restore_with_cpus_now_reserved(rig: Rig) -> None:
     assert load_checkpoint(rig.tmp / "plugin" / "checkpoint.json") == {}
 
 
-@pytest.mark.parametrize(
-    "mangle",
-    [
-        lambda b: b[:-20],
-        lambda b: b.replace(b'"4"', b'"5"'),
-        lambda b: b.replace(b'"version": 1', b'"version": 9'),
-        lambda b: b"\x00\xff",
-    ],
-)
-def test_corrupt_checkpoint_is_a_clear_error_and_claims_nothing(rig: Rig, mangle: Any) -> None:
-    rig.store.add(make_claim("u1", ["cpu4"]))
-    rig.prepare("u1")
-    path = rig.tmp / "plugin" / "checkpoint.json"
-    path.write_bytes(mangle(path.read_bytes()))
+CORRUPTIONS: dict[str, Callable[[bytes], bytes]] = {
+    "truncated": lambda b: b[: len(b) // 2],
+    "bit-flipped": lambda b: b[: len(b) // 2] + bytes([b[len(b) // 2] ^ 0x01]) + b[len(b) // 2 + 1 :],
+    "wrong-version": lambda b: b.replace(b'"version":2', b'"version":99'),
+    "not-json": lambda b: b"\x00\xff not a checkpoint",
+}
+CHECKPOINT = "plugin/checkpoint.json"
+
+
+def _restart(rig: Rig) -> Any:
     rig.policy = RecordingPolicy(TOPO, RESERVED)
     rig.driver = rig.new_driver()
-    with pytest.raises(CheckpointError, match=r"checkpoint\.json"):
-        run(rig.driver.restore())
+    return run(rig.driver.restore())
+
+
+def _damage(path: Path, how: str) -> None:
+    before = path.read_bytes()
+    path.write_bytes(CORRUPTIONS[how](before))
+    assert path.read_bytes() != before
+
+
+@pytest.mark.parametrize("how", sorted(CORRUPTIONS))
+def test_damaged_newest_slot_falls_back_to_the_previous_generation_without_loss(rig: Rig, how: str) -> None:
+    rig.store.add(make_claim("u1", ["cpu4"]))
+    rig.store.add(make_claim("u2", ["cpu5", "cpu6"]))
+    rig.prepare("u1")  # generation 0, slot checkpoint.json
+    rig.prepare("u2")  # generation 1, slot checkpoint.json.1: the newest
+    newest = rig.tmp / (CHECKPOINT + ".1")
+    _damage(newest, how)
+    report = _restart(rig)
+    assert report.recovery == "previous-generation"
+    assert report.problems
+    assert str(newest) in report.problems[0]
+    # u2 is missing from the previous generation; its CDI spec and the API server bring it back.
+    assert rig.policy.claims() == {"u1": CPUSet([4]), "u2": CPUSet([5, 6])}
+    assert (rig.tmp / (CHECKPOINT + ".1.damaged")).exists(), "the damaged slot is kept for inspection"
+    assert load_checkpoint(rig.tmp / CHECKPOINT).keys() == {"u1", "u2"}
+    assert rig.prepare("u2")["u2"].claim.cpus == CPUSet([5, 6])
+    assert _restart(rig).recovery == "", "repaired: the next start finds a sound checkpoint"
+
+
+@pytest.mark.parametrize("how", sorted(CORRUPTIONS))
+def test_no_good_slot_rebuilds_from_cdi_specs_and_the_api_server(rig: Rig, how: str) -> None:
+    rig.store.add(make_claim("u1", ["cpu4", "cpu5"]))
+    rig.prepare("u1")
+    (rig.tmp / "plugin" / "checkpoint.json.1").unlink(missing_ok=True)
+    _damage(rig.tmp / CHECKPOINT, how)
+    cdi.write_spec(rig.tmp / "cdi", "gone", CPUSet([9]))  # a spec whose claim no longer exists
+    report = _restart(rig)
+    assert report.recovery == "rebuilt"
+    assert rig.policy.claims() == {"u1": CPUSet([4, 5])}
+    assert rig.driver.prepared("u1").devices == rig.prepare("u1")["u1"].claim.devices  # type: ignore[union-attr]
+    assert rig.spec_cpus("gone") is None
+    assert load_checkpoint(rig.tmp / CHECKPOINT).keys() == {"u1"}
+
+
+def test_lost_unprepare_is_not_resurrected(rig: Rig) -> None:
+    rig.store.add(make_claim("u1", ["cpu4"]))
+    rig.store.add(make_claim("u2", ["cpu5"]))
+    rig.prepare("u1")  # gen 0
+    rig.prepare("u2")  # gen 1
+    rig.unprepare("u2")  # gen 2 (slot 0), spec removed
+    rig.store.delete("default", "claim-u2")
+    _damage(rig.tmp / CHECKPOINT, "bit-flipped")  # gen 1 still says u2 is prepared
+    report = _restart(rig)
+    assert report.recovery == "previous-generation"
+    assert rig.policy.claims() == {"u1": CPUSet([4])}
+    assert any("u2" in n for n in report.notes)
+
+
+def test_damage_with_the_api_server_away_is_a_clear_error_and_claims_nothing(rig: Rig) -> None:
+    rig.store.add(make_claim("u1", ["cpu4"]))
+    rig.prepare("u1")
+    _damage(rig.tmp / CHECKPOINT, "truncated")
+    rig.store.reachable = False
+    with pytest.raises(CheckpointError, match=r"checkpoint\.json.*API server"):
+        _restart(rig)
     assert rig.policy.claims() == {}
+
+
+def test_a_torn_write_is_detected_and_the_other_slot_used(rig: Rig) -> None:
+    rig.store.add(make_claim("u1", ["cpu4"]))
+    rig.prepare("u1")
+    good = (rig.tmp / CHECKPOINT).read_bytes()
+    (rig.tmp / (CHECKPOINT + ".1")).write_bytes(good[: len(good) // 3])  # a crash mid-write of gen 1
+    report = _restart(rig)
+    assert report.recovery == "previous-generation"
+    assert rig.policy.claims() == {"u1": CPUSet([4])}
+    assert rig.store.lists == 0, "checkpoint and specs agree: no need to ask the API server"
 
 
 # --- containers --------------------------------------------------------------------------------------
@@ -424,3 +495,139 @@ def test_random_prepare_unprepare_keeps_state_consistent(tmp_path_factory: pytes
         assert set(cdi.spec_uids(rig.tmp / "cdi")) == set(prepared)
         saved = load_checkpoint(rig.tmp / "plugin" / "checkpoint.json")
         assert {u: c.cpus for u, c in saved.items()} == {u: p.cpus for u, p in prepared.items()}
+
+
+# --- identity ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("namespace", "name"), [("other", "claim-u1"), ("default", "claim-other")])
+def test_a_prepared_uid_under_another_name_is_refused(rig: Rig, namespace: str, name: str) -> None:
+    rig.store.add(make_claim("u1", ["cpu4"]))
+    rig.prepare("u1")
+    forged = ClaimRef(namespace, "u1", name)
+    res = run(rig.driver.prepare([forged]))["u1"]
+    assert res.claim is None
+    assert "was prepared for claim default/claim-u1" in res.error
+    un = run(rig.driver.unprepare([forged]))["u1"]
+    assert "was prepared for claim default/claim-u1" in un.error
+    assert rig.policy.claimed("u1") == CPUSet([4]), "a forged Unprepare releases nothing"
+    assert rig.prepare("u1")["u1"].claim.cpus == CPUSet([4])
+
+
+# --- bounded work ----------------------------------------------------------------------------------------
+
+class GatedStore(ClaimStore):
+    """Fetches of claims named ``slow-*`` wait at a gate; counts how many are in flight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.in_flight = 0
+        self.most = 0
+        self.saturated = asyncio.Event()
+        self.bound = 0
+
+    async def fetch(self, namespace: str, name: str) -> dict[str, Any]:
+        if not name.startswith("slow-"):
+            return await super().fetch(namespace, name)
+        self.in_flight += 1
+        self.most = max(self.most, self.in_flight)
+        if self.in_flight >= self.bound:
+            self.saturated.set()
+        try:
+            await self.gate.wait()
+            return await super().fetch(namespace, name)
+        finally:
+            self.in_flight -= 1
+
+
+def test_a_huge_prepare_is_bounded_and_does_not_stall_other_calls(tmp_path: Path) -> None:
+    async def main() -> None:
+        rig = Rig(tmp_path)
+        store = GatedStore()
+        store.bound = 4
+        store.add(make_claim("u1", ["cpu4"]))
+        driver = Driver(
+            policy=rig.policy,
+            lock=asyncio.Lock(),
+            fetch_claim=store.fetch,
+            cdi_dir=tmp_path / "cdi",
+            checkpoint_path=tmp_path / "plugin" / "checkpoint.json",
+            devices=rig.devices,
+            pool="node-a",
+            fetch_concurrency=4,
+            prepare_deadline=3600,
+        )
+        flood = [ClaimRef("default", f"x{i}", f"slow-{i}") for i in range(20_000)]
+        big = asyncio.create_task(driver.prepare(flood))
+        await asyncio.wait_for(store.saturated.wait(), 30)
+        # Another pod's claim is prepared while the huge call is stuck on the API server.
+        small = await asyncio.wait_for(driver.prepare([ClaimRef("default", "u1", "claim-u1")]), 30)
+        assert small["u1"].error == ""
+        assert not big.done()
+        assert store.most == 4, "at most fetch_concurrency fetches in flight"
+        store.gate.set()
+        answers = await asyncio.wait_for(big, 60)
+        assert len(answers) == len(flood)
+        assert all("not found" in a.error for a in answers.values())
+        assert store.most == 4
+
+    run(main())
+
+
+def test_the_prepare_deadline_answers_every_claim(tmp_path: Path) -> None:
+    async def main() -> None:
+        rig = Rig(tmp_path)
+        store = GatedStore()
+        store.bound = 2
+        driver = Driver(
+            policy=rig.policy,
+            lock=asyncio.Lock(),
+            fetch_claim=store.fetch,
+            cdi_dir=tmp_path / "cdi",
+            checkpoint_path=tmp_path / "plugin" / "checkpoint.json",
+            devices=rig.devices,
+            pool="node-a",
+            fetch_concurrency=2,
+            prepare_deadline=0.2,
+        )
+        flood = [ClaimRef("default", f"x{i}", f"slow-{i}") for i in range(1000)]
+        answers = await asyncio.wait_for(driver.prepare(flood), 30)  # the gate never opens
+        assert set(answers) == {r.uid for r in flood}
+        assert all("0.2 s deadline" in a.error for a in answers.values())
+        assert store.in_flight == 0, "fetches still running after the deadline were cancelled"
+
+    run(main())
+
+
+def test_many_huge_calls_at_once_stay_bounded(tmp_path: Path) -> None:
+    from topodra.dra.driver import FETCHES_IN_FLIGHT
+
+    async def main() -> None:
+        rig = Rig(tmp_path)
+        store = GatedStore()
+        store.bound = FETCHES_IN_FLIGHT
+        store.add(make_claim("u1", ["cpu4"]))
+        driver = Driver(
+            policy=rig.policy,
+            lock=asyncio.Lock(),
+            fetch_claim=store.fetch,
+            cdi_dir=tmp_path / "cdi",
+            checkpoint_path=tmp_path / "plugin" / "checkpoint.json",
+            devices=rig.devices,
+            pool="node-a",
+            fetch_concurrency=4,
+            prepare_deadline=3600,
+        )
+        calls = [
+            asyncio.create_task(driver.prepare([ClaimRef("default", f"x{c}-{i}", f"slow-{c}-{i}") for i in range(100)]))
+            for c in range(10)
+        ]
+        await asyncio.wait_for(store.saturated.wait(), 30)
+        small = asyncio.create_task(driver.prepare([ClaimRef("default", "u1", "claim-u1")]))
+        store.gate.set()  # the small call queued behind at most the workers already waiting
+        assert (await asyncio.wait_for(small, 30))["u1"].error == ""
+        for answers in await asyncio.wait_for(asyncio.gather(*calls), 60):
+            assert len(answers) == 100
+        assert store.most == FETCHES_IN_FLIGHT
+
+    run(main())

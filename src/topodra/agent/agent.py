@@ -275,6 +275,10 @@ class Agent:
             result: dict[str, Any] = await kube.get(RESOURCE_CLAIMS, name, namespace)
             return result
 
+        async def list_claims() -> list[dict[str, Any]]:  # only to repair a damaged checkpoint
+            items: list[dict[str, Any]] = (await kube.list(RESOURCE_CLAIMS, chunk_size=500))[0]
+            return items
+
         for directory in (cfg.state_dir, cfg.cdi_dir):
             try:
                 directory.mkdir(parents=True, exist_ok=True)
@@ -284,6 +288,7 @@ class Agent:
             policy=self.policy,
             lock=self.lock,
             fetch_claim=fetch,
+            list_claims=list_claims,
             cdi_dir=cfg.cdi_dir,
             checkpoint_path=cfg.checkpoint_path,
             devices=self.devices,
@@ -295,6 +300,9 @@ class Agent:
             report = await self.driver.restore()
         except Exception as err:
             raise AgentError(f"cannot restore prepared claims from {cfg.checkpoint_path}: {err}") from err
+        if report.recovery:
+            self.metrics.checkpoint_recoveries.labels(report.recovery).inc()
+            self._note(f"checkpoint damaged, repaired ({report.recovery}): {'; '.join(report.problems)}")
         if report.restored:
             self._note(f"restored {len(report.restored)} prepared claim(s) from the checkpoint")
         self.kubelet_plugin = KubeletPlugin(self.driver, PluginPaths(kubelet_root=cfg.kubelet_root))

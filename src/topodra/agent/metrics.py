@@ -49,6 +49,12 @@ class AgentMetrics:
         self.updates_failed = Counter(
             "topodra_unsolicited_updates_failed", "Unsolicited container updates the runtime reported failed.", registry=r
         )
+        self.checkpoint_recoveries = Counter(
+            "topodra_dra_checkpoint_recoveries",
+            "Damaged DRA checkpoints repaired at start-up, by how (previous-generation, rebuilt).",
+            ["how"],
+            registry=r,
+        )
         self.config_reloads = Counter("topodra_config_reloads", "Configuration reloads.", ["result"], registry=r)
 
     def render(self) -> bytes:

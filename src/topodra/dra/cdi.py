@@ -17,7 +17,7 @@ from typing import Any, Final
 
 from topodra.cpuset import CPUSet, CPUSetParseError
 from topodra.dra.claims import ClaimError, check_uid
-from topodra.dra.files import remove_durably, write_atomic
+from topodra.dra.files import remove, replace_atomically
 
 __all__ = [
     "CDI_CLASS",
@@ -88,16 +88,17 @@ def spec_path(cdi_dir: Path, uid: str) -> Path:
 
 
 def write_spec(cdi_dir: Path, uid: str, cpus: CPUSet) -> Path:
-    """Write (atomically) the claim's spec; returns its path."""
+    """Write the claim's spec atomically (not flushed: the checkpoint is the durable record and
+    ``Driver.restore`` rewrites specs from it); returns its path."""
     spec = claim_spec(uid, cpus)
     cdi_dir.mkdir(parents=True, exist_ok=True)
     path = spec_path(cdi_dir, uid)
-    write_atomic(path, json.dumps(spec, indent=2, sort_keys=True).encode() + b"\n")
+    replace_atomically(path, json.dumps(spec, indent=2, sort_keys=True).encode() + b"\n")
     return path
 
 
 def remove_spec(cdi_dir: Path, uid: str) -> bool:
-    return remove_durably(spec_path(cdi_dir, uid))
+    return remove(spec_path(cdi_dir, uid))
 
 
 def read_spec_cpus(cdi_dir: Path, uid: str) -> CPUSet | None:

@@ -7,6 +7,19 @@ spec. Both are idempotent, serialized, report per-claim errors and hand the
 policy's container changes to ``on_changes`` at once (nothing is left for the
 next runtime event, the prototype's Unprepare bug).
 
+Bounded work: the claims of one call are fetched by at most
+``fetch_concurrency`` workers (paced beyond ``UNPACED_FETCHES``), and whatever is not fetched by the call's
+deadline (``prepare_deadline``, under the kubelet's 45 s) is answered with an
+error the kubelet retries. Claims that could not be fetched and are not
+prepared are answered without waiting for the serial lock, so a call with
+thousands of unknown claims neither stalls other calls nor the event loop.
+
+Durability: the checkpoint is the source of truth and its write is the one
+flushed write per state change; CDI specs are replaced atomically but not
+flushed, and ``restore`` rewrites them from the checkpoint. A damaged
+checkpoint slot is settled with the CDI specs and the API server
+(``recovery``), never a reason to refuse to start.
+
 Locking: ``lock`` is the agent's policy lock (shared with its NRI handlers)
 and is held only around policy calls; ``on_changes`` is awaited after it is
 released, so the callback may take it. A second, driver-private lock keeps
@@ -17,7 +30,9 @@ Prepare/Unprepare calls strictly one after another, so changes reach
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -28,10 +43,9 @@ from topodra.dra import cdi
 from topodra.dra.cdi import ClaimEnvError, parse_claim_env
 from topodra.dra.checkpoint import (
     CheckpointError,
+    CheckpointStore,
     PreparedClaim,
     PreparedDevice,
-    load_checkpoint,
-    save_checkpoint,
 )
 from topodra.dra.claims import (
     AllocatedDevice,
@@ -43,6 +57,7 @@ from topodra.dra.claims import (
     resolve_cpus,
 )
 from topodra.dra.devices import DRIVER, Device
+from topodra.dra.recovery import disputed, settle
 from topodra.faults import crash_point
 from topodra.policy.api import Changes, PolicyError
 from topodra.topology.model import CoreType
@@ -68,6 +83,19 @@ log = logging.getLogger(__name__)
 
 #: ``await fetch(namespace, name)`` -> the ResourceClaim JSON object.
 ClaimFetcher = Callable[[str, str], Awaitable[Mapping[str, Any]]]
+#: ``await list_claims()`` -> every ResourceClaim JSON object (only to repair a damaged checkpoint).
+ClaimLister = Callable[[], Awaitable[Sequence[Mapping[str, Any]]]]
+#: How many claims of one call are fetched at once.
+FETCH_CONCURRENCY = 4
+#: Fetches of one call beyond this many are paced: each worker then waits as long as its last
+#: fetch took, so a flood of claims gets at most about half of the event loop. A pod's claims
+#: (the kubelet sends one call per pod) stay far below it and are never slowed.
+UNPACED_FETCHES = 32
+#: Fetches in flight across all calls: many huge calls at once stay bounded too. Each call queues
+#: at most ``fetch_concurrency`` workers here, so a small call waits for few fetches.
+FETCHES_IN_FLIGHT = 16
+#: Seconds a Prepare call may spend fetching claims: well under the kubelet's 45 s per call.
+PREPARE_DEADLINE = 30.0
 ChangesCallback = Callable[[Changes], Awaitable[None]]
 
 
@@ -108,9 +136,16 @@ class UnprepareResult:
 
 @dataclass(frozen=True, slots=True)
 class RestoreReport:
+    """What ``restore`` did. ``recovery`` is "" for a sound checkpoint, else how it was repaired:
+    ``previous-generation`` (a slot was damaged, the other one was good) or ``rebuilt`` (no good
+    slot: the claims come from the CDI specs and the API server)."""
+
     restored: tuple[str, ...] = ()
     failed: Mapping[str, str] = field(default_factory=dict)
     removed_stale_specs: tuple[str, ...] = ()
+    recovery: str = ""
+    problems: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
 
 
 def merge_changes(*changes: Changes) -> Changes:
@@ -140,12 +175,20 @@ class Driver:
         pool: str,
         on_changes: ChangesCallback | None = None,
         driver: str = DRIVER,
+        list_claims: ClaimLister | None = None,
+        fetch_concurrency: int = FETCH_CONCURRENCY,
+        prepare_deadline: float = PREPARE_DEADLINE,
     ) -> None:
         self._policy = policy
         self._lock = lock
         self._fetch = fetch_claim
         self._cdi_dir = Path(cdi_dir)
         self._checkpoint_path = Path(checkpoint_path)
+        self._store = CheckpointStore(self._checkpoint_path)
+        self._list_claims = list_claims
+        self._fetch_concurrency = max(1, fetch_concurrency)
+        self._prepare_deadline = prepare_deadline
+        self._in_flight = asyncio.Semaphore(max(FETCHES_IN_FLIGHT, self._fetch_concurrency))
         self._devices = {d.name: d for d in devices}
         self._pool = pool
         self._on_changes = on_changes or _no_changes
@@ -216,18 +259,34 @@ class Driver:
     async def restore(self) -> RestoreReport:
         """Load the checkpoint and re-claim its CPUs in the policy (after a restart).
 
-        A corrupt checkpoint raises CheckpointError and nothing is claimed.
+        A damaged checkpoint slot is kept aside (``<slot>.damaged``) and the
+        claims are settled with the CDI specs and the API server (``recovery``);
+        only when that is impossible (API server unreachable while the records
+        disagree) does it raise CheckpointError, and nothing is claimed.
         A claim whose CPUs the policy refuses now (e.g. they became reserved)
         is kept as failed: Prepare reports the reason, Unprepare forgets it.
-        Specs are rewritten for restored claims and stale specs removed.
+        Specs are rewritten from the checkpoint and stale specs removed.
         """
         async with self._serial:
-            loaded = load_checkpoint(self._checkpoint_path)
+            loaded = self._store.load()
+            claims = dict(loaded.claims)
+            recovery = ""
+            notes: tuple[str, ...] = ()
+            if loaded.problems:
+                for problem in loaded.problems:
+                    log.error("checkpoint damaged: %s", problem)
+                claims, notes = await self._settle(claims)
+                recovery = "previous-generation" if loaded.generation >= 0 else "rebuilt"
+                for slot in loaded.damaged:
+                    with contextlib.suppress(OSError):
+                        os.replace(slot, slot.with_name(slot.name + ".damaged"))
+                for note in notes:
+                    log.warning("checkpoint repair: %s", note)
             restored: list[str] = []
             failed: dict[str, str] = {}
             all_changes: list[Changes] = []
             async with self._lock:
-                for uid, claim in loaded.items():
+                for uid, claim in claims.items():
                     if uid in self._prepared and not self._prepared[uid].error:
                         continue
                     try:
@@ -239,24 +298,64 @@ class Driver:
                     self._prepared[uid] = claim
                     restored.append(uid)
             for uid in restored:
-                cdi.write_spec(self._cdi_dir, uid, self._prepared[uid].cpus)
+                cpus = self._prepared[uid].cpus
+                if cpus and self._spec_cpus(uid) != cpus:
+                    cdi.write_spec(self._cdi_dir, uid, cpus)
             stale = [u for u in cdi.spec_uids(self._cdi_dir) if self.prepared(u) is None]
             for uid in stale:
                 cdi.remove_spec(self._cdi_dir, uid)
+            if recovery:
+                await self._save()  # a sound generation again, before anything is answered
             if failed:
                 for uid, reason in failed.items():
                     log.error("claim %s: %s", uid, reason)
             await self._push(merge_changes(*all_changes))
-            return RestoreReport(tuple(restored), failed, tuple(stale))
+            return RestoreReport(tuple(restored), failed, tuple(stale), recovery, loaded.problems, tuple(notes))
+
+    def _spec_cpus(self, uid: str) -> CPUSet | None:
+        try:
+            return cdi.read_spec_cpus(self._cdi_dir, uid)
+        except ClaimError:
+            return None
+
+    async def _settle(self, claims: dict[str, PreparedClaim]) -> tuple[dict[str, PreparedClaim], tuple[str, ...]]:
+        specs = {uid: self._spec_cpus(uid) for uid in cdi.spec_uids(self._cdi_dir)}
+        if not disputed(claims, specs):
+            return claims, ()
+        if self._list_claims is None:
+            raise CheckpointError(
+                f"{self._checkpoint_path}: damaged, and the CDI specs disagree with the last good generation; "
+                "no API server to settle them"
+            )
+        try:
+            api_claims = await self._list_claims()
+        except Exception as exc:
+            raise CheckpointError(
+                f"{self._checkpoint_path}: damaged, and the API server cannot be asked which claims "
+                f"are prepared here ({exc}); will retry at the next start"
+            ) from None
+        settled = settle(claims, specs, api_claims, self._devices, pool=self._pool, driver=self._driver)
+        return settled.claims, settled.notes
 
     # --- Prepare ------------------------------------------------------------------------------------
     async def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
         """Prepare every claim; the answer has an entry for each UID."""
         unique = list({c.uid: c for c in claims}.values())
-        fetched = await asyncio.gather(*(self._fetch_one(c) for c in unique), return_exceptions=True)
+        fetched = await self._fetch_all(unique)
         out: dict[str, PrepareResult] = {}
+        pending: list[tuple[ClaimRef, Mapping[str, Any] | BaseException]] = []
+        for i, (ref, obj) in enumerate(zip(unique, fetched, strict=True)):
+            if isinstance(obj, BaseException) and ref.uid not in self._prepared:
+                # Nothing to look up under the lock: answer now.
+                out[ref.uid] = PrepareResult(error=self._fetch_error(ref, obj))
+                if i % 512 == 511:
+                    await asyncio.sleep(0)  # let the event loop breathe on huge calls
+            else:
+                pending.append((ref, obj))
+        if not pending:
+            return out
         async with self._serial:
-            for ref, obj in zip(unique, fetched, strict=True):
+            for ref, obj in pending:
                 try:
                     out[ref.uid] = await self._prepare_one(ref, obj)
                 except Exception as exc:  # one bad claim must not fail the whole call
@@ -264,9 +363,49 @@ class Driver:
                     out[ref.uid] = PrepareResult(error=f"claim {ref}: internal error: {exc!r}")
         return out
 
+    async def _fetch_all(self, refs: Sequence[ClaimRef]) -> list[Mapping[str, Any] | BaseException]:
+        """Fetch with at most ``fetch_concurrency`` requests in flight, until the call's deadline."""
+        loop = asyncio.get_running_loop()
+        late = TimeoutError(f"not fetched within the call's {self._prepare_deadline:g} s deadline")
+        results: list[Mapping[str, Any] | BaseException] = [late] * len(refs)
+        todo = iter(range(len(refs)))
+
+        async def worker() -> None:
+            for i in todo:
+                start = loop.time()
+                try:
+                    async with self._in_flight:
+                        results[i] = await self._fetch_one(refs[i])
+                except Exception as exc:
+                    results[i] = exc
+                if i >= UNPACED_FETCHES:
+                    # A huge call: leave the event loop to everything else at least half the time.
+                    await asyncio.sleep(min(loop.time() - start, 0.1))
+
+        workers = [worker() for _ in range(min(self._fetch_concurrency, len(refs)))]
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout_at(loop.time() + self._prepare_deadline):
+                await asyncio.gather(*workers)
+        return results
+
     async def _fetch_one(self, ref: ClaimRef) -> Mapping[str, Any]:
         check_uid(ref.uid)
         return await self._fetch(ref.namespace, ref.name)
+
+    @staticmethod
+    def _fetch_error(ref: ClaimRef, exc: BaseException) -> str:
+        if isinstance(exc, ClaimError):
+            return str(exc)
+        return f"claim {ref}: cannot fetch the ResourceClaim: {exc}"
+
+    @staticmethod
+    def _identity_error(ref: ClaimRef, known: PreparedClaim) -> str:
+        if (known.namespace, known.name) == (ref.namespace, ref.name):
+            return ""
+        return (
+            f"claim {ref}: UID {ref.uid} was prepared for claim {known.namespace}/{known.name}; "
+            "a request naming another claim with this UID is refused"
+        )
 
     async def _prepare_one(self, ref: ClaimRef, obj: Mapping[str, Any] | BaseException) -> PrepareResult:
         try:
@@ -274,12 +413,14 @@ class Driver:
         except ClaimError as exc:
             return PrepareResult(error=str(exc))
         known = self._prepared.get(ref.uid)
+        if known is not None and (mismatch := self._identity_error(ref, known)):
+            return PrepareResult(error=mismatch)
         if known is not None and known.error:
             return PrepareResult(error=known.error)
         if isinstance(obj, BaseException):
             if known is not None:  # API server blip: the prepared answer still stands
                 return PrepareResult(claim=known)
-            return PrepareResult(error=f"claim {ref}: cannot fetch the ResourceClaim: {obj}")
+            return PrepareResult(error=self._fetch_error(ref, obj))
         try:
             allocated = allocated_devices(obj, ref, pool=self._pool, driver=self._driver)
         except ClaimError as exc:
@@ -327,7 +468,7 @@ class Driver:
             cdi.write_spec(self._cdi_dir, ref.uid, cpus)
             crash_point("prepare.cdi-written")
             self._prepared[ref.uid] = prepared
-            self._save()
+            await self._save()
         except (OSError, ClaimError) as exc:
             self._prepared.pop(ref.uid, None)
             async with self._lock:
@@ -359,10 +500,10 @@ class Driver:
             known = replace(known, pod_uids=merged)
             self._prepared[ref.uid] = known
             try:
-                self._save()
+                await self._save()
             except OSError as exc:
                 return PrepareResult(error=f"claim {ref}: cannot record the new consumers: {exc}")
-        if known.cpus and cdi.read_spec_cpus(self._cdi_dir, ref.uid) != known.cpus:
+        if known.cpus and self._spec_cpus(ref.uid) != known.cpus:
             cdi.write_spec(self._cdi_dir, ref.uid, known.cpus)  # someone removed or edited it
         return PrepareResult(claim=known)
 
@@ -387,6 +528,8 @@ class Driver:
         except ClaimError as exc:
             return UnprepareResult(error=str(exc))
         known = self._prepared.get(ref.uid)
+        if known is not None and (mismatch := self._identity_error(ref, known)):
+            return UnprepareResult(error=mismatch)
         changes: Changes = {}
         if known is not None and not known.error:
             async with self._lock:
@@ -396,7 +539,7 @@ class Driver:
         error = ""
         try:
             if known is not None or self._dirty:
-                self._save()
+                await self._save()
                 crash_point("unprepare.saved")
             cdi.remove_spec(self._cdi_dir, ref.uid)
         except OSError as exc:
@@ -406,9 +549,11 @@ class Driver:
         await self._push(changes)
         return UnprepareResult(error=error, changes=changes)
 
-    def _save(self) -> None:
+    async def _save(self) -> None:
+        """Write the checkpoint; the flush runs in a worker thread so the event loop (NRI events,
+        /healthz) is not held for the disk's latency. Calls are serialized by ``_serial``."""
         try:
-            save_checkpoint(self._checkpoint_path, self._prepared)
+            await asyncio.to_thread(self._store.save, dict(self._prepared))
         except OSError:
             self._dirty = True
             raise

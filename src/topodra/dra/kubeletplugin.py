@@ -9,7 +9,9 @@ Two servers, as the kubelet expects:
 - ``<kubelet>/plugins_registry/<driver>-reg.sock``: ``pluginregistration``
   GetInfo / NotifyRegistrationStatus; its appearance triggers registration.
 
-The plugin directory is created with mode 0700 (the checkpoint lives there);
+The plugin directory is created with mode 0700 (private to the driver; the
+agent keeps its checkpoint in ``stateDir``, ``PluginPaths.checkpoint`` is for
+a driver run on its own);
 stale sockets are removed before binding and both sockets on ``stop()``.
 """
 
