@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from topodra.agent.config import AgentConfig, ConfigError, load_config
+from topodra.agent.drift import CgroupReader, DriftChecker
 from topodra.agent.http import HttpEndpoint, Route, json_route
 from topodra.agent.metrics import AgentMetrics
 from topodra.agent.pusher import UpdatePusher, to_update
@@ -63,12 +64,15 @@ log = logging.getLogger(__name__)
 
 #: Events the agent subscribes to (all exist in every NRI version; the
 #: notification ones arrive as StateChange on runtimes before v0.12).
+#: PostStartContainer closes the start window: an update that reached a
+#: container while it was starting may never have reached its task.
 EVENTS = frozenset(
     {
         Event.RUN_POD_SANDBOX,
         Event.STOP_POD_SANDBOX,
         Event.REMOVE_POD_SANDBOX,
         Event.CREATE_CONTAINER,
+        Event.POST_START_CONTAINER,
         Event.UPDATE_CONTAINER,
         Event.STOP_CONTAINER,
         Event.REMOVE_CONTAINER,
@@ -155,6 +159,9 @@ class _AgentPlugin(Plugin):
     ) -> list[ContainerUpdate]:
         return await self.agent.update_container(pod, container, resources)
 
+    async def post_start_container(self, pod: Pod, container: Container) -> None:
+        self.agent.post_start_container(container)
+
     async def stop_container(self, pod: Pod, container: Container) -> list[ContainerUpdate]:
         return await self.agent.stop_container(pod, container)
 
@@ -173,7 +180,11 @@ class Agent:
         topology: Topology | None = None,
         kube: Any | None = None,
         reload_interval: float = 2.0,
+        drift_interval: float = 30.0,
+        cgroup_root: Path | None = None,
     ) -> None:
+        """``cgroup_root``: where the host's cgroups are (default ``<sysfsRoot>/sys/fs/cgroup``);
+        ``drift_interval``: seconds between full cpuset drift checks."""
         self.config = config
         self.config_path = config_path
         self.topology = topology or load_topology(config)
@@ -201,6 +212,13 @@ class Agent:
         self.started = asyncio.Event()
         self.events: list[str] = []  # recent notable events, newest last (UI, /state)
         self._deferred: set[str] = set()  # changes held for the next event reply (unsolicited off)
+        # Start window: created, PostStartContainer not seen yet. An update reaching such a
+        # container may be stored in its spec only (containerd), so it is sent again after the start.
+        self._starting: set[str] = set()
+        self._overlapped: set[str] = set()
+        self.drift: DriftChecker | None = None
+        self._drift_interval = drift_interval
+        self._cgroup_root = cgroup_root if cgroup_root is not None else config.sysfs_root / "sys" / "fs" / "cgroup"
 
     # --- construction helpers -------------------------------------------------------------------
     def _build_devices(self, config: AgentConfig) -> list[Device]:
@@ -301,13 +319,26 @@ class Agent:
             fut: asyncio.Future[list[ContainerUpdate]] = stub.update_containers(updates)
             return fut
 
+        self.drift = DriftChecker(
+            CgroupReader(self._cgroup_root, proc_root=cfg.sysfs_root / "proc"),
+            lookup=self._pushable,
+            locate=self._cgroup_of,
+            all_ids=lambda: list(self.containers),
+            repair=self._repair_drift,
+            counted=self.metrics.cpuset_drift.inc,
+            settled=self._push_settled,
+            interval=self._drift_interval,
+        )
         self.pusher = UpdatePusher(
             send=send,
             lookup=self._pushable,
             lock=self.lock,
             on_sent=self._count_pushed,
+            on_sending=self._mark_overlap,
+            unapplied=self.drift.unapplied,
         )
         self._spawn(self.pusher.run(), "pusher")
+        self._spawn(self.drift.run(self._stop), "drift")
         self._spawn(stub.run(), "nri")
 
     def _pushable(self, container_id: str) -> Assignment | None:
@@ -319,6 +350,43 @@ class Agent:
     def _count_pushed(self, sent: int, failed: int) -> None:
         self.metrics.updates_sent.inc(sent)
         self.metrics.updates_failed.inc(failed)
+
+    # --- start window and drift ---------------------------------------------------------------------
+    def _mark_overlap(self, container_ids: Iterable[str]) -> None:
+        """Updates for these containers go out now: those still starting get them again after the start."""
+        self._overlapped.update(c for c in container_ids if c in self._starting)
+
+    def post_start_container(self, container: Container) -> None:
+        """The start is over: re-send what may have missed the task, then check the cgroup."""
+        cid = container.id
+        self._starting.discard(cid)
+        if cid in self._overlapped:
+            self._overlapped.discard(cid)
+            self.metrics.start_repushes.inc()
+            log.info("container %s got an update while starting: sending its assignment again", cid)
+            self._push([cid])
+        if self.drift is not None:
+            self.drift.check_soon([cid])
+
+    def _forget_start(self, container_id: str) -> None:
+        self._starting.discard(container_id)
+        self._overlapped.discard(container_id)
+
+    def _cgroup_of(self, container_id: str) -> tuple[str, int] | None:
+        c = self.containers.get(container_id)
+        if c is None or container_id in self._starting:
+            return None  # not ours, or its task is not running yet
+        return c.cgroups_path, c.pid
+
+    def _repair_drift(self, container_ids: list[str]) -> None:
+        self._note("cpuset drift repaired: " + ", ".join(container_ids))
+        if self.pusher is not None:
+            self.pusher.push(container_ids)  # always unsolicited: no event reply will carry it
+
+    async def _push_settled(self) -> None:
+        if self.pusher is not None:
+            with contextlib.suppress(TimeoutError):
+                await self.pusher.wait_idle(5.0)
 
     def _spawn(self, coro: Any, name: str) -> None:
         task = asyncio.create_task(coro, name=f"topodra-{name}")
@@ -390,15 +458,18 @@ class Agent:
             a = self._pushable(cid)
             if a is not None:
                 updates.append(to_update(cid, a))
+                self._mark_overlap([cid])
         self._deferred.clear()
         return updates
 
     def _updates(self, changes: Changes, *, exclude: str | None = None) -> list[ContainerUpdate]:
-        return [
+        out = [
             to_update(cid, a)
             for cid, a in sorted(changes.items())
             if cid != exclude and cid in self.containers
         ]
+        self._mark_overlap(u.container_id for u in out)  # event replies reach starting tasks no better
+        return out
 
     def _claims_of(self, pod: Pod, container: Container) -> tuple[str, ...]:
         """Verified claim UIDs of a container's ``DRA_CPUSET_<uid>`` variables (errors refuse it)."""
@@ -431,6 +502,8 @@ class Agent:
             live[c.id] = c
         async with self.lock:
             self.containers = live
+            self._starting = {c.id for c in live.values() if c.state == ContainerState.CREATED}
+            self._overlapped &= self._starting
             try:
                 changes = self.policy.sync(entries)
             except PolicyError as err:
@@ -439,6 +512,8 @@ class Agent:
             self._record(changes)
         self.metrics.nri_event_seconds.labels("Synchronize").observe(time.perf_counter() - t0)
         self._note(f"synchronized {len(live)} container(s), {len(changes)} corrected")
+        if self.drift is not None:
+            self.drift.check_soon(live)  # Synchronize reports specs; the cgroups may say otherwise
         return self._updates(changes)
 
     async def create_container(self, pod: Pod, container: Container) -> CreateContainerResult:
@@ -450,6 +525,7 @@ class Agent:
             async with self.lock:
                 changes = self.policy.add(req)
                 self.containers[container.id] = container
+                self._starting.add(container.id)
                 self._record(changes)
             crash_point("create.placed")
         except (ClaimEnvError, ClaimCheckError, PolicyError) as err:
@@ -502,6 +578,7 @@ class Agent:
         crash_point("stop.removed")
         if self.pusher is not None:
             self.pusher.forget(container.id)
+        self._forget_start(container.id)
         self.metrics.nri_event_seconds.labels("StopContainer").observe(time.perf_counter() - t0)
         self._deferred.discard(container.id)
         updates = self._with_deferred(self._updates(changes, exclude=container.id), container.id)
@@ -517,6 +594,7 @@ class Agent:
             self._record(changes)
         if self.pusher is not None:
             self.pusher.forget(container.id)
+        self._forget_start(container.id)
         self._deferred.discard(container.id)
         self._push(c for c in changes if c != container.id)
 
