@@ -32,7 +32,7 @@ from topodra.agent.metrics import AgentMetrics
 from topodra.agent.pusher import UpdatePusher, to_update
 from topodra.agent.requests import container_request
 from topodra.cpuset import CPUSet
-from topodra.dra.devices import Device, build_devices
+from topodra.dra.devices import Device, build_devices, offer_devices, offered_cpus
 from topodra.dra.driver import (
     ClaimCheckError,
     ClaimEnvError,
@@ -56,7 +56,7 @@ from topodra.nri.types import (
 from topodra.nri.version import RuntimeInfo
 from topodra.policy import Policy
 from topodra.policy.api import Assignment, Changes, ContainerRequest, PolicyError
-from topodra.topology.model import Topology
+from topodra.topology.model import CoreType, Topology
 
 __all__ = ["Agent", "AgentError", "load_topology"]
 
@@ -127,6 +127,31 @@ class _MeteredDriver(Driver):
         for r in out.values():
             self.metrics.unprepare_total.labels("error" if r.error else "ok").inc()
         return out
+
+
+class _OfferedPicks:
+    """The policy as the DRA driver sees it: grouped devices pick among the offered CPUs first
+    (the shared floor and exclusive grants are not for claims), all of the device when the
+    offer cannot hold the claim (an allocation made from older slices)."""
+
+    def __init__(self, agent: Agent) -> None:
+        self._agent = agent
+        self._policy = agent.policy
+
+    def claim(self, claim_id: str, cpus: CPUSet) -> Changes:
+        return self._policy.claim(claim_id, cpus)
+
+    def release(self, claim_id: str) -> Changes:
+        return self._policy.release(claim_id)
+
+    def claimed(self, claim_id: str) -> CPUSet | None:
+        return self._policy.claimed(claim_id)
+
+    def pick(self, count: int, within: CPUSet, *, prefer: CoreType | None = None) -> CPUSet:
+        try:
+            return self._policy.pick(count, within & self._agent.offer, prefer=prefer)
+        except PolicyError:
+            return self._policy.pick(count, within, prefer=prefer)
 
 
 class _AgentPlugin(Plugin):
@@ -219,6 +244,12 @@ class Agent:
         self.drift: DriftChecker | None = None
         self._drift_interval = drift_interval
         self._cgroup_root = cgroup_root if cgroup_root is not None else config.sysfs_root / "sys" / "fs" / "cgroup"
+        # What the slices offer: every device CPU but exclusive grants and the shared floor.
+        self._exclusive_grants: dict[str, int] = {}  # container -> exclusive CPU mask, at the last offer
+        self._exclusive_union = CPUSet()
+        self.offer: CPUSet = self._offered()
+        self._offer_pending = False
+        self._placed = asyncio.Event()  # the first Synchronize is done: exclusive grants are known
 
     # --- construction helpers -------------------------------------------------------------------
     def _build_devices(self, config: AgentConfig) -> list[Device]:
@@ -279,7 +310,7 @@ class Agent:
         cfg.state_dir.mkdir(parents=True, exist_ok=True)
         cfg.cdi_dir.mkdir(parents=True, exist_ok=True)
         self.driver = driver = _MeteredDriver(
-            policy=self.policy,
+            policy=self.claim_view(),
             lock=self.lock,
             fetch_claim=fetch,
             cdi_dir=cfg.cdi_dir,
@@ -300,8 +331,8 @@ class Agent:
         if cfg.dra.publish_slices:
             from topodra.dra.reconciler import SliceReconciler
 
-            self.reconciler = SliceReconciler(kube, cfg.node_name, self.devices)
-            self._spawn(self.reconciler.run(self._stop), "slices")
+            self.reconciler = SliceReconciler(kube, cfg.node_name, self.offered_devices())
+            self._spawn(self._publish(self.reconciler), "slices")
 
     def _start_nri(self) -> None:
         from topodra.nri.stub import Stub
@@ -433,9 +464,71 @@ class Agent:
     def _record(self, changes: Changes) -> None:
         if self.pusher is not None:
             self.pusher.bump(changes)
+        self._offer_soon()
+
+    # --- what the slices offer ------------------------------------------------------------------------
+    def _offered(self) -> CPUSet:
+        total = self.policy.stats().total
+        if total.allocated != self._exclusive_union:
+            self._exclusive_union = total.allocated
+            self._exclusive_grants = {c: g.exclusive for c, g in self.policy.grants().items() if g.exclusive}
+        return offered_cpus(
+            self.topology,
+            self.config.devices,
+            candidates=self.policy.available_cpus - self.policy.reserved_cpus,
+            shared_free=total.shared,
+            exclusive=total.allocated,
+        )
+
+    def claim_view(self) -> _OfferedPicks:
+        """The policy as the DRA driver uses it (grouped devices pick among offered CPUs)."""
+        return _OfferedPicks(self)
+
+    def offered_devices(self) -> list[Device]:
+        return offer_devices(self.topology, self.config.devices, self.devices, self.offer)
+
+    def _offer_soon(self) -> None:
+        """Recompute the offer right after the current operation (once per burst), off its reply path."""
+        if self._offer_pending:
+            return
+        self._offer_pending = True
+        try:
+            asyncio.get_running_loop().call_soon(self.refresh_offer)
+        except RuntimeError:  # no loop (construction): computed at start
+            self._offer_pending = False
+
+    def refresh_offer(self) -> None:
+        """Recompute the offer now and republish it if it changed."""
+        self._offer_pending = False
+        offer = self._offered()
+        if offer == self.offer:
+            return
+        withdrawn, returned = self.offer - offer, offer - self.offer
+        self.offer = offer
+        self.metrics.offer_changes.inc()
+        log.info("slices offer %s (withdrawn %s, offered again %s)", offer, withdrawn or "-", returned or "-")
+        if self.reconciler is not None:
+            self.reconciler.set_devices(self.offered_devices())
+
+    async def _publish(self, reconciler: Any, wait: float = 10.0) -> None:
+        """Publish once the runtime's containers are known (their exclusive CPUs are not offered)."""
+        if self.config.nri.enabled:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._placed.wait(), wait)
+            reconciler.set_devices(self.offered_devices())
+        await reconciler.run(self._stop)
 
     async def _on_driver_changes(self, changes: Changes) -> None:
         """Claim prepared/released/restored: push the moved containers now."""
+        moved = [
+            c for c, mask in self._exclusive_grants.items()
+            if c in changes and (g := self.policy.grant(c)) is not None and g.exclusive != mask
+        ]
+        if moved:
+            # The publication race: the claim was allocated from slices published before these
+            # exclusive grants were withdrawn. The policy moved them; count and say so.
+            self.metrics.exclusive_moved.inc(len(moved))
+            self._note("claim took exclusive CPUs of " + ", ".join(sorted(moved)) + ": moved them")
         self._record(changes)
         if changes:
             self._note("claim change moves " + ", ".join(f"{c}->{a.cpus}" for c, a in sorted(changes.items())))
@@ -511,6 +604,7 @@ class Agent:
                 raise
             self._record(changes)
         self.metrics.nri_event_seconds.labels("Synchronize").observe(time.perf_counter() - t0)
+        self._placed.set()
         self._note(f"synchronized {len(live)} container(s), {len(changes)} corrected")
         if self.drift is not None:
             self.drift.check_soon(live)  # Synchronize reports specs; the cgroups may say otherwise
@@ -639,8 +733,9 @@ class Agent:
             else:
                 if [d.to_api() for d in devices] != [d.to_api() for d in self.devices]:
                     self.devices = devices
+                    self.offer = self._offered()
                     if self.reconciler is not None:
-                        self.reconciler.set_devices(devices)
+                        self.reconciler.set_devices(self.offered_devices())
                     if self.driver is not None and hasattr(self.driver, "set_devices"):
                         self.driver.set_devices(devices)
         restart_only = {

@@ -53,6 +53,8 @@ __all__ = [
     "DeviceModelError",
     "AttributeHook",
     "build_devices",
+    "offer_devices",
+    "offered_cpus",
     "ordered_cpus",
     "cpu_attributes",
     "device_class",
@@ -103,6 +105,12 @@ class DeviceModelConfig(BaseModel):
     ``cpu-id`` lists devices by CPU number (the prototype's order; with the
     usual Linux numbering it spreads a claim over the first thread of many
     cores).
+
+    ``shared_floor``: how many shared CPUs are never offered, so that whatever
+    the scheduler allocates from the slices leaves shared containers somewhere
+    to run and Prepare never has to refuse a claim for that (see
+    ``offered_cpus``). 0 offers every CPU (a claim may then be allocated that
+    Prepare refuses).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True)
@@ -114,6 +122,7 @@ class DeviceModelConfig(BaseModel):
     drop_attributes: list[str] = Field(default_factory=list)
     attribute_hook: str | None = None
     order: Literal["topology-reversed", "topology", "cpu-id"] = "topology-reversed"
+    shared_floor: int = Field(default=1, ge=0)
 
     @field_validator("add_attributes")
     @classmethod
@@ -425,3 +434,40 @@ def _customize(
             )
         renamed[new] = value
     return dict(sorted(renamed.items()))
+
+
+def offered_cpus(
+    topology: Topology,
+    config: DeviceModelConfig,
+    *,
+    candidates: CPUSet,
+    shared_free: CPUSet,
+    exclusive: CPUSet,
+) -> CPUSet:
+    """The CPUs the node offers in its ResourceSlices now.
+
+    ``candidates`` may ever be offered (online, not reserved); ``exclusive``
+    are held by containers outside DRA (Guaranteed containers' exclusive
+    CPUs): withdrawn while held, so no claim lands on a running exclusive
+    container; ``shared_free`` are the shared CPUs neither claimed nor held
+    exclusively. The last ``config.shared_floor`` of them in device order (the
+    scheduler's last choices, so the floor moves rarely) are kept off offer:
+    with every offered CPU allocated, shared containers still have a CPU.
+    Claimed CPUs stay offered (the scheduler counts them as allocated).
+    """
+    floor = ordered_cpus(topology, shared_free, config.order)[-config.shared_floor :] if config.shared_floor else []
+    return candidates - exclusive - CPUSet(floor)
+
+
+def offer_devices(
+    topology: Topology, config: DeviceModelConfig, devices: Sequence[Device], offered: CPUSet
+) -> list[Device]:
+    """``devices`` (built from every candidate CPU) narrowed to ``offered``.
+
+    ``cpu`` devices not offered are left out; ``core`` and ``grouped``
+    devices are rebuilt over their offered CPUs (capacity shrinks, a device
+    with none left disappears). Names never change.
+    """
+    if config.model == "cpu":
+        return [d for d in devices if d.cpus <= offered]
+    return build_devices(topology, config, exclude=topology.online - offered)

@@ -229,6 +229,8 @@ class SliceReconciler:
                         await t
             if watcher.done() and not watcher.cancelled() and watcher.exception() is not None:
                 log.info("slice watch ended: %s", watcher.exception())
-            if not stop.is_set():
+            if not stop.is_set() and not self._wake.is_set():
+                # Drift seen by the watch: a short pause, so a fight with another writer cannot
+                # spin. A new offer (set_devices) goes out at once: it withdraws CPUs just granted.
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(stop.wait(), self._resync_delay)
