@@ -51,6 +51,8 @@ class ChurnReport:
     withdraw_ms: list[float] = field(default_factory=list)  # exclusive grant -> slices without its CPUs
     slice_writes: int = 0
     lost_updates: int = 0
+    repair_ms: list[float] = field(default_factory=list)  # start end -> task holds the assignment
+    unrepaired: int = 0  # starts whose task still ran stale at the end
     mismatches: dict[str, tuple[str, str]] = field(default_factory=dict)  # container -> (applied, agent)
     double_held: list[str] = field(default_factory=list)
     seconds: float = 0.0
@@ -75,8 +77,13 @@ class ChurnReport:
             f"({self.exclusive_moved_in_race} allocated from slices published before the withdrawal)",
             f"withdrawal window (grant -> slices updated) p50 {p50:.1f} ms, p99 {p99:.1f} ms, max {w[-1] if w else 0:.1f} ms",
             f"slice writes {self.slice_writes} ({self.slice_writes / max(1, self.exclusive_grants):.2f} per exclusive grant)",
-            f"updates the runtime stored but did not apply (start window) {self.lost_updates}",
+            f"updates the runtime stored but did not apply (start window) {self.lost_updates}; "
+            f"tasks repaired after their start ended in max {max(self.repair_ms, default=0):.1f} ms "
+            f"({len(self.repair_ms)} repairs, {self.unrepaired} never)",
             f"applied cpuset != agent record: {len(self.mismatches)}; CPUs held twice: {len(self.double_held)}",
+            *(f"  Prepare failure: {f}" for f in self.prepare_failures[:5]),
+            *(f"  mismatch: {c} applied {a}, agent {b}" for c, (a, b) in list(self.mismatches.items())[:5]),
+            *(f"  held twice: {d}" for d in self.double_held[:5]),
         ]
 
 
@@ -311,6 +318,8 @@ async def _check(pg: Playground, report: ChurnReport) -> None:
                 report.double_held.append(f"CPU {cpu}: container {c.id} and {holders[cpu]}")
             holders[cpu] = f"container {c.id}"
     report.lost_updates = len(rt.lost_updates)
+    report.repair_ms = [d * 1000 for d in rt.repair_delays]
+    report.unrepaired = len(rt.unrepaired)
 
 
 async def run_churn(

@@ -294,6 +294,9 @@ class EmbeddedRuntime:
         self._starting: set[str] = set()  # task created, not yet running: updates reach the spec only
         #: updates stored in a starting container's spec that its task never got
         self.lost_updates: list[ContainerUpdate] = []
+        #: seconds from the end of a start whose update was lost to the next update of its task
+        self.repair_delays: list[float] = []
+        self._unrepaired: dict[str, float] = {}  # container -> when its start ended (monotonic)
         #: human-readable record of what happened, like a runtime's log
         self.log: list[str] = []
         self._pods: dict[str, Pod] = {}
@@ -700,6 +703,11 @@ class EmbeddedRuntime:
         self._subscribers.append(queue)
         return queue
 
+    @property
+    def unrepaired(self) -> frozenset[str]:
+        """Running containers whose task kept a stale cpuset from their start and got no update since."""
+        return frozenset(self._unrepaired)
+
     def applied(self, container_id: str) -> tuple[CPUSet | None, CPUSet | None] | None:
         """The (cpus, mems) the container's task runs with; None before its task exists."""
         return self._task.get(container_id)
@@ -708,6 +716,9 @@ class EmbeddedRuntime:
         """The task (its cgroup) takes the container's current cpus and mems."""
         values = cpus_and_mems(ctr)
         self._task[ctr.id] = values
+        ended = self._unrepaired.pop(ctr.id, None)
+        if ended is not None:
+            self.repair_delays.append(time.monotonic() - ended)
         if self.cgroup_root is None or not ctr.cgroups_path:
             return
         directory = self.cgroup_root / ctr.cgroups_path.lstrip("/")
@@ -717,6 +728,7 @@ class EmbeddedRuntime:
 
     def _drop_task(self, ctr: Container) -> None:
         self._task.pop(ctr.id, None)
+        self._unrepaired.pop(ctr.id, None)
         if self.cgroup_root is None or not ctr.cgroups_path:
             return
         directory = self.cgroup_root / ctr.cgroups_path.lstrip("/")
@@ -970,6 +982,8 @@ class EmbeddedRuntime:
         finally:
             self._starting.discard(container_id)
         ctr = self._containers.get(container_id, ctr)
+        if container_id in self._task and cpus_and_mems(ctr) != self._task[container_id]:
+            self._unrepaired[container_id] = time.monotonic()  # the task runs on a stale cpuset
         if error is None:
             async with self._lock:
                 error = await self._notify(Event.POST_START_CONTAINER, pod, ctr, dropped)
