@@ -136,6 +136,7 @@ class _Churn:
         self.race_allocations: set[str] = set()  # claim pods allocated while slices offered exclusive CPUs
         self.counter = 0
         self.inflight: dict[str, CPUSet] = {}  # claim pods being started -> CPUs allocated to them
+        self.allocated_at: dict[str, float] = {}
         self._schedule = pg.scheduler.schedule
         pg.scheduler.schedule = self.schedule  # type: ignore[method-assign]
         self.offers: list[tuple[float, CPUSet]] = []  # (wall time, offered CPUs) after each slice write
@@ -188,7 +189,15 @@ class _Churn:
                     allocated.add(int(r["device"][3:]))
         if allocated:
             self.inflight[name] = CPUSet(allocated)
+            self.allocated_at[name] = time.time()
         return out
+
+    def _withdrawn_since_allocation(self, name: str) -> bool:
+        """Did any slice write between the claim's allocation and now stop offering one of its CPUs?"""
+        cpus, since = self.inflight.get(name), self.allocated_at.get(name)
+        if cpus is None or since is None:
+            return False
+        return any(t >= since and not cpus <= offered for t, offered in self.offers)
 
     def _containers_of(self, pod_name: str) -> list[str]:
         rt = self.pg.runtime
@@ -204,9 +213,10 @@ class _Churn:
         line = (await self.pg.apply([pod]))[-1]
         # In the race: allocated from slices that offered CPUs no longer on offer once it was
         # prepared (granted exclusively, or become the shared floor, after the allocation).
-        racy = name in self.race_allocations or (name in self.inflight and not self.inflight[name] <= _offered(self.pg))
+        racy = name in self.race_allocations or self._withdrawn_since_allocation(name)
         self.race_allocations.discard(name)
         self.inflight.pop(name, None)
+        self.allocated_at.pop(name, None)
         self.live[name] = kind
         if line.endswith("running"):
             self.report.pods_started[kind] = self.report.pods_started.get(kind, 0) + 1
