@@ -137,6 +137,8 @@ class _Churn:
         self.counter = 0
         self.inflight: dict[str, CPUSet] = {}  # claim pods being started -> CPUs allocated to them
         self.allocated_at: dict[str, float] = {}
+        #: Prepare failures (line, allocated CPUs, allocated at, failed at), classified at the end
+        self.failures: list[tuple[str, CPUSet | None, float | None, float]] = []
         self._schedule = pg.scheduler.schedule
         pg.scheduler.schedule = self.schedule  # type: ignore[method-assign]
         self.offers: list[tuple[float, CPUSet]] = []  # (wall time, offered CPUs) after each slice write
@@ -192,12 +194,15 @@ class _Churn:
             self.allocated_at[name] = time.time()
         return out
 
-    def _withdrawn_since_allocation(self, name: str) -> bool:
-        """Did any slice write between the claim's allocation and now stop offering one of its CPUs?"""
-        cpus, since = self.inflight.get(name), self.allocated_at.get(name)
-        if cpus is None or since is None:
-            return False
-        return any(t >= since and not cpus <= offered for t, offered in self.offers)
+    def classify_failures(self, grace: float = 1.0) -> None:
+        """Sort the Prepare failures: in the race when a slice write withdrew one of the claim's CPUs
+        after its allocation (up to ``grace`` s after the failure: the agent republishes right after
+        the change that made Prepare fail, which may come after the failure itself)."""
+        for line, cpus, since, failed in self.failures:
+            racy = cpus is not None and since is not None and any(
+                since <= t <= failed + grace and not cpus <= offered for t, offered in self.offers
+            )
+            (self.report.prepare_failures_in_race if racy else self.report.prepare_failures).append(line)
 
     def _containers_of(self, pod_name: str) -> list[str]:
         rt = self.pg.runtime
@@ -211,9 +216,7 @@ class _Churn:
         name = f"{kind[0]}-{self.counter}"
         pod = _pod(name, kind, self.rng)
         line = (await self.pg.apply([pod]))[-1]
-        # In the race: allocated from slices that offered CPUs no longer on offer once it was
-        # prepared (granted exclusively, or become the shared floor, after the allocation).
-        racy = name in self.race_allocations or self._withdrawn_since_allocation(name)
+        cpus, since = self.inflight.get(name), self.allocated_at.get(name)
         self.race_allocations.discard(name)
         self.inflight.pop(name, None)
         self.allocated_at.pop(name, None)
@@ -225,7 +228,7 @@ class _Churn:
         elif "pending" in line:
             self.report.unschedulable += 1
         elif "prepare claim" in line or "NodePrepareResources" in line:
-            (self.report.prepare_failures_in_race if racy else self.report.prepare_failures).append(line)
+            self.failures.append((line, cpus, since, time.time()))
         else:
             self.report.refused.append(line)
 
@@ -370,6 +373,8 @@ async def run_churn(
             1 for m, p in pg.api.requests if "resourceslices" in p and m in ("POST", "PUT", "PATCH", "DELETE")
         ) - writes_before
         await _check(pg, report)
+        await asyncio.sleep(0.2)  # let the last republications land before classifying
+        churn.classify_failures()
         watcher.cancel()
     report.seconds = time.monotonic() - t0
     return report
