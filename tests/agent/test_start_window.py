@@ -132,3 +132,39 @@ def test_a_rejected_batch_is_counted_and_only_what_still_differs_is_sent_again()
         assert _applied_equals_assigned(pg) == {}
 
     run(body)
+
+
+def test_an_update_lost_before_an_agent_restart_is_found_in_the_cgroup() -> None:
+    """The agent that pushed during the start dies before PostStartContainer; its successor's Synchronize
+    reports the spec (the new value), so only the cgroup shows the task still runs on the old CPUs."""
+
+    async def body(pg: Playground) -> None:
+        assert pg.runtime is not None
+        fired = False
+
+        async def window(container_id: str) -> None:
+            nonlocal fired
+            if fired:
+                return
+            fired = True
+            await pg.apply(list(yaml.safe_load_all(EXAMPLE.read_text())))  # the push is lost
+            await pg.restart_agent()  # a new agent, before the start ends
+
+        pg.runtime.start_gate = window
+        await pg.apply([_pod("web")])
+        assert pg.runtime.lost_updates
+        assert pg.agent is not None
+        assert pg.agent.drift is not None
+        drift = pg.agent.drift
+        await asyncio.wait_for(_until(lambda: drift.drifts >= 1), 5)  # the check after PostStartContainer
+        await pg.settle()
+        assert _applied_equals_assigned(pg) == {}
+        assert drift.drifts == 1
+        assert pg.runtime.unrepaired == frozenset()
+
+    run(body)
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    while not condition():
+        await asyncio.sleep(0.005)

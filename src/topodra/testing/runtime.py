@@ -741,13 +741,13 @@ class EmbeddedRuntime:
     def _set_container(self, new: Container, *, source: str, plugin: str | None) -> None:
         old = self._containers.get(new.id)
         self._containers[new.id] = new
-        if new.id in self._task and new.state == ContainerState.RUNNING:
+        if new.id in self._task:
             if new.id in self._starting:
                 if cpus_and_mems(new) != self._task[new.id]:
                     self._note(f"container {new.id} is starting: update stored in its spec, not applied to its task",
                                logging.WARNING)
                     self.lost_updates.append(ContainerUpdate(new.id, cpus=new.cpus, mems=new.mems))
-            else:
+            elif new.state == ContainerState.RUNNING:
                 self._set_task(new)
         before = cpus_and_mems(old) if old is not None else (None, None)
         after = cpus_and_mems(new)
@@ -969,11 +969,11 @@ class EmbeddedRuntime:
         dropped: list[str] = []
         self._starting.add(container_id)
         try:
-            ctr = dataclasses.replace(ctr, state=ContainerState.RUNNING, started_at=time.time_ns())
             self._set_task(ctr)  # NewTask: the cgroup gets the spec as it is now
-            self._set_container(ctr, source="start", plugin=None)
+            # Until the task runs, the container stays CREATED (what Synchronize reports), as in CRI.
+            started = dataclasses.replace(ctr, state=ContainerState.RUNNING, started_at=time.time_ns())
             async with self._lock:
-                error = await self._notify(Event.START_CONTAINER, pod, ctr, dropped)
+                error = await self._notify(Event.START_CONTAINER, pod, started, dropped)
             if error is None:
                 if self.start_gate is not None:
                     await self.start_gate(container_id)
@@ -981,7 +981,12 @@ class EmbeddedRuntime:
                     await asyncio.sleep(self.start_delay)
         finally:
             self._starting.discard(container_id)
-        ctr = self._containers.get(container_id, ctr)
+        current = self._containers.get(container_id)
+        if current is None or current.state != ContainerState.CREATED:
+            return EventResult("StartContainer", pod=pod, error=f"container {container_id} was stopped while starting")
+        # The task runs: from now on updates reach it (the state change moves no CPU: no notification).
+        ctr = dataclasses.replace(current, state=ContainerState.RUNNING, started_at=started.started_at)
+        self._containers[container_id] = ctr
         if container_id in self._task and cpus_and_mems(ctr) != self._task[container_id]:
             self._unrepaired[container_id] = time.monotonic()  # the task runs on a stale cpuset
         if error is None:
