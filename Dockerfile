@@ -3,6 +3,7 @@ FROM python:3.11-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY src ./src
+# The core only: the agent needs no simulator, plotting or CEL packages (pyproject.toml extras).
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
 FROM python:3.11-slim

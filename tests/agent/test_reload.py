@@ -42,8 +42,12 @@ def test_file_changes_are_applied_or_refused(tmp_path: Path) -> None:
             assert b'topodra_config_reloads_total{result="invalid"} 1.0' in agent.metrics.render()
             assert agent.policy.reserved_cpus == CPUSet([0, 1])  # the bad file changed nothing
             _write(cfg, BASE.replace("n1", "n2") + "policy: {reservedCPUs: '0-1'}\n", 3)
-            for _ in range(100):
+            applied = b'topodra_config_reloads_total{result="applied"} 2.0'
+            for _ in range(500):  # wait for the reload of the third file itself
+                if applied in agent.metrics.render():
+                    break
                 await asyncio.sleep(0.01)
+            assert applied in agent.metrics.render()
             assert agent.config.node_name == "n1"  # restart-only field kept
         finally:
             await agent.stop()

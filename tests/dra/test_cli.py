@@ -14,12 +14,12 @@ runner = CliRunner()
 
 
 def test_devices_table_and_json() -> None:
-    r = runner.invoke(app, ["dra", "devices", "--machine", "1s1n1l2c2t2e", "--reserved", "0"])
+    r = runner.invoke(app, ["dra", "devices", "--topology", "1s1n1l2c2t2e", "--reserved", "0"])
     assert r.exit_code == 0, r.output
     assert "5 native.cpu devices" in r.output
     assert "P-core" in r.output
     assert "E-core" in r.output
-    r = runner.invoke(app, ["dra", "devices", "--machine", "1s1n1l2c2t", "-f", "json"])
+    r = runner.invoke(app, ["dra", "devices", "--topology", "1s1n1l2c2t", "-f", "json"])
     assert r.exit_code == 0, r.output
     devices = json.loads(r.output)
     # topology-reversed: the last core first, its two threads together (1s1n1l2c2t: cores {0,2}, {1,3})
@@ -29,7 +29,7 @@ def test_devices_table_and_json() -> None:
 
 def test_devices_grouped_from_a_fixture() -> None:
     r = runner.invoke(
-        app, ["dra", "devices", "--fixture", "20em64t-hybrid-1p6c2t+2ca4co1t", "--model", "grouped", "-f", "yaml"]
+        app, ["dra", "devices", "--topology", "fixture:20em64t-hybrid-1p6c2t+2ca4co1t", "--model", "grouped", "-f", "yaml"]
     )
     assert r.exit_code == 0, r.output
     docs = yaml.safe_load(r.output)
@@ -40,7 +40,7 @@ def test_devices_grouped_from_a_fixture() -> None:
 def test_devices_with_a_config_file(tmp_path: Path) -> None:
     cfg = tmp_path / "devices.yaml"
     cfg.write_text("model: core\nadd_attributes:\n  rack: r1\ndrop_attributes: [minFreq]\n")
-    r = runner.invoke(app, ["dra", "devices", "--machine", "1s1n1l2c2t", "--config", str(cfg), "-f", "json"])
+    r = runner.invoke(app, ["dra", "devices", "--topology", "1s1n1l2c2t", "--config", str(cfg), "-f", "json"])
     assert r.exit_code == 0, r.output
     devices = json.loads(r.output)
     assert [d["name"] for d in devices] == ["core1", "core0"]
@@ -49,7 +49,7 @@ def test_devices_with_a_config_file(tmp_path: Path) -> None:
 
 
 def test_slices_and_deviceclass() -> None:
-    r = runner.invoke(app, ["dra", "slices", "--node", "node-a", "--machine", "2s1d2n2l16c2t", "--generation", "3"])
+    r = runner.invoke(app, ["dra", "slices", "--node", "node-a", "--topology", "2s1d2n2l16c2t", "--generation", "3"])
     assert r.exit_code == 0, r.output
     slices = list(yaml.safe_load_all(r.output))
     assert [s["metadata"]["name"] for s in slices] == ["node-a-native.cpu-0", "node-a-native.cpu-1"]
@@ -61,15 +61,15 @@ def test_slices_and_deviceclass() -> None:
 
 def test_clear_errors(tmp_path: Path) -> None:
     cases = [
-        (["dra", "devices", "--machine", "2x"], "invalid machine spec"),
-        (["dra", "devices", "--machine", "1s1n1l2c2t", "--reserved", "0-x"], "--reserved"),
-        (["dra", "devices", "--machine", "1s1n1l2c2t", "--reserved", "9"], "not online"),
-        (["dra", "devices", "--machine", "1s1n1l2c2t", "--fixture", "x"], "only one of"),
-        (["dra", "slices", "--node", "Bad_Node", "--machine", "1s1n1l2c2t"], "DNS subdomain"),
+        (["dra", "devices", "--topology", "2x"], "invalid machine spec"),
+        (["dra", "devices", "--topology", "1s1n1l2c2t", "--reserved", "0-x"], "--reserved"),
+        (["dra", "devices", "--topology", "1s1n1l2c2t", "--reserved", "9"], "not online"),
+        (["dra", "devices", "--topology", "no-such-machine"], "known fixture"),
+        (["dra", "slices", "--node", "Bad_Node", "--topology", "1s1n1l2c2t"], "DNS subdomain"),
     ]
     bad = tmp_path / "bad.yaml"
     bad.write_text("add_attributes:\n  bad name: 1\n")
-    cases.append((["dra", "devices", "--machine", "1s1n1l2c2t", "--config", str(bad)], "bad name"))
+    cases.append((["dra", "devices", "--topology", "1s1n1l2c2t", "--config", str(bad)], "bad name"))
     for args, needle in cases:
         r = runner.invoke(app, args)
         assert r.exit_code == 1, (args, r.output)

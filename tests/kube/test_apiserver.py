@@ -114,8 +114,8 @@ def _slice_with(devices: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:
             "must have at most 64",
         ),
         (lambda: _slice_with([{"name": "d", "attributes": {"bad-name": {"int": 1}}}]), "bad-name"),
-        (lambda: _slice_with([{"name": "d", "attributes": {"s": {"string": "x" * 65}}}]), "'s'"),
-        (lambda: _slice_with([{"name": "d", "attributes": {"v": {"int": 1, "bool": True}}}]), "exactly one of"),
+        (lambda: _slice_with([{"name": "d", "attributes": {"s": {"string": "x" * 65}}}]), "attributes[s].string: Too long"),
+        (lambda: _slice_with([{"name": "d", "attributes": {"v": {"int": 1, "bool": True}}}]), "exactly one value must be specified"),
         (lambda: _slice_with([{"name": "Bad_Name"}]), "spec.devices[0].name"),
         (lambda: _slice_with([{"name": "d"}, {"name": "d"}]), "Duplicate value: 'd'"),
         (lambda: _slice_with([], pool={"name": "node-a", "generation": 1, "resourceSliceCount": 0}), "resourceSliceCount"),
@@ -277,7 +277,8 @@ def test_watch_replay_and_live_events() -> None:
                     return
 
         task = asyncio.create_task(watch())
-        await asyncio.sleep(0.05)
+        while not events:  # the watch is open once it has replayed "b"
+            await asyncio.sleep(0.005)
         a["metadata"]["labels"] = {"x": "y"}
         await c.replace(NODES, a)
         await c.delete(NODES, "b")
@@ -379,3 +380,44 @@ def test_selectors() -> None:
     assert not fields({"spec": {"nodeName": "n1", "driver": "x"}})
     with pytest.raises(ApiError, match="field label not supported"):
         parse_field_selector("spec.pool.generation=1", kind)
+
+
+@pytest.mark.parametrize(
+    ("attributes", "needle"),
+    [
+        ({"x": {"int": 1}, "native.cpu/x": {"int": 2}}, "Duplicate value"),
+        ({"v": {"version": "01.2.3"}}, "semantic version"),
+        ({"v": {"version": "1.2.3-rc.1+build.5"}}, None),
+        ({"i": {"int": 1 << 63}}, "int64"),
+        ({"l": {"ints": []}}, "non-empty list"),
+        ({"l": {"strings": ["a"] * 49}}, "at most 48 values"),
+        ({"example.com/" + "a" * 33: {"int": 1}}, "C identifier of at most 32"),
+        ({"Bad.Domain/x": {"int": 1}}, "DNS subdomain"),
+        ({"b": {"bool": "yes"}}, "must be a bool"),
+    ],
+)
+def test_device_attributes_follow_the_api_rules(attributes: dict[str, Any], needle: str | None) -> None:
+    """The double checks attributes from the API's rules, not with the driver's own validator."""
+
+    async def body(c: KubeClient, server: ApiServer) -> None:
+        obj = _slice_with([{"name": "d", "attributes": attributes}])
+        if needle is None:
+            await c.create(RESOURCE_SLICES, obj)
+            return
+        with pytest.raises(ApiError) as info:
+            await c.create(RESOURCE_SLICES, obj)
+        assert info.value.code == 422
+        assert needle in info.value.message
+
+    with_client(body)
+
+
+def test_double_does_not_share_the_drivers_validator() -> None:
+    import ast
+    from pathlib import Path
+
+    import topodra.testing.validation as v
+
+    tree = ast.parse(Path(v.__file__).read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert not any(m and m.startswith("topodra.dra") for m in imported)

@@ -333,7 +333,7 @@ def test_slow_handler_answers_deadline_exceeded_before_the_runtime_gives_up(tmp_
 
         async def create_container(self, pod: Pod, container: Container) -> None:
             try:
-                await asyncio.sleep(5)
+                await asyncio.Event().wait()  # never answers: only the deadline ends it
             except asyncio.CancelledError:
                 Slow.cancelled = True
                 raise
@@ -677,7 +677,10 @@ def test_runtime_restart_reconnects_and_resynchronizes(tmp_path: Path) -> None:
         task = asyncio.get_running_loop().create_task(stub.run())
         await rt.wait_for_plugins(1)
         await rt.stop()
-        await asyncio.sleep(0.1)
+        for _ in range(500):  # the stub sees the runtime go (its state may pass through quickly)
+            if not stub.synchronized:
+                break
+            await asyncio.sleep(0.01)
         assert not stub.synchronized
         rt2 = EmbeddedRuntime(path)
         await rt2.start()

@@ -96,8 +96,7 @@ def test_configure_and_synchronize_are_served_before_the_registration_reply(tmp_
         await _sync(rt)
         assert stub.synchronized  # served while its own RegisterPlugin call is still unanswered
         rt.reply(register.stream_id)
-        await asyncio.sleep(0.05)
-        assert stub.state is StubState.SYNCHRONIZED
+        await stub.wait_state(StubState.SYNCHRONIZED, 5)
         await _finish(serve, stub, task, rt)
 
     run(main())
@@ -245,7 +244,7 @@ def test_garbage_never_crashes_the_stub(tmp_path: Path) -> None:
                 else:
                     blob += body
             rt.writer.write(bytes(blob))
-            await asyncio.sleep(0.01)
+            await rt.writer.drain()
             rt.writer.write_eof()
             await asyncio.wait_for(task, 5)
             assert stub.state is StubState.DISCONNECTED

@@ -111,3 +111,41 @@ def test_e_core_claim_and_any_core_claim_coexist() -> None:
             assert total == e1 | e2 | anyc
 
     asyncio.run(run())
+
+
+@pytest.mark.parametrize("machine", ["synthetic:1s1d1n1l6c2t8e", "synthetic:2s1d1n1l4c2t2e"])
+def test_default_scenario_holds_on_any_machine_it_accepts(machine: str) -> None:
+    """Expectations are stated relative to the machine: they hold beyond the laptop fixture."""
+    sc = builtin_scenario("default")
+
+    async def run() -> list[str]:
+        topo, _ = resolve_topology(machine)
+        assert sc.unmet(topo) is None
+        async with Playground(topology=topo, model=sc.model or "cpu") as pg:
+            results = await run_scenario(pg, sc)
+        return [c.message for r in results for c in r.checks if not c.ok]
+
+    assert asyncio.run(run()) == []
+
+
+def test_a_machine_the_scenario_cannot_use_is_one_clear_line() -> None:
+    from typer.testing import CliRunner
+
+    from topodra.cli import app
+
+    r = CliRunner().invoke(app, ["playground", "--topology", "synthetic:1s1d1n1l1c2t"], env={"COLUMNS": "300"})
+    assert r.exit_code == 1
+    lines = [line for line in r.output.splitlines() if "error:" in line]
+    assert len(lines) == 1, r.output
+    assert "needs a machine with at least 4 online CPUs (it has 2)" in lines[0]
+    assert "expectation(s) failed" not in r.output
+
+
+def test_exact_cpu_scenarios_refuse_another_machine() -> None:
+    from typer.testing import CliRunner
+
+    from topodra.cli import app
+
+    r = CliRunner().invoke(app, ["playground", "-s", "numa", "--topology", "synthetic:2s1d2n1l4c2t"], env={"COLUMNS": "300"})
+    assert r.exit_code == 1
+    assert "expects exact CPUs" in r.output

@@ -182,7 +182,7 @@ def test_cpu_in_no_node_goes_to_the_lowest_node(tree: Path) -> None:
 
 def test_cli_reports_the_file_not_a_traceback(tree: Path) -> None:
     put(tree, f"{CPU}/cpu1/topology/physical_package_id", "zero\n")
-    r = CliRunner().invoke(app, ["topology", "--root", str(tree)])
+    r = CliRunner().invoke(app, ["topology", "--topology", str(tree)])
     assert r.exit_code == 1
     assert "physical_package_id" in r.output
     assert "'zero'" in r.output

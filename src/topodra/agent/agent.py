@@ -85,26 +85,14 @@ class AgentError(RuntimeError):
 
 
 def load_topology(config: AgentConfig) -> Topology:
-    """The machine to manage: sysfs under ``sysfsRoot``, or a fixture / synthetic machine."""
+    """The machine to manage: sysfs under ``sysfsRoot``, or the machine ``topology`` names."""
     from topodra.topology.errors import TopologyError
-    from topodra.topology.sysfs import read_topology
+    from topodra.topology.machine import load_machine
 
-    spec = config.topology
     try:
-        if not spec:
-            return read_topology(config.sysfs_root)
-        if spec.startswith("synthetic:"):
-            from topodra.topology.synthetic import synthetic_topology
-
-            return synthetic_topology(spec.removeprefix("synthetic:"))
-        if spec.startswith("fixture:") or not Path(spec).exists():
-            from topodra.testing.fixtures import unpacked_fixture
-
-            with unpacked_fixture(spec.removeprefix("fixture:")) as root:
-                return read_topology(root)
-        return read_topology(spec)
-    except (TopologyError, ValueError, OSError, KeyError) as err:
-        raise AgentError(f"cannot read the topology ({spec or config.sysfs_root}): {err}") from err
+        return load_machine(config.topology, host_root=config.sysfs_root)
+    except TopologyError as err:
+        raise AgentError(f"cannot read the topology ({config.topology or config.sysfs_root}): {err}") from err
 
 
 class _MeteredDriver(Driver):

@@ -9,6 +9,8 @@ from typing import Annotated, Any
 
 import typer
 
+from topodra.topology.machine import TOPOLOGY_HELP, load_machine
+
 __all__ = ["register"]
 
 dra_app = typer.Typer(
@@ -38,9 +40,7 @@ class Format(enum.StrEnum):
     YAML = "yaml"
 
 
-RootOpt = Annotated[Path, typer.Option("--root", help="Filesystem root holding sys/ (default: this machine).", file_okay=False)]
-FixtureOpt = Annotated[str | None, typer.Option("--fixture", help="A hwloc sysfs test tree by name (topodra topology --list-fixtures).")]
-MachineOpt = Annotated[str | None, typer.Option("--machine", help="A synthetic machine spec such as 2s1d2n2l8c2t or 1s1n1l4c2t4e.")]
+TopologyOpt = Annotated[str | None, typer.Option("--topology", "-t", help=TOPOLOGY_HELP)]
 ModelOpt = Annotated[Model | None, typer.Option("--model", help="Device model: one device per CPU, per core, or grouped.")]
 GroupOpt = Annotated[GroupBy | None, typer.Option("--group-by", help="Grouping of the grouped model.")]
 ReservedOpt = Annotated[str, typer.Option("--reserved", help="Reserved CPUs (kernel list format), left out of the devices.")]
@@ -58,7 +58,7 @@ def _fail(message: str) -> typer.Exit:
 
 
 def _devices(
-    root: Path, fixture: str | None, machine: str | None, model: Model | None, group_by: GroupBy | None, reserved: str, config: Path | None
+    topology: str | None, model: Model | None, group_by: GroupBy | None, reserved: str, config: Path | None
 ) -> tuple[Any, list[Any]]:
     import yaml
     from pydantic import ValidationError
@@ -67,8 +67,6 @@ def _devices(
     from topodra.dra.attributes import AttributeValidationError
     from topodra.dra.devices import DeviceModelConfig, DeviceModelError, build_devices
 
-    if sum(x is not None for x in (fixture, machine)) + (root != Path("/")) > 1:
-        raise _fail("give only one of --root, --fixture and --machine")
     try:
         raw: dict[str, Any] = {}
         if config is not None:
@@ -91,22 +89,12 @@ def _devices(
     except CPUSetParseError as exc:
         raise _fail(f"--reserved: {exc}") from None
     try:
-        if machine is not None:
-            from topodra.topology.synthetic import SpecError, synthetic_topology
+        from topodra.topology.errors import TopologyError
 
-            try:
-                topo = synthetic_topology(machine)
-            except SpecError as exc:
-                raise _fail(str(exc)) from None
-        else:
-            from topodra.testing.fixtures import FixtureError, unpacked_fixture
-            from topodra.topology.errors import TopologyError
-            from topodra.topology.sysfs import read_topology
-
-            try:
-                topo = read_topology(unpacked_fixture(fixture) if fixture else root)
-            except (TopologyError, FixtureError) as exc:
-                raise _fail(str(exc)) from None
+        try:
+            topo = load_machine(topology)
+        except TopologyError as exc:
+            raise _fail(str(exc)) from None
         unknown = exclude - topo.online
         if unknown:
             raise _fail(f"--reserved: CPUs {unknown} are not online on this machine ({topo.online})")
@@ -129,9 +117,7 @@ def _emit(obj: Any, fmt: Format, *, documents: bool = False) -> None:
 
 @dra_app.command("devices")
 def devices_command(
-    root: RootOpt = Path("/"),
-    fixture: FixtureOpt = None,
-    machine: MachineOpt = None,
+    topology: TopologyOpt = None,
     model: ModelOpt = None,
     group_by: GroupOpt = None,
     reserved: ReservedOpt = "",
@@ -142,11 +128,12 @@ def devices_command(
 
     Examples:
 
+    \b
       topodra dra devices
-      topodra dra devices --fixture 20em64t-hybrid-1p6c2t+2ca4co1t --reserved 0-1
-      topodra dra devices --machine 2s1d2n2l8c2t --model grouped --group-by numa -f yaml
+      topodra dra devices --topology fixture:20em64t-hybrid-1p6c2t+2ca4co1t --reserved 0-1
+      topodra dra devices --topology 2s1d2n2l8c2t --model grouped --group-by numa -f yaml
     """
-    _, devices = _devices(root, fixture, machine, model, group_by, reserved, config)
+    _, devices = _devices(topology, model, group_by, reserved, config)
     if output is not Format.TABLE:
         _emit([d.to_api() for d in devices], output)
         return
@@ -190,9 +177,7 @@ def devices_command(
 @dra_app.command("slices")
 def slices_command(
     node: Annotated[str, typer.Option("--node", help="Node name (the pool name).")] = "",
-    root: RootOpt = Path("/"),
-    fixture: FixtureOpt = None,
-    machine: MachineOpt = None,
+    topology: TopologyOpt = None,
     model: ModelOpt = None,
     group_by: GroupOpt = None,
     reserved: ReservedOpt = "",
@@ -206,7 +191,7 @@ def slices_command(
     from topodra.dra.slices import build_slices
 
     node = node or socket.gethostname().lower()
-    _, devices = _devices(root, fixture, machine, model, group_by, reserved, config)
+    _, devices = _devices(topology, model, group_by, reserved, config)
     try:
         slices = build_slices(node, devices, generation=generation)
     except ValueError as exc:

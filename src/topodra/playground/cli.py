@@ -81,6 +81,23 @@ async def _run(console: object, scenarios: Sequence[object], topology: str | Non
         except (PlaygroundError, ValueError, OSError) as exc:
             console.print(f"[red]error:[/red] {exc}", highlight=False)
             return False
+        unmet = sc.unmet(topo)
+        exact = any(c.cpus is not None for st in sc.steps for c in st.expect)
+        if exact and topology and sc.topology and topology != sc.topology:
+            console.print(
+                f"[red]error:[/red] {sc.title!r} expects exact CPUs of {sc.topology}; run it without --topology",
+                highlight=False,
+                soft_wrap=True,
+            )
+            return False
+        if unmet:
+            console.print(
+                f"[red]error:[/red] {sc.title!r} needs a machine with {unmet}; {label} does not have it. "
+                "Try --topology synthetic:1s1d1n1l6c2t8e (a hybrid laptop) or your own scenario file.",
+                highlight=False,
+                soft_wrap=True,
+            )
+            return False
         chosen_model = model or sc.model or "cpu"
         console.print(Rule(f"[bold]{sc.title}"))
         console.print(
@@ -114,6 +131,8 @@ async def _run(console: object, scenarios: Sequence[object], topology: str | Non
                 if hold:
                     from rich.live import Live
 
+                    for what, where in pg.endpoints():
+                        console.print(f"  {what + ':':19} {where}", highlight=False, soft_wrap=True)
                     console.print("[dim]node running; Ctrl-C ends[/dim]")
                     with Live(container_table(pg), console=console, refresh_per_second=4) as live:
                         while True:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 from topodra.cpuset import CPUSet
 from topodra.playground.scenario import Check, Scenario, Step
 from topodra.playground.world import Playground, PlaygroundError
-from topodra.topology import read_topology
+from topodra.topology.machine import load_machine, machine_label
 from topodra.topology.model import Topology
 from topodra.topology.synthetic import synthetic_topology
 
@@ -38,20 +38,14 @@ class StepResult:
 
 
 def resolve_topology(spec: str | None) -> tuple[Topology, str]:
-    """A fixture name, ``host``, ``synthetic:SPEC`` or a sysfs root directory -> (topology, label)."""
+    """Any machine ``load_machine`` reads (default: the hybrid laptop fixture) -> (topology, label)."""
     from topodra.playground.world import DEFAULT_TOPOLOGY
-    from topodra.testing.fixtures import FixtureError, unpacked_fixture
+    from topodra.topology.errors import TopologyError
 
     name = spec or DEFAULT_TOPOLOGY
-    if name == "host":
-        return read_topology("/"), "this machine"
-    if name.startswith("synthetic:"):
-        return synthetic_topology(name.removeprefix("synthetic:")), name
-    if "/" in name:
-        return read_topology(name), name
     try:
-        return read_topology(unpacked_fixture(name)), f"fixture {name}"
-    except FixtureError as err:
+        return load_machine(name), machine_label(name)
+    except TopologyError as err:
         if spec is None or spec == DEFAULT_TOPOLOGY:
             # The README's first command must work even where the fixture trees are absent.
             return synthetic_topology(FALLBACK_HYBRID), (
@@ -68,8 +62,12 @@ def _find(pg: Playground, target: str) -> CPUSet | None:
     return None
 
 
-def evaluate(pg: Playground, check: Check) -> CheckResult:
-    """One expectation against the runtime's current state."""
+def _snapshot(pg: Playground) -> dict[str, CPUSet]:
+    return {f"{row.pod}/{row.container}": row.cpus for row in pg.rows()}
+
+
+def evaluate(pg: Playground, check: Check, history: Mapping[int, Mapping[str, CPUSet]] | None = None) -> CheckResult:
+    """One expectation against the runtime's current state (``history``: each earlier step's CPUs)."""
     label = check.target.removeprefix("default/").rstrip("/")
     if check.pending is not None:
         ns, pod, _ = check.target.split("/")
@@ -85,6 +83,12 @@ def evaluate(pg: Playground, check: Check) -> CheckResult:
     problems = []
     if check.cpus is not None and cpus != check.cpus:
         problems.append(f"cpus {cpus}, expected {check.cpus}")
+    if check.as_in_step is not None:
+        before = (history or {}).get(check.as_in_step, {}).get(check.target)
+        if before is None:
+            problems.append(f"was not running after step {check.as_in_step}")
+        elif before != cpus:
+            problems.append(f"cpus {cpus}, expected {before} as after step {check.as_in_step}")
     if check.count is not None and len(cpus) != check.count:
         problems.append(f"{len(cpus)} CPUs ({cpus}), expected {check.count}")
     if check.core_type is not None:
@@ -115,6 +119,7 @@ async def run_scenario(
     after_step: Callable[[StepResult], Awaitable[None]] | None = None,
 ) -> list[StepResult]:
     results: list[StepResult] = []
+    history: dict[int, dict[str, CPUSet]] = {}
     for i, step in enumerate(scenario.steps, 1):
         if before_step is not None:
             await before_step(i, step)
@@ -131,7 +136,8 @@ async def run_scenario(
             await pg.restart_agent()
             res.lines.append("agent restarted")
         await pg.settle()
-        res.checks = [evaluate(pg, c) for c in step.expect]
+        res.checks = [evaluate(pg, c, history) for c in step.expect]
+        history[i] = _snapshot(pg)
         results.append(res)
         if after_step is not None:
             await after_step(res)

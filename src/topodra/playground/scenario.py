@@ -19,10 +19,17 @@ is a one-step scenario)::
       restartAgent: false                       # optional: restart the agent after the step
 
 ``expect`` maps ``pod/container`` (namespace ``default`` unless written
-``ns/pod/container``) to checks: ``cpus`` (exact list), ``count``,
+``ns/pod/container``) to checks: ``cpus`` (exact list: the scenario then
+holds only on its own topology), ``count``,
 ``coreType`` (every CPU of that kind), ``excludes`` (no CPU shared with that
-container), ``includes`` (all CPUs of that container), ``pending`` (the pod
+container), ``includes`` (all CPUs of that container), ``asInStep`` (the same CPUs as
+after that earlier step), ``pending`` (the pod
 could not be scheduled and the message contains this text).
+
+``requires`` states what a machine needs for the expectations to hold
+(``cpus``: at least that many online CPUs; ``coreTypes``: kinds of core that
+must be present, e.g. ``[P-core]``): on a machine without them the playground
+says so in one line instead of reporting failed expectations.
 """
 
 from __future__ import annotations
@@ -36,11 +43,13 @@ import yaml
 
 from topodra.cpuset import CPUSet, CPUSetParseError
 from topodra.playground.manifests import Manifest, ManifestError, load_manifests, parse_manifests
+from topodra.topology.model import Topology
 
 __all__ = ["Check", "Scenario", "ScenarioError", "Step", "builtin_scenario", "builtin_names", "load_scenario"]
 
-_CHECK_KEYS = {"cpus", "count", "coreType", "excludes", "includes", "pending"}
+_CHECK_KEYS = {"cpus", "count", "coreType", "excludes", "includes", "pending", "asInStep"}
 _STEP_KEYS = {"title", "apply", "delete", "expect", "restartAgent"}
+_REQUIRES_KEYS = {"cpus", "coreTypes"}
 
 
 class ScenarioError(ValueError):
@@ -52,6 +61,7 @@ class Check:
     target: str  # namespace/pod/container (container may be "" for pending checks)
     cpus: CPUSet | None = None
     count: int | None = None
+    as_in_step: int | None = None  # the same CPUs as after that (earlier) step
     core_type: str | None = None
     excludes: str | None = None
     includes: str | None = None
@@ -74,6 +84,19 @@ class Scenario:
     topology: str | None = None
     model: str | None = None
     source: str = ""
+    min_cpus: int = 0
+    core_types: tuple[str, ...] = ()
+
+    def unmet(self, topology: Topology) -> str | None:
+        """Why ``topology`` cannot run this scenario's expectations, or None."""
+        missing = []
+        if len(topology.online) < self.min_cpus:
+            missing.append(f"at least {self.min_cpus} online CPUs (it has {len(topology.online)})")
+        have = {t.value for t in topology.core_types()}
+        lacking = [t for t in self.core_types if t not in have]
+        if lacking:
+            missing.append(f"{' and '.join(lacking)} CPUs (it has {', '.join(sorted(have)) or 'none'})")
+        return "; ".join(missing) or None
 
 
 def _target(text: str, where: str) -> str:
@@ -101,16 +124,27 @@ def _parse_check(target: str, spec: Any, where: str) -> Check:
             raise ScenarioError(f"{where}: expect[{target}].cpus: {err}") from None
     count = spec.get("count")
     if count is not None and (not isinstance(count, int) or isinstance(count, bool) or count < 0):
-        raise ScenarioError(f"{where}: expect[{target}].count must be a whole number, got {count!r}")
+        raise ScenarioError(
+            f"{where}: expect[{target}].count must be a whole number, got {count!r}"
+        )
     return Check(
         target=_target(target, where),
         cpus=cpus,
         count=count,
+        as_in_step=_step_number(spec.get("asInStep"), target, where),
         core_type=spec.get("coreType"),
         excludes=_target(spec["excludes"], where) if "excludes" in spec else None,
         includes=_target(spec["includes"], where) if "includes" in spec else None,
         pending=str(spec["pending"]) if "pending" in spec else None,
     )
+
+
+def _step_number(value: Any, target: str, where: str) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ScenarioError(f"{where}: expect[{target}].asInStep must be an earlier step's number, got {value!r}")
+    return value
 
 
 def _objects(items: Any, base: Path | None, where: str, loader: Any) -> list[Manifest]:
@@ -159,12 +193,23 @@ def parse_scenario(data: Any, source: str, loader: Any) -> Scenario:
     model = data.get("model")
     if model is not None and model not in ("cpu", "core", "grouped"):
         raise ScenarioError(f"{source}: model must be cpu, core or grouped, got {model!r}")
+    requires = data.get("requires") or {}
+    if not isinstance(requires, dict) or set(requires) - _REQUIRES_KEYS:
+        raise ScenarioError(f"{source}: requires must be a mapping with {', '.join(sorted(_REQUIRES_KEYS))}")
+    min_cpus = requires.get("cpus", 0)
+    core_types = requires.get("coreTypes", [])
+    if not isinstance(min_cpus, int) or isinstance(min_cpus, bool) or min_cpus < 0:
+        raise ScenarioError(f"{source}: requires.cpus must be a whole number, got {min_cpus!r}")
+    if not isinstance(core_types, list) or not all(t in ("P-core", "E-core") for t in core_types):
+        raise ScenarioError(f"{source}: requires.coreTypes must be a list of P-core / E-core, got {core_types!r}")
     return Scenario(
         title=str(data.get("title") or source),
         steps=steps,
         topology=data.get("topology"),
         model=model,
         source=source,
+        min_cpus=min_cpus,
+        core_types=tuple(core_types),
     )
 
 

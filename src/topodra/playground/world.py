@@ -176,6 +176,22 @@ class Playground:
         await self.wait_slices()
         self.log.add(f"node {NODE_NAME}: {len(self.topology.cpus)} CPUs, agent ready, {len(self.slices())} ResourceSlice(s)")
 
+    def endpoints(self) -> list[tuple[str, str]]:
+        """What a person can connect to while the node runs (``playground --hold``)."""
+        base = self._dirs()
+        cfg = self.agent_config()
+        out = [
+            ("API server", f"{self.api.url}  (kubectl --server {self.api.url} get resourceslices,resourceclaims,pods)"),
+            ("NRI socket", str(base / "run" / "nri.sock")),
+            ("DRA plugin socket", str(cfg.kubelet_root / "plugins" / DRIVER / "dra.sock")),
+            ("DRA registration", str(cfg.kubelet_root / "plugins_registry" / f"{DRIVER}-reg.sock")),
+            ("CDI specs", str(cfg.cdi_dir)),
+            ("agent state", str(cfg.state_dir)),
+        ]
+        if self.agent_port:
+            out.append(("agent HTTP", f"http://127.0.0.1:{self.agent_port}/state  (/metrics, /healthz)"))
+        return out
+
     async def start_agent(self, env: Mapping[str, str] | None = None) -> Agent | None:
         assert self.runtime is not None
         if self.agent_process is not None:

@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from topodra.topology.machine import TOPOLOGY_HELP, load_machine, machine_label
+
 if TYPE_CHECKING:
     from topodra.policy.policy import Policy
-    from topodra.topology.model import Topology
 
 __all__ = ["register", "load_workload", "parse_memory_quantity"]
 
@@ -62,22 +63,6 @@ def parse_memory_quantity(value: object, what: str) -> int:
             number = float(m.group(1)) if "." in m.group(1) else int(m.group(1))
             return int(number * _SCALE[m.group(2)])
     raise ValueError(f"{what}: expected a memory quantity like 512Mi or 2G, got {value!r}")
-
-
-def _machine(root: Path | None, fixture: str | None, machine: str | None) -> Topology:
-    from topodra.topology.synthetic import synthetic_topology
-
-    given = [x for x in (root, fixture, machine) if x is not None]
-    if len(given) > 1:
-        raise ValueError("give one of --root, --fixture and --machine")
-    if machine is not None:
-        return synthetic_topology(machine)
-    from topodra.testing.fixtures import unpacked_fixture
-    from topodra.topology.sysfs import read_topology
-
-    if fixture is not None:
-        return read_topology(unpacked_fixture(fixture))
-    return read_topology(root or Path("/"))
 
 
 def _config(path: Path | None, inline: dict[str, Any] | None = None) -> Any:
@@ -193,11 +178,7 @@ def _pool_table(policy: Policy, title: str) -> Any:
     return table
 
 
-MachineOpts = Annotated[str | None, typer.Option("--machine", help="A synthetic machine spec, e.g. 2s1d2n2l8c2t.")]
-RootOpt = Annotated[
-    Path | None, typer.Option("--root", help="Filesystem root holding sys/ (default: this machine).", file_okay=False)
-]
-FixtureOpt = Annotated[str | None, typer.Option("--fixture", help="A hwloc test tree by name.")]
+TopologyOpt = Annotated[str | None, typer.Option("--topology", "-t", help=TOPOLOGY_HELP)]
 ConfigOpt = Annotated[
     Path | None,
     typer.Option("--config", "-c", help="Policy configuration (YAML; a top-level 'policy:' key is unwrapped).",
@@ -207,18 +188,17 @@ ConfigOpt = Annotated[
 
 @app.command("pools")
 def pools_command(
-    root: RootOpt = None,
-    fixture: FixtureOpt = None,
-    machine: MachineOpts = None,
+    topology: TopologyOpt = None,
     config: ConfigOpt = None,
 ) -> None:
     """Show the pool tree (root, sockets, dies, NUMA nodes, L3 groups) and each pool's supply.
 
     Examples:
 
+    \b
       topodra policy pools
-      topodra policy pools --fixture 64amd64-4s2n4ca2co --config policy.yaml
-      topodra policy pools --machine 2s1d2n2l8c2t
+      topodra policy pools --topology fixture:64amd64-4s2n4ca2co --config policy.yaml
+      topodra policy pools --topology 2s1d2n2l8c2t
     """
     from rich.console import Console
     from rich.markup import escape
@@ -227,11 +207,11 @@ def pools_command(
 
     console, err = Console(), Console(stderr=True)
     try:
-        policy = Policy(_machine(root, fixture, machine), _config(config))
+        policy = Policy(load_machine(topology), _config(config))
     except Exception as e:  # every input error ends here with its message
         err.print(f"[red]error:[/red] {escape(str(e))}", highlight=False)
         raise typer.Exit(1) from None
-    console.print(_pool_table(policy, f"pools of {fixture or machine or root or 'this machine'}"))
+    console.print(_pool_table(policy, f"pools of {machine_label(topology)}"))
     for note in policy.notes:
         console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
 
@@ -240,9 +220,7 @@ def pools_command(
 def place_command(
     workload: Annotated[Path, typer.Argument(help="YAML: optional config and claims, and a list of containers.",
                                              exists=True, dir_okay=False)],
-    root: RootOpt = None,
-    fixture: FixtureOpt = None,
-    machine: MachineOpts = None,
+    topology: TopologyOpt = None,
     config: ConfigOpt = None,
     output: Annotated[OutputFormat, typer.Option("--format", "-f", help="table or json.")] = OutputFormat.TABLE,
 ) -> None:
@@ -250,6 +228,7 @@ def place_command(
 
     The workload file looks like:
 
+    \b
       claims: {gpu-cpus: "4-5"}          # DRA claims: id -> CPU list
       containers:
         - {name: db, cpu: "4", memory: 8Gi}                  # Guaranteed: exclusive
@@ -272,7 +251,7 @@ def place_command(
         data = yaml.safe_load(workload.read_text())
         inline_config, claims, requests = load_workload(data, str(workload))
         cfg = _config(config) if config is not None else _config(None, inline_config)
-        policy = Policy(_machine(root, fixture, machine), cfg)
+        policy = Policy(load_machine(topology), cfg)
         for claim_id, cpus in claims.items():
             policy.claim(str(claim_id), CPUSet.parse(str(cpus)))
     except Exception as e:

@@ -42,7 +42,7 @@ def _machines(machine: list[str] | None, cpus: int) -> dict[str, float]:
         try:
             out[name] = float(weight) if weight else 1.0
         except ValueError:
-            raise typer.BadParameter(f"--machine {m!r}: weight must be a number") from None
+            raise typer.BadParameter(f"--topology {m!r}: weight must be a number") from None
     return out
 
 
@@ -57,7 +57,7 @@ def _fail(message: str) -> None:
 def run_cmd(
     nodes: Annotated[int, typer.Option("--nodes", "-n", min=1, help="Number of nodes.")] = 100,
     cpus: Annotated[int, typer.Option("--cpus", help="CPUs per node (a hybrid machine with 16-CPU L3 groups).")] = 256,
-    machine: Annotated[list[str] | None, typer.Option("--machine", "-m", help="Machine mix instead of --cpus: spec (2s1d2n2l8c2t), CPU count or fixture:NAME, optionally =WEIGHT. Repeatable.")] = None,
+    machine: Annotated[list[str] | None, typer.Option("--topology", "-t", help="Machine mix instead of --cpus: a CPU count or any machine (a spec such as 2s1d2n2l8c2t, fixture:NAME, a sysfs directory, host), optionally =WEIGHT. Repeatable.")] = None,
     model: Annotated[str, typer.Option("--model", help="Device model: cpu, core, grouped or grouped:l3|numa|socket|machine.")] = "cpu",
     order: Annotated[str, typer.Option("--order", help="Device order: topology-reversed (topodra's default), topology, or cpu-id (the upstream prototype's).")] = "topology-reversed",
     workload: Annotated[str, typer.Option("--workload", "-w", help="Workload YAML file or built-in name (see `topodra sim workloads`).")] = "prototype",

@@ -27,8 +27,10 @@ from topodra.dra.devices import DeviceModelConfig, build_devices, device_class
 from topodra.dra.slices import build_slices, slice_name
 from topodra.quantity import Quantity
 from topodra.sim.allocator import ClaimAllocation, DeviceResult, allocation_of_claim, share_id
+from topodra.topology.errors import TopologyError
+from topodra.topology.machine import load_machine
 from topodra.topology.model import Topology
-from topodra.topology.synthetic import MachineSpec, SpecError, synthetic_topology
+from topodra.topology.synthetic import synthetic_topology
 
 __all__ = ["ClusterSpec", "Cluster", "ClusterError", "build_cluster", "cluster_from_objects", "machine_for_cpus", "topology_for"]
 
@@ -53,18 +55,13 @@ def machine_for_cpus(cpus: int) -> str:
 
 @lru_cache(maxsize=64)
 def topology_for(machine: str) -> Topology:
-    """The topology of a machine name: a spec, a CPU count, or ``fixture:NAME``."""
-    if machine.startswith("fixture:"):
-        from topodra.testing.fixtures import unpacked_fixture
-        from topodra.topology.sysfs import read_topology
-
-        return read_topology(unpacked_fixture(machine.split(":", 1)[1]))
+    """The topology of a machine name: a CPU count, or anything ``load_machine`` reads."""
     if machine.isdigit():
         return synthetic_topology(machine_for_cpus(int(machine)))
     try:
-        return synthetic_topology(MachineSpec.parse(machine))
-    except SpecError as e:
-        raise ClusterError(f"machine {machine!r}: {e}") from None
+        return load_machine(machine)
+    except TopologyError as e:
+        raise ClusterError(str(e)) from None
 
 
 @dataclass(frozen=True)

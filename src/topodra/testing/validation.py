@@ -4,24 +4,22 @@ Enough of the real rules that a driver bug (a 129-device slice, a bad
 attribute name, a changed pool name, a missing slice count) is rejected here
 exactly as a real resource.k8s.io/v1 API server would reject it, with the
 field path in the error. Limits: docs/dra.md and resource.k8s.io/v1 types.go.
+
+Written from the API's rules, independently of the driver's own validator
+(``topodra.dra.attributes``): a bug there must not be hidden by the double
+sharing it. Only the quantity grammar is shared (``topodra.quantity``).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
+from fractions import Fraction
 from typing import Any, Final
 
-from topodra.dra.attributes import (
-    AttributeValidationError,
-    Capacity,
-    attribute_from_api,
-    is_dns_label,
-    is_dns_subdomain,
-    validate_attributes,
-)
-from topodra.dra.claims import parse_quantity
 from topodra.kube.errors import FieldError
+from topodra.quantity import QuantityError
+from topodra.quantity import parse_quantity as _parse_quantity
 
 __all__ = ["VALIDATORS", "validate_metadata", "Validator"]
 
@@ -37,6 +35,22 @@ MAX_RESULTS: Final = 32
 MAX_RESERVED_FOR: Final = 256
 MAX_SUBREQUESTS: Final = 8
 MAX_COUNTER_SETS: Final = 8
+MAX_ATTRIBUTES_AND_CAPACITIES: Final = 32
+MAX_ATTRIBUTE_VALUES: Final = 48
+MAX_VALUE_LENGTH: Final = 64
+MAX_ID_LENGTH: Final = 32
+MAX_DOMAIN_LENGTH: Final = 63
+_DNS_1123_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
+_C_IDENT: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_NUMERIC_ID = r"0|[1-9][0-9]*"
+_PRE_ID = rf"(?:{_NUMERIC_ID}|[0-9]*[A-Za-z-][0-9A-Za-z-]*)"
+_SEMVER_2: Final = re.compile(
+    rf"({_NUMERIC_ID})\.({_NUMERIC_ID})\.({_NUMERIC_ID})(?:-{_PRE_ID}(?:\.{_PRE_ID})*)?(?:\+[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?\Z"
+)
+#: DeviceAttribute: exactly one of these members, with the Go type each holds.
+_SCALAR_MEMBERS: Final = {"bool": bool, "int": int, "string": str, "version": str}
+_LIST_MEMBERS: Final = {"bools": bool, "ints": int, "strings": str, "versions": str}
+_INT64 = (-(1 << 63), (1 << 63) - 1)
 _LABEL_VALUE: Final = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?\Z")
 _LABEL_NAME: Final = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]\Z")
 
@@ -86,15 +100,83 @@ def validate_metadata(meta: Mapping[str, Any], *, namespaced: bool, dns_label: b
 
 # --- ResourceSlice ------------------------------------------------------------------------------
 
-def _validate_capacity(raw: Any, path: str, errors: list[FieldError]) -> Capacity | None:
+def is_dns_label(name: str) -> bool:
+    """RFC 1123 label: lower-case alphanumerics and '-', at most 63."""
+    return len(name) <= 63 and bool(_DNS_1123_LABEL.match(name))
+
+
+def is_dns_subdomain(name: str) -> bool:
+    """RFC 1123 subdomain: dot-separated labels, at most 253 in all."""
+    return 0 < len(name) <= 253 and all(is_dns_label(p) for p in name.split("."))
+
+
+def parse_quantity(text: Any) -> Fraction:
+    """A resource.Quantity as the API server parses it (strings only)."""
+    if not isinstance(text, str):
+        raise ValueError(f"quantity {text!r} must be a string")
+    try:
+        return _parse_quantity(text).amount
+    except QuantityError:
+        raise ValueError(f"quantities must match the regular expression of resource.Quantity, got {text!r}") from None
+
+
+def _qualified_name_errors(name: Any, path: str) -> list[FieldError]:
+    """QualifiedName: a C identifier of at most 32, optionally after '<DNS subdomain of at most 63>/'."""
+    if not isinstance(name, str):
+        return [FieldError(path, f"Invalid value: {name!r}: must be a string")]
+    domain, slash, ident = name.rpartition("/")
+    out = []
+    if slash and (not domain or len(domain) > MAX_DOMAIN_LENGTH or not is_dns_subdomain(domain)):
+        out.append(FieldError(path, f"Invalid value: {domain!r}: the domain must be a DNS subdomain of at most {MAX_DOMAIN_LENGTH} characters"))
+    if not ident or len(ident) > MAX_ID_LENGTH or not _C_IDENT.match(ident):
+        out.append(FieldError(path, f"Invalid value: {ident!r}: must be a C identifier of at most {MAX_ID_LENGTH} characters"))
+    return out
+
+
+def _value_errors(member: str, value: Any, path: str) -> list[FieldError]:
+    kind = _SCALAR_MEMBERS.get(member) or _LIST_MEMBERS[member]
+    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+        return [FieldError(path, f"Invalid value: {value!r}: must be an integer")]
+    if kind is int and not _INT64[0] <= value <= _INT64[1]:
+        return [FieldError(path, f"Invalid value: {value}: out of int64 range")]
+    if kind is not int and not isinstance(value, kind):
+        return [FieldError(path, f"Invalid value: {value!r}: must be a {kind.__name__}")]
+    if kind is str and len(value) > MAX_VALUE_LENGTH:
+        return [FieldError(path, f"Too long: may not be more than {MAX_VALUE_LENGTH} bytes", "FieldValueTooLong")]
+    if member in ("version", "versions") and not _SEMVER_2.match(value):
+        return [FieldError(path, f"Invalid value: {value!r}: must be a semantic version 2.0.0")]
+    return []
+
+
+def _attribute_errors(raw: Any, path: str) -> tuple[list[FieldError], int]:
+    """One DeviceAttribute: exactly one member; returns the errors and its number of values."""
+    if not isinstance(raw, Mapping):
+        return [FieldError(path, "must be a DeviceAttribute object")], 0
+    members = [k for k in raw if k in _SCALAR_MEMBERS or k in _LIST_MEMBERS]
+    unknown = [k for k in raw if k not in _SCALAR_MEMBERS and k not in _LIST_MEMBERS]
+    if unknown:
+        return [FieldError(path, f"unknown field(s) {sorted(unknown)}")], 0
+    if len(members) != 1:
+        return [FieldError(path, f"exactly one value must be specified, got {members or 'none'}")], 0
+    member = members[0]
+    value = raw[member]
+    if member in _SCALAR_MEMBERS:
+        return _value_errors(member, value, f"{path}.{member}"), 1
+    if not isinstance(value, list) or not value:
+        return [FieldError(f"{path}.{member}", "Required value: a non-empty list", "FieldValueRequired")], 0
+    errors = [e for i, v in enumerate(value) for e in _value_errors(member, v, f"{path}.{member}[{i}]")]
+    return errors, len(value)
+
+
+def _validate_capacity(raw: Any, path: str, errors: list[FieldError]) -> None:
     if not isinstance(raw, Mapping) or "value" not in raw:
         errors.append(FieldError(f"{path}.value", "Required value", "FieldValueRequired"))
-        return None
+        return
     try:
         value = parse_quantity(raw["value"])
     except ValueError as exc:
         errors.append(FieldError(f"{path}.value", f"Invalid value: {exc}"))
-        return None
+        return
     policy = raw.get("requestPolicy")
     if policy is not None:
         if not isinstance(policy, Mapping):
@@ -126,7 +208,8 @@ def _validate_capacity(raw: Any, path: str, errors: list[FieldError]) -> Capacit
                         errors.append(FieldError(f"{path}.requestPolicy.default", "must be one of validValues"))
             except (ValueError, KeyError) as exc:
                 errors.append(FieldError(f"{path}.requestPolicy", f"Invalid value: {exc}"))
-    return Capacity(int(value)) if value.denominator == 1 else Capacity(0)
+    if value < 0:
+        errors.append(FieldError(f"{path}.value", f"Invalid value: {raw['value']!r}: must not be negative"))
 
 
 def _need(obj: Mapping[str, Any], key: str) -> Any:
@@ -152,31 +235,39 @@ def _validate_device(device: Any, path: str, driver: str, errors: list[FieldErro
     if not name or not isinstance(name, str) or not is_dns_label(name):
         errors.append(FieldError(f"{path}.name", f"Invalid value: {name!r}: must be a DNS label"))
         name = str(name)
-    attrs: dict[str, Any] = {}
-    raw_attrs = _m(device.get("attributes"))
-    if not isinstance(raw_attrs, Mapping):
-        errors.append(FieldError(f"{path}.attributes", "must be a map"))
-        raw_attrs = {}
+    raw_attrs = device.get("attributes") or {}
+    raw_caps = device.get("capacity") or {}
+    for field, value in (("attributes", raw_attrs), ("capacity", raw_caps)):
+        if not isinstance(value, Mapping):
+            errors.append(FieldError(f"{path}.{field}", "must be a map"))
+    raw_attrs, raw_caps = _m(raw_attrs), _m(raw_caps)
+    total = len(raw_attrs) + len(raw_caps)
+    if total > MAX_ATTRIBUTES_AND_CAPACITIES:
+        errors.append(FieldError(path, f"Too many: {total}: must have at most {MAX_ATTRIBUTES_AND_CAPACITIES} attributes and capacities combined", "FieldValueTooMany"))
+    # An unqualified name lives in the driver's domain: "x" and "<driver>/x" are the same key.
+    full_names: dict[str, str] = {}
+    values = 0
     for key, raw in raw_attrs.items():
-        if not isinstance(raw, Mapping):
-            errors.append(FieldError(f"{path}.attributes[{key}]", "must be a DeviceAttribute object"))
-            continue
-        try:
-            attrs[key] = attribute_from_api(dict(raw), name=key, device=name)
-        except AttributeValidationError as exc:
-            errors.append(FieldError(f"{path}.attributes[{key}]", str(exc)))
-    caps: dict[str, Capacity] = {}
-    raw_caps = _m(device.get("capacity"))
-    for key, raw in (raw_caps.items() if isinstance(raw_caps, Mapping) else []):
-        cap = _validate_capacity(raw, f"{path}.capacity[{key}]", errors)
-        if cap is not None:
-            caps[key] = cap
+        errors.extend(_qualified_name_errors(key, f"{path}.attributes[{key}]"))
+        full = key if "/" in str(key) else f"{driver}/{key}"
+        if full in full_names:
+            errors.append(FieldError(f"{path}.attributes[{key}]", f"Duplicate value: also given as {full_names[full]!r}", "FieldValueDuplicate"))
+        full_names[full] = str(key)
+        errs, count = _attribute_errors(raw, f"{path}.attributes[{key}]")
+        errors.extend(errs)
+        values += count
+    if values > MAX_ATTRIBUTE_VALUES:
+        errors.append(FieldError(f"{path}.attributes", f"Too many: {values}: must have at most {MAX_ATTRIBUTE_VALUES} values", "FieldValueTooMany"))
+    cap_names: set[str] = set()
+    for key, raw in raw_caps.items():
+        errors.extend(_qualified_name_errors(key, f"{path}.capacity[{key}]"))
+        full = key if "/" in str(key) else f"{driver}/{key}"
+        if full in cap_names:
+            errors.append(FieldError(f"{path}.capacity[{key}]", "Duplicate value", "FieldValueDuplicate"))
+        cap_names.add(full)
+        _validate_capacity(raw, f"{path}.capacity[{key}]", errors)
         if isinstance(raw, Mapping) and raw.get("requestPolicy") and not device.get("allowMultipleAllocations"):
             errors.append(FieldError(f"{path}.capacity[{key}].requestPolicy", "requires allowMultipleAllocations"))
-    try:
-        validate_attributes(attrs, caps, driver=driver, device=name)
-    except AttributeValidationError as exc:
-        errors.append(FieldError(f"{path}", str(exc)))
     taints = _l(device.get("taints"))
     if len(taints) > MAX_TAINTS:
         errors.append(FieldError(f"{path}.taints", f"Too many: {len(taints)}: must have at most {MAX_TAINTS} items", "FieldValueTooMany"))

@@ -9,6 +9,8 @@ from typing import Annotated
 
 import typer
 
+from topodra.topology.machine import TOPOLOGY_HELP
+
 __all__ = ["register"]
 
 
@@ -19,20 +21,7 @@ class OutputFormat(enum.StrEnum):
 
 
 def topology_command(
-    root: Annotated[
-        Path,
-        typer.Option(
-            "--root",
-            help="Filesystem root holding sys/ (a live machine is /; an unpacked tree is its folder).",
-            file_okay=False,
-        ),
-    ] = Path("/"),
-    fixture: Annotated[
-        str | None,
-        typer.Option(
-            "--fixture", help="Read a hwloc test tree by name (see --list-fixtures), unpacked to a temp dir."
-        ),
-    ] = None,
+    topology: Annotated[str | None, typer.Option("--topology", "-t", help=TOPOLOGY_HELP)] = None,
     output: Annotated[
         OutputFormat,
         typer.Option("--format", "-f", help="tree (rich), or json/yaml in the documented schema."),
@@ -43,18 +32,20 @@ def topology_command(
 ) -> None:
     """Show CPUs, caches, cores, P-/E-core types, NUMA nodes, memory kinds and distances.
 
-    Reads sysfs below --root (default /). Examples:
+    Reads this machine's sysfs unless --topology names another machine. Examples:
 
+    \b
       topodra topology
       topodra topology --format json
-      topodra topology --fixture 20em64t-hybrid-1p6c2t+2ca4co1t
+      topodra topology --topology fixture:20em64t-hybrid-1p6c2t+2ca4co1t
+      topodra topology --topology 2s1d2n2l8c2t
     """
     from rich.console import Console
 
-    from topodra.testing.fixtures import FixtureError, fixture_dir, fixture_names, unpacked_fixture
+    from topodra.testing.fixtures import FixtureError, fixture_dir, fixture_names
     from topodra.topology.errors import TopologyError
+    from topodra.topology.machine import load_machine
     from topodra.topology.serialize import topology_to_dict
-    from topodra.topology.sysfs import read_topology
 
     console = Console()
     err = Console(stderr=True)
@@ -65,13 +56,7 @@ def topology_command(
             for name in names:
                 console.print(name, highlight=False)
             return
-        if fixture is not None:
-            if root != Path("/"):
-                err.print("[red]error:[/red] give --root or --fixture, not both")
-                raise typer.Exit(2)
-            with console.status(f"unpacking {fixture}..."):
-                root = unpacked_fixture(fixture)
-        t = read_topology(root)
+        t = load_machine(topology)
     except (TopologyError, FixtureError) as e:
         err.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
