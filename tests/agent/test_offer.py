@@ -46,6 +46,8 @@ def _claim(uid: str, count: int, model: str) -> dict[str, Any]:
     exactly: dict[str, Any] = {"deviceClassName": DRIVER}
     if model == "grouped":
         exactly["capacity"] = {"requests": {"cpu": str(count)}}
+    elif model == "core":
+        exactly |= {"allocationMode": "ExactCount", "count": max(1, count // 2)}
     else:
         exactly |= {"allocationMode": "ExactCount", "count": count}
     return {
@@ -108,7 +110,10 @@ async def _churn(tmp: Path, ops: list[tuple[str, int]], model: str, floor: int) 
             claim = write_allocation(claim, result[0], {"metadata": {"name": f"pod{n}", "uid": f"pod{n}"}})
             claims[("default", claim["metadata"]["name"])] = claim
             ref = ClaimRef("default", f"u{n}", claim["metadata"]["name"])
+            before = {c: g.exclusive for c, g in agent.policy.grants().items() if g.exclusive}
             out = (await driver.prepare([ref]))[ref.uid]
+            after = {c: g.exclusive for c, g in agent.policy.grants().items() if g.exclusive}
+            assert after == before, "a claim from the offered slices moved an exclusive container"
             if out.error:
                 errors.append(out.error)
                 continue
@@ -134,12 +139,16 @@ async def _churn(tmp: Path, ops: list[tuple[str, int]], model: str, floor: int) 
         offered = agent.offer
         stats = agent.policy.stats().total
         assert offered.isdisjoint(stats.allocated), "exclusive CPUs must not be on offer"
+        published = CPUSet()
+        for d in agent.offered_devices():
+            published |= d.cpus
+        assert published.isdisjoint(stats.allocated), "no published device may stand for an exclusive CPU"
         if floor and stats.shared:
             assert not stats.shared <= offered, "a shared CPU must stay off offer"
     return errors
 
 
-@pytest.mark.parametrize("model", ["cpu", "grouped"])
+@pytest.mark.parametrize("model", ["cpu", "core", "grouped"])
 def test_no_prepare_fails_for_what_the_slices_offered(tmp_path_factory: pytest.TempPathFactory, model: str) -> None:
     @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
     @given(OPS)

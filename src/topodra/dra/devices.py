@@ -464,10 +464,11 @@ def offer_devices(
 ) -> list[Device]:
     """``devices`` (built from every candidate CPU) narrowed to ``offered``.
 
-    ``cpu`` devices not offered are left out; ``core`` and ``grouped``
-    devices are rebuilt over their offered CPUs (capacity shrinks, a device
-    with none left disappears). Names never change.
+    ``cpu`` and ``core`` devices not wholly offered are left out (a core with
+    one thread held exclusively is not offered: Prepare gives a core device
+    all its threads); ``grouped`` devices are rebuilt over their offered CPUs
+    (capacity shrinks, a device with none left disappears). Names never change.
     """
-    if config.model == "cpu":
+    if config.model != "grouped":
         return [d for d in devices if d.cpus <= offered]
     return build_devices(topology, config, exclude=topology.online - offered)
