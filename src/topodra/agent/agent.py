@@ -399,8 +399,7 @@ class Agent:
 
     def _repair_drift(self, container_ids: list[str]) -> None:
         self._note("cpuset drift repaired: " + ", ".join(container_ids))
-        if self.pusher is not None:
-            self.pusher.push(container_ids)  # always unsolicited: no event reply will carry it
+        self._push(container_ids)
 
     async def _push_settled(self) -> None:
         if self.pusher is not None:
