@@ -734,6 +734,7 @@ class Agent:
             log.warning("configuration fields %s change only at restart", ", ".join(sorted(restart_only)))
             new = new.model_copy(update={k: getattr(old, k) for k in restart_only})
         self.config = new
+        self._offer_soon()  # a new shared floor or device model changes what the slices offer
         self.metrics.config_reloads.labels("applied").inc()
         self._note(f"configuration reloaded: {len(changes)} container(s) moved")
         self._push(changes)
