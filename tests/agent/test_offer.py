@@ -129,14 +129,17 @@ async def _churn(tmp: Path, ops: list[tuple[str, int]], model: str, floor: int) 
             state.remove(alloc)
         elif op in ("shared", "guaranteed"):
             try:
-                agent.policy.add(_container(n, arg))
+                agent.record(agent.policy.add(_container(n, arg)))
                 containers.append(f"c{n}")
             except PolicyError:
                 pass  # the node is full for it: the kubelet would refuse the pod too
         elif op == "remove" and containers:
-            agent.policy.remove(containers.pop(arg % len(containers)))
+            cid = containers.pop(arg % len(containers))
+            agent.record(agent.policy.remove(cid), subject=cid)
         agent.refresh_offer()
         offered = agent.offer
+        agent.refresh_offer(full=True)
+        assert agent.offer == offered, "the offer kept up from changes equals one from every grant"
         stats = agent.policy.stats().total
         assert offered.isdisjoint(stats.allocated), "exclusive CPUs must not be on offer"
         published = CPUSet()

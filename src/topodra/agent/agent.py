@@ -32,7 +32,7 @@ from topodra.agent.metrics import AgentMetrics
 from topodra.agent.pusher import UpdatePusher, to_update
 from topodra.agent.requests import container_request
 from topodra.cpuset import CPUSet
-from topodra.dra.devices import Device, build_devices, offer_devices, offered_cpus
+from topodra.dra.devices import Device, build_devices, offer_devices, offered_cpus, ordered_cpus
 from topodra.dra.driver import (
     ClaimCheckError,
     ClaimEnvError,
@@ -234,7 +234,8 @@ class Agent:
         self._cgroup_root = cgroup_root if cgroup_root is not None else config.sysfs_root / "sys" / "fs" / "cgroup"
         # What the slices offer: every device CPU but exclusive grants and the shared floor.
         self._exclusive_grants: dict[str, int] = {}  # container -> exclusive CPU mask, at the last offer
-        self._exclusive_union = CPUSet()
+        self._offer_touched: set[str] = set()  # containers whose grant may have changed since
+        self._offer_full = True  # re-read every grant (start, Synchronize, reconfiguration)
         self.offer: CPUSet = self._offered()
         self._offer_pending = False
         self._placed = asyncio.Event()  # the first Synchronize is done: exclusive grants are known
@@ -448,23 +449,45 @@ class Agent:
         self._stop.set()
 
     # --- applying changes ------------------------------------------------------------------------
-    def _record(self, changes: Changes) -> None:
+    def record(self, changes: Changes, *, subject: str | None = None, full: bool = False) -> None:
+        """Note a policy operation's changes (``subject``: a container it removed; ``full``: it may
+        have changed any grant)."""
         if self.pusher is not None:
             self.pusher.bump(changes)
+        self._offer_touched.update(changes)
+        if subject is not None:
+            self._offer_touched.add(subject)
+        self._offer_full |= full
         self._offer_soon()
 
     # --- what the slices offer ------------------------------------------------------------------------
     def _offered(self) -> CPUSet:
-        total = self.policy.stats().total
-        if total.allocated != self._exclusive_union:
-            self._exclusive_union = total.allocated
-            self._exclusive_grants = {c: g.exclusive for c, g in self.policy.grants().items() if g.exclusive}
+        """The offer from the exclusive grants (kept up to date from the touched containers only:
+        this runs after every placement) and the root pool's free shared CPUs."""
+        policy = self.policy
+        if self._offer_full:
+            self._exclusive_grants = {c: g.exclusive for c, g in policy.grants().items() if g.exclusive}
+            self._root_pool = next(p.name for p in policy.pools if p.parent < 0)
+            self._device_order = ordered_cpus(self.topology, self.topology.online, self.config.devices.order)
+            self._offer_full = False
+        else:
+            for cid in self._offer_touched:
+                g = policy.grant(cid)
+                if g is not None and g.exclusive:
+                    self._exclusive_grants[cid] = g.exclusive
+                else:
+                    self._exclusive_grants.pop(cid, None)
+        self._offer_touched.clear()
+        exclusive = 0
+        for mask in self._exclusive_grants.values():
+            exclusive |= mask
         return offered_cpus(
             self.topology,
             self.config.devices,
-            candidates=self.policy.available_cpus - self.policy.reserved_cpus,
-            shared_free=total.shared,
-            exclusive=total.allocated,
+            candidates=policy.available_cpus - policy.reserved_cpus,
+            shared_free=policy.shared_cpus(self._root_pool),
+            exclusive=CPUSet.from_mask(exclusive),
+            order=self._device_order,
         )
 
     def claim_view(self) -> _OfferedPicks:
@@ -484,8 +507,9 @@ class Agent:
         except RuntimeError:  # no loop (construction): computed at start
             self._offer_pending = False
 
-    def refresh_offer(self) -> None:
-        """Recompute the offer now and republish it if it changed."""
+    def refresh_offer(self, *, full: bool = False) -> None:
+        """Recompute the offer now (``full``: from every grant) and republish it if it changed."""
+        self._offer_full |= full
         self._offer_pending = False
         offer = self._offered()
         if offer == self.offer:
@@ -516,7 +540,7 @@ class Agent:
             # exclusive grants were withdrawn. The policy moved them; count and say so.
             self.metrics.exclusive_moved.inc(len(moved))
             self._note("claim took exclusive CPUs of " + ", ".join(sorted(moved)) + ": moved them")
-        self._record(changes)
+        self.record(changes)
         if changes:
             self._note("claim change moves " + ", ".join(f"{c}->{a.cpus}" for c, a in sorted(changes.items())))
         self._push(changes)
@@ -589,7 +613,7 @@ class Agent:
             except PolicyError as err:
                 log.error("synchronize: %s", err)
                 raise
-            self._record(changes)
+            self.record(changes, full=True)
         self.metrics.nri_event_seconds.labels("Synchronize").observe(time.perf_counter() - t0)
         self._placed.set()
         self._note(f"synchronized {len(live)} container(s), {len(changes)} corrected")
@@ -607,7 +631,7 @@ class Agent:
                 changes = self.policy.add(req)
                 self.containers[container.id] = container
                 self._starting.add(container.id)
-                self._record(changes)
+                self.record(changes)
             crash_point("create.placed")
         except (ClaimEnvError, ClaimCheckError, PolicyError) as err:
             self.metrics.nri_errors.labels("CreateContainer").inc()
@@ -637,7 +661,7 @@ class Agent:
                 else:
                     changes = self.policy.update(req)
                 self.containers[container.id] = container
-                self._record(changes)
+                self.record(changes)
                 # Re-apply our values even when unchanged, so a CRI update keeps our pinning.
                 mine = self.policy.assignment(container.id)
         except (ClaimEnvError, ClaimCheckError, PolicyError) as err:
@@ -655,7 +679,7 @@ class Agent:
         async with self.lock:
             self.containers.pop(container.id, None)
             changes = self.policy.remove(container.id)
-            self._record(changes)
+            self.record(changes, subject=container.id)
         crash_point("stop.removed")
         if self.pusher is not None:
             self.pusher.forget(container.id)
@@ -672,7 +696,7 @@ class Agent:
         async with self.lock:
             self.containers.pop(container.id, None)
             changes = self.policy.remove(container.id)
-            self._record(changes)
+            self.record(changes, subject=container.id)
         if self.pusher is not None:
             self.pusher.forget(container.id)
         self._forget_start(container.id)
@@ -711,7 +735,7 @@ class Agent:
                     log.error("configuration reload refused by the policy: %s", err)
                     self._note(f"configuration reload refused: {err}")
                     return {}
-                self._record(changes)
+                self.record(changes, full=True)
         if new.devices != old.devices or new.policy != old.policy:
             try:
                 devices = build_devices(self.topology, new.devices, exclude=self.policy.reserved_cpus)
@@ -734,7 +758,8 @@ class Agent:
             log.warning("configuration fields %s change only at restart", ", ".join(sorted(restart_only)))
             new = new.model_copy(update={k: getattr(old, k) for k in restart_only})
         self.config = new
-        self._offer_soon()  # a new shared floor or device model changes what the slices offer
+        self._offer_full = True  # a new shared floor, order or device model changes what the slices offer
+        self._offer_soon()
         self.metrics.config_reloads.labels("applied").inc()
         self._note(f"configuration reloaded: {len(changes)} container(s) moved")
         self._push(changes)

@@ -20,6 +20,7 @@ reads them as ``device.attributes["native.cpu"].<name>``.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -191,7 +192,12 @@ class Device:
         )
 
     def to_api(self) -> dict[str, Any]:
-        """The resource.k8s.io/v1 ``Device`` JSON object."""
+        """The resource.k8s.io/v1 ``Device`` JSON object (a new top-level dict; treat its values as read-only)."""
+        return dict(self._api)
+
+    @functools.cached_property
+    def _api(self) -> dict[str, Any]:
+        # Built once: the agent republishes its devices after every change of the offer.
         out: dict[str, Any] = {"name": self.name}
         if self.attributes:
             out["attributes"] = {k: attribute_to_api(self.attributes[k]) for k in sorted(self.attributes)}
@@ -443,6 +449,7 @@ def offered_cpus(
     candidates: CPUSet,
     shared_free: CPUSet,
     exclusive: CPUSet,
+    order: Sequence[int] | None = None,
 ) -> CPUSet:
     """The CPUs the node offers in its ResourceSlices now.
 
@@ -454,8 +461,16 @@ def offered_cpus(
     scheduler's last choices, so the floor moves rarely) are kept off offer:
     with every offered CPU allocated, shared containers still have a CPU.
     Claimed CPUs stay offered (the scheduler counts them as allocated).
+    ``order``: ``ordered_cpus(topology, topology.online, config.order)``, if the
+    caller keeps it (this runs after every placement).
     """
-    floor = ordered_cpus(topology, shared_free, config.order)[-config.shared_floor :] if config.shared_floor else []
+    floor: list[int] = []
+    if config.shared_floor:
+        for cpu in reversed(order if order is not None else ordered_cpus(topology, topology.online, config.order)):
+            if len(floor) == config.shared_floor:
+                break
+            if cpu in shared_free:
+                floor.append(cpu)
     return candidates - exclusive - CPUSet(floor)
 
 
