@@ -184,7 +184,7 @@ class Device:
 
     __hash__ = None  # type: ignore[assignment]  # holds mappings
 
-    @property
+    @functools.cached_property
     def uses_advanced_features(self) -> bool:
         """True if the device lowers its slice's limit to 64 devices (taints, counters, lists)."""
         return bool(self.taints or self.consumes_counters) or any(
