@@ -12,6 +12,11 @@ Ordering rules (why the code looks like this):
 - Start-up: restore prepared claims from the checkpoint into the policy
   first, then serve the kubelet, then connect to the runtime, whose
   Synchronize rebuilds container placement (``Policy.sync``).
+- Agreement with the node and the scheduler (docs/agent.md): updates that
+  overlapped a container's start are sent again after PostStartContainer;
+  cgroups are checked against the assignments (``DriftChecker``); the slices
+  offer every device CPU but exclusive grants and a shared floor, recomputed
+  right after each placement change.
 """
 
 from __future__ import annotations
