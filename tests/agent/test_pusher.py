@@ -6,7 +6,8 @@ import asyncio
 
 from topodra.agent.pusher import UpdatePusher
 from topodra.cpuset import CPUSet
-from topodra.nri.errors import NRIError
+from topodra.nri.errors import NRIError, RpcError
+from topodra.nri.ttrpc import Code
 from topodra.nri.types import ContainerUpdate
 from topodra.policy.api import Assignment
 
@@ -96,6 +97,41 @@ def test_failures_are_retried_then_given_up() -> None:
         assert rt.applied == {"a": CPUSet([1])}
         assert p.stats.failed == 3  # b failed on each of its three retries, then was given up
         assert "b" not in p.pending
+        task.cancel()
+
+    asyncio.run(main())
+
+
+def test_a_rejected_call_is_counted_and_narrowed() -> None:
+    """containerd answers a batch with one failed update with an error for the whole call: count it, and
+    send again only what is still ours and not confirmed applied."""
+
+    async def main() -> None:
+        state = {"a": Assignment(CPUSet([1])), "b": Assignment(CPUSet([2])), "c": Assignment(CPUSet([3]))}
+        calls: list[list[str]] = []
+
+        def send(updates: list[ContainerUpdate]) -> asyncio.Future[list[ContainerUpdate]]:
+            calls.append([u.container_id for u in updates])
+            fut: asyncio.Future[list[ContainerUpdate]] = asyncio.get_running_loop().create_future()
+            if len(calls) == 1:
+                fut.set_exception(RpcError(Code.UNKNOWN, "NRI update of some containers failed"))
+            else:
+                fut.set_result([])
+            return fut
+
+        async def unapplied(updates: list[ContainerUpdate]) -> tuple[list[str], list[str]]:
+            return ["b"], ["a"]  # a's cgroup holds it; b's does not; c is gone by now
+
+        p = UpdatePusher(send=send, lookup=state.get, lock=asyncio.Lock(), retry_delays=(0.001,), unapplied=unapplied)
+        task = asyncio.create_task(p.run())
+        p.push(["a", "b", "c"])
+        del state["c"]
+        await asyncio.sleep(0.05)
+        await p.wait_idle(2)
+        assert calls == [["a", "b"], ["b"]]
+        assert p.stats.rejected_calls == 1
+        assert p.stats.failed == 1
+        assert p.stats.sent == 2
         task.cancel()
 
     asyncio.run(main())

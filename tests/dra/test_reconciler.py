@@ -271,3 +271,52 @@ def test_periodic_resync_adds_the_owner_once_the_node_exists() -> None:
         await asyncio.wait_for(task, 5)
 
     scenario(body)
+
+
+class Counting:
+    """The reconciler's client, counting its calls by method."""
+
+    def __init__(self, client: KubeClient) -> None:
+        self._client = client
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        if name in ("get", "list", "create", "replace", "delete"):
+            self.calls.append(name)
+        return attr
+
+
+def test_a_new_device_list_is_republished_without_reading_the_node_or_listing() -> None:
+    """The agent withdraws CPUs after every exclusive grant: those re-publications write, and read nothing."""
+
+    async def body(c: KubeClient, server: ApiServer) -> None:
+        await c.create(NODES, {"metadata": {"name": "node-a"}})
+        counting = Counting(c)
+        rec = SliceReconciler(counting, "node-a", DEVICES, resync_delay=0.01)  # type: ignore[arg-type]
+        stop = asyncio.Event()
+        task = asyncio.create_task(rec.run(stop))
+        await asyncio.wait_for(rec.synced.wait(), 10)
+        for n in range(1, 4):
+            counting.calls.clear()
+            rec.set_devices(build_devices(TOPO, exclude=CPUSet(range(n))))
+
+            async def withdrawn(n: int = n) -> bool:
+                names = {d["name"] for s in await ours(c) for d in s["spec"]["devices"]}
+                return f"cpu{n - 1}" not in names and len(names) == 256 - n
+
+            await eventually(withdrawn)
+            assert counting.calls == ["replace", "replace"]  # both slices (the pool generation moved); no reads
+        # Someone deletes a slice: the next re-publication cannot replace it and falls back to a full sync.
+        first = (await ours(c))[0]["metadata"]["name"]
+        await c.delete(RESOURCE_SLICES, first)
+        rec.set_devices(DEVICES)
+
+        async def restored() -> bool:
+            return sum(len(s["spec"]["devices"]) for s in await ours(c)) == 256
+
+        await eventually(restored)
+        stop.set()
+        await asyncio.wait_for(task, 5)
+
+    scenario(body)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from topodra.cpuset import CPUSet
+from topodra.nri.errors import RpcError
 from topodra.nri.plugin import Plugin
 from topodra.nri.proto import api_pb2
 from topodra.nri.stub import Stub
@@ -545,21 +546,69 @@ def test_validator_sees_the_merged_adjustment_and_can_reject(tmp_path: Path) -> 
     run(main())
 
 
-def test_unsolicited_failures_come_back_to_the_caller(tmp_path: Path) -> None:
+def test_a_failed_unsolicited_update_fails_the_call_after_applying_the_others(tmp_path: Path) -> None:
+    """containerd applies every update it can, then answers the whole call with an error
+    (ttrpc drops the failed list); a stopped container's update fails."""
+
     async def main() -> None:
         async with runtime_with(tmp_path, (Plugin(), "p", "10"), fail_updates={"c1"},
                                 online_cpus=CPUSet.parse("0-3")) as (rt, stubs):
             await rt.run_pod_sandbox(POD)
-            await rt.create_container(ctr("c1"))
-            await rt.create_container(ctr("c2"))
-            failed = await stubs[0].update_containers([
-                ContainerUpdate("c1", cpus=CPUSet({1})),
-                ContainerUpdate("c2", cpus=CPUSet({9})),  # not online
-                ContainerUpdate("c2", mems=CPUSet({0})),
-                ContainerUpdate("gone", cpus=CPUSet({1}), ignore_failure=True),
-            ])
-            assert [(u.container_id, str(u.cpus)) for u in failed] == [("c1", "1"), ("c2", "9")]
-            assert rt.container("c2").mems == CPUSet({0})
+            for cid in ("c1", "c2", "c3"):
+                await rt.create_container(ctr(cid))
+            await rt.start_container("c3")
+            await rt.stop_container("c3")
+            with pytest.raises(RpcError, match="NRI update of some containers failed"):
+                await stubs[0].update_containers([
+                    ContainerUpdate("c1", cpus=CPUSet({1})),
+                    ContainerUpdate("c2", cpus=CPUSet({9})),  # not online
+                    ContainerUpdate("c2", mems=CPUSet({0})),
+                    ContainerUpdate("c3", cpus=CPUSet({2})),  # stopped
+                    ContainerUpdate("gone", cpus=CPUSet({1}), ignore_failure=True),
+                ])
+            assert rt.container("c2").mems == CPUSet({0})  # applied despite the error
+            assert rt.container("c3").cpus is None
+            # All good: a plain reply.
+            assert await stubs[0].update_containers([ContainerUpdate("c2", cpus=CPUSet({3}))]) == []
+            assert rt.container("c2").cpus == CPUSet({3})
+
+    run(main())
+
+
+def test_update_during_the_start_window_reaches_the_spec_not_the_task(tmp_path: Path) -> None:
+    """containerd's StartContainer: the task is created from the spec; an update that arrives before the
+    container is running is stored in the spec but never applied to the task."""
+    gate = asyncio.Event()
+    inside = asyncio.Event()
+
+    async def window(container_id: str) -> None:
+        inside.set()
+        await gate.wait()
+
+    async def main() -> None:
+        async with runtime_with(tmp_path, (Plugin(), "p", "10"), start_gate=window,
+                                cgroup_root=tmp_path / "cgroup") as (rt, stubs):
+            await rt.run_pod_sandbox(POD)
+            await rt.create_container(ctr("c1", cpus="0-1", cgroups_path="/kubepods/pod1/c1"))
+            await stubs[0].update_containers([ContainerUpdate("c1", cpus=CPUSet({1, 2}))])  # before start: kept
+            assert rt.applied("c1") is None
+            starting = asyncio.ensure_future(rt.start_container("c1"))
+            await inside.wait()
+            assert rt.applied("c1") == (CPUSet({1, 2}), None)
+            await stubs[0].update_containers([ContainerUpdate("c1", cpus=CPUSet({1}))])  # lost
+            gate.set()
+            (await starting).check()
+            assert rt.container("c1").cpus == CPUSet({1})
+            assert rt.applied("c1") == (CPUSet({1, 2}), None)
+            assert (tmp_path / "cgroup/kubepods/pod1/c1/cpuset.cpus").read_text() == "1-2\n"
+            assert [u.container_id for u in rt.lost_updates] == ["c1"]
+            # Once running, updates reach the task again.
+            await stubs[0].update_containers([ContainerUpdate("c1", cpus=CPUSet({3}))])
+            assert rt.applied("c1") == (CPUSet({3}), None)
+            assert (tmp_path / "cgroup/kubepods/pod1/c1/cpuset.cpus").read_text() == "3\n"
+            await rt.stop_container("c1")
+            await rt.remove_container("c1")
+            assert not (tmp_path / "cgroup/kubepods/pod1/c1").exists()
 
     run(main())
 

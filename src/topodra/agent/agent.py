@@ -14,6 +14,11 @@ Ordering rules (why the code looks like this):
   the kubelet, then connect to the runtime, whose Synchronize rebuilds
   container placement (``Policy.sync``). Nothing registers before all of
   it is held.
+- Agreement with the node and the scheduler (docs/agent.md): updates that
+  overlapped a container's start are sent again after PostStartContainer;
+  cgroups are checked against the assignments (``DriftChecker``); the slices
+  offer every device CPU but exclusive grants and a shared floor, recomputed
+  right after each placement change.
 """
 
 from __future__ import annotations
@@ -29,13 +34,14 @@ from pathlib import Path
 from typing import Any
 
 from topodra.agent.config import AgentConfig, ConfigError, load_config
+from topodra.agent.drift import CgroupReader, DriftChecker
 from topodra.agent.http import HttpEndpoint, Route, json_route, parse_listen
 from topodra.agent.metrics import AgentMetrics
 from topodra.agent.pusher import UpdatePusher, to_update
 from topodra.agent.requests import container_request
 from topodra.agent.validation import check_on_machine
 from topodra.cpuset import CPUSet
-from topodra.dra.devices import Device
+from topodra.dra.devices import Device, offer_devices, offered_cpus, ordered_cpus
 from topodra.dra.driver import (
     ClaimCheckError,
     ClaimEnvError,
@@ -58,7 +64,7 @@ from topodra.nri.types import (
 )
 from topodra.nri.version import RuntimeInfo
 from topodra.policy.api import Assignment, Changes, ContainerRequest, PolicyError
-from topodra.topology.model import Topology
+from topodra.topology.model import CoreType, Topology
 
 __all__ = ["Agent", "AgentError", "load_topology"]
 
@@ -66,12 +72,15 @@ log = logging.getLogger(__name__)
 
 #: Events the agent subscribes to (all exist in every NRI version; the
 #: notification ones arrive as StateChange on runtimes before v0.12).
+#: PostStartContainer closes the start window: an update that reached a
+#: container while it was starting may never have reached its task.
 EVENTS = frozenset(
     {
         Event.RUN_POD_SANDBOX,
         Event.STOP_POD_SANDBOX,
         Event.REMOVE_POD_SANDBOX,
         Event.CREATE_CONTAINER,
+        Event.POST_START_CONTAINER,
         Event.UPDATE_CONTAINER,
         Event.STOP_CONTAINER,
         Event.REMOVE_CONTAINER,
@@ -116,6 +125,31 @@ class _MeteredDriver(Driver):
         return out
 
 
+class _OfferedPicks:
+    """The policy as the DRA driver sees it: grouped devices pick among the offered CPUs first
+    (the shared floor and exclusive grants are not for claims), all of the device when the
+    offer cannot hold the claim (an allocation made from older slices)."""
+
+    def __init__(self, agent: Agent) -> None:
+        self._agent = agent
+        self._policy = agent.policy
+
+    def claim(self, claim_id: str, cpus: CPUSet) -> Changes:
+        return self._policy.claim(claim_id, cpus)
+
+    def release(self, claim_id: str) -> Changes:
+        return self._policy.release(claim_id)
+
+    def claimed(self, claim_id: str) -> CPUSet | None:
+        return self._policy.claimed(claim_id)
+
+    def pick(self, count: int, within: CPUSet, *, prefer: CoreType | None = None) -> CPUSet:
+        try:
+            return self._policy.pick(count, within & self._agent.offer, prefer=prefer)
+        except PolicyError:
+            return self._policy.pick(count, within, prefer=prefer)
+
+
 class _AgentPlugin(Plugin):
     """NRI handlers: each takes the policy lock, runs one policy operation, answers its changes."""
 
@@ -146,6 +180,9 @@ class _AgentPlugin(Plugin):
     ) -> list[ContainerUpdate]:
         return await self.agent.update_container(pod, container, resources)
 
+    async def post_start_container(self, pod: Pod, container: Container) -> None:
+        self.agent.post_start_container(container)
+
     async def stop_container(self, pod: Pod, container: Container) -> list[ContainerUpdate]:
         return await self.agent.stop_container(pod, container)
 
@@ -164,7 +201,11 @@ class Agent:
         topology: Topology | None = None,
         kube: Any | None = None,
         reload_interval: float = 2.0,
+        drift_interval: float = 30.0,
+        cgroup_root: Path | None = None,
     ) -> None:
+        """``cgroup_root``: where the host's cgroups are (default ``<sysfsRoot>/sys/fs/cgroup``);
+        ``drift_interval``: seconds between full cpuset drift checks."""
         self.config = config
         self.config_path = config_path
         self.topology = topology or load_topology(config)
@@ -194,6 +235,20 @@ class Agent:
         self.started = asyncio.Event()
         self.events: list[str] = []  # recent notable events, newest last (UI, /state)
         self._deferred: set[str] = set()  # changes held for the next event reply (unsolicited off)
+        # Start window: created, PostStartContainer not seen yet. An update reaching such a
+        # container may be stored in its spec only (containerd), so it is sent again after the start.
+        self._starting: set[str] = set()
+        self._overlapped: set[str] = set()
+        self.drift: DriftChecker | None = None
+        self._drift_interval = drift_interval
+        self._cgroup_root = cgroup_root if cgroup_root is not None else config.sysfs_root / "sys" / "fs" / "cgroup"
+        # What the slices offer: every device CPU but exclusive grants and the shared floor.
+        self._exclusive_grants: dict[str, int] = {}  # container -> exclusive CPU mask, at the last offer
+        self._offer_touched: set[str] = set()  # containers whose grant may have changed since
+        self._offer_full = True  # re-read every grant (start, Synchronize, reconfiguration)
+        self.offer: CPUSet = self._offered()
+        self._offer_pending = False
+        self._placed = asyncio.Event()  # the first Synchronize is done: exclusive grants are known
 
     # --- construction helpers -------------------------------------------------------------------
     def _mtime(self) -> float | None:
@@ -285,7 +340,7 @@ class Agent:
             except OSError as err:
                 raise AgentError(f"cannot create {directory}: {err.strerror or err}") from None
         self.driver = driver = _MeteredDriver(
-            policy=self.policy,
+            policy=self.claim_view(),
             lock=self.lock,
             fetch_claim=fetch,
             list_claims=list_claims,
@@ -310,8 +365,8 @@ class Agent:
         if cfg.dra.publish_slices:
             from topodra.dra.reconciler import SliceReconciler
 
-            self.reconciler = SliceReconciler(kube, cfg.node_name, self.devices)
-            self._spawn(self.reconciler.run(self._stop), "slices")
+            self.reconciler = SliceReconciler(kube, cfg.node_name, self.offered_devices())
+            self._spawn(self._publish(self.reconciler), "slices")
 
     def _start_nri(self) -> None:
         from topodra.nri.stub import Stub
@@ -329,13 +384,26 @@ class Agent:
             fut: asyncio.Future[list[ContainerUpdate]] = stub.update_containers(updates)
             return fut
 
+        self.drift = DriftChecker(
+            CgroupReader(self._cgroup_root, proc_root=cfg.sysfs_root / "proc"),
+            lookup=self._pushable,
+            locate=self._cgroup_of,
+            all_ids=lambda: list(self.containers),
+            repair=self._repair_drift,
+            counted=self.metrics.cpuset_drift.inc,
+            settled=self._push_settled,
+            interval=self._drift_interval,
+        )
         self.pusher = UpdatePusher(
             send=send,
             lookup=self._pushable,
             lock=self.lock,
             on_sent=self._count_pushed,
+            on_sending=self._mark_overlap,
+            unapplied=self.drift.unapplied,
         )
         self._spawn(self.pusher.run(), "pusher")
+        self._spawn(self.drift.run(self._stop), "drift")
         self._spawn(stub.run(), "nri")
 
     def _pushable(self, container_id: str) -> Assignment | None:
@@ -347,6 +415,42 @@ class Agent:
     def _count_pushed(self, sent: int, failed: int) -> None:
         self.metrics.updates_sent.inc(sent)
         self.metrics.updates_failed.inc(failed)
+
+    # --- start window and drift ---------------------------------------------------------------------
+    def _mark_overlap(self, container_ids: Iterable[str]) -> None:
+        """Updates for these containers go out now: those still starting get them again after the start."""
+        self._overlapped.update(c for c in container_ids if c in self._starting)
+
+    def post_start_container(self, container: Container) -> None:
+        """The start is over: re-send what may have missed the task, then check the cgroup."""
+        cid = container.id
+        self._starting.discard(cid)
+        if cid in self._overlapped:
+            self._overlapped.discard(cid)
+            self.metrics.start_repushes.inc()
+            log.info("container %s got an update while starting: sending its assignment again", cid)
+            self._push([cid])
+        if self.drift is not None:
+            self.drift.check_soon([cid])
+
+    def _forget_start(self, container_id: str) -> None:
+        self._starting.discard(container_id)
+        self._overlapped.discard(container_id)
+
+    def _cgroup_of(self, container_id: str) -> tuple[str, int] | None:
+        c = self.containers.get(container_id)
+        if c is None or container_id in self._starting:
+            return None  # not ours, or its task is not running yet
+        return c.cgroups_path, c.pid
+
+    def _repair_drift(self, container_ids: list[str]) -> None:
+        self._note("cpuset drift repaired: " + ", ".join(container_ids))
+        self._push(container_ids)
+
+    async def _push_settled(self) -> None:
+        if self.pusher is not None:
+            with contextlib.suppress(TimeoutError):
+                await self.pusher.wait_idle(5.0)
 
     def _spawn(self, coro: Any, name: str) -> None:
         task = asyncio.create_task(coro, name=f"topodra-{name}")
@@ -391,13 +495,98 @@ class Agent:
         self._stop.set()
 
     # --- applying changes ------------------------------------------------------------------------
-    def _record(self, changes: Changes) -> None:
+    def record(self, changes: Changes, *, subject: str | None = None, full: bool = False) -> None:
+        """Note a policy operation's changes (``subject``: a container it removed; ``full``: it may
+        have changed any grant)."""
         if self.pusher is not None:
             self.pusher.bump(changes)
+        self._offer_touched.update(changes)
+        if subject is not None:
+            self._offer_touched.add(subject)
+        self._offer_full |= full
+        self._offer_soon()
+
+    # --- what the slices offer ------------------------------------------------------------------------
+    def _offered(self) -> CPUSet:
+        """The offer from the exclusive grants (kept up to date from the touched containers only:
+        this runs after every placement) and the root pool's free shared CPUs."""
+        policy = self.policy
+        if self._offer_full:
+            self._exclusive_grants = {c: g.exclusive for c, g in policy.grants().items() if g.exclusive}
+            self._root_pool = next(p.name for p in policy.pools if p.parent < 0)
+            self._device_order = ordered_cpus(self.topology, self.topology.online, self.config.devices.order)
+            self._offer_full = False
+        else:
+            for cid in self._offer_touched:
+                g = policy.grant(cid)
+                if g is not None and g.exclusive:
+                    self._exclusive_grants[cid] = g.exclusive
+                else:
+                    self._exclusive_grants.pop(cid, None)
+        self._offer_touched.clear()
+        exclusive = 0
+        for mask in self._exclusive_grants.values():
+            exclusive |= mask
+        return offered_cpus(
+            self.topology,
+            self.config.devices,
+            candidates=policy.available_cpus - policy.reserved_cpus,
+            shared_free=policy.shared_cpus(self._root_pool),
+            exclusive=CPUSet.from_mask(exclusive),
+            order=self._device_order,
+        )
+
+    def claim_view(self) -> _OfferedPicks:
+        """The policy as the DRA driver uses it (grouped devices pick among offered CPUs)."""
+        return _OfferedPicks(self)
+
+    def offered_devices(self) -> list[Device]:
+        return offer_devices(self.topology, self.config.devices, self.devices, self.offer)
+
+    def _offer_soon(self) -> None:
+        """Recompute the offer right after the current operation (once per burst), off its reply path."""
+        if self._offer_pending:
+            return
+        self._offer_pending = True
+        try:
+            asyncio.get_running_loop().call_soon(self.refresh_offer)
+        except RuntimeError:  # no loop (construction): computed at start
+            self._offer_pending = False
+
+    def refresh_offer(self, *, full: bool = False) -> None:
+        """Recompute the offer now (``full``: from every grant) and republish it if it changed."""
+        self._offer_full |= full
+        self._offer_pending = False
+        offer = self._offered()
+        if offer == self.offer:
+            return
+        withdrawn, returned = self.offer - offer, offer - self.offer
+        self.offer = offer
+        self.metrics.offer_changes.inc()
+        log.info("slices offer %s (withdrawn %s, offered again %s)", offer, withdrawn or "-", returned or "-")
+        if self.reconciler is not None:
+            self.reconciler.set_devices(self.offered_devices())
+
+    async def _publish(self, reconciler: Any, wait: float = 10.0) -> None:
+        """Publish once the runtime's containers are known (their exclusive CPUs are not offered)."""
+        if self.config.nri.enabled:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._placed.wait(), wait)
+            reconciler.set_devices(self.offered_devices())
+        await reconciler.run(self._stop)
 
     async def _on_driver_changes(self, changes: Changes) -> None:
         """Claim prepared/released/restored: push the moved containers now."""
-        self._record(changes)
+        moved = [
+            c for c, mask in self._exclusive_grants.items()
+            if c in changes and (g := self.policy.grant(c)) is not None and g.exclusive != mask
+        ]
+        if moved:
+            # The publication race: the claim was allocated from slices published before these
+            # exclusive grants were withdrawn. The policy moved them; count and say so.
+            self.metrics.exclusive_moved.inc(len(moved))
+            self._note("claim took exclusive CPUs of " + ", ".join(sorted(moved)) + ": moved them")
+        self.record(changes)
         if changes:
             self._note("claim change moves " + ", ".join(f"{c}->{a.cpus}" for c, a in sorted(changes.items())))
         self._push(changes)
@@ -419,15 +608,18 @@ class Agent:
             a = self._pushable(cid)
             if a is not None:
                 updates.append(to_update(cid, a))
+                self._mark_overlap([cid])
         self._deferred.clear()
         return updates
 
     def _updates(self, changes: Changes, *, exclude: str | None = None) -> list[ContainerUpdate]:
-        return [
+        out = [
             to_update(cid, a)
             for cid, a in sorted(changes.items())
             if cid != exclude and cid in self.containers
         ]
+        self._mark_overlap(u.container_id for u in out)  # event replies reach starting tasks no better
+        return out
 
     def _claims_of(self, pod: Pod, container: Container) -> tuple[str, ...]:
         """Verified claim UIDs of a container's ``DRA_CPUSET_<uid>`` variables (errors refuse it)."""
@@ -460,14 +652,19 @@ class Agent:
             live[c.id] = c
         async with self.lock:
             self.containers = live
+            self._starting = {c.id for c in live.values() if c.state == ContainerState.CREATED}
+            self._overlapped &= self._starting
             try:
                 changes = self.policy.sync(entries)
             except PolicyError as err:
                 log.error("synchronize: %s", err)
                 raise
-            self._record(changes)
+            self.record(changes, full=True)
         self.metrics.nri_event_seconds.labels("Synchronize").observe(time.perf_counter() - t0)
+        self._placed.set()
         self._note(f"synchronized {len(live)} container(s), {len(changes)} corrected")
+        if self.drift is not None:
+            self.drift.check_soon(live)  # Synchronize reports specs; the cgroups may say otherwise
         return self._updates(changes)
 
     async def create_container(self, pod: Pod, container: Container) -> CreateContainerResult:
@@ -479,7 +676,8 @@ class Agent:
             async with self.lock:
                 changes = self.policy.add(req)
                 self.containers[container.id] = container
-                self._record(changes)
+                self._starting.add(container.id)
+                self.record(changes)
             crash_point("create.placed")
         except (ClaimEnvError, ClaimCheckError, PolicyError) as err:
             self.metrics.nri_errors.labels("CreateContainer").inc()
@@ -509,7 +707,7 @@ class Agent:
                 else:
                     changes = self.policy.update(req)
                 self.containers[container.id] = container
-                self._record(changes)
+                self.record(changes)
                 # Re-apply our values even when unchanged, so a CRI update keeps our pinning.
                 mine = self.policy.assignment(container.id)
         except (ClaimEnvError, ClaimCheckError, PolicyError) as err:
@@ -527,10 +725,11 @@ class Agent:
         async with self.lock:
             self.containers.pop(container.id, None)
             changes = self.policy.remove(container.id)
-            self._record(changes)
+            self.record(changes, subject=container.id)
         crash_point("stop.removed")
         if self.pusher is not None:
             self.pusher.forget(container.id)
+        self._forget_start(container.id)
         self.metrics.nri_event_seconds.labels("StopContainer").observe(time.perf_counter() - t0)
         self._deferred.discard(container.id)
         updates = self._with_deferred(self._updates(changes, exclude=container.id), container.id)
@@ -543,9 +742,10 @@ class Agent:
         async with self.lock:
             self.containers.pop(container.id, None)
             changes = self.policy.remove(container.id)
-            self._record(changes)
+            self.record(changes, subject=container.id)
         if self.pusher is not None:
             self.pusher.forget(container.id)
+        self._forget_start(container.id)
         self._deferred.discard(container.id)
         self._push(c for c in changes if c != container.id)
 
@@ -583,13 +783,14 @@ class Agent:
                     log.error("configuration reload refused by the policy: %s", err)
                     self._note(f"configuration reload refused: {err}")
                     return {}
-                self._record(changes)
+                self.record(changes, full=True)
         if new.devices != old.devices or new.policy != old.policy:
             devices = checked.devices
             if [d.to_api() for d in devices] != [d.to_api() for d in self.devices]:
                 self.devices = devices
+                self.offer = self._offered()
                 if self.reconciler is not None:
-                    self.reconciler.set_devices(devices)
+                    self.reconciler.set_devices(self.offered_devices())
                 if self.driver is not None and hasattr(self.driver, "set_devices"):
                     self.driver.set_devices(devices)
         restart_only = {
@@ -604,6 +805,8 @@ class Agent:
             log.warning("configuration fields %s change only at restart", ", ".join(sorted(restart_only)))
             new = new.model_copy(update={k: getattr(old, k) for k in restart_only})
         self.config = new
+        self._offer_full = True  # a new shared floor, order or device model changes what the slices offer
+        self._offer_soon()
         self.metrics.config_reloads.labels("applied").inc()
         self._note(f"configuration reloaded: {len(changes)} container(s) moved")
         self._push(changes)

@@ -56,6 +56,26 @@ class AgentMetrics:
             registry=r,
         )
         self.config_reloads = Counter("topodra_config_reloads", "Configuration reloads.", ["result"], registry=r)
+        self.cpuset_drift = Counter(
+            "topodra_cpuset_drift",
+            "Containers whose cgroup cpuset or mems differed from their assignment (then repaired).",
+            registry=r,
+        )
+        self.start_repushes = Counter(
+            "topodra_start_window_repushes",
+            "Assignments sent again after PostStartContainer because an update overlapped the start.",
+            registry=r,
+        )
+        self.offer_changes = Counter(
+            "topodra_offer_changes",
+            "Changes of the CPUs offered in the ResourceSlices (exclusive grants withdrawn or returned).",
+            registry=r,
+        )
+        self.exclusive_moved = Counter(
+            "topodra_exclusive_moved_by_claim",
+            "Exclusive containers moved because a prepared claim took their CPUs (the publication race).",
+            registry=r,
+        )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

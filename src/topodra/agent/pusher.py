@@ -14,17 +14,21 @@ version moved by the time the runtime answered, the container is pushed again
 (containerd applies our update after any event it was delivering, so the
 newer event reply could otherwise be overwritten by our older update).
 Failed updates are retried with backoff; updates for containers the policy
-no longer knows are dropped.
+no longer knows are dropped. containerd answers a batch in which one update
+failed (e.g. a container that just stopped) with an error for the whole call,
+after applying the others, and does not say which failed: the pusher counts
+the failure and retries only the containers that still exist and that
+``unapplied`` (the cgroup check) does not confirm as applied.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
-from topodra.nri.errors import NRIError
+from topodra.nri.errors import NRIError, RpcError
 from topodra.nri.types import ContainerUpdate
 from topodra.policy.api import Assignment
 
@@ -43,6 +47,8 @@ class PushStats:
     sent: int = 0
     failed: int = 0
     rounds: int = 0
+    rejected_calls: int = 0  # UpdateContainers calls the runtime answered with an error
+    narrowed: int = 0  # containers of rejected calls not retried: gone, or confirmed applied
     last_error: str = ""
     history: list[tuple[str, str]] = field(default_factory=list)  # (container, cpus) sent, newest last
 
@@ -58,12 +64,19 @@ class UpdatePusher:
         lock: asyncio.Lock,
         retry_delays: Iterable[float] = (0.05, 0.2, 1.0, 2.0, 5.0),
         on_sent: Callable[[int, int], None] | None = None,
+        on_sending: Callable[[list[str]], None] | None = None,
+        unapplied: Callable[[list[ContainerUpdate]], Awaitable[tuple[list[str], list[str]]]] | None = None,
     ) -> None:
+        """``on_sending`` sees the ids of each batch as it goes out; ``unapplied`` tells, after a
+        rejected call, which of its updates to send again and which are confirmed applied
+        (default: send all again, none confirmed)."""
         self._send = send
         self._lookup = lookup
         self._lock = lock
         self._retry = tuple(retry_delays)
         self._on_sent = on_sent
+        self._on_sending = on_sending
+        self._unapplied = unapplied
         self._dirty: set[str] = set()
         self._attempts: dict[str, int] = {}
         self._versions: dict[str, int] = {}
@@ -132,8 +145,29 @@ class UpdatePusher:
         if not batch:
             return
         self.stats.rounds += 1
+        if self._on_sending is not None:
+            self._on_sending([u.container_id for u in batch])
         try:
             failed = await self._send(batch)
+        except RpcError as exc:
+            # The runtime refused the call: containerd applied the others and does not say which
+            # failed. Retry only what still exists and is not confirmed applied.
+            self.stats.last_error = str(exc)
+            self.stats.rejected_calls += 1
+            retry, confirmed = await self._narrow(batch)
+            applied = [u for u in batch if u.container_id in confirmed]
+            self._record_sent(applied)
+            self.stats.failed += len(batch) - len(applied)
+            self.stats.narrowed += len(batch) - len(retry)
+            if self._on_sent is not None:
+                self._on_sent(len(applied), len(batch) - len(applied))
+            log.warning(
+                "runtime rejected an update of %d container(s) (%s); retrying %s",
+                len(batch), self.stats.last_error, ", ".join(retry) or "none",
+            )
+            await self._retry_later(retry)
+            self._push_moved(versions)
+            return
         except (NRIError, TimeoutError, OSError) as exc:
             # Not connected, or the connection broke: a reconnect re-synchronizes everything,
             # but keep trying in case the runtime is still there.
@@ -143,22 +177,42 @@ class UpdatePusher:
             return
         failed_ids = {u.container_id for u in failed}
         ok = [u for u in batch if u.container_id not in failed_ids]
-        self.stats.sent += len(ok)
+        self._record_sent(ok)
         self.stats.failed += len(failed_ids)
-        for u in ok:
-            self._attempts.pop(u.container_id, None)
-            self.stats.history.append((u.container_id, str(u.cpus)))
-            log.info("pushed container %s: cpus %s mems %s", u.container_id, u.cpus, u.mems or "-")
-        del self.stats.history[:-256]
         if self._on_sent is not None:
             self._on_sent(len(ok), len(failed_ids))
         if failed_ids:
             log.warning("runtime refused updates of %s", ", ".join(sorted(failed_ids)))
             await self._retry_later(sorted(failed_ids))
+        self._push_moved(versions)
+
+    def _record_sent(self, ok: list[ContainerUpdate]) -> None:
+        self.stats.sent += len(ok)
+        for u in ok:
+            self._attempts.pop(u.container_id, None)
+            self.stats.history.append((u.container_id, str(u.cpus)))
+            log.info("pushed container %s: cpus %s mems %s", u.container_id, u.cpus, u.mems or "-")
+        del self.stats.history[:-256]
+
+    def _push_moved(self, versions: dict[str, int]) -> None:
         # A newer change landed while our update was on the wire: send the newest state again.
         moved = [cid for cid, v in versions.items() if self._versions.get(cid, 0) != v]
         if moved:
             self.push(moved)
+
+    async def _narrow(self, batch: list[ContainerUpdate]) -> tuple[list[str], set[str]]:
+        """Of a rejected batch: the ids worth sending again (still ours, not confirmed applied),
+        and the ids confirmed applied."""
+        live = [u for u in batch if self._lookup(u.container_id) is not None]
+        everything = sorted(u.container_id for u in live)
+        if self._unapplied is None:
+            return everything, set()
+        try:
+            retry, confirmed = await self._unapplied(live)
+        except Exception:  # a failed check must not lose the retry
+            log.exception("checking which updates were applied failed")
+            return everything, set()
+        return sorted(set(retry)), set(confirmed)
 
     async def _retry_later(self, ids: list[str]) -> None:
         due: list[str] = []

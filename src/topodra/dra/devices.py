@@ -20,6 +20,7 @@ reads them as ``device.attributes["native.cpu"].<name>``.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -53,6 +54,8 @@ __all__ = [
     "DeviceModelError",
     "AttributeHook",
     "build_devices",
+    "offer_devices",
+    "offered_cpus",
     "ordered_cpus",
     "cpu_attributes",
     "device_class",
@@ -103,6 +106,12 @@ class DeviceModelConfig(BaseModel):
     ``cpu-id`` lists devices by CPU number (the prototype's order; with the
     usual Linux numbering it spreads a claim over the first thread of many
     cores).
+
+    ``shared_floor``: how many shared CPUs are never offered, so that whatever
+    the scheduler allocates from the slices leaves shared containers somewhere
+    to run and Prepare never has to refuse a claim for that (see
+    ``offered_cpus``). 0 offers every CPU (a claim may then be allocated that
+    Prepare refuses).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True)
@@ -114,6 +123,7 @@ class DeviceModelConfig(BaseModel):
     drop_attributes: list[str] = Field(default_factory=list)
     attribute_hook: str | None = None
     order: Literal["topology-reversed", "topology", "cpu-id"] = "topology-reversed"
+    shared_floor: int = Field(default=1, ge=0)
 
     @field_validator("add_attributes")
     @classmethod
@@ -174,7 +184,7 @@ class Device:
 
     __hash__ = None  # type: ignore[assignment]  # holds mappings
 
-    @property
+    @functools.cached_property
     def uses_advanced_features(self) -> bool:
         """True if the device lowers its slice's limit to 64 devices (taints, counters, lists)."""
         return bool(self.taints or self.consumes_counters) or any(
@@ -182,7 +192,12 @@ class Device:
         )
 
     def to_api(self) -> dict[str, Any]:
-        """The resource.k8s.io/v1 ``Device`` JSON object."""
+        """The resource.k8s.io/v1 ``Device`` JSON object (a new top-level dict; treat its values as read-only)."""
+        return dict(self._api)
+
+    @functools.cached_property
+    def _api(self) -> dict[str, Any]:
+        # Built once: the agent republishes its devices after every change of the offer.
         out: dict[str, Any] = {"name": self.name}
         if self.attributes:
             out["attributes"] = {k: attribute_to_api(self.attributes[k]) for k in sorted(self.attributes)}
@@ -425,3 +440,50 @@ def _customize(
             )
         renamed[new] = value
     return dict(sorted(renamed.items()))
+
+
+def offered_cpus(
+    topology: Topology,
+    config: DeviceModelConfig,
+    *,
+    candidates: CPUSet,
+    shared_free: CPUSet,
+    exclusive: CPUSet,
+    order: Sequence[int] | None = None,
+) -> CPUSet:
+    """The CPUs the node offers in its ResourceSlices now.
+
+    ``candidates`` may ever be offered (online, not reserved); ``exclusive``
+    are held by containers outside DRA (Guaranteed containers' exclusive
+    CPUs): withdrawn while held, so no claim lands on a running exclusive
+    container; ``shared_free`` are the shared CPUs neither claimed nor held
+    exclusively. The last ``config.shared_floor`` of them in device order (the
+    scheduler's last choices, so the floor moves rarely) are kept off offer:
+    with every offered CPU allocated, shared containers still have a CPU.
+    Claimed CPUs stay offered (the scheduler counts them as allocated).
+    ``order``: ``ordered_cpus(topology, topology.online, config.order)``, if the
+    caller keeps it (this runs after every placement).
+    """
+    floor: list[int] = []
+    if config.shared_floor:
+        for cpu in reversed(order if order is not None else ordered_cpus(topology, topology.online, config.order)):
+            if len(floor) == config.shared_floor:
+                break
+            if cpu in shared_free:
+                floor.append(cpu)
+    return candidates - exclusive - CPUSet(floor)
+
+
+def offer_devices(
+    topology: Topology, config: DeviceModelConfig, devices: Sequence[Device], offered: CPUSet
+) -> list[Device]:
+    """``devices`` (built from every candidate CPU) narrowed to ``offered``.
+
+    ``cpu`` and ``core`` devices not wholly offered are left out (a core with
+    one thread held exclusively is not offered: Prepare gives a core device
+    all its threads); ``grouped`` devices are rebuilt over their offered CPUs
+    (capacity shrinks, a device with none left disappears). Names never change.
+    """
+    if config.model != "grouped":
+        return [d for d in devices if d.cpus <= offered]
+    return build_devices(topology, config, exclude=topology.online - offered)

@@ -9,6 +9,11 @@ re-syncs whenever a slice is deleted or drifts from what it published.
 Pool generation: bumped whenever anything in the pool changes (a wiped slice
 counts), so consumers never mix slices of two states; it never goes down,
 even after every slice was wiped.
+
+A new device list alone (``set_devices``: the agent withdrawing exclusive CPUs
+after every grant) takes the fast path: the slices as this reconciler last
+wrote them are the base, with no Node read and no LIST; a conflict or a
+missing slice falls back to a full sync.
 """
 
 from __future__ import annotations
@@ -74,6 +79,7 @@ class SliceReconciler:
         self._node_uid: str | None = None
         self._desired: dict[str, dict[str, Any]] = {}
         self._list_rv = ""
+        self._published: dict[str, dict[str, Any]] | None = None  # slices as last written (fast path base)
         self._wake = asyncio.Event()
         self.synced = asyncio.Event()
         self.syncs = 0
@@ -106,8 +112,16 @@ class SliceReconciler:
             self._node_uid = None
         return self._node_uid
 
-    async def sync(self) -> SyncReport:
-        """One pass: make the published slices equal to the desired ones."""
+    async def sync(self, *, fast: bool = False) -> SyncReport:
+        """One pass: make the published slices equal to the desired ones (``fast``: from what this
+        reconciler last wrote, without reading the Node or listing; falls back to a full pass)."""
+        if fast and self._published is not None:
+            try:
+                return await self._sync(self._node_uid, dict(self._published), [])
+            except ApiError as exc:
+                if not (exc.is_not_found or exc.code == 409):
+                    raise
+                log.info("fast re-publish of pool %s failed (%s): full sync", self.node_name, exc)
         owner = await self._owner_uid()
         existing_list, self._list_rv = await self._client.list(RESOURCE_SLICES, fields=self._fields())
         existing: dict[str, dict[str, Any]] = {}
@@ -120,6 +134,12 @@ class SliceReconciler:
                 existing[s["metadata"]["name"]] = s
             else:
                 stale.append(s)
+        return await self._sync(owner, existing, stale)
+
+    async def _sync(
+        self, owner: str | None, existing: dict[str, dict[str, Any]], stale: list[dict[str, Any]]
+    ) -> SyncReport:
+        self._published = None  # until this pass has written everything
         seen_gen = max((int((s["spec"].get("pool") or {}).get("generation", 0)) for s in existing.values()), default=0)
         generation = max(self._generation, seen_gen, 1)
         desired = build_slices(self.node_name, self._devices, generation=generation, node_uid=owner, driver=self._driver)
@@ -128,8 +148,10 @@ class SliceReconciler:
         drift = any(d["metadata"]["name"] not in existing or not _same(existing[d["metadata"]["name"]], d) for d in desired)
         if drift and (existing or self._generation or seen_gen):
             generation += 1
-            desired = build_slices(self.node_name, self._devices, generation=generation, node_uid=owner, driver=self._driver)
+            for d in desired:  # the same slices at the next generation (no second build)
+                d["spec"]["pool"] = {**d["spec"]["pool"], "generation": generation}
         self._desired = {d["metadata"]["name"]: d for d in desired}
+        published: dict[str, dict[str, Any]] = {}
 
         deleted, created, updated, unchanged = [], [], [], []
         for s in stale:  # obsolete slices go first, only if they are still what we saw
@@ -152,7 +174,9 @@ class SliceReconciler:
                 updated.append(name)
             else:
                 unchanged.append(name)
+                published[name] = have
                 continue
+            published[name] = stored
             if not _same(stored, d):
                 # The server dropped or changed fields (a feature gate off, e.g. DRAConsumableCapacity
                 # for grouped devices). Say so, and take its version as the published state so the
@@ -165,6 +189,11 @@ class SliceReconciler:
                 self.dropped_fields.add(name)
                 self._desired[name] = {**d, "spec": stored.get("spec"), "metadata": {**d["metadata"]}}
         self._generation = generation
+        self._published = published
+        # The watch resumes after our own writes, so it does not replay them as drift.
+        rvs = [int(v) for o in published.values() if str(v := (o.get("metadata") or {}).get("resourceVersion", "")).isdigit()]
+        if rvs and (not self._list_rv.isdigit() or max(rvs) > int(self._list_rv)):
+            self._list_rv = str(max(rvs))
         self.syncs += 1
         report = SyncReport(generation, tuple(created), tuple(updated), tuple(deleted), tuple(unchanged))
         if report.changed:
@@ -198,10 +227,11 @@ class SliceReconciler:
         """Sync, watch, re-sync on drift, ``set_devices`` or every ``resync_period`` s; back off on API errors."""
         stop = stop or asyncio.Event()
         backoff = 0.5
+        fast = False
         while not stop.is_set():
             self._wake.clear()
             try:
-                await self.sync()
+                await self.sync(fast=fast)
                 self.synced.set()
                 self.last_error = ""
                 backoff = 0.5
@@ -229,6 +259,11 @@ class SliceReconciler:
                         await t
             if watcher.done() and not watcher.cancelled() and watcher.exception() is not None:
                 log.info("slice watch ended: %s", watcher.exception())
-            if not stop.is_set():
+            # Only a new device list (no drift seen, no periodic resync due): the fast path.
+            drifted = watcher.done() and not watcher.cancelled()
+            fast = self._wake.is_set() and not drifted
+            if not stop.is_set() and not self._wake.is_set():
+                # Drift seen by the watch: a short pause, so a fight with another writer cannot
+                # spin. A new offer (set_devices) goes out at once: it withdraws CPUs just granted.
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(stop.wait(), self._resync_delay)

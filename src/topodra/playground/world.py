@@ -79,9 +79,14 @@ class Playground:
         nri_version: str = "v0.12.2",
         on_change: Callable[[ContainerChange], None] | None = None,
         agent_process: str | None = None,
+        cgroups: bool = False,
+        runtime_options: Mapping[str, Any] | None = None,
     ) -> None:
         """``agent_process``: run the agent as a child process (``python -m topodra agent``) with
-        this topology spec (fixture name or ``synthetic:SPEC``), as the crash tests do."""
+        this topology spec (fixture name or ``synthetic:SPEC``), as the crash tests do.
+        ``cgroups``: the runtime writes each task's cpuset to cgroup files under the work
+        directory's ``host/sys/fs/cgroup``, where the agent (``sysfsRoot: host``) reads them.
+        ``runtime_options``: more ``EmbeddedRuntime`` options (``start_delay``, ``fail_updates``...)."""
         self.topology = topology
         self.model = model
         self.group_by = group_by
@@ -100,6 +105,8 @@ class Playground:
         self.last_source: dict[str, str] = {}  # container id -> how its cpus last changed
         self.pod_errors: dict[str, str] = {}
         self.agent_process = agent_process
+        self.cgroups = cgroups
+        self.runtime_options = dict(runtime_options or {})
         self.process: asyncio.subprocess.Process | None = None
         self.agent_port = 0
 
@@ -132,6 +139,8 @@ class Playground:
             "nri": {"socket": str(base / "run" / "nri.sock")},
             "kube": {"server": self.api.url},
         }
+        if self.cgroups:
+            raw["sysfsRoot"] = str(base / "host")
         for key, value in self.agent_overrides.items():
             if isinstance(value, Mapping) and isinstance(raw.get(key), Mapping):
                 raw[key] = {**raw[key], **value}
@@ -155,6 +164,8 @@ class Playground:
             online_cpus=self.topology.online,
             online_mems=mems,
             on_change=self._changed,
+            cgroup_root=base / "host" / "sys" / "fs" / "cgroup" if self.cgroups else None,
+            **self.runtime_options,
         )
         await self.runtime.start()
         await self.start_agent()

@@ -20,7 +20,19 @@ real protocol and the real runtime's rules:
   plugin-initiated UpdateContainers, so an update requested from inside an
   event handler waits for that event: the plugin deadlocks and is dropped;
 * field ownership across plugins, updates of the container being created
-  refused, validators consulted after all adjustments.
+  refused, validators consulted after all adjustments;
+* the spec and the running task kept apart, as containerd does: StartContainer
+  creates the task from the spec, then spends ``start_delay`` starting it; an
+  update arriving in that window is stored in the spec but never reaches the
+  task (containerd applies updates to a task only once the container is
+  running), so the container keeps running on the old cpuset;
+* a batched unsolicited UpdateContainers applies every update it can and, if
+  any failed, answers the whole call with an error (containerd returns
+  "NRI update of some containers failed" and the failed list is lost);
+  updating a stopped container fails;
+* optionally the task's cpuset and mems written to cgroup v2 files under
+  ``cgroup_root`` at the container's ``cgroups_path`` (what the kernel would
+  hold), for the agent's drift check to read.
 
 It is the test double of the NRI tests, the runtime of the agent's end-to-end
 tests and the playground's container runtime. Operations return an
@@ -243,11 +255,18 @@ class EmbeddedRuntime:
         fail_updates: Collection[str] = (),
         go_frame_rules: bool = True,
         on_change: Callable[[ContainerChange], None] | None = None,
+        start_delay: float = 0.0,
+        start_gate: Callable[[str], Awaitable[None]] | None = None,
+        cgroup_root: str | os.PathLike[str] | None = None,
     ) -> None:
         """``plugin_config`` maps "NN-name" or "name" to the config text sent in Configure.
 
         ``online_cpus``/``online_mems`` make cpusets outside them fail like the
         kernel would; ``fail_updates`` lists container ids whose updates fail.
+        ``start_delay`` is how long starting a created task takes (runc start;
+        ~170 ms on a real node), ``start_gate`` an awaitable called in that
+        window instead (tests act inside it); ``cgroup_root`` makes the runtime
+        write each task's cpuset to ``<cgroup_root>/<cgroups_path>/cpuset.{cpus,mems}``.
         """
         self.socket_path = Path(socket_path) if socket_path is not None else None
         self.runtime_name = runtime_name
@@ -264,6 +283,20 @@ class EmbeddedRuntime:
         self.fail_updates = set(fail_updates)
         self.go_frame_rules = go_frame_rules
         self.on_change = on_change
+        self.start_delay = start_delay
+        self.start_gate = start_gate
+        self.cgroup_root = Path(cgroup_root) if cgroup_root is not None else None
+        if self.cgroup_root is not None:  # a cgroup v2 hierarchy
+            self.cgroup_root.mkdir(parents=True, exist_ok=True)
+            (self.cgroup_root / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+        #: container id -> (cpus, mems) its task runs with (the cgroup), once the task exists
+        self._task: dict[str, tuple[CPUSet | None, CPUSet | None]] = {}
+        self._starting: set[str] = set()  # task created, not yet running: updates reach the spec only
+        #: updates stored in a starting container's spec that its task never got
+        self.lost_updates: list[ContainerUpdate] = []
+        #: seconds from the end of a start whose update was lost to the next update of its task
+        self.repair_delays: list[float] = []
+        self._unrepaired: dict[str, float] = {}  # container -> when its start ended (monotonic)
         #: human-readable record of what happened, like a runtime's log
         self.log: list[str] = []
         self._pods: dict[str, Pod] = {}
@@ -502,10 +535,11 @@ class EmbeddedRuntime:
             self._note(f"plugin {plugin.id!r} requested container updates")
             # runtime-owned: applied even if the plugin is dropped while it waits for the lock
             failed = await asyncio.shield(self._spawn(self._apply_unsolicited(updates, plugin.id)))
-            reply = api_pb2.UpdateContainersResponse()
-            for update in failed:
-                convert.update_to_proto(update, reply.failed.add())
-            return reply.SerializeToString(), None
+            if failed:
+                # containerd applies what it can, then fails the whole call: ttrpc sends the
+                # error status alone, so the plugin never sees which updates failed.
+                return b"", Status(Code.UNKNOWN, "NRI update of some containers failed")
+            return api_pb2.UpdateContainersResponse().SerializeToString(), None
         return b"", Status(Code.UNIMPLEMENTED, f"method {req.method}")
 
     async def _apply_unsolicited(self, updates: list[ContainerUpdate], plugin_id: str) -> list[ContainerUpdate]:
@@ -669,9 +703,52 @@ class EmbeddedRuntime:
         self._subscribers.append(queue)
         return queue
 
+    @property
+    def unrepaired(self) -> frozenset[str]:
+        """Running containers whose task kept a stale cpuset from their start and got no update since."""
+        return frozenset(self._unrepaired)
+
+    def applied(self, container_id: str) -> tuple[CPUSet | None, CPUSet | None] | None:
+        """The (cpus, mems) the container's task runs with; None before its task exists."""
+        return self._task.get(container_id)
+
+    def _set_task(self, ctr: Container) -> None:
+        """The task (its cgroup) takes the container's current cpus and mems."""
+        values = cpus_and_mems(ctr)
+        self._task[ctr.id] = values
+        ended = self._unrepaired.pop(ctr.id, None)
+        if ended is not None:
+            self.repair_delays.append(time.monotonic() - ended)
+        if self.cgroup_root is None or not ctr.cgroups_path:
+            return
+        directory = self.cgroup_root / ctr.cgroups_path.lstrip("/")
+        directory.mkdir(parents=True, exist_ok=True)
+        for name, value in zip(("cpuset.cpus", "cpuset.mems"), values, strict=True):
+            (directory / name).write_text(f"{value or ''}\n")
+
+    def _drop_task(self, ctr: Container) -> None:
+        self._task.pop(ctr.id, None)
+        self._unrepaired.pop(ctr.id, None)
+        if self.cgroup_root is None or not ctr.cgroups_path:
+            return
+        directory = self.cgroup_root / ctr.cgroups_path.lstrip("/")
+        for name in ("cpuset.cpus", "cpuset.mems"):
+            with contextlib.suppress(FileNotFoundError):
+                (directory / name).unlink()
+        with contextlib.suppress(OSError):
+            directory.rmdir()
+
     def _set_container(self, new: Container, *, source: str, plugin: str | None) -> None:
         old = self._containers.get(new.id)
         self._containers[new.id] = new
+        if new.id in self._task:
+            if new.id in self._starting:
+                if cpus_and_mems(new) != self._task[new.id]:
+                    self._note(f"container {new.id} is starting: update stored in its spec, not applied to its task",
+                               logging.WARNING)
+                    self.lost_updates.append(ContainerUpdate(new.id, cpus=new.cpus, mems=new.mems))
+            elif new.state == ContainerState.RUNNING:
+                self._set_task(new)
         before = cpus_and_mems(old) if old is not None else (None, None)
         after = cpus_and_mems(new)
         if before != after:
@@ -698,6 +775,8 @@ class EmbeddedRuntime:
             problem = None
             if ctr is None:
                 problem = "no such container"
+            elif ctr.state == ContainerState.STOPPED:
+                problem = f"container {ctr.id} is not running (stopped)"
             elif update.container_id in self.fail_updates:
                 problem = "update failed (fail_updates)"
             else:
@@ -881,18 +960,40 @@ class EmbeddedRuntime:
         return next((r for r in results if r is not None), None)
 
     async def start_container(self, container_id: str) -> EventResult:
-        """StartContainer then PostStartContainer."""
+        """StartContainer: create the task from the spec, StartContainer event, start the task
+        (``start_delay``: updates in this window reach the spec only), PostStartContainer."""
         ctr = self.container(container_id)
         pod = self.pod(ctr.pod_sandbox_id)
-        async with self._lock:
-            ctr = dataclasses.replace(ctr, state=ContainerState.RUNNING, started_at=time.time_ns())
-            self._set_container(ctr, source="start", plugin=None)
-            dropped: list[str] = []
-            error = await self._notify(Event.START_CONTAINER, pod, ctr, dropped)
+        if ctr.state != ContainerState.CREATED:
+            raise RuntimeUsageError(f"container {container_id!r} is {ctr.state.name.lower()}, not created")
+        dropped: list[str] = []
+        self._starting.add(container_id)
+        try:
+            self._set_task(ctr)  # NewTask: the cgroup gets the spec as it is now
+            # Until the task runs, the container stays CREATED (what Synchronize reports), as in CRI.
+            started = dataclasses.replace(ctr, state=ContainerState.RUNNING, started_at=time.time_ns())
+            async with self._lock:
+                error = await self._notify(Event.START_CONTAINER, pod, started, dropped)
             if error is None:
+                if self.start_gate is not None:
+                    await self.start_gate(container_id)
+                elif self.start_delay > 0:
+                    await asyncio.sleep(self.start_delay)
+        finally:
+            self._starting.discard(container_id)
+        current = self._containers.get(container_id)
+        if current is None or current.state != ContainerState.CREATED:
+            return EventResult("StartContainer", pod=pod, error=f"container {container_id} was stopped while starting")
+        # The task runs: from now on updates reach it (the state change moves no CPU: no notification).
+        ctr = dataclasses.replace(current, state=ContainerState.RUNNING, started_at=started.started_at)
+        self._containers[container_id] = ctr
+        if container_id in self._task and cpus_and_mems(ctr) != self._task[container_id]:
+            self._unrepaired[container_id] = time.monotonic()  # the task runs on a stale cpuset
+        if error is None:
+            async with self._lock:
                 error = await self._notify(Event.POST_START_CONTAINER, pod, ctr, dropped)
-            return EventResult("StartContainer", pod=pod, container=ctr, error=error, dropped=tuple(dropped),
-                               plugins=self._ids())
+        return EventResult("StartContainer", pod=pod, container=ctr, error=error, dropped=tuple(dropped),
+                           plugins=self._ids())
 
     async def update_container(self, container_id: str, resources: LinuxResources) -> EventResult:
         """A CRI UpdateContainerResources: UpdateContainer then PostUpdateContainer.
@@ -969,6 +1070,14 @@ class EmbeddedRuntime:
             return EventResult("StopContainer", pod=pod, container=ctr, updates=tuple(updates.values()),
                                failed_updates=tuple(failures), error=error, dropped=tuple(dropped), plugins=self._ids())
 
+    def exit_container(self, container_id: str) -> None:
+        """The container's process exits on its own: stopped, task and cgroup gone, no NRI event yet
+        (containerd tells plugins later, with StopContainer from its exit handler or the kubelet)."""
+        ctr = self.container(container_id)
+        self._containers[container_id] = dataclasses.replace(ctr, state=ContainerState.STOPPED,
+                                                             finished_at=time.time_ns())
+        self._drop_task(ctr)
+
     async def remove_container(self, container_id: str) -> EventResult:
         ctr = self.container(container_id)
         pod = self.pod(ctr.pod_sandbox_id)
@@ -976,6 +1085,7 @@ class EmbeddedRuntime:
             dropped: list[str] = []
             error = await self._notify(Event.REMOVE_CONTAINER, pod, ctr, dropped)
             del self._containers[container_id]
+            self._drop_task(ctr)
             return EventResult("RemoveContainer", pod=pod, container=ctr, error=error, dropped=tuple(dropped),
                                plugins=self._ids())
 

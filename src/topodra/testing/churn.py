@@ -1,0 +1,380 @@
+"""A randomized churn run against the real agent process: does the node stay consistent?
+
+Claim pods, Guaranteed pods (exclusive CPUs) and shared pods are created and
+deleted by a few concurrent workers, and the agent process is restarted now
+and then, all through the playground (embedded runtime with containerd's start
+window, kubelet over gRPC, the simulator's allocator as the scheduler over the
+agent's own ResourceSlices). At the end every container's applied cpuset (the
+runtime's task, i.e. its cgroup) must equal the agent's record, and no CPU may
+be held twice. Used by ``tests/agent/test_churn.py`` (bounded) and
+``python -m benchmarks sync`` (the soak).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from topodra.cpuset import CPUSet
+from topodra.playground.world import Playground
+from topodra.testing.runtime import ContainerChange
+from topodra.testing.store import KINDS
+from topodra.topology.synthetic import synthetic_topology
+
+__all__ = ["ChurnReport", "run_churn"]
+
+SLICES = KINDS[("resource.k8s.io", "resourceslices")]
+
+
+@dataclass
+class ChurnReport:
+    operations: int = 0
+    restarts: int = 0
+    pods_started: dict[str, int] = field(default_factory=dict)
+    unschedulable: int = 0
+    prepare_failures: list[str] = field(default_factory=list)
+    #: Prepare refusals of claims allocated from slices that offered CPUs withdrawn before the
+    #: Prepare (exclusive grants, a moved shared floor): the race
+    prepare_failures_in_race: list[str] = field(default_factory=list)
+    race_allocations: int = 0
+    refused: list[str] = field(default_factory=list)
+    exclusive_grants: int = 0
+    #: exclusive containers moved while running, and how many of those came from a claim allocated
+    #: while the slices still offered their CPUs (the publication race)
+    exclusive_moved: int = 0
+    exclusive_moved_in_race: int = 0
+    moves: list[str] = field(default_factory=list)
+    withdraw_ms: list[float] = field(default_factory=list)  # exclusive grant -> slices without its CPUs
+    slice_writes: int = 0
+    lost_updates: int = 0
+    repair_ms: list[float] = field(default_factory=list)  # start end -> task holds the assignment
+    unrepaired: int = 0  # starts whose task still ran stale at the end
+    mismatches: dict[str, tuple[str, str]] = field(default_factory=dict)  # container -> (applied, agent)
+    double_held: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not (self.prepare_failures or self.mismatches or self.double_held) and (
+            self.exclusive_moved == self.exclusive_moved_in_race
+        )
+
+    def lines(self) -> list[str]:
+        w = sorted(self.withdraw_ms)
+        p50 = w[len(w) // 2] if w else 0.0
+        p99 = w[min(len(w) - 1, int(len(w) * 0.99))] if w else 0.0
+        return [
+            f"operations {self.operations} in {self.seconds:.1f} s, agent restarts {self.restarts}",
+            "pods started " + ", ".join(f"{k} {v}" for k, v in sorted(self.pods_started.items())),
+            f"unschedulable {self.unschedulable}, refused {len(self.refused)}, "
+            f"Prepare failures {len(self.prepare_failures)} (+{len(self.prepare_failures_in_race)} of claims "
+            f"allocated before a withdrawal; {self.race_allocations} allocations saw exclusive CPUs on offer)",
+            f"exclusive grants {self.exclusive_grants}: moved {self.exclusive_moved} "
+            f"({self.exclusive_moved_in_race} allocated from slices published before the withdrawal)",
+            f"withdrawal window (grant -> slices updated) p50 {p50:.1f} ms, p99 {p99:.1f} ms, max {w[-1] if w else 0:.1f} ms",
+            f"slice writes {self.slice_writes} ({self.slice_writes / max(1, self.exclusive_grants):.2f} per exclusive grant)",
+            f"updates the runtime stored but did not apply (start window) {self.lost_updates}; "
+            f"tasks repaired after their start ended in max {max(self.repair_ms, default=0):.1f} ms "
+            f"({len(self.repair_ms)} repairs, {self.unrepaired} never)",
+            f"applied cpuset != agent record: {len(self.mismatches)}; CPUs held twice: {len(self.double_held)}",
+            *(f"  Prepare failure: {f}" for f in self.prepare_failures[:5]),
+            *(f"  mismatch: {c} applied {a}, agent {b}" for c, (a, b) in list(self.mismatches.items())[:5]),
+            *(f"  held twice: {d}" for d in self.double_held[:5]),
+        ]
+
+
+def _pod(name: str, kind: str, rng: random.Random) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": "c", "image": "x"}]}
+    c = spec["containers"][0]
+    if kind == "guaranteed":
+        n = str(rng.choice([1, 1, 2]))
+        c["resources"] = {"requests": {"cpu": n, "memory": "64Mi"}, "limits": {"cpu": n, "memory": "64Mi"}}
+    elif kind == "shared":
+        if rng.random() < 0.5:
+            c["resources"] = {"requests": {"cpu": f"{rng.choice([100, 250, 500])}m", "memory": "32Mi"}}
+    else:  # claim
+        spec["resourceClaims"] = [{"name": "cpus", "resourceClaimTemplateName": f"cpus-{rng.choice([1, 1, 2, 3])}"}]
+        c["resources"] = {"claims": [{"name": "cpus"}]}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"churn": kind}}, "spec": spec}
+
+
+def _templates() -> list[dict[str, Any]]:
+    return [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": f"cpus-{n}"},
+            "spec": {"spec": {"devices": {"requests": [
+                {"name": "cpu", "exactly": {"deviceClassName": "native.cpu", "count": n}}
+            ]}}},
+        }
+        for n in (1, 2, 3)
+    ]
+
+
+def _offered(pg: Playground) -> CPUSet:
+    cpus: set[int] = set()
+    for s in pg.store.list(SLICES)["items"]:
+        for d in s["spec"].get("devices") or []:
+            cpu = (d.get("attributes") or {}).get("cpu", {}).get("int")
+            if cpu is not None:
+                cpus.add(int(cpu))
+    return CPUSet(cpus)
+
+
+class _Churn:
+    def __init__(self, pg: Playground, rng: random.Random, report: ChurnReport) -> None:
+        self.pg = pg
+        self.rng = rng
+        self.report = report
+        self.live: dict[str, str] = {}  # pod name -> kind
+        self.exclusive: dict[str, CPUSet] = {}  # container id -> its exclusive CPUs while it runs
+        self.race_allocations: set[str] = set()  # claim pods allocated while slices offered exclusive CPUs
+        self.counter = 0
+        self.inflight: dict[str, CPUSet] = {}  # claim pods being started -> CPUs allocated to them
+        self.allocated_at: dict[str, float] = {}
+        #: Prepare failures (line, allocated CPUs, allocated at, failed at), classified at the end
+        self.failures: list[tuple[str, CPUSet | None, float | None, float]] = []
+        self._schedule = pg.scheduler.schedule
+        pg.scheduler.schedule = self.schedule  # type: ignore[method-assign]
+        self.offers: list[tuple[float, CPUSet]] = []  # (wall time, offered CPUs) after each slice write
+        self.idle = asyncio.Condition()
+        self.busy = 0  # operations in flight
+        self.pausing = False  # a restart waits for them and holds new ones back
+
+    def on_change(self, change: ContainerChange) -> None:
+        if change.source == "adjustment" and change.cpus is not None and self._kind_of(change.container_id) == "guaranteed":
+            self.exclusive[change.container_id] = change.cpus  # granted: from now on these must not be offered
+            return
+        before = self.exclusive.get(change.container_id)
+        if before is None or change.cpus is None or change.source in ("stop", "start"):
+            return
+        if change.cpus != before:
+            # In the race: a claim being prepared was allocated these CPUs, from slices that still
+            # offered them or before they were granted at all.
+            racing = sorted(n for n, cpus in self.inflight.items() if not cpus.isdisjoint(before))
+            self.report.moves.append(
+                f"{change.container_id}: {before} -> {change.cpus} ({change.source}, restarts {self.report.restarts}, "
+                f"claims allocated these CPUs {racing})"
+            )
+            self.report.exclusive_moved += 1
+            if racing:
+                self.report.exclusive_moved_in_race += 1
+            self.exclusive[change.container_id] = change.cpus
+
+    def _kind_of(self, container_id: str) -> str:
+        rt = self.pg.runtime
+        assert rt is not None
+        try:
+            return rt.pod(rt.container(container_id).pod_sandbox_id).labels.get("churn", "")
+        except Exception:
+            return ""
+
+    def schedule(self, pod: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The scheduler, noting allocations made while the slices still offer exclusive CPUs."""
+        name = pod["metadata"]["name"]
+        held = CPUSet()
+        for cpus in self.exclusive.values():
+            held |= cpus
+        if (pod.get("spec") or {}).get("resourceClaims") and not _offered(self.pg).isdisjoint(held):
+            self.race_allocations.add(name)
+            self.report.race_allocations += 1
+        out: list[dict[str, Any]] = self._schedule(pod)
+        allocated: set[int] = set()
+        for claim in out:
+            for r in (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []:
+                if str(r.get("device", "")).startswith("cpu"):
+                    allocated.add(int(r["device"][3:]))
+        if allocated:
+            self.inflight[name] = CPUSet(allocated)
+            self.allocated_at[name] = time.time()
+        return out
+
+    def classify_failures(self, grace: float = 1.0) -> None:
+        """Sort the Prepare failures: in the race when a slice write withdrew one of the claim's CPUs
+        after its allocation (up to ``grace`` s after the failure: the agent republishes right after
+        the change that made Prepare fail, which may come after the failure itself)."""
+        for line, cpus, since, failed in self.failures:
+            racy = cpus is not None and since is not None and any(
+                since <= t <= failed + grace and not cpus <= offered for t, offered in self.offers
+            )
+            (self.report.prepare_failures_in_race if racy else self.report.prepare_failures).append(line)
+
+    def _containers_of(self, pod_name: str) -> list[str]:
+        rt = self.pg.runtime
+        assert rt is not None
+        sandboxes = {p.id for p in rt.pods() if p.name == pod_name}
+        return [c.id for c in rt.containers() if c.pod_sandbox_id in sandboxes]
+
+    async def start_pod(self) -> None:
+        kind = self.rng.choices(["claim", "guaranteed", "shared"], weights=[3, 3, 4])[0]
+        self.counter += 1
+        name = f"{kind[0]}-{self.counter}"
+        pod = _pod(name, kind, self.rng)
+        line = (await self.pg.apply([pod]))[-1]
+        cpus, since = self.inflight.get(name), self.allocated_at.get(name)
+        self.race_allocations.discard(name)
+        self.inflight.pop(name, None)
+        self.allocated_at.pop(name, None)
+        self.live[name] = kind
+        if line.endswith("running"):
+            self.report.pods_started[kind] = self.report.pods_started.get(kind, 0) + 1
+            if kind == "guaranteed":
+                await self._grant(name)
+        elif "pending" in line:
+            self.report.unschedulable += 1
+        elif "prepare claim" in line or "NodePrepareResources" in line:
+            self.failures.append((line, cpus, since, time.time()))
+        else:
+            self.report.refused.append(line)
+
+    async def _grant(self, name: str) -> None:
+        rt = self.pg.runtime
+        assert rt is not None
+        for cid in self._containers_of(name):
+            cpus = self.exclusive.get(cid)
+            if cpus is None:
+                continue
+            self.report.exclusive_grants += 1
+            created = rt.container(cid).created_at / 1e9
+            deadline = time.monotonic() + 5
+            while not _offered(self.pg).isdisjoint(cpus) and time.monotonic() < deadline:
+                if self.exclusive.get(cid) != cpus:
+                    return  # already moved (a claim took them first)
+                await asyncio.sleep(0.002)
+            # When did the slices stop offering them? The first slice write after the grant that did.
+            done = next((t for t, offered in self.offers if t >= created and offered.isdisjoint(cpus)), None)
+            if done is None:  # withdrawn by a write before the container was even created (a floor move)
+                done = created
+            self.report.withdraw_ms.append((done - created) * 1000)
+
+    async def watch_offers(self) -> None:
+        watch = self.pg.store.watch(SLICES)
+        async for _ in watch:
+            self.offers.append((time.time(), _offered(self.pg)))
+
+    async def delete_pod(self) -> None:
+        if not self.live:
+            return
+        name = self.rng.choice(sorted(self.live))
+        kind = self.live.pop(name)
+        for cid in self._containers_of(name):
+            self.exclusive.pop(cid, None)
+        await self.pg.delete_pod(name)
+        del kind
+
+    async def restart(self) -> None:
+        async with self.idle:
+            self.pausing = True
+            await self.idle.wait_for(lambda: self.busy == 0)
+        try:
+            await self.pg.restart_agent()
+            self.report.restarts += 1
+        finally:
+            async with self.idle:
+                self.pausing = False
+                self.idle.notify_all()
+
+    async def worker(self, ops: int, restart_at: set[int]) -> None:
+        for _ in range(ops):
+            self.report.operations += 1
+            if self.report.operations in restart_at:
+                await self.restart()
+                continue
+            async with self.idle:
+                await self.idle.wait_for(lambda: not self.pausing)
+                self.busy += 1
+            try:
+                if len(self.live) < 4 or (self.rng.random() < 0.55 and len(self.live) < 14):
+                    await self.start_pod()
+                else:
+                    await self.delete_pod()
+            finally:
+                async with self.idle:
+                    self.busy -= 1
+                    self.idle.notify_all()
+
+
+async def _check(pg: Playground, report: ChurnReport) -> None:
+    rt = pg.runtime
+    assert rt is not None
+    await pg.settle(timeout=15)
+    state = await pg.agent_state()
+    record: Mapping[str, Mapping[str, str]] = state["containers"]
+    claims = {uid: CPUSet.parse(c) for uid, c in state["claims"].items()}
+    for c in rt.containers():
+        applied = rt.applied(c.id)
+        if applied is None or c.id not in record:
+            continue
+        want = record[c.id]["cpus"]
+        got = str(applied[0]) if applied[0] is not None else "(unset)"
+        if got != want:
+            report.mismatches[c.id] = (got, want)
+    holders: dict[int, str] = {}
+    for uid, cpus in claims.items():
+        for cpu in cpus:
+            if cpu in holders:
+                report.double_held.append(f"CPU {cpu}: claim {uid} and {holders[cpu]}")
+            holders[cpu] = f"claim {uid}"
+    pods = {p.id: p for p in rt.pods()}
+    for c in rt.containers():
+        pod = pods.get(c.pod_sandbox_id)
+        applied = rt.applied(c.id)
+        if pod is None or applied is None or applied[0] is None or pod.labels.get("churn") != "guaranteed":
+            continue
+        for cpu in applied[0]:
+            if cpu in holders:
+                report.double_held.append(f"CPU {cpu}: container {c.id} and {holders[cpu]}")
+            holders[cpu] = f"container {c.id}"
+    report.lost_updates = len(rt.lost_updates)
+    report.repair_ms = [d * 1000 for d in rt.repair_delays]
+    report.unrepaired = len(rt.unrepaired)
+
+
+async def run_churn(
+    operations: int = 200,
+    *,
+    seed: int = 1,
+    workers: int = 3,
+    restarts: int = 3,
+    topology: str = "synthetic:1s1d1n2l4c2t",
+    start_delay: float = 0.003,
+) -> ChurnReport:
+    """Run ``operations`` random operations (about ``restarts`` of them agent restarts)."""
+    report = ChurnReport()
+    rng = random.Random(seed)
+    topo = synthetic_topology(topology.removeprefix("synthetic:"))
+    churn: _Churn | None = None
+
+    def changed(change: ContainerChange) -> None:
+        if churn is not None:
+            churn.on_change(change)
+
+    t0 = time.monotonic()
+    async with Playground(
+        topology=topo,
+        agent_process=topology,
+        cgroups=True,
+        on_change=changed,
+        runtime_options={"start_delay": start_delay},
+    ) as pg:
+        await pg.apply(_templates())
+        churn = _Churn(pg, rng, report)
+        watcher = asyncio.ensure_future(churn.watch_offers())
+        writes_before = sum(1 for m, p in pg.api.requests if "resourceslices" in p and m in ("POST", "PUT", "PATCH", "DELETE"))
+        shares = [operations // workers + (1 if i < operations % workers else 0) for i in range(workers)]
+        restart_at = {(k + 1) * operations // (restarts + 1) for k in range(restarts)}
+        await asyncio.gather(*(churn.worker(n, restart_at) for n in shares))
+        report.slice_writes = sum(
+            1 for m, p in pg.api.requests if "resourceslices" in p and m in ("POST", "PUT", "PATCH", "DELETE")
+        ) - writes_before
+        await _check(pg, report)
+        await asyncio.sleep(0.2)  # let the last republications land before classifying
+        churn.classify_failures()
+        watcher.cancel()
+    report.seconds = time.monotonic() - t0
+    return report

@@ -1,0 +1,185 @@
+"""What the slices offer, the node honours: the shared floor and withdrawn exclusive CPUs.
+
+Random claims are allocated by the simulator's allocator from the agent's own
+published slices and prepared by the DRA driver over the agent's policy;
+shared and Guaranteed containers come and go in between.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from topodra.agent.agent import Agent
+from topodra.agent.config import parse_config
+from topodra.cpuset import CPUSet
+from topodra.dra.devices import DRIVER, DeviceModelConfig, device_class, offered_cpus
+from topodra.dra.driver import ClaimRef, Driver
+from topodra.dra.slices import build_slices
+from topodra.policy.api import ContainerRequest, PolicyError, QoSClass
+from topodra.sim.allocator import AllocatedState, Allocator, allocation_of_claim, write_allocation
+from topodra.topology.synthetic import synthetic_topology
+
+NODE = "node-a"
+TOPO = synthetic_topology("1s1d1n1l3c2t")  # 6 CPUs: small enough to run out often
+
+
+def _agent(tmp: Path, model: str = "cpu", floor: int = 1) -> Agent:
+    cfg = parse_config(
+        {
+            "nodeName": NODE,
+            "stateDir": str(tmp / "state"),
+            "cdiDir": str(tmp / "cdi"),
+            "metricsAddress": "",
+            "devices": {"model": model, "sharedFloor": floor},
+        }
+    )
+    return Agent(cfg, topology=TOPO)
+
+
+def _claim(uid: str, count: int, model: str) -> dict[str, Any]:
+    exactly: dict[str, Any] = {"deviceClassName": DRIVER}
+    if model == "grouped":
+        exactly["capacity"] = {"requests": {"cpu": str(count)}}
+    elif model == "core":
+        exactly |= {"allocationMode": "ExactCount", "count": max(1, count // 2)}
+    else:
+        exactly |= {"allocationMode": "ExactCount", "count": count}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"namespace": "default", "name": f"claim-{uid}", "uid": uid},
+        "spec": {"devices": {"requests": [{"name": "cpu", "exactly": exactly}]}},
+    }
+
+
+def _container(i: int, cpus: int) -> ContainerRequest:
+    if cpus:
+        return ContainerRequest(
+            id=f"c{i}", name="c", pod_uid=f"p{i}", pod_name=f"p{i}", namespace="default",
+            qos=QoSClass.GUARANTEED, cpu_request_milli=1000 * cpus, cpu_limit_milli=1000 * cpus,
+        )
+    return ContainerRequest(
+        id=f"c{i}", name="c", pod_uid=f"p{i}", pod_name=f"p{i}", namespace="default",
+        qos=QoSClass.BURSTABLE, cpu_request_milli=100,
+    )
+
+
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("claim"), st.integers(1, 6)),
+        st.tuples(st.just("shared"), st.just(0)),
+        st.tuples(st.just("guaranteed"), st.integers(1, 3)),
+        st.tuples(st.just("release"), st.integers(0, 20)),
+        st.tuples(st.just("remove"), st.integers(0, 20)),
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+async def _churn(tmp: Path, ops: list[tuple[str, int]], model: str, floor: int) -> list[str]:
+    """Run the operations; returns every Prepare error."""
+    agent = _agent(tmp, model, floor)
+    claims: dict[tuple[str, str], dict[str, Any]] = {}
+
+    async def fetch(namespace: str, name: str) -> dict[str, Any]:
+        return claims[(namespace, name)]
+
+    driver = Driver(
+        policy=agent.claim_view(), lock=agent.lock, fetch_claim=fetch, cdi_dir=tmp / "cdi",
+        checkpoint_path=tmp / "state" / "cp.json", devices=agent.devices, pool=NODE,
+    )
+    state = AllocatedState()
+    prepared: list[tuple[ClaimRef, dict[str, Any]]] = []
+    containers: list[str] = []
+    errors: list[str] = []
+    node = {"metadata": {"name": NODE, "labels": {}}}
+    for n, (op, arg) in enumerate(ops):
+        if op == "claim":
+            slices = build_slices(NODE, agent.offered_devices())
+            claim = _claim(f"u{n}", arg, model)
+            result = Allocator(slices, [device_class()], state).allocate(node, [claim])
+            if result is None:
+                continue  # the scheduler finds no room: nothing to honour
+            claim = write_allocation(claim, result[0], {"metadata": {"name": f"pod{n}", "uid": f"pod{n}"}})
+            claims[("default", claim["metadata"]["name"])] = claim
+            ref = ClaimRef("default", f"u{n}", claim["metadata"]["name"])
+            before = {c: g.exclusive for c, g in agent.policy.grants().items() if g.exclusive}
+            out = (await driver.prepare([ref]))[ref.uid]
+            after = {c: g.exclusive for c, g in agent.policy.grants().items() if g.exclusive}
+            assert after == before, "a claim from the offered slices moved an exclusive container"
+            if out.error:
+                errors.append(out.error)
+                continue
+            alloc = allocation_of_claim(claim)
+            assert alloc is not None
+            state.add(alloc)
+            prepared.append((ref, claim))
+        elif op == "release" and prepared:
+            ref, claim = prepared.pop(arg % len(prepared))
+            await driver.unprepare([ref])
+            alloc = allocation_of_claim(claim)
+            assert alloc is not None
+            state.remove(alloc)
+        elif op in ("shared", "guaranteed"):
+            try:
+                agent.record(agent.policy.add(_container(n, arg)))
+                containers.append(f"c{n}")
+            except PolicyError:
+                pass  # the node is full for it: the kubelet would refuse the pod too
+        elif op == "remove" and containers:
+            cid = containers.pop(arg % len(containers))
+            agent.record(agent.policy.remove(cid), subject=cid)
+        agent.refresh_offer()
+        offered = agent.offer
+        agent.refresh_offer(full=True)
+        assert agent.offer == offered, "the offer kept up from changes equals one from every grant"
+        stats = agent.policy.stats().total
+        assert offered.isdisjoint(stats.allocated), "exclusive CPUs must not be on offer"
+        published = CPUSet()
+        for d in agent.offered_devices():
+            published |= d.cpus
+        assert published.isdisjoint(stats.allocated), "no published device may stand for an exclusive CPU"
+        if floor and stats.shared:
+            assert not stats.shared <= offered, "a shared CPU must stay off offer"
+    return errors
+
+
+@pytest.mark.parametrize("model", ["cpu", "core", "grouped"])
+def test_no_prepare_fails_for_what_the_slices_offered(tmp_path_factory: pytest.TempPathFactory, model: str) -> None:
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(OPS)
+    def prop(ops: list[tuple[str, int]]) -> None:
+        tmp = tmp_path_factory.mktemp("offer")
+        assert asyncio.run(_churn(tmp, ops, model, floor=1)) == []
+
+    prop()
+
+
+def test_without_the_floor_the_scheduler_allocates_what_prepare_refuses(tmp_path: Path) -> None:
+    """The issue's case, the reason for the floor: a shared container, then a claim of every CPU."""
+    errors = asyncio.run(_churn(tmp_path, [("shared", 0), ("claim", 6)], "cpu", floor=0))
+    assert len(errors) == 1
+    assert "no shared CPU" in errors[0]
+    assert asyncio.run(_churn(tmp_path / "floor", [("shared", 0), ("claim", 6)], "cpu", floor=1)) == []
+
+
+@given(
+    st.sets(st.integers(0, 5)), st.sets(st.integers(0, 5)), st.integers(0, 3),
+    st.sampled_from(["topology-reversed", "topology", "cpu-id"]),
+)
+def test_offered_cpus_leaves_out_exclusive_and_the_floor(
+    free: set[int], exclusive: set[int], floor: int, order: str
+) -> None:
+    free_set = CPUSet(free) - CPUSet(exclusive)
+    cfg = DeviceModelConfig(shared_floor=floor, order=order)  # type: ignore[arg-type]
+    got = offered_cpus(TOPO, cfg, candidates=TOPO.online, shared_free=free_set, exclusive=CPUSet(exclusive))
+    assert got.isdisjoint(CPUSet(exclusive))
+    assert len(free_set - got) == min(floor, len(free_set))
+    assert TOPO.online - got == CPUSet(exclusive) | (free_set - got)
