@@ -241,7 +241,7 @@ class ForkingPlayground(Playground):
             self.agent_port = s.getsockname()[1]
         cfg = self.agent_config().model_dump(mode="json", by_alias=True)
         cfg["topology"] = self.agent_process
-        cfg["metricsAddress"] = f"127.0.0.1:{self.agent_port}"
+        cfg["metricsAddress"] = cfg["stateAddress"] = f"127.0.0.1:{self.agent_port}"  # /state over TCP too
         path = self.workdir / "agent.yaml"
         path.write_text(json.dumps(cfg))  # JSON is YAML
         before = {p.id for p in self.runtime.plugins}
