@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Final
 
-__all__ = ["CPUSet", "CPUSetParseError", "MAX_CPU_ID"]
+__all__ = ["CPUSet", "CPUSetParseError", "MAX_CPU_ID", "iter_bits"]
 
 #: Largest CPU id accepted by the parser (the kernel's NR_CPUS is at most 8192).
 MAX_CPU_ID: Final = 8191
@@ -25,6 +25,14 @@ _SPACE: Final = " \t\n\r\v\f"
 _HEX_MASK: Final = re.compile(r"[0-9a-fA-F]{1,8}(?:,[0-9a-fA-F]{1,8})*")
 # What the kernel prints: every word but the first padded to eight digits.
 _PADDED_HEX_MASK: Final = re.compile(r"[0-9a-fA-F]{1,8}(?:,[0-9a-fA-F]{8})*")
+
+
+def iter_bits(mask: int) -> Iterator[int]:
+    """The set bits of ``mask``, lowest first: the one bit iteration of the project."""
+    while mask:
+        low = mask & -mask
+        yield low.bit_length() - 1
+        mask ^= low
 
 
 class CPUSetParseError(ValueError):
@@ -171,11 +179,7 @@ class CPUSet:
         return self._mask
 
     def __iter__(self) -> Iterator[int]:
-        mask = self._mask
-        while mask:
-            low = mask & -mask
-            yield low.bit_length() - 1
-            mask ^= low
+        return iter_bits(self._mask)
 
     def __len__(self) -> int:
         return self._mask.bit_count()

@@ -8,10 +8,9 @@ supply, and lookup tables derived from them. What is in use right now is the
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from topodra.cpuset import CPUSet
+from topodra.cpuset import CPUSet, iter_bits
 from topodra.policy.api import BadRequestError
 from topodra.policy.config import PolicyConfig, TopologyLevel
 from topodra.policy.groups import LEVELS, GroupTree, build_group_tree
@@ -25,12 +24,7 @@ _RANK = {name: i for i, name in enumerate(LEVELS)}
 _LEVEL_RANK = {TopologyLevel(v): _RANK[v] for v in ("system", "package", "die", "numa", "l3cache")}
 
 
-def bits(mask: int) -> Iterator[int]:
-    """The set bits of ``mask``, lowest first."""
-    while mask:
-        low = mask & -mask
-        yield low.bit_length() - 1
-        mask ^= low
+bits = iter_bits  # the set bits of a mask, lowest first (topodra.cpuset)
 
 
 def fmt(mask: int) -> str:

@@ -100,14 +100,14 @@ def validate_metadata(meta: Mapping[str, Any], *, namespaced: bool, dns_label: b
 
 # --- ResourceSlice ------------------------------------------------------------------------------
 
-def is_dns_label(name: str) -> bool:
-    """RFC 1123 label: lower-case alphanumerics and '-', at most 63."""
-    return len(name) <= 63 and bool(_DNS_1123_LABEL.match(name))
+def is_dns_label(name: object) -> bool:
+    """RFC 1123 label: lower-case alphanumerics and '-', at most 63 (a non-string is not one)."""
+    return isinstance(name, str) and len(name) <= 63 and bool(_DNS_1123_LABEL.match(name))
 
 
-def is_dns_subdomain(name: str) -> bool:
-    """RFC 1123 subdomain: dot-separated labels, at most 253 in all."""
-    return 0 < len(name) <= 253 and all(is_dns_label(p) for p in name.split("."))
+def is_dns_subdomain(name: object) -> bool:
+    """RFC 1123 subdomain: dot-separated labels, at most 253 in all (a non-string is not one)."""
+    return isinstance(name, str) and 0 < len(name) <= 253 and all(is_dns_label(p) for p in name.split("."))
 
 
 def parse_quantity(text: Any) -> Fraction:
