@@ -219,13 +219,12 @@ class Playground:
         await self.settle()
         return agent
 
-    async def _start_agent_process(self, env: Mapping[str, str]) -> None:
+    def child_config(self) -> Path:
+        """Write the configuration of an agent in its own process: a free port serving /metrics and
+        /state, the playground's machine; returns the file."""
         import json
-        import os
         import socket
-        import sys
 
-        assert self.runtime is not None
         assert self.workdir is not None
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
@@ -236,6 +235,15 @@ class Playground:
         path = self.workdir / "agent.yaml"
         path.write_text(json.dumps(cfg))  # JSON is YAML
         path.chmod(0o600)  # the agent refuses a configuration others could write (any umask)
+        return path
+
+    async def _start_agent_process(self, env: Mapping[str, str]) -> None:
+        import os
+        import sys
+
+        assert self.runtime is not None
+        assert self.workdir is not None
+        path = self.child_config()
         before = {p.id for p in self.runtime.plugins}
         # The child imports the same topodra as this process.
         import topodra

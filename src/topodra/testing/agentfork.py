@@ -232,18 +232,9 @@ class ForkingPlayground(Playground):
             await self.forker.stop()
 
     async def _start_agent_process(self, env: Any) -> None:
-        import socket
-
         assert self.runtime is not None
         assert self.workdir is not None
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.agent_port = s.getsockname()[1]
-        cfg = self.agent_config().model_dump(mode="json", by_alias=True)
-        cfg["topology"] = self.agent_process
-        cfg["metricsAddress"] = cfg["stateAddress"] = f"127.0.0.1:{self.agent_port}"  # /state over TCP too
-        path = self.workdir / "agent.yaml"
-        path.write_text(json.dumps(cfg))  # JSON is YAML
+        path = self.child_config()
         before = {p.id for p in self.runtime.plugins}
         proc = await self.forker.spawn(["agent", "--config", str(path)], dict(env), self.workdir / "agent.log")
         self.process = proc  # type: ignore[assignment]
