@@ -23,7 +23,7 @@ class AllocationFormatError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class AllocatedResult:
-    """One entry of ``status.allocation.devices.results``."""
+    """One entry of ``status.allocation.devices.results``: parsed by the driver, written by the simulator."""
 
     request: str
     driver: str
@@ -35,6 +35,27 @@ class AllocatedResult:
     binding_failure_conditions: tuple[str, ...] | None = None
     share_id: str | None = None
     consumed_capacity: Mapping[str, Quantity] | None = None
+
+    @property
+    def id(self) -> tuple[str, str, str]:
+        """(driver, pool, device): what the allocator keys devices by."""
+        return (self.driver, self.pool, self.device)
+
+    def to_api(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"request": self.request, "driver": self.driver, "pool": self.pool, "device": self.device}
+        if self.admin_access:
+            out["adminAccess"] = True
+        if self.tolerations:
+            out["tolerations"] = [dict(t) for t in self.tolerations]
+        if self.binding_conditions:
+            out["bindingConditions"] = list(self.binding_conditions)
+        if self.binding_failure_conditions:
+            out["bindingFailureConditions"] = list(self.binding_failure_conditions)
+        if self.share_id is not None:
+            out["shareID"] = self.share_id
+        if self.consumed_capacity:
+            out["consumedCapacity"] = {k: str(v) for k, v in sorted(self.consumed_capacity.items())}
+        return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from topodra.dra.allocation import AllocationFormatError, parse_allocation
+from topodra.dra.allocation import AllocatedResult, AllocationFormatError, parse_allocation
 from topodra.quantity import Quantity
 from topodra.sim.api import (
     MAX_RESULTS,
@@ -132,38 +132,8 @@ class _MaxSizeExceeded(Exception):
 # --- results and state ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class DeviceResult:
-    request: str
-    driver: str
-    pool: str
-    device: str
-    admin_access: bool = False
-    tolerations: tuple[Mapping[str, Any], ...] = ()
-    binding_conditions: tuple[str, ...] | None = None
-    binding_failure_conditions: tuple[str, ...] | None = None
-    share_id: str | None = None
-    consumed_capacity: Mapping[str, Quantity] | None = None
-
-    @property
-    def id(self) -> DeviceID:
-        return (self.driver, self.pool, self.device)
-
-    def to_api(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"request": self.request, "driver": self.driver, "pool": self.pool, "device": self.device}
-        if self.admin_access:
-            out["adminAccess"] = True
-        if self.tolerations:
-            out["tolerations"] = [dict(t) for t in self.tolerations]
-        if self.binding_conditions:
-            out["bindingConditions"] = list(self.binding_conditions)
-        if self.binding_failure_conditions:
-            out["bindingFailureConditions"] = list(self.binding_failure_conditions)
-        if self.share_id is not None:
-            out["shareID"] = self.share_id
-        if self.consumed_capacity:
-            out["consumedCapacity"] = {k: str(v) for k, v in sorted(self.consumed_capacity.items())}
-        return out
+#: One entry of ``status.allocation.devices.results``: the same record the DRA driver parses.
+DeviceResult = AllocatedResult
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,14 +250,7 @@ def allocation_of_claim(claim: Mapping[str, Any]) -> ClaimAllocation | None:
     if allocation is None:
         return None
     ns, name = meta.get("namespace") or "", meta.get("name") or ""
-    results = tuple(
-        DeviceResult(
-            r.request, r.driver, r.pool, r.device, r.admin_access, r.tolerations,
-            r.binding_conditions, r.binding_failure_conditions, r.share_id, r.consumed_capacity,
-        )
-        for r in allocation.results
-    )
-    return ClaimAllocation(f"{ns}/{name}" if ns else str(name), results, allocation.config, allocation.node_selector)
+    return ClaimAllocation(f"{ns}/{name}" if ns else str(name), allocation.results, allocation.config, allocation.node_selector)
 
 
 @dataclass(slots=True)
