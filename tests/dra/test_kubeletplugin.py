@@ -19,12 +19,15 @@ import pytest
 from topodra.cpuset import CPUSet
 from topodra.dra.devices import build_devices
 from topodra.dra.driver import Driver
+from topodra.dra.health import DeviceHealth
 from topodra.dra.kubeletplugin import KubeletPlugin, PluginPaths, PluginSocketError
 from topodra.dra.proto import (
     dra_v1_pb2,
     dra_v1_pb2_grpc,
     dra_v1beta1_pb2,
     dra_v1beta1_pb2_grpc,
+    health_v1_pb2,
+    health_v1_pb2_grpc,
     health_v1alpha1_pb2,
     health_v1alpha1_pb2_grpc,
     pluginregistration_pb2,
@@ -80,7 +83,12 @@ def test_registration_get_info_and_status(root: Path) -> None:
             assert info.name == "native.cpu"
             assert info.endpoint == str(env.paths.dra_socket)
             assert Path(info.endpoint).is_absolute()
-            assert list(info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin", "v1alpha1.DRAResourceHealth"]
+            assert list(info.supported_versions) == [
+                "v1.DRAPlugin",
+                "v1beta1.DRAPlugin",
+                "v1.DRAResourceHealth",
+                "v1alpha1.DRAResourceHealth",
+            ]
             await stub.NotifyRegistrationStatus(pluginregistration_pb2.RegistrationStatus(plugin_registered=True))
             assert env.plugin.registered.is_set()
             assert env.plugin.registration_error == ""
@@ -188,6 +196,8 @@ def test_v1beta1_wire_has_no_share_id() -> None:
     assert dra_v1_pb2.DESCRIPTOR.package == "k8s.io.kubelet.pkg.apis.dra.v1"
     assert dra_v1beta1_pb2.DESCRIPTOR.package == "k8s.io.kubelet.pkg.apis.dra.v1beta1"
     assert health_v1alpha1_pb2.DESCRIPTOR.package == "v1alpha1"
+    assert health_v1_pb2.DESCRIPTOR.package == "v1"
+    assert health_v1_pb2.DESCRIPTOR.services_by_name["DRAResourceHealth"].full_name == "v1.DRAResourceHealth"
     assert pluginregistration_pb2.DESCRIPTOR.package == "pluginregistration"
 
 
@@ -207,6 +217,16 @@ def test_wire_bytes_match_the_kubelet_encoding() -> None:
         message="m",
     )
     assert h.SerializeToString() == b"\n\x06\n\x01p\x12\x01d\x10\x01\x18\x01 \x02*\x01m"
+    # v1 is the same wire format under another package
+    h1 = health_v1_pb2.DeviceHealth(
+        device=health_v1_pb2.DeviceIdentifier(pool_name="p", device_name="d"),
+        health=health_v1_pb2.UNHEALTHY,
+        last_updated_time=1,
+        health_check_timeout_seconds=2,
+        message="m",
+    )
+    assert h1.SerializeToString() == b"\n\x06\n\x01p\x12\x01d\x10\x02\x18\x01 \x02*\x01m"
+    assert [v.name for v in health_v1_pb2.HealthStatus.DESCRIPTOR.values] == ["UNKNOWN", "HEALTHY", "UNHEALTHY"]
 
 
 def test_health_stream_sends_the_full_list(root: Path) -> None:
@@ -225,8 +245,39 @@ def test_health_stream_sends_the_full_list(root: Path) -> None:
                 assert len(names) == len(TOPO.online)
                 assert all(d.health == health_v1alpha1_pb2.HEALTHY for d in msg.devices)
                 assert all(d.device.pool_name == "node-a" for d in msg.devices)
-                assert all(d.health_check_timeout_seconds == 20 for d in msg.devices)
+                assert all(d.health_check_timeout_seconds == 30 for d in msg.devices)
                 assert all(d.last_updated_time > 1_600_000_000 for d in msg.devices)
+
+    asyncio.run(with_env(root, body))
+
+
+def test_health_change_reaches_both_streams_at_once(root: Path) -> None:
+    """A change is sent on v1 and v1alpha1 streams right away, not at the next interval."""
+
+    async def body(env: Env) -> None:
+        sick: dict[str, str] = {}
+        env.plugin._health = lambda: [DeviceHealth(d.name, d.name not in sick, sick.get(d.name, "")) for d in env.driver.devices]
+        env.plugin._health_interval = 3600.0  # only a change can produce a second message
+        async with env.channel(env.paths.dra_socket) as ch:
+            calls = [
+                health_v1_pb2_grpc.DRAResourceHealthStub(ch).NodeWatchResources(health_v1_pb2.NodeWatchResourcesRequest()),
+                health_v1alpha1_pb2_grpc.DRAResourceHealthStub(ch).NodeWatchResources(
+                    health_v1alpha1_pb2.NodeWatchResourcesRequest()
+                ),
+            ]
+            streams: list[AsyncIterator[Any]] = [c.__aiter__() for c in calls]
+            for s in streams:
+                first = await s.__anext__()
+                assert {d.health for d in first.devices} == {health_v1_pb2.HEALTHY}
+            sick["cpu3"] = "CPU 3 offline"
+            env.plugin.health_changed()
+            for s in streams:
+                msg = await asyncio.wait_for(s.__anext__(), 10)
+                bad = {d.device.device_name: d.message for d in msg.devices if d.health == health_v1_pb2.UNHEALTHY}
+                assert bad == {"cpu3": "CPU 3 offline"}
+                assert len(msg.devices) == len(TOPO.online)  # still the complete list
+            for c in calls:
+                c.cancel()
 
     asyncio.run(with_env(root, body))
 

@@ -88,6 +88,7 @@ def check_invariants(p: Policy) -> None:
         g = p.grant(cid)
         assert g is not None
         assert a.cpus, f"{cid} has an empty cpuset"
+        assert a.cpus <= p.topology.online, f"{cid} runs on offline CPUs {a.cpus - p.topology.online}"
         ex = CPUSet.from_mask(g.exclusive)
         if g.kind in (GrantKind.EXCLUSIVE, GrantKind.MIXED):
             assert ex, f"{cid}: {g.kind} without exclusive CPUs"
@@ -111,7 +112,7 @@ def check_invariants(p: Policy) -> None:
             assert g.claims, f"{cid}: claimed container without claims"
             assert set(g.claims) <= set(g.request.claims)
             for c in g.claims:
-                union |= claims[c]
+                union |= claims[c] & p.topology.online  # a claim's offline CPUs wait (Policy.follow)
             assert cpus == union, f"{cid}: claimed container on {cpus}, claims hold {union}"
         elif g.kind is GrantKind.RESERVED:
             assert cpus == p.reserved_cpus

@@ -14,6 +14,10 @@ Ordering rules (why the code looks like this):
   the kubelet, then connect to the runtime, whose Synchronize rebuilds
   container placement (``Policy.sync``). Nothing registers before all of
   it is held.
+- The machine may change under the agent (CPU/NUMA hotplug, the isolated set):
+  ``MachineWatcher`` notices, ``follow_machine`` re-reads it and runs
+  ``Policy.follow`` under the lock; the moved containers are pushed at once,
+  the slices republished without the offline CPUs, device health updated.
 - Agreement with the node and the scheduler (docs/agent.md): updates that
   overlapped a container's start are sent again after PostStartContainer;
   cgroups are checked against the assignments (``DriftChecker``); the slices
@@ -41,7 +45,14 @@ from topodra.agent.pusher import UpdatePusher, to_update
 from topodra.agent.requests import container_request
 from topodra.agent.validation import check_on_machine
 from topodra.cpuset import CPUSet
-from topodra.dra.devices import Device, offer_devices, offered_cpus, ordered_cpus
+from topodra.dra.devices import (
+    Device,
+    build_devices,
+    follow_devices,
+    offer_devices,
+    offered_cpus,
+    ordered_cpus,
+)
 from topodra.dra.driver import (
     ClaimCheckError,
     ClaimEnvError,
@@ -50,6 +61,7 @@ from topodra.dra.driver import (
     PrepareResult,
     UnprepareResult,
 )
+from topodra.dra.health import DeviceHealth, device_health
 from topodra.faults import crash_point
 from topodra.nri.plugin import Plugin
 from topodra.nri.types import (
@@ -64,7 +76,8 @@ from topodra.nri.types import (
 )
 from topodra.nri.version import RuntimeInfo
 from topodra.policy.api import Assignment, Changes, ContainerRequest, PolicyError
-from topodra.topology.model import CoreType, Topology
+from topodra.topology.follow import carry_numbers
+from topodra.topology.model import CoreType, CPUInfo, Topology
 
 __all__ = ["Agent", "AgentError", "load_topology"]
 
@@ -249,6 +262,9 @@ class Agent:
         self.offer: CPUSet = self._offered()
         self._offer_pending = False
         self._placed = asyncio.Event()  # the first Synchronize is done: exclusive grants are known
+        # Every CPU seen online since the start, as last seen: group numbers stay stable across hotplug.
+        self._seen_cpus: dict[int, CPUInfo] = dict(self.topology.cpus)
+        self.watcher: Any | None = None
 
     # --- construction helpers -------------------------------------------------------------------
     def _mtime(self) -> float | None:
@@ -281,6 +297,7 @@ class Agent:
             raise
         if self.config_path is not None:
             self._spawn(self._watch_config(), "config-watch")
+        self._start_watcher()
         self.started.set()
         self._note(f"agent started on node {cfg.node_name} ({len(self.topology.cpus)} CPUs, {len(self.devices)} devices)")
 
@@ -360,7 +377,9 @@ class Agent:
             self._note(f"checkpoint damaged, repaired ({report.recovery}): {'; '.join(report.problems)}")
         if report.restored:
             self._note(f"restored {len(report.restored)} prepared claim(s) from the checkpoint")
-        self.kubelet_plugin = KubeletPlugin(self.driver, PluginPaths(kubelet_root=cfg.kubelet_root))
+        self.kubelet_plugin = KubeletPlugin(
+            self.driver, PluginPaths(kubelet_root=cfg.kubelet_root), health=self.device_health
+        )
         await self.kubelet_plugin.start()
         if cfg.dra.publish_slices:
             from topodra.dra.reconciler import SliceReconciler
@@ -749,6 +768,77 @@ class Agent:
         self._deferred.discard(container.id)
         self._push(c for c in changes if c != container.id)
 
+    # --- the machine changing (hotplug) ------------------------------------------------------------
+    def _start_watcher(self) -> None:
+        from topodra.agent.hotplug import MachineWatcher, watch_root
+
+        cfg = self.config
+        root = watch_root(cfg.topology, cfg.sysfs_root) if cfg.hotplug.enabled else None
+        if root is None:
+            return
+        self.watcher = MachineWatcher(root, cfg.hotplug.interval, self._machine_changed)
+        self._spawn(self.watcher.run(self._stop), "hotplug")
+
+    async def _machine_changed(self) -> bool:
+        """The hotplug files changed: re-read the machine (off the loop) and follow it."""
+        try:
+            topology = await asyncio.to_thread(load_topology, self.config)
+        except AgentError as err:  # a tree caught half-way through a change: the next poll retries
+            log.warning("the machine changed but cannot be read yet: %s", err)
+            return False
+        await self.follow_machine(topology)
+        return True
+
+    async def follow_machine(self, topology: Topology) -> Changes | None:
+        """Follow a re-read machine: the policy re-places every container (pushed at once), the
+        devices of offline CPUs are withdrawn from the slices and reported Unhealthy, claims
+        holding an offline CPU are reported. None when no policy fits the new machine (the
+        agent then keeps the old one and says so)."""
+        async with self.lock:
+            carried = carry_numbers(self._seen_cpus, topology)
+            before = self.topology
+            try:
+                changes = self.policy.follow(carried)
+            except (PolicyError, ValueError) as err:
+                self.metrics.machine_changes.labels("refused").inc()
+                self._note(f"machine changed (online CPUs {carried.online}) but no placement fits it: {err}")
+                return None
+            self.topology = carried
+            self._seen_cpus.update(carried.cpus)
+            try:
+                fresh = build_devices(carried, self.config.devices, exclude=self.policy.reserved_cpus)
+            except ValueError as err:  # an attribute hook failing on the new machine: keep what we had
+                log.error("devices after the machine change: %s; keeping the previous ones", err)
+                fresh = []
+            devices = follow_devices(self.devices, fresh)
+            devices_changed = [d.to_api() for d in devices] != [d.to_api() for d in self.devices] or [
+                d.cpus for d in devices
+            ] != [d.cpus for d in self.devices]
+            self.devices = devices
+            if self.driver is not None:
+                self.driver.set_devices(devices)
+            self.record(changes, full=True)
+        self.metrics.machine_changes.labels("applied").inc()
+        gone, back = before.online - carried.online, carried.online - before.online
+        self._note(
+            f"machine changed: CPUs offline {gone or '-'}, back online {back or '-'}, isolated {carried.isolated or '-'}; "
+            f"{len(changes)} container(s) moved"
+        )
+        for uid, cpus in self.policy.offline_claims().items():
+            self._note(f"claim {uid} holds offline CPUs {cpus}: its containers run on the rest until they return")
+        offer = self.offer
+        self.refresh_offer(full=True)
+        if devices_changed and self.offer == offer and self.reconciler is not None:
+            self.reconciler.set_devices(self.offered_devices())
+        self._push(changes)
+        if self.kubelet_plugin is not None:
+            self.kubelet_plugin.health_changed()
+        return changes
+
+    def device_health(self) -> list[DeviceHealth]:
+        """Each device's health (the kubelet's DRAResourceHealth stream and /state)."""
+        return device_health(self.devices, self.topology.online, self.policy.offline_claims())
+
     # --- configuration reload ------------------------------------------------------------------------
     async def _watch_config(self) -> None:
         while not self._stop.is_set():
@@ -833,6 +923,9 @@ class Agent:
         for placement, n in stats.containers.items():
             m.containers.labels(placement).set(n)
         m.claims.set(len(self.policy.claims()))
+        m.offline_cpus.set(len(self.topology.offline))
+        m.offline_claims.set(len(self.policy.offline_claims()))
+        m.unhealthy_devices.set(sum(1 for h in self.device_health() if not h.healthy))
 
     def _metrics_route(self) -> tuple[int, str, bytes]:
         self._refresh_gauges()
@@ -862,6 +955,9 @@ class Agent:
             "containers": {
                 cid: {"cpus": str(a.cpus), "mems": str(a.mems)} for cid, a in sorted(self.policy.assignments().items())
             },
+            "offline_cpus": str(self.topology.offline),
+            "offline_claims": {uid: str(c) for uid, c in self.policy.offline_claims().items()},
+            "unhealthy_devices": {h.name: h.message for h in self.device_health() if not h.healthy},
             "pending_pushes": sorted(self.pusher.pending) if self.pusher is not None else [],
             "push_idle": self.pusher.idle if self.pusher is not None else True,
             "events": self.events[-50:],

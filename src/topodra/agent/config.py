@@ -78,6 +78,13 @@ class KubeConfig(_Section):
     token_file: Path | None = None
 
 
+class HotplugConfig(_Section):
+    #: Follow CPUs and NUMA nodes going offline/online and the isolated set changing.
+    enabled: bool = True
+    #: Seconds between two reads of the online/isolated/node files (sysfs has no inotify).
+    interval: float = Field(default=2.0, gt=0, le=3600)
+
+
 def _default_node_name() -> str:
     return os.environ.get("NODE_NAME") or socket.gethostname().lower()
 
@@ -103,6 +110,7 @@ class AgentConfig(_Section):
     nri: NRIConfig = Field(default_factory=NRIConfig)
     dra: DRAConfig = Field(default_factory=DRAConfig)
     kube: KubeConfig = Field(default_factory=KubeConfig)
+    hotplug: HotplugConfig = Field(default_factory=HotplugConfig)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["text", "json"] = "text"
 

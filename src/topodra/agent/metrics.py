@@ -77,5 +77,19 @@ class AgentMetrics:
             registry=r,
         )
 
+        self.machine_changes = Counter(
+            "topodra_machine_changes",
+            "CPU/NUMA hotplug or isolated-set changes seen (applied, or refused: no policy fits).",
+            ["result"],
+            registry=r,
+        )
+        self.offline_cpus = Gauge("topodra_offline_cpus", "Present CPUs that are offline.", registry=r)
+        self.offline_claims = Gauge(
+            "topodra_claims_on_offline_cpus", "Prepared claims holding a CPU that is offline.", registry=r
+        )
+        self.unhealthy_devices = Gauge(
+            "topodra_unhealthy_devices", "Devices reported Unhealthy to the kubelet (a CPU offline).", registry=r
+        )
+
     def render(self) -> bytes:
         return generate_latest(self.registry)

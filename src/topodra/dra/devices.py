@@ -24,7 +24,7 @@ import functools
 import importlib
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -54,6 +54,7 @@ __all__ = [
     "DeviceModelError",
     "AttributeHook",
     "build_devices",
+    "follow_devices",
     "offer_devices",
     "offered_cpus",
     "ordered_cpus",
@@ -487,3 +488,22 @@ def offer_devices(
     if config.model != "grouped":
         return [d for d in devices if d.cpus <= offered]
     return build_devices(topology, config, exclude=topology.online - offered)
+
+
+def follow_devices(known: Sequence[Device], fresh: Sequence[Device]) -> list[Device]:
+    """The device list after the machine changed (CPU hotplug): ``fresh`` (built from the
+    re-read machine, its group numbers carried: ``topology.follow``) and every ``known`` device.
+
+    A device keeps its name and stands for every CPU it ever stood for: one whose CPUs are
+    partly offline keeps its whole definition (a core device whose thread is offline is not
+    offered as a smaller core: Prepare gives a core all its threads); one wholly offline stays
+    listed (unhealthy, never offered) so claims that name it stay valid; new ones are added.
+    Fresh devices come first, in their order (the slices' order); gone ones after them.
+    """
+    by_name = {d.name: d for d in known}
+    out: list[Device] = []
+    for d in fresh:
+        k = by_name.pop(d.name, None)
+        out.append(d if k is None or k.cpus <= d.cpus else replace(k, cpus=k.cpus | d.cpus))
+    out.extend(by_name.values())
+    return out

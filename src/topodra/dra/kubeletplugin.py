@@ -4,8 +4,10 @@ Two servers, as the kubelet expects:
 
 - ``<kubelet>/plugins/<driver>/dra.sock``: ``v1.DRAPlugin`` and
   ``v1beta1.DRAPlugin`` (Prepare/Unprepare, delegated to ``Driver``) and the
-  ``v1alpha1.DRAResourceHealth`` stream (every device healthy, full list each
-  time). Started first, so the endpoint works when the kubelet learns of it.
+  ``v1.DRAResourceHealth`` and ``v1alpha1.DRAResourceHealth`` streams (the
+  full device list each time, each device's health from ``health``: sent at
+  once when ``health_changed()`` is called, and every ``health_interval``
+  seconds). Started first, so the endpoint works when the kubelet learns of it.
 - ``<kubelet>/plugins_registry/<driver>-reg.sock``: ``pluginregistration``
   GetInfo / NotifyRegistrationStatus; its appearance triggers registration.
 
@@ -23,7 +25,7 @@ import logging
 import os
 import stat
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -34,13 +36,17 @@ import grpc.aio
 from topodra.dra.claims import ClaimRef
 from topodra.dra.devices import DRIVER
 from topodra.dra.driver import Driver, PrepareResult, UnprepareResult
+from topodra.dra.health import MESSAGE_MAX, DeviceHealth
 from topodra.dra.proto import dra_v1_pb2 as v1
 from topodra.dra.proto import dra_v1beta1_pb2 as v1beta1
-from topodra.dra.proto import health_v1alpha1_pb2 as health
+from topodra.dra.proto import health_v1_pb2 as health_v1
+from topodra.dra.proto import health_v1alpha1_pb2 as health_v1alpha1
 from topodra.dra.proto import pluginregistration_pb2 as reg
 
 __all__ = [
     "DRA_PLUGIN_TYPE",
+    "HEALTH_INTERVAL",
+    "HEALTH_TIMEOUT_SECONDS",
     "SUPPORTED_SERVICES",
     "KubeletPlugin",
     "PluginPaths",
@@ -50,14 +56,26 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DRA_PLUGIN_TYPE: Final = "DRAPlugin"
-#: Advertised services, most preferred first: the kubelet takes the first DRA service it knows.
-SUPPORTED_SERVICES: Final = ("v1.DRAPlugin", "v1beta1.DRAPlugin", "v1alpha1.DRAResourceHealth")
+#: Advertised services, most preferred first: the kubelet takes the first DRA service it knows,
+#: and v1 health when it knows both health services (v1alpha1 for 1.34-1.36 kubelets).
+SUPPORTED_SERVICES: Final = (
+    "v1.DRAPlugin",
+    "v1beta1.DRAPlugin",
+    "v1.DRAResourceHealth",
+    "v1alpha1.DRAResourceHealth",
+)
 _V1_SERVICE: Final = "k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin"
 _V1BETA1_SERVICE: Final = "k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin"
-_HEALTH_SERVICE: Final = "v1alpha1.DRAResourceHealth"
+#: gRPC service name -> generated module (the two protos differ only in their package).
+_HEALTH_SERVICES: Final = {"v1.DRAResourceHealth": health_v1, "v1alpha1.DRAResourceHealth": health_v1alpha1}
 _REGISTRATION_SERVICE: Final = "pluginregistration.Registration"
 _SUN_PATH_MAX: Final = 107  # 108 bytes including the NUL
-_MESSAGE_MAX: Final = 1024
+#: Seconds between two full health lists when nothing changes (changes are sent at once).
+HEALTH_INTERVAL: Final = 10.0
+#: ``health_check_timeout_seconds``: the kubelet marks a device Unknown when no message names
+#: it for this long. Three intervals: a busy loop or a stream reconnect (the kubelet retries
+#: every 5 s) does not flip healthy devices to Unknown, and a dead agent shows within 30 s.
+HEALTH_TIMEOUT_SECONDS: Final = 30
 
 
 class PluginSocketError(OSError):
@@ -139,13 +157,18 @@ class KubeletPlugin:
         driver: Driver,
         paths: PluginPaths | None = None,
         *,
-        health_interval: float = 10.0,
-        health_timeout_seconds: int = 20,
+        health: Callable[[], Sequence[DeviceHealth]] | None = None,
+        health_interval: float = HEALTH_INTERVAL,
+        health_timeout_seconds: int = HEALTH_TIMEOUT_SECONDS,
     ) -> None:
+        """``health``: each device's health now (default: every driver device healthy)."""
         self._driver = driver
         self.paths = paths or PluginPaths(driver=driver.driver_name)
+        self._health = health or (lambda: [DeviceHealth(d.name, True) for d in self._driver.devices])
         self._health_interval = health_interval
         self._health_timeout = health_timeout_seconds
+        self._health_wake = asyncio.Event()  # replaced (after being set) at every change
+        self.health_streams = 0  # open NodeWatchResources streams
         self._dra_server: grpc.aio.Server | None = None
         self._reg_server: grpc.aio.Server | None = None
         self.registered = asyncio.Event()
@@ -168,16 +191,7 @@ class KubeletPlugin:
             (
                 self._dra_handler(_V1_SERVICE, v1, with_share_id=True),
                 self._dra_handler(_V1BETA1_SERVICE, v1beta1, with_share_id=False),
-                grpc.method_handlers_generic_handler(
-                    _HEALTH_SERVICE,
-                    {
-                        "NodeWatchResources": grpc.unary_stream_rpc_method_handler(
-                            self._watch_health,
-                            request_deserializer=health.NodeWatchResourcesRequest.FromString,
-                            response_serializer=health.NodeWatchResourcesResponse.SerializeToString,
-                        )
-                    },
-                ),
+                *(self._health_handler(service, module) for service, module in _HEALTH_SERVICES.items()),
             )
         )
         self._bind(dra, paths.dra_socket)
@@ -221,6 +235,7 @@ class KubeletPlugin:
     async def stop(self, grace: float = 1.0) -> None:
         """Withdraw the registration socket first, then stop serving; remove both sockets."""
         self._stopping.set()
+        self.health_changed()  # open streams end
         for server, path in ((self._reg_server, self.paths.registration_socket), (self._dra_server, self.paths.dra_socket)):
             if server is not None:
                 await server.stop(grace)
@@ -280,25 +295,50 @@ class KubeletPlugin:
             },
         )
 
-    def health_snapshot(self, message: str = "") -> Any:
-        """The full device list, all healthy: CPUs that are online are usable."""
+    def _health_handler(self, service: str, module: Any) -> grpc.GenericRpcHandler:
+        async def watch(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+            async for message in self._watch_health(module):
+                yield message
+
+        return grpc.method_handlers_generic_handler(
+            service,
+            {
+                "NodeWatchResources": grpc.unary_stream_rpc_method_handler(
+                    watch,
+                    request_deserializer=module.NodeWatchResourcesRequest.FromString,
+                    response_serializer=module.NodeWatchResourcesResponse.SerializeToString,
+                )
+            },
+        )
+
+    def health_changed(self) -> None:
+        """A device's health changed: every open stream sends the full list now."""
+        wake, self._health_wake = self._health_wake, asyncio.Event()
+        wake.set()
+
+    def health_snapshot(self, module: Any = health_v1) -> Any:
+        """The full device list with each device's health, as ``module``'s message."""
         now = int(time.time())
-        return health.NodeWatchResourcesResponse(
+        return module.NodeWatchResourcesResponse(
             devices=[
-                health.DeviceHealth(
-                    device=health.DeviceIdentifier(pool_name=self._driver.pool, device_name=d.name),
-                    health=health.HEALTHY,
+                module.DeviceHealth(
+                    device=module.DeviceIdentifier(pool_name=self._driver.pool, device_name=h.name),
+                    health=module.HEALTHY if h.healthy else module.UNHEALTHY,
                     last_updated_time=now,
                     health_check_timeout_seconds=self._health_timeout,
-                    message=message[:_MESSAGE_MAX],
+                    message=h.message[:MESSAGE_MAX],
                 )
-                for d in self._driver.devices
+                for h in self._health()
             ]
         )
 
-    async def _watch_health(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
-        while not self._stopping.is_set():
-            yield self.health_snapshot()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), self._health_interval)
-
+    async def _watch_health(self, module: Any) -> AsyncIterator[Any]:
+        self.health_streams += 1
+        try:
+            while not self._stopping.is_set():
+                wake = self._health_wake  # taken before the snapshot: a change after it wakes us
+                yield self.health_snapshot(module)
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(wake.wait(), self._health_interval)
+        finally:
+            self.health_streams -= 1

@@ -61,6 +61,10 @@ class Policy:
         self._assignment_cache: dict[tuple[int, int], Assignment] = {}
         self._node_sets: dict[int, CPUSet] = {}  # memory node masks as sets: few, and in every Assignment
         self._default_kinds = frozenset(self._config.default_memory_types)
+        # Machine changes (``follow``): the reserved CPUs as configured on the whole machine, and the
+        # claims that hold CPUs gone offline, as claimed (the supply holds their online part only).
+        self._base_reserved = self._part.reserved
+        self._offline_claims: dict[str, int] = {}
 
     # ------------------------------------------------------------- properties
     @property
@@ -95,11 +99,19 @@ class Policy:
         return list(self._part.tree.notes)
 
     def claimed(self, claim_id: str) -> CPUSet | None:
-        mask = self._supply.claims.get(claim_id)
+        """The CPUs claimed, as claimed (offline ones included: see ``follow``)."""
+        mask = self._offline_claims.get(claim_id, self._supply.claims.get(claim_id))
         return None if mask is None else CPUSet.from_mask(mask)
 
     def claims(self) -> dict[str, CPUSet]:
-        return {k: CPUSet.from_mask(v) for k, v in sorted(self._supply.claims.items())}
+        """Every claim's CPUs as claimed (offline ones included: see ``follow``)."""
+        merged = {**self._supply.claims, **self._offline_claims}
+        return {k: CPUSet.from_mask(v) for k, v in sorted(merged.items())}
+
+    def offline_claims(self) -> dict[str, CPUSet]:
+        """Claims holding CPUs that went offline: claim id -> those CPUs."""
+        online = self._topology.online.mask
+        return {k: CPUSet.from_mask(v & ~online) for k, v in sorted(self._offline_claims.items()) if v & ~online}
 
     def assignment(self, container_id: str) -> Assignment | None:
         return self._assigned.get(container_id)
@@ -161,7 +173,7 @@ class Policy:
     def claim(self, claim_id: str, cpus: CPUSet) -> Changes:
         """Take ``cpus`` out of every pool for a DRA claim (see docs/policy.md for the rules)."""
         supply, mask = self._supply, cpus.mask
-        old = supply.claims.get(claim_id)
+        old = self._offline_claims.get(claim_id, supply.claims.get(claim_id))
         if old is not None:
             if old == mask:
                 return {}
@@ -200,6 +212,7 @@ class Policy:
         """Return a claim's CPUs to the pools; unknown ids change nothing."""
         supply = self._supply
         if claim_id not in supply.claims:
+            self._offline_claims.pop(claim_id, None)  # none of its CPUs is online
             return {}
 
         def body() -> None:
@@ -210,7 +223,9 @@ class Policy:
                 supply.put(cid, None)
                 supply.put(cid, self._replace_claimed(g, f"claim {claim_id!r} was released while it ran"))
 
-        return self._transaction(body)
+        changes = self._transaction(body)
+        self._offline_claims.pop(claim_id, None)
+        return changes
 
     def pick(self, count: int, within: CPUSet, *, prefer: CoreType | None = None) -> CPUSet:
         """Choose ``count`` CPUs of ``within`` for a grouped device; does not claim them."""
@@ -242,6 +257,7 @@ class Policy:
     def reconfigure(self, config: PolicyConfig) -> Changes:
         """Apply a new configuration: rebuild the pools and re-place everything."""
         fresh = Policy(self._topology, config)
+        fresh._offline_claims = dict(self._offline_claims)
         for claim_id, mask in sorted(self._supply.claims.items()):
             bad = mask & ~(fresh._part.allowed & ~fresh._part.reserved)
             if bad:
@@ -250,6 +266,31 @@ class Policy:
                     "configuration reserves or does not make available"
                 )
             fresh._supply.set_claim(claim_id, mask)
+        current = [(g.request, self._assigned.get(cid)) for cid, g in sorted(self._supply.grants.items())]
+        changes = fresh.sync(current)
+        self.__dict__.update(fresh.__dict__)
+        return changes
+
+    def follow(self, topology: Topology) -> Changes:
+        """The machine changed under the node (CPU or NUMA node hotplug, isolated CPUs): rebuild
+        the pools for ``topology`` and re-place every container (those on a vanished CPU move).
+
+        The configured CPU sets are narrowed to what is online (the reserved CPUs stay those
+        chosen on the whole machine, so they do not wander as CPUs come and go). A claim keeps
+        what it claimed: its containers run on its online CPUs, its offline ones are reported
+        by ``offline_claims`` and return when they come back online; a claim with no CPU online
+        leaves its containers on CPUs by their request (noted as degraded), never on none.
+        Raises ``PolicyError`` with nothing changed when no policy fits the machine.
+        """
+        config = _narrowed(self._config, topology, self._base_reserved)
+        fresh = Policy(topology, config)
+        fresh._config, fresh._base_reserved = self._config, self._base_reserved
+        usable = fresh._part.allowed & ~fresh._part.reserved
+        for claim_id, mask in sorted({**self._supply.claims, **self._offline_claims}.items()):
+            if mask & ~usable:
+                fresh._offline_claims[claim_id] = mask
+            if mask & usable:
+                fresh._supply.set_claim(claim_id, mask & usable)
         current = [(g.request, self._assigned.get(cid)) for cid, g in sorted(self._supply.grants.items())]
         changes = fresh.sync(current)
         self.__dict__.update(fresh.__dict__)
@@ -333,7 +374,8 @@ class Policy:
         """The whole state as JSON-able data; ``restore`` rebuilds it exactly."""
         containers = [(g, self._assigned.get(cid)) for cid, g in sorted(self._supply.grants.items())]
         return snap_json.encode(
-            self._topology, self._config, self._part.pools, self.reserved_cpus, self.claims(), containers
+            self._topology, self._config, self._part.pools, self.reserved_cpus,
+            {k: CPUSet.from_mask(v) for k, v in sorted(self._supply.claims.items())}, containers
         )
 
     @classmethod
@@ -405,7 +447,8 @@ class Policy:
                 notes.append(f"claims {', '.join(map(repr, missing))} are not prepared; pinned to the others")
                 need = replace(need, claims=known)
             elif missing:
-                notes.append(f"claims {', '.join(map(repr, missing))} are not prepared; placed by its CPU request")
+                why = "have no CPU online" if all(c in self._offline_claims for c in missing) else "are not prepared"
+                notes.append(f"claims {', '.join(map(repr, missing))} {why}; placed by its CPU request")
                 need = self._classify(req, ignore_claims=True, prefs=prefs)
         if not self._part.pools[0].nodes_of(need.memory_kinds):
             notes.append(
@@ -587,6 +630,16 @@ class Policy:
                 nodes = self._node_sets[mems] = CPUSet.from_mask(mems)
             a = self._assignment_cache[key] = Assignment(CPUSet.from_mask(cpus), nodes)
         return a
+
+
+def _narrowed(config: PolicyConfig, topology: Topology, reserved: int) -> PolicyConfig:
+    """``config`` for the CPUs of ``topology`` that are online: the CPU sets it names (and the
+    reserved CPUs picked on the whole machine, ``reserved``) lose their offline CPUs."""
+    online = topology.online
+    update: dict[str, Any] = {"reserved_cpus": CPUSet.from_mask(reserved) & online, "reserved_cpu_count": None}
+    if config.available_cpus is not None:
+        update["available_cpus"] = config.available_cpus & online
+    return config.model_copy(update=update)
 
 
 def _with_note(g: Grant, note: str) -> Grant:

@@ -11,14 +11,15 @@ die/cluster files, masks only) so tests can check every fallback.
 
 from __future__ import annotations
 
+import itertools
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from topodra.cpuset import CPUSet
 from topodra.topology.model import CoreType, MemoryKind, Topology
 
-__all__ = ["TreeStyle", "format_hexmask", "write_sysfs"]
+__all__ = ["TreeStyle", "format_hexmask", "publish_sysfs", "with_offline", "write_sysfs"]
 
 
 def format_hexmask(cpus: CPUSet, width_bits: int = 64) -> str:
@@ -180,3 +181,38 @@ def write_sysfs(t: Topology, root: str | os.PathLike[str], style: TreeStyle = Tr
     for tier, nodes in tiers.items():
         _write(base, f"sys/devices/virtual/memory_tiering/memory_tier{tier}/nodelist", CPUSet(nodes).format())
     return base
+
+
+def with_offline(t: Topology, cpus: CPUSet) -> Topology:
+    """``t`` as the kernel shows it once ``cpus`` are offline (a hotplug): they leave every
+    group and node list but stay present (``cpuN/online`` = 0 in the written tree)."""
+    keep = t.online - cpus
+    if not keep:
+        raise ValueError(f"taking CPUs {cpus} offline leaves none online")
+    nodes = {n: replace(node, cpus=node.cpus & keep) for n, node in t.nodes.items()}
+    caches = tuple(replace(k, cpus=k.cpus & keep) for k in t.caches if k.cpus & keep)
+    return replace(
+        t,
+        cpus={c: replace(info, siblings=info.siblings & keep) for c, info in t.cpus.items() if c in keep},
+        nodes=nodes,
+        caches=caches,
+        present=t.present or t.online,
+        online_cpus=keep,
+        isolated=t.isolated & keep,
+    )
+
+
+_generation = itertools.count()
+
+
+def publish_sysfs(t: Topology, link: str | os.PathLike[str], style: TreeStyle = TreeStyle()) -> Path:
+    """Write ``t`` next to ``link`` and point the symlink ``link`` at it in one rename, so a
+    reader polling ``link`` sees the old machine or the new one, never a half-written tree (the
+    kernel changes its files CPU by CPU, each state consistent). Returns the new tree."""
+    link = Path(link)
+    tree = link.parent / f"{link.name}.{os.getpid()}.{next(_generation)}"
+    write_sysfs(t, tree, style)
+    tmp = link.parent / f".{tree.name}.link"
+    os.symlink(tree.name, tmp)
+    os.replace(tmp, link)
+    return tree

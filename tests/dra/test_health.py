@@ -1,0 +1,63 @@
+"""Devices across CPU hotplug: stable names, offline ones withdrawn, and their health."""
+
+from __future__ import annotations
+
+import pytest
+
+from topodra.cpuset import CPUSet
+from topodra.dra.devices import DeviceModelConfig, build_devices, follow_devices, offer_devices
+from topodra.dra.health import MESSAGE_MAX, device_health
+from topodra.testing.sysfs_writer import with_offline
+from topodra.topology.follow import carry_numbers
+from topodra.topology.synthetic import synthetic_topology
+
+MACHINE = synthetic_topology("1s1d2n1l4c2t")  # 16 CPUs; cores (0,8) (1,9) ...; node 1: 4-7,12-15
+OFF = CPUSet([0, 8, 5])  # core 0 wholly, one thread of core 5
+
+
+@pytest.mark.parametrize("model", ["cpu", "core", "grouped"])
+def test_names_stay_and_offline_devices_are_withdrawn_not_renamed(model: str) -> None:
+    cfg = DeviceModelConfig.model_validate({"model": model, "sharedFloor": 0})
+    known = build_devices(MACHINE, cfg)
+    now = carry_numbers(MACHINE.cpus, with_offline(MACHINE, OFF))
+    devices = follow_devices(known, build_devices(now, cfg))
+    assert sorted(d.name for d in devices) == sorted(d.name for d in known)
+    by_name = {d.name: d for d in known}
+    for d in devices:
+        assert d.cpus == by_name[d.name].cpus  # each still stands for every CPU it had
+    offered = offer_devices(now, cfg, devices, now.online)
+    published = CPUSet()
+    for d in offered:
+        published |= d.cpus
+    assert published.isdisjoint(OFF)
+    if model == "cpu":
+        assert {d.name for d in offered} == {f"cpu{c}" for c in MACHINE.online - OFF}
+    elif model == "core":  # core 5 has a thread left but is not offered as a smaller core
+        assert {d.name for d in offered} == {f"core{i}" for i in (1, 2, 3, 4, 6, 7)}
+    else:
+        caps = {d.name: d.capacity["cpu"].value for d in offered}
+        assert caps == {"numa0": 6, "numa1": 7}
+    back = follow_devices(devices, build_devices(carry_numbers(now.cpus, MACHINE), cfg))
+    assert [d.to_api() for d in back] == [d.to_api() for d in known]
+
+
+def test_health_names_offline_cpus_and_the_claims_on_them() -> None:
+    devices = build_devices(MACHINE, DeviceModelConfig(model="grouped"))
+    online = MACHINE.online - OFF
+    health = {h.name: h for h in device_health(devices, online, {"uid-1": CPUSet([5]), "uid-2": CPUSet([6])})}
+    assert not health["numa1"].healthy
+    assert health["numa1"].message == "CPU 5 offline (7 of its 8 CPUs online); prepared claims on them: uid-1"
+    assert not health["numa0"].healthy
+    assert health["numa0"].message.startswith("CPUs 0,8 offline")
+    assert all(h.healthy for h in device_health(devices, MACHINE.online))
+    cpus = build_devices(MACHINE)
+    states = {h.name: h.healthy for h in device_health(cpus, online)}
+    assert states == {f"cpu{c}": c not in OFF for c in MACHINE.online}
+
+
+def test_health_message_is_cut_to_the_kubelet_limit() -> None:
+    devices = build_devices(MACHINE, DeviceModelConfig(model="grouped", group_by="machine"))
+    claims = {f"claim-{i:04d}-{'x' * 40}": CPUSet([1]) for i in range(40)}
+    (h,) = device_health(devices, MACHINE.online - CPUSet([1]), claims)
+    assert len(h.message) == MESSAGE_MAX
+    assert h.message.endswith("...")
