@@ -1,0 +1,171 @@
+# mypy: disable-error-code="no-untyped-call"
+"""CPU hotplug under a running agent process, and the device health it reports to the kubelet.
+
+The agent (``python -m topodra agent``, its own process) reads its machine from a sysfs tree
+(``testing/sysfs_writer``) that the test changes under it, as the kernel does when CPUs go
+offline: the containers on them are moved by unsolicited updates, the slices are republished
+without them, the claim holding one is reported, and the DRAResourceHealth streams (v1 and
+v1alpha1, over the agent's gRPC socket) turn those devices Unhealthy; brought back, all is
+Healthy and offered again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import grpc.aio
+
+from topodra.cpuset import CPUSet
+from topodra.dra.proto import health_v1_pb2, health_v1_pb2_grpc, health_v1alpha1_pb2, health_v1alpha1_pb2_grpc
+from topodra.playground.world import Playground
+from topodra.testing.sysfs_writer import publish_sysfs, with_offline
+from topodra.topology.synthetic import synthetic_topology
+
+MACHINE = synthetic_topology("1s1d2n1l4c2t")  # 16 CPUs; cores (0,8) (1,9) ...; node 1: 4-7,12-15
+
+TEMPLATE = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "ResourceClaimTemplate",
+    "metadata": {"name": "two-cpus"},
+    "spec": {"spec": {"devices": {"requests": [{"name": "cpus", "exactly": {"deviceClassName": "native.cpu", "count": 2}}]}}},
+}
+
+
+def _pod(name: str, resources: dict[str, Any], claim: bool = False) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": "c", "image": "x", "resources": dict(resources)}]}
+    if claim:
+        spec["resourceClaims"] = [{"name": "cpus", "resourceClaimTemplateName": "two-cpus"}]
+        spec["containers"][0]["resources"]["claims"] = [{"name": "cpus"}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+GUARANTEED_2 = {"requests": {"cpu": "2", "memory": "64Mi"}, "limits": {"cpu": "2", "memory": "64Mi"}}
+PODS = [_pod("db", GUARANTEED_2), _pod("web", {"requests": {"cpu": "500m"}}), _pod("claimer", GUARANTEED_2, claim=True)]
+
+
+async def _until(what: str, check: Callable[[], Awaitable[bool]], timeout: float = 30.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not await check():
+        assert loop.time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.02)
+
+
+def _offered(pg: Playground) -> set[str]:
+    return {d["name"] for s in pg.slices() for d in s["spec"].get("devices", [])}
+
+
+async def _health(stream: AsyncIterator[Any], want: Callable[[dict[str, tuple[int, str]]], bool]) -> dict[str, tuple[int, str]]:
+    """Read the stream until a full list satisfies ``want``."""
+    while True:
+        msg = await asyncio.wait_for(stream.__anext__(), 30)
+        got = {d.device.device_name: (d.health, d.message) for d in msg.devices}
+        assert all(d.health_check_timeout_seconds == 30 for d in msg.devices)
+        if want(got):
+            return got
+
+
+def test_cpus_going_offline_and_back_under_a_running_agent_process() -> None:
+    async def main() -> None:
+        with tempfile.TemporaryDirectory(prefix="hp", dir="/tmp") as tmp:
+            link = Path(tmp) / "machine"
+            publish_sysfs(MACHINE, link)
+            pg = Playground(topology=MACHINE, agent_process=str(link), agent_overrides={"hotplug": {"interval": 0.05}})
+            async with pg:
+                assert pg.runtime is not None
+                assert pg.workdir is not None
+                await pg.apply([TEMPLATE])
+                await pg.apply(PODS)
+                state = await pg.agent_state()
+                (uid, claimed_text), = state["claims"].items()
+                claimed = CPUSet.parse(claimed_text)
+                db = pg.cpus_of("db")
+                assert pg.cpus_of("claimer") == claimed
+                assert len(db) == 2
+
+                sock = pg.workdir / "kubelet" / "plugins" / "native.cpu" / "dra.sock"
+                async with grpc.aio.insecure_channel(f"unix:{sock}") as ch:
+                    v1 = health_v1_pb2_grpc.DRAResourceHealthStub(ch).NodeWatchResources(
+                        health_v1_pb2.NodeWatchResourcesRequest()
+                    )
+                    v1a = health_v1alpha1_pb2_grpc.DRAResourceHealthStub(ch).NodeWatchResources(
+                        health_v1alpha1_pb2.NodeWatchResourcesRequest()
+                    )
+                    streams = [v1.__aiter__(), v1a.__aiter__()]
+                    for s in streams:
+                        first = await _health(s, lambda h: True)
+                        assert {state for state, _ in first.values()} == {health_v1_pb2.HEALTHY}
+                    all_devices = set(first)
+
+                    # CPUs go offline: one of db's exclusive CPUs, one of the claim's, a free one.
+                    free = MACHINE.online - db - claimed - CPUSet([0, 8])
+                    off = CPUSet([db.first(), claimed.last(), free.last()])
+                    pg.runtime.online_cpus = MACHINE.online - off  # the kernel refuses offline CPUs
+                    publish_sysfs(with_offline(MACHINE, off), link)
+
+                    async def followed() -> bool:
+                        return bool((await pg.agent_state())["offline_cpus"] == str(off))
+
+                    await _until("the agent to see the CPUs offline", followed)
+                    await pg.settle()
+                    now = {name: pg.cpus_of(name) for name in ("db", "web", "claimer")}
+                    for name, cpus in now.items():
+                        assert cpus, f"{name} was left without CPUs"
+                        assert cpus.isdisjoint(off), f"{name} still on offline CPUs {cpus & off}"
+                    assert len(now["db"]) == 2
+                    assert now["db"] != db
+                    assert pg.last_source[_cid(pg, "db")] == "unsolicited"
+                    assert now["claimer"] == claimed - off  # its claim's online part
+                    state = await pg.agent_state()
+                    assert state["offline_claims"] == {uid: str(claimed & off)}  # reported, not shrunk
+                    assert state["claims"] == {uid: str(claimed)}
+                    assert {f"cpu{c}" for c in off} == set(state["unhealthy_devices"])
+
+                    async def withdrawn() -> bool:
+                        return not _offered(pg) & {f"cpu{c}" for c in off}
+
+                    await _until("the slices to withdraw the offline CPUs", withdrawn)
+                    for s in streams:
+                        sick = await _health(s, lambda h: any(v[0] == health_v1_pb2.UNHEALTHY for v in h.values()))
+                        assert set(sick) == all_devices  # the complete list, offline devices included
+                        bad = {n: m for n, (v, m) in sick.items() if v == health_v1_pb2.UNHEALTHY}
+                        assert set(bad) == {f"cpu{c}" for c in off}
+                        assert uid in bad[f"cpu{claimed.last()}"]
+
+                    # back online: healthy, offered again, the claimer back on its whole claim
+                    pg.runtime.online_cpus = MACHINE.online
+                    publish_sysfs(MACHINE, link)
+
+                    async def restored() -> bool:
+                        return bool((await pg.agent_state())["offline_cpus"] == "")
+
+                    await _until("the agent to see the CPUs back", restored)
+                    await pg.settle()
+                    assert pg.cpus_of("claimer") == claimed
+                    assert (await pg.agent_state())["offline_claims"] == {}
+
+                    back = {f"cpu{c}" for c in (claimed.last(), free.last())}  # claimed CPUs stay offered
+
+                    async def offered_again() -> bool:
+                        return back <= _offered(pg)
+
+                    await _until("the slices to offer the CPUs again", offered_again)
+                    # every CPU is offered but db's exclusive ones and the one-CPU shared floor
+                    unoffered = all_devices - _offered(pg) - {f"cpu{c}" for c in pg.cpus_of("db")}
+                    assert len(unoffered) == 1
+                    for s in streams:
+                        await _health(s, lambda h: {v for v, _ in h.values()} == {health_v1_pb2.HEALTHY})
+                    v1.cancel()
+                    v1a.cancel()
+
+    asyncio.run(main())
+
+
+def _cid(pg: Playground, pod: str) -> str:
+    assert pg.runtime is not None
+    pods = {p.id: p.name for p in pg.runtime.pods()}
+    return next(c.id for c in pg.runtime.containers() if pods.get(c.pod_sandbox_id) == pod)
