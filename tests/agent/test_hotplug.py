@@ -14,15 +14,18 @@ from __future__ import annotations
 import asyncio
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import grpc.aio
+import pytest
 
+from topodra.agent.hotplug import MachineWatcher, watch_root
 from topodra.cpuset import CPUSet
 from topodra.dra.proto import health_v1_pb2, health_v1_pb2_grpc, health_v1alpha1_pb2, health_v1alpha1_pb2_grpc
 from topodra.playground.world import Playground
-from topodra.testing.sysfs_writer import publish_sysfs, with_offline
+from topodra.testing.sysfs_writer import TreeStyle, publish_sysfs, with_offline
 from topodra.topology.synthetic import synthetic_topology
 
 MACHINE = synthetic_topology("1s1d2n1l4c2t")  # 16 CPUs; cores (0,8) (1,9) ...; node 1: 4-7,12-15
@@ -169,3 +172,39 @@ def _cid(pg: Playground, pod: str) -> str:
     assert pg.runtime is not None
     pods = {p.id: p.name for p in pg.runtime.pods()}
     return next(c.id for c in pg.runtime.containers() if pods.get(c.pod_sandbox_id) == pod)
+
+
+def test_watch_root_follows_where_the_machine_is_read_from(tmp_path: Path) -> None:
+    assert watch_root(None, Path("/host")) == Path("/host")
+    assert watch_root("host", Path("/host")) == Path("/host")
+    assert watch_root(str(tmp_path), Path("/")) == tmp_path
+    assert watch_root("synthetic:1s1d1n1l2c2t", Path("/")) is None  # a made-up machine never changes
+    assert watch_root("2s1d2n2l8c2t", Path("/")) is None
+
+
+@pytest.mark.parametrize("online_file", [True, False])
+def test_the_watcher_sees_each_change_once_and_retries_what_was_not_applied(tmp_path: Path, online_file: bool) -> None:
+    async def main() -> None:
+        style = TreeStyle(online_file=online_file)
+        link = tmp_path / "m"
+        publish_sysfs(MACHINE, link, style)
+        calls: list[int] = []
+        answer = [True]
+
+        async def changed() -> bool:
+            calls.append(1)
+            return answer[0]
+
+        w = MachineWatcher(link, 3600, changed)
+        assert not await w.poll()
+        publish_sysfs(with_offline(MACHINE, CPUSet([3])), link, style)
+        answer[0] = False  # e.g. the tree could not be read yet
+        assert not await w.poll()
+        answer[0] = True
+        assert await w.poll()  # tried again
+        assert not await w.poll()  # and only once
+        assert len(calls) == 2
+        publish_sysfs(replace(MACHINE, isolated=CPUSet([5])), link, style)
+        assert await w.poll()
+
+    asyncio.run(main())

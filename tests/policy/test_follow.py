@@ -173,3 +173,28 @@ class FollowMachine(RuleBasedStateMachine):
 
 FollowMachine.TestCase.settings = settings(max_examples=40, stateful_step_count=20, deadline=None)
 test_follow_state_machine = FollowMachine.TestCase
+
+
+def test_a_claim_restored_while_its_cpus_are_offline_keeps_them() -> None:
+    topo = with_offline(MACHINE, CPUSet([7, 15]))
+    p = Policy(topo)
+    with pytest.raises(BadRequestError, match="not online"):
+        p.claim("k", CPUSet([6, 7]))  # Prepare: an offline CPU cannot be handed out
+    p.claim("k", CPUSet([6, 7]), keep_offline=True)  # restored after a restart
+    p.add(guaranteed("claimer", 2, claims=("k",)))
+    check_invariants(p)
+    a = p.assignment("claimer")
+    assert a is not None
+    assert a.cpus == CPUSet([6])
+    assert p.claimed("k") == CPUSet([6, 7])
+    assert p.offline_claims() == {"k": CPUSet([7])}
+    with pytest.raises(BadRequestError, match="already holds"):
+        p.claim("k", CPUSet([15]), keep_offline=True)
+    with pytest.raises(BadRequestError, match="already claimed"):
+        p.claim("j", CPUSet([7]), keep_offline=True)
+    with pytest.raises(BadRequestError, match="not present"):
+        p.claim("j", CPUSet([99]), keep_offline=True)
+    p.follow(MACHINE)
+    back = p.assignment("claimer")
+    assert back is not None
+    assert back.cpus == CPUSet([6, 7])

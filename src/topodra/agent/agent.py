@@ -145,22 +145,23 @@ class _OfferedPicks:
 
     def __init__(self, agent: Agent) -> None:
         self._agent = agent
-        self._policy = agent.policy
 
     def claim(self, claim_id: str, cpus: CPUSet) -> Changes:
-        return self._policy.claim(claim_id, cpus)
+        # Restoring after a restart: a claim's CPUs may be offline now (kept for it, reported).
+        return self._agent.policy.claim(claim_id, cpus, keep_offline=self._agent.restoring)
 
     def release(self, claim_id: str) -> Changes:
-        return self._policy.release(claim_id)
+        return self._agent.policy.release(claim_id)
 
     def claimed(self, claim_id: str) -> CPUSet | None:
-        return self._policy.claimed(claim_id)
+        return self._agent.policy.claimed(claim_id)
 
     def pick(self, count: int, within: CPUSet, *, prefer: CoreType | None = None) -> CPUSet:
+        policy = self._agent.policy
         try:
-            return self._policy.pick(count, within & self._agent.offer, prefer=prefer)
+            return policy.pick(count, within & self._agent.offer, prefer=prefer)
         except PolicyError:
-            return self._policy.pick(count, within, prefer=prefer)
+            return policy.pick(count, within, prefer=prefer)
 
 
 class _AgentPlugin(Plugin):
@@ -265,6 +266,7 @@ class Agent:
         # Every CPU seen online since the start, as last seen: group numbers stay stable across hotplug.
         self._seen_cpus: dict[int, CPUInfo] = dict(self.topology.cpus)
         self.watcher: Any | None = None
+        self.restoring = False  # the driver is restoring prepared claims (Prepare-time checks relaxed)
 
     # --- construction helpers -------------------------------------------------------------------
     def _mtime(self) -> float | None:
@@ -368,10 +370,13 @@ class Agent:
             on_changes=self._on_driver_changes,
         )
         driver.metrics = self.metrics
+        self.restoring = True
         try:
             report = await self.driver.restore()
         except Exception as err:
             raise AgentError(f"cannot restore prepared claims from {cfg.checkpoint_path}: {err}") from err
+        finally:
+            self.restoring = False
         if report.recovery:
             self.metrics.checkpoint_recoveries.labels(report.recovery).inc()
             self._note(f"checkpoint damaged, repaired ({report.recovery}): {'; '.join(report.problems)}")
@@ -876,6 +881,8 @@ class Agent:
                 self.record(changes, full=True)
         if new.devices != old.devices or new.policy != old.policy:
             devices = checked.devices
+            if (new.devices.model, new.devices.group_by) == (old.devices.model, old.devices.group_by):
+                devices = follow_devices(self.devices, devices)  # devices of offline CPUs stay listed
             if [d.to_api() for d in devices] != [d.to_api() for d in self.devices]:
                 self.devices = devices
                 self.offer = self._offered()

@@ -170,8 +170,12 @@ class Policy:
             return {}
         return self._transaction(lambda: self._supply.put(container_id, None))
 
-    def claim(self, claim_id: str, cpus: CPUSet) -> Changes:
-        """Take ``cpus`` out of every pool for a DRA claim (see docs/policy.md for the rules)."""
+    def claim(self, claim_id: str, cpus: CPUSet, *, keep_offline: bool = False) -> Changes:
+        """Take ``cpus`` out of every pool for a DRA claim (see docs/policy.md for the rules).
+
+        ``keep_offline``: a claim restored after a restart may hold CPUs that are present but
+        offline now; they are kept for it (``offline_claims``) as ``follow`` keeps them.
+        """
         supply, mask = self._supply, cpus.mask
         old = self._offline_claims.get(claim_id, supply.claims.get(claim_id))
         if old is not None:
@@ -182,9 +186,27 @@ class Policy:
             )
         if not claim_id:
             raise BadRequestError("claim id must not be empty")
+        offline = mask & ~self._topology.online.mask
+        if keep_offline and offline:
+            absent = offline & ~(self._topology.present or self._topology.possible).mask
+            taken = [k for k, v in self._offline_claims.items() if v & offline]
+            if absent or taken:
+                why = f"CPUs {fmt(absent)} are not present" if absent else f"CPUs are already claimed by {taken}"
+                raise BadRequestError(f"claim {claim_id!r}: {why}")
+            mask &= ~offline
+            if not mask:
+                self._offline_claims[claim_id] = cpus.mask
+                return {}
         problem = supply.claim_problem(mask)
         if problem is not None:
             raise BadRequestError(f"claim {claim_id!r}: {problem}")
+        changes = self._claim(claim_id, CPUSet.from_mask(mask))
+        if mask != cpus.mask:
+            self._offline_claims[claim_id] = cpus.mask
+        return changes
+
+    def _claim(self, claim_id: str, cpus: CPUSet) -> Changes:
+        supply, mask = self._supply, cpus.mask
 
         def body() -> None:
             victims = supply.owners(mask)
