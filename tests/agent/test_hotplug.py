@@ -22,6 +22,7 @@ import grpc.aio
 import pytest
 
 from topodra.agent.hotplug import MachineWatcher, watch_root
+from topodra.agent.http import get
 from topodra.cpuset import CPUSet
 from topodra.dra.proto import health_v1_pb2, health_v1_pb2_grpc, health_v1alpha1_pb2, health_v1alpha1_pb2_grpc
 from topodra.playground.world import Playground
@@ -127,6 +128,12 @@ def test_cpus_going_offline_and_back_under_a_running_agent_process() -> None:
                     assert state["offline_claims"] == {uid: str(claimed & off)}  # reported, not shrunk
                     assert state["claims"] == {uid: str(claimed)}
                     assert {f"cpu{c}" for c in off} == set(state["unhealthy_devices"])
+                    status, body = await get(f"127.0.0.1:{pg.agent_port}", "/metrics")
+                    assert status == 200
+                    metrics = body.decode()
+                    assert "topodra_claims_on_offline_cpus 1.0" in metrics
+                    assert 'topodra_machine_changes_total{result="applied"} 1.0' in metrics
+                    assert "topodra_unhealthy_devices 3.0" in metrics
 
                     async def withdrawn() -> bool:
                         return not _offered(pg) & {f"cpu{c}" for c in off}
@@ -205,6 +212,8 @@ def test_the_watcher_sees_each_change_once_and_retries_what_was_not_applied(tmp_
         assert not await w.poll()  # and only once
         assert len(calls) == 2
         publish_sysfs(replace(MACHINE, isolated=CPUSet([5])), link, style)
+        assert await w.poll()
+        (link / "sys/devices/system/node/has_memory").write_text("1\n")  # node 0's memory went away
         assert await w.poll()
 
     asyncio.run(main())

@@ -198,3 +198,22 @@ def test_a_claim_restored_while_its_cpus_are_offline_keeps_them() -> None:
     back = p.assignment("claimer")
     assert back is not None
     assert back.cpus == CPUSet([6, 7])
+
+
+def test_a_numa_node_losing_all_its_cpus_keeps_serving_its_memory() -> None:
+    p = Policy(MACHINE)
+    p.add(guaranteed("a", 2, memory=1 << 30))
+    p.add(besteffort("b"))
+    node0 = MACHINE.nodes[0].cpus
+    a = p.assignment("a")
+    assert a is not None
+    assert a.cpus <= node0
+    p.follow(with_offline(MACHINE, node0))
+    check_invariants(p)
+    for cid in ("a", "b"):
+        moved = p.assignment(cid)
+        assert moved is not None
+        assert moved.cpus.isdisjoint(node0)
+    moved_a = p.assignment("a")
+    assert moved_a is not None
+    assert 0 in moved_a.mems  # the node's memory is still there: a CPU-less node
