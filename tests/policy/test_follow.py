@@ -117,6 +117,8 @@ class FollowMachine(RuleBasedStateMachine):
     def start(self, config: dict[str, Any]) -> None:
         self.policy = Policy(MACHINE, PolicyConfig.model_validate(config))
         self.topo: Topology = MACHINE
+        self.reserved = self.policy.reserved_cpus  # as picked on the whole machine
+        self.follows = 0
 
     def _step(self, op: Any, subject: str | None = None) -> Changes | None:
         before, claims = self.policy.assignments(), self.policy.claims()
@@ -160,7 +162,11 @@ class FollowMachine(RuleBasedStateMachine):
         topo = with_offline(MACHINE, off) if off else MACHINE
         claims = self.policy.claims()
         if self._step(lambda: self.policy.follow(topo)) is None:
+            # refused only when no CPU would be left for shared containers
+            excluded = self.policy.config.excluded_cpus or CPUSet()
+            assert not topo.online - excluded - self.reserved, f"refused with CPUs {off} offline"
             return
+        self.follows += 1
         self.topo = topo
         assert self.policy.claims() == claims, "a machine change never shrinks or drops a claim"
         want = {k: c - topo.online for k, c in claims.items() if c - topo.online}
