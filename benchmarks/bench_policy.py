@@ -312,5 +312,36 @@ def _speed(quick: bool) -> list[Result]:
     return out
 
 
+def _hotplug(quick: bool) -> list[Result]:
+    """``Policy.follow`` (8 CPUs offline, then back) on the 500-container node, with the peer
+    measured in the same run: ``reconfigure`` with the same configuration (a full rebuild too)."""
+    from topodra.testing.sysfs_writer import with_offline
+
+    topo = synthetic_topology("2s1d2n2l16c2t")
+    policy = Policy(topo, PolicyConfig(reserved_cpu_count=2))
+    _populate(policy, random.Random(11))
+    excl = [g.exclusive for g in policy.grants().values() if g.exclusive]
+    gone = CPUSet.from_mask(excl[0] | excl[1]) | CPUSet(sorted(topo.online)[-4:])  # exclusive CPUs and free ones
+    down = with_offline(topo, gone)
+    rounds = 5 if quick else 30
+    follow: list[float] = []
+    peer: list[float] = []
+    for _ in range(rounds):
+        for target in (down, topo):
+            t0 = time.perf_counter()
+            policy.follow(target)
+            follow.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        policy.reconfigure(policy.config)
+        peer.append(time.perf_counter() - t0)
+    ms = 1e3
+    mine, theirs = statistics.median(follow) * ms, statistics.median(peer) * ms
+    return [
+        Result("synthetic 256 CPUs, 500 containers: follow a hotplug (median)", mine, "ms",
+               note=f"{len(gone)} CPUs offline or back; {len(follow)} calls"),
+        Result("follow / reconfigure (peer, same run)", mine / theirs, "x", note=f"reconfigure {theirs:.1f} ms"),
+    ]
+
+
 def run(quick: bool) -> list[Result]:
-    return _quality(quick) + _speed(quick)
+    return _quality(quick) + _speed(quick) + _hotplug(quick)
