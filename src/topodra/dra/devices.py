@@ -478,11 +478,12 @@ def offered_cpus(
 def offer_devices(
     topology: Topology, config: DeviceModelConfig, devices: Sequence[Device], offered: CPUSet
 ) -> list[Device]:
-    """``devices`` (built from every candidate CPU) narrowed to ``offered``.
+    """``devices`` (built from every candidate CPU, or ``follow_devices``' list, whose devices may
+    stand for offline CPUs) narrowed to ``offered``.
 
     ``cpu`` and ``core`` devices not wholly offered are left out (a core with
-    one thread held exclusively is not offered: Prepare gives a core device
-    all its threads); ``grouped`` devices are rebuilt over their offered CPUs
+    one thread held exclusively or offline is not offered: Prepare gives a core
+    device all its threads); ``grouped`` devices are rebuilt over their offered CPUs
     (capacity shrinks, a device with none left disappears). Names never change.
     """
     if config.model != "grouped":
