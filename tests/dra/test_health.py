@@ -20,7 +20,7 @@ def test_names_stay_and_offline_devices_are_withdrawn_not_renamed(model: str) ->
     cfg = DeviceModelConfig.model_validate({"model": model, "sharedFloor": 0})
     known = build_devices(MACHINE, cfg)
     now = carry_numbers(MACHINE.cpus, with_offline(MACHINE, OFF))
-    devices = follow_devices(known, build_devices(now, cfg))
+    devices = follow_devices(known, build_devices(now, cfg), now.online)
     assert sorted(d.name for d in devices) == sorted(d.name for d in known)
     by_name = {d.name: d for d in known}
     for d in devices:
@@ -37,7 +37,7 @@ def test_names_stay_and_offline_devices_are_withdrawn_not_renamed(model: str) ->
     else:
         caps = {d.name: d.capacity["cpu"].value for d in offered}
         assert caps == {"numa0": 6, "numa1": 7}
-    back = follow_devices(devices, build_devices(carry_numbers(now.cpus, MACHINE), cfg))
+    back = follow_devices(devices, build_devices(carry_numbers(now.cpus, MACHINE), cfg), MACHINE.online)
     assert [d.to_api() for d in back] == [d.to_api() for d in known]
 
 
@@ -61,3 +61,10 @@ def test_health_message_is_cut_to_the_kubelet_limit() -> None:
     (h,) = device_health(devices, MACHINE.online - CPUSet([1]), claims)
     assert len(h.message) == MESSAGE_MAX
     assert h.message.endswith("...")
+
+
+def test_a_device_gone_because_its_cpu_is_reserved_now_is_gone() -> None:
+    known = build_devices(MACHINE)
+    devices = follow_devices(known, build_devices(MACHINE, exclude=CPUSet([1])), MACHINE.online)
+    assert "cpu1" not in {d.name for d in devices}
+    assert len(devices) == len(known) - 1

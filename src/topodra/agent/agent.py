@@ -821,7 +821,7 @@ class Agent:
         async with self.lock:
             if self.topology is not carried:  # a newer change got here first: it builds its own
                 return changes
-            devices = follow_devices(self.devices, fresh)
+            devices = follow_devices(self.devices, fresh, carried.online)
             devices_changed = [d.to_api() for d in devices] != [d.to_api() for d in self.devices] or [
                 d.cpus for d in devices
             ] != [d.cpus for d in self.devices]
@@ -886,7 +886,7 @@ class Agent:
         if new.devices != old.devices or new.policy != old.policy:
             devices = checked.devices
             if (new.devices.model, new.devices.group_by) == (old.devices.model, old.devices.group_by):
-                devices = follow_devices(self.devices, devices)  # devices of offline CPUs stay listed
+                devices = follow_devices(self.devices, devices, self.topology.online)  # offline ones stay listed
             if [d.to_api() for d in devices] != [d.to_api() for d in self.devices]:
                 self.devices = devices
                 self.offer = self._offered()

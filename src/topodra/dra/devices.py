@@ -491,20 +491,23 @@ def offer_devices(
     return build_devices(topology, config, exclude=topology.online - offered)
 
 
-def follow_devices(known: Sequence[Device], fresh: Sequence[Device]) -> list[Device]:
+def follow_devices(known: Sequence[Device], fresh: Sequence[Device], online: CPUSet) -> list[Device]:
     """The device list after the machine changed (CPU hotplug): ``fresh`` (built from the
-    re-read machine, its group numbers carried: ``topology.follow``) and every ``known`` device.
+    re-read machine, its group numbers carried: ``topology.follow``) and the ``known`` devices
+    that stand for CPUs now offline (not in ``online``).
 
-    A device keeps its name and stands for every CPU it ever stood for: one whose CPUs are
-    partly offline keeps its whole definition (a core device whose thread is offline is not
-    offered as a smaller core: Prepare gives a core all its threads); one wholly offline stays
-    listed (unhealthy, never offered) so claims that name it stay valid; new ones are added.
-    Fresh devices come first, in their order (the slices' order); gone ones after them.
+    A device keeps its name and stands for every CPU it stood for that is offline now: one whose
+    CPUs are partly offline keeps its whole definition (a core device whose thread is offline is
+    not offered as a smaller core: Prepare gives a core all its threads); one wholly offline stays
+    listed (unhealthy, never offered) so claims that name it stay valid; new ones are added. A
+    device gone for another reason (its CPU reserved now) is gone. Fresh devices come first, in
+    their order (the slices' order); the offline ones after them.
     """
     by_name = {d.name: d for d in known}
     out: list[Device] = []
     for d in fresh:
         k = by_name.pop(d.name, None)
-        out.append(d if k is None or k.cpus <= d.cpus else replace(k, cpus=k.cpus | d.cpus))
-    out.extend(by_name.values())
+        missing = k.cpus - d.cpus - online if k is not None else _NO_CPUS
+        out.append(d if k is None or not missing else replace(k, cpus=d.cpus | missing))
+    out.extend(k for k in by_name.values() if k.cpus - online)
     return out
