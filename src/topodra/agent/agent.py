@@ -222,6 +222,7 @@ class Agent:
         ``drift_interval``: seconds between full cpuset drift checks."""
         self.config = config
         self.config_path = config_path
+        self._reads_machine = topology is None  # a machine handed in (tests, playground) is not watched
         self.topology = topology or load_topology(config)
         try:
             checked = check_on_machine(config, self.topology, str(config_path or "the configuration"))
@@ -778,7 +779,7 @@ class Agent:
         from topodra.agent.hotplug import MachineWatcher, watch_root
 
         cfg = self.config
-        root = watch_root(cfg.topology, cfg.sysfs_root) if cfg.hotplug.enabled else None
+        root = watch_root(cfg.topology, cfg.sysfs_root) if cfg.hotplug.enabled and self._reads_machine else None
         if root is None:
             return
         self.watcher = MachineWatcher(root, cfg.hotplug.interval, self._machine_changed)
