@@ -566,7 +566,8 @@ class Agent:
         return _OfferedPicks(self)
 
     def offered_devices(self) -> list[Device]:
-        return offer_devices(self.topology, self.config.devices, self.devices, self.offer)
+        # never an offline CPU, even before the offer has been recomputed for a machine change
+        return offer_devices(self.topology, self.config.devices, self.devices, self.offer & self.topology.online)
 
     def _offer_soon(self) -> None:
         """Recompute the offer right after the current operation (once per burst), off its reply path."""
