@@ -217,12 +217,15 @@ class Agent:
         reload_interval: float = 2.0,
         drift_interval: float = 30.0,
         cgroup_root: Path | None = None,
+        watch_machine: bool | None = None,
     ) -> None:
         """``cgroup_root``: where the host's cgroups are (default ``<sysfsRoot>/sys/fs/cgroup``);
-        ``drift_interval``: seconds between full cpuset drift checks."""
+        ``drift_interval``: seconds between full cpuset drift checks; ``watch_machine``: follow
+        CPU hotplug (``hotplug`` config; default: only when the agent reads the machine itself,
+        not for a ``topology`` handed in by a test or the playground)."""
         self.config = config
         self.config_path = config_path
-        self._reads_machine = topology is None  # a machine handed in (tests, playground) is not watched
+        self._watch_machine = topology is None if watch_machine is None else watch_machine
         self.topology = topology or load_topology(config)
         try:
             checked = check_on_machine(config, self.topology, str(config_path or "the configuration"))
@@ -780,7 +783,7 @@ class Agent:
         from topodra.agent.hotplug import MachineWatcher, watch_root
 
         cfg = self.config
-        root = watch_root(cfg.topology, cfg.sysfs_root) if cfg.hotplug.enabled and self._reads_machine else None
+        root = watch_root(cfg.topology, cfg.sysfs_root) if cfg.hotplug.enabled and self._watch_machine else None
         if root is None:
             return
         self.watcher = MachineWatcher(root, cfg.hotplug.interval, self._machine_changed)

@@ -94,7 +94,7 @@ async def _run(cfg: AgentConfig, path: Path, topology: Topology) -> None:
     from topodra.agent.agent import Agent, AgentError
 
     try:
-        agent = Agent(cfg, config_path=path, topology=topology)
+        agent = Agent(cfg, config_path=path, topology=topology, watch_machine=True)
     except AgentError as exc:
         raise SystemExit(f"error: {exc}") from None
     loop = asyncio.get_running_loop()
