@@ -175,6 +175,44 @@ def test_cpus_going_offline_and_back_under_a_running_agent_process() -> None:
     asyncio.run(main())
 
 
+def test_an_agent_restarted_while_a_claimed_cpu_is_offline_keeps_the_claim_whole() -> None:
+    async def main() -> None:
+        with tempfile.TemporaryDirectory(prefix="hp", dir="/tmp") as tmp:
+            link = Path(tmp) / "machine"
+            publish_sysfs(MACHINE, link)
+            pg = Playground(topology=MACHINE, agent_process=str(link), agent_overrides={"hotplug": {"interval": 0.05}})
+            async with pg:
+                assert pg.runtime is not None
+                await pg.apply([TEMPLATE, PODS[2]])
+                ((uid, claimed_text),) = (await pg.agent_state())["claims"].items()
+                claimed = CPUSet.parse(claimed_text)
+                off = CPUSet([claimed.last()])
+                pg.runtime.online_cpus = MACHINE.online - off
+                publish_sysfs(with_offline(MACHINE, off), link)
+
+                async def reported() -> bool:
+                    return bool((await pg.agent_state())["offline_claims"])
+
+                await _until("the claim on the offline CPU to be reported", reported)
+                await pg.restart_agent()  # the new agent reads the machine with the CPU offline
+                state = await pg.agent_state()
+                assert state["claims"] == {uid: str(claimed)}  # restored whole, not refused or shrunk
+                assert state["offline_claims"] == {uid: str(off)}
+                assert pg.cpus_of("claimer") == claimed - off
+                pg.runtime.online_cpus = MACHINE.online
+                publish_sysfs(MACHINE, link)
+
+                async def whole() -> bool:
+                    await pg.settle()
+                    return pg.cpus_of("claimer") == claimed
+
+                await _until("the claimer to get its whole claim back", whole)
+                assert (await pg.agent_state())["offline_claims"] == {}
+                assert f"cpu{off.first()}" in _offered(pg)  # a device the restarted agent had never seen
+
+    asyncio.run(main())
+
+
 def _cid(pg: Playground, pod: str) -> str:
     assert pg.runtime is not None
     pods = {p.id: p.name for p in pg.runtime.pods()}
