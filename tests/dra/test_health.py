@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from topodra.cpuset import CPUSet
 from topodra.dra.devices import DeviceModelConfig, build_devices, follow_devices, offer_devices
@@ -68,3 +70,28 @@ def test_a_device_gone_because_its_cpu_is_reserved_now_is_gone() -> None:
     devices = follow_devices(known, build_devices(MACHINE, exclude=CPUSet([1])), MACHINE.online)
     assert "cpu1" not in {d.name for d in devices}
     assert len(devices) == len(known) - 1
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    model=st.sampled_from(["cpu", "core", "grouped"]),
+    steps=st.lists(st.lists(st.sampled_from(MACHINE.online.sorted()), max_size=10, unique=True), min_size=1, max_size=4),
+)
+def test_any_hotplug_sequence_keeps_names_and_never_offers_or_calls_healthy_an_offline_cpu(
+    model: str, steps: list[list[int]]
+) -> None:
+    cfg = DeviceModelConfig.model_validate({"model": model})
+    devices = build_devices(MACHINE, cfg)
+    names = {d.name for d in devices}
+    seen = dict(MACHINE.cpus)
+    for off in steps:
+        if CPUSet(off) == MACHINE.online:
+            continue
+        now = carry_numbers(seen, with_offline(MACHINE, CPUSet(off)) if off else MACHINE)
+        seen.update(now.cpus)
+        devices = follow_devices(devices, build_devices(now, cfg), now.online)
+        assert {d.name for d in devices} == names  # the same machine: the same names, always
+        for d in offer_devices(now, cfg, devices, now.online):
+            assert d.cpus <= now.online
+        for h, d in zip(device_health(devices, now.online), devices, strict=True):
+            assert h.healthy == (d.cpus <= now.online)
