@@ -208,7 +208,11 @@ def test_an_agent_restarted_while_a_claimed_cpu_is_offline_keeps_the_claim_whole
 
                 await _until("the claimer to get its whole claim back", whole)
                 assert (await pg.agent_state())["offline_claims"] == {}
-                assert f"cpu{off.first()}" in _offered(pg)  # a device the restarted agent had never seen
+
+                async def offered() -> bool:  # a device the restarted agent had never seen
+                    return f"cpu{off.first()}" in _offered(pg)
+
+                await _until("the returned CPU's device to be offered", offered)
 
     asyncio.run(main())
 

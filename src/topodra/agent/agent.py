@@ -817,6 +817,7 @@ class Agent:
             self._seen_cpus.update(carried.cpus)
             reserved = self.policy.reserved_cpus
             self.record(changes, full=True)
+            self.metrics.machine_changes.labels("applied").inc()
         self._push(changes)  # moved containers first: the devices can wait (Prepare refuses offline CPUs)
         try:  # ~0.1 s on a 512-CPU node: off the loop
             fresh = await asyncio.to_thread(build_devices, carried, self.config.devices, exclude=reserved)
@@ -833,7 +834,6 @@ class Agent:
             self.devices = devices
             if self.driver is not None:
                 self.driver.set_devices(devices)
-        self.metrics.machine_changes.labels("applied").inc()
         gone, back = before.online - carried.online, carried.online - before.online
         self._note(
             f"machine changed: CPUs offline {gone or '-'}, back online {back or '-'}, isolated {carried.isolated or '-'}; "
