@@ -7,6 +7,7 @@ a machine no placement fits is refused with nothing changed.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -223,3 +224,15 @@ def test_a_numa_node_losing_all_its_cpus_keeps_serving_its_memory() -> None:
     moved_a = p.assignment("a")
     assert moved_a is not None
     assert 0 in moved_a.mems  # the node's memory is still there: a CPU-less node
+
+
+def test_a_changed_isolated_set_is_followed() -> None:
+    p = Policy(MACHINE)
+    p.add(besteffort("b"))
+    assert p.isolated_cpus == CPUSet()
+    p.follow(replace(MACHINE, isolated=CPUSet([6, 14])))
+    check_invariants(p)
+    assert p.isolated_cpus == CPUSet([6, 14])
+    b = p.assignment("b")
+    assert b is not None
+    assert b.cpus.isdisjoint(CPUSet([6, 14]))  # shared containers leave the isolated CPUs
