@@ -55,6 +55,7 @@ __all__ = [
     "apply_body",
     "device_key",
     "device_statuses",
+    "kube_claim_status",
 ]
 
 log = logging.getLogger(__name__)
@@ -406,3 +407,23 @@ class ClaimStatus:
                 changed.append(uid)
                 self.writer.submit(uid, claim.namespace, claim.name, self.entries(claim))
         return changed
+
+
+def kube_claim_status(
+    kube: Any, *, node_of: Mapping[int, int], online: CPUSet, observe: ObserveFn | None = None, driver: str = DRIVER
+) -> ClaimStatus:
+    """A ``ClaimStatus`` writing through ``kube`` (a ``topodra.kube.client.KubeClient``) with
+    server-side apply as field manager ``driver``, forced: the driver is the authority on its own
+    devices' entries. Run ``.writer.run(stop)`` as a task."""
+    from topodra.kube.client import RESOURCE_CLAIMS
+
+    async def apply(namespace: str, name: str, body: dict[str, Any]) -> Mapping[str, Any]:
+        out: Mapping[str, Any] = await kube.apply(RESOURCE_CLAIMS, body, field_manager=driver, force=True, status=True)
+        return out
+
+    async def get(namespace: str, name: str) -> Mapping[str, Any]:
+        out: Mapping[str, Any] = await kube.get(RESOURCE_CLAIMS, name, namespace)
+        return out
+
+    writer = StatusWriter(apply, get=get, observe=observe, driver=driver)
+    return ClaimStatus(writer, node_of=node_of, online=online, driver=driver)
