@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import functools
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -129,9 +130,10 @@ def device_statuses(
         if device.share_id:
             entry["shareID"] = device.share_id
         entry["conditions"] = [_ready(claim, device, online, stamp)]
-        entry["data"] = _data(device, node_of, online)
-        if len(json.dumps(entry["data"], separators=(",", ":"))) > DATA_MAX:  # cannot happen below ~2,000 CPUs
-            entry["data"] = {"cpus": len(device.cpus), "numaNodes": entry["data"]["numaNodes"]}
+        data = _data(device, node_of, online)
+        if len(device.cpus) > 512 and len(json.dumps(data, separators=(",", ":"))) > DATA_MAX:  # thousands of CPUs
+            data = {"cpus": len(device.cpus), "numaNodes": data["numaNodes"]}
+        entry["data"] = data
         out.append(entry)
     return out
 
@@ -161,12 +163,16 @@ ObserveFn = Callable[[str, float], None]
 _TRANSIENT: Final = frozenset({408, 429, 500, 502, 503, 504})
 
 
+#: A claim's wanted entries, or a function building them when they are sent.
+Entries = Sequence[Entry] | Callable[[], list[Entry]]
+
+
 @dataclass(slots=True)
 class _Want:
     namespace: str
     name: str
     uid: str
-    entries: list[Entry]
+    entries: Sequence[Entry] | Callable[[], list[Entry]]
     adopt: bool = False  # after a restart: read the claim first to keep condition times
     attempts: int = 0
     due: float = 0.0
@@ -179,6 +185,13 @@ def _untimed(entries: Sequence[Mapping[str, Any]]) -> list[Any]:
         conds = [{k: v for k, v in c.items() if k != "lastTransitionTime"} for c in e.get("conditions") or []]
         out.append({**e, "conditions": conds})
     return out
+
+
+def _clock() -> float:
+    try:
+        return asyncio.get_running_loop().time()
+    except RuntimeError:  # submitted outside a loop: due at once
+        return 0.0
 
 
 def _code(exc: BaseException) -> int:
@@ -204,8 +217,12 @@ class StatusWriter:
         retry_base: float = 0.2,
         retry_max: float = 30.0,
         max_attempts: int = 12,
+        delay: float = 0.01,
     ) -> None:
+        """``delay``: seconds a new wanted state waits before it is sent, so the Prepare reply
+        leaves first (the write shares the event loop with it) and quick changes coalesce."""
         self._apply = apply
+        self._delay = delay
         self._get = get
         self._observe = observe
         self._driver = driver
@@ -230,11 +247,13 @@ class StatusWriter:
         """Our entries in the claim's status as last written (None: unknown or none)."""
         return self._written.get(uid)
 
-    def submit(self, uid: str, namespace: str, name: str, entries: Sequence[Entry], *, adopt: bool = False) -> None:
-        """Want ``entries`` (empty: none of ours) in the claim's status. Never blocks, never raises."""
+    def submit(self, uid: str, namespace: str, name: str, entries: Entries, *, adopt: bool = False) -> None:
+        """Want ``entries`` (empty: none of ours; a function: built when sent, off the caller's
+        path) in the claim's status. Never blocks, never raises."""
         old = self._want.get(uid)
         if (
-            not entries
+            not callable(entries)
+            and not entries
             and old is not None
             and not old.adopt
             and uid not in self._written
@@ -243,15 +262,13 @@ class StatusWriter:
             del self._want[uid]  # prepared and released before anything was written: nothing to undo
             self._settle_idle()
             return
-        if old is None and not adopt and uid in self._written and _untimed(self._written[uid]) == _untimed(entries):
-            return  # already there
         if old is None and len(self._want) >= self._max_pending:
             self._count("dropped", 0.0)
             log.warning("claim %s/%s: status not written, %d claims already wait", namespace, name, len(self._want))
             return
-        due = old.due if old is not None else 0.0
+        due = old.due if old is not None else _clock() + self._delay
         keep_adopt = adopt or (old is not None and old.adopt)
-        self._want[uid] = _Want(namespace, name, uid, [dict(e) for e in entries], keep_adopt, 0, due)
+        self._want[uid] = _Want(namespace, name, uid, entries if callable(entries) else list(entries), keep_adopt, 0, due)
         self._idle.clear()
         self._wake.set()
 
@@ -303,10 +320,11 @@ class StatusWriter:
         finally:
             stopped.cancel()
 
-    def _carry_times(self, job: _Want, before: Sequence[Mapping[str, Any]]) -> None:
+    @staticmethod
+    def _carry_times(entries: list[Entry], before: Sequence[Mapping[str, Any]]) -> None:
         """Keep lastTransitionTime of a condition whose status did not change."""
         old = {device_key(e): {c.get("type"): c for c in e.get("conditions") or []} for e in before}
-        for entry in job.entries:
+        for entry in entries:
             prev = old.get(device_key(entry), {})
             for cond in entry.get("conditions") or []:
                 p = prev.get(cond.get("type"))
@@ -315,6 +333,7 @@ class StatusWriter:
 
     async def _send(self, job: _Want, loop: asyncio.AbstractEventLoop) -> None:
         start = loop.time()
+        entries = [dict(e) for e in (job.entries() if callable(job.entries) else job.entries)]
         try:
             if job.uid not in self._written and job.adopt and self._get is not None:
                 current = await self._get(job.namespace, job.name)
@@ -322,8 +341,15 @@ class StatusWriter:
                     raise _Gone(f"claim {job.namespace}/{job.name} was re-created")
                 devices = (current.get("status") or {}).get("devices") or []
                 self._written[job.uid] = [dict(e) for e in devices if e.get("driver") == self._driver]
-            self._carry_times(job, self._written.get(job.uid, []))
-            await self._apply(job.namespace, job.name, apply_body(job.namespace, job.name, job.uid, job.entries))
+            before = self._written.get(job.uid)
+            self._carry_times(entries, before or [])
+            if before is not None and _untimed(before) == _untimed(entries):
+                self._done(job, "unchanged", start, loop)  # a repeated Prepare: nothing to write
+                return
+            if before is None and not entries and not job.adopt:
+                self._done(job, "unchanged", start, loop)  # nothing of ours was written
+                return
+            await self._apply(job.namespace, job.name, apply_body(job.namespace, job.name, job.uid, entries))
         except _Gone:
             self._done(job, "gone", start, loop)
             return
@@ -344,14 +370,14 @@ class StatusWriter:
             log.error("status of claim %s/%s not written: %s", job.namespace, job.name, exc)
             self._done(job, "failed", start, loop)
             return
-        if job.entries:
-            self._written[job.uid] = job.entries
+        if entries:
+            self._written[job.uid] = entries
         else:
             self._written.pop(job.uid, None)
         self._done(job, "ok", start, loop)
 
     def _done(self, job: _Want, result: str, start: float, loop: asyncio.AbstractEventLoop) -> None:
-        if result != "ok":
+        if result not in ("ok", "unchanged"):
             self._written.pop(job.uid, None)
         if self._want.get(job.uid) is job:
             del self._want[job.uid]
@@ -388,7 +414,7 @@ class ClaimStatus:
         if not claim.devices:
             return
         self._claims[claim.uid] = claim
-        self.writer.submit(claim.uid, claim.namespace, claim.name, self.entries(claim), adopt=restored)
+        self.writer.submit(claim.uid, claim.namespace, claim.name, functools.partial(self.entries, claim), adopt=restored)
 
     def unprepared(self, claim: PreparedClaim) -> None:
         """The claim is released: remove our entries."""
@@ -405,7 +431,7 @@ class ClaimStatus:
         for uid, claim in self._claims.items():
             if claim.cpus - before != claim.cpus - online:
                 changed.append(uid)
-                self.writer.submit(uid, claim.namespace, claim.name, self.entries(claim))
+                self.writer.submit(uid, claim.namespace, claim.name, functools.partial(self.entries, claim))
         return changed
 
 
