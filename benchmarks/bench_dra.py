@@ -233,13 +233,14 @@ async def _grpc_status_ab(rounds: int) -> dict[str, Any]:
     one not, interleaved round by round (same run, same load). The status driver's entries are
     awaited after each Prepare (not timed as Prepare) so every cycle writes twice; the clear
     after Unprepare is left in flight, so the next Prepare may overlap a write."""
+    import socket
+
     import grpc.aio
 
     from topodra.dra.kubeletplugin import KubeletPlugin, PluginPaths
     from topodra.dra.proto import dra_v1_pb2
     from topodra.dra.status import kube_claim_status
     from topodra.kube.client import RESOURCE_CLAIMS, KubeClient
-    from topodra.testing.apiserver import ApiServerThread
 
     topo = synthetic_topology(MACHINE)
     node_of = {c: info.node for c, info in topo.cpus.items()}
@@ -247,14 +248,27 @@ async def _grpc_status_ab(rounds: int) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="bdst", dir="/tmp"))
     stop = asyncio.Event()
     try:
-        # The API server double on its own thread and event loop: as on a node, the agent's loop
-        # carries only the client side of the status writes.
-        server = ApiServerThread()
-        server.start()
-        stack_cm = contextlib.AsyncExitStack()
-        async with stack_cm as stack:
-            stack.callback(server.stop)
-            client = KubeClient.for_url(server.url)
+        # The API server double in its own process: as on a node, the driver's event loop carries
+        # only the client side of the status writes.
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        src = str(Path(__file__).resolve().parents[1] / "src")
+        server = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "topodra", "dra", "apiserver", "--port", str(port),
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH", "")) if p)},
+        )
+        async with contextlib.AsyncExitStack() as stack:
+            stack.push_async_callback(server.wait)
+            stack.callback(server.terminate)
+            client = KubeClient.for_url(f"http://127.0.0.1:{port}")
+            for _ in range(400):  # until the double answers (its imports take a second)
+                try:
+                    await client.list(RESOURCE_CLAIMS)
+                    break
+                except Exception:
+                    await asyncio.sleep(0.05)
             status = kube_claim_status(client, node_of=node_of, online=topo.online)
             writer_task = asyncio.create_task(status.writer.run(stop))
 
@@ -310,9 +324,7 @@ async def _grpc_status_ab(rounds: int) -> dict[str, Any]:
                     if mode == "on":
                         await status.writer.wait_idle(10)
                         out["visible"].append(time.perf_counter() - t2)
-                        kind = server.store.kind_of(created)
-                        name = f"claim-{mode}-{i}"
-                        obj = server.call(lambda k=kind, n=name: server.store.get(k, "default", n))  # type: ignore[misc]
+                        obj = await client.get(RESOURCE_CLAIMS, f"claim-{mode}-{i}", "default")
                         if len(obj["status"].get("devices") or []) != CLAIM_CPUS:
                             raise RuntimeError("status benchmark: the claim's status.devices was not written")
                     await unprepare(dra_v1_pb2.NodeUnprepareResourcesRequest(claims=[ref]))
