@@ -472,3 +472,34 @@ def test_prepare_does_not_wait_for_a_hung_api_server(tmp_path: Path) -> None:
             await client.close()
 
     asyncio.run(main())
+
+
+# --- server-side apply, as a property --------------------------------------------------------------
+
+_DEVICES = [f"cpu{i}" for i in range(6)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["native.cpu", "gpu.example.com"]), st.sets(st.sampled_from(_DEVICES)), st.integers(0, 3)),
+        max_size=12,
+    )
+)
+def test_applies_of_two_drivers_leave_each_ones_last_configuration(steps: list[tuple[str, set[str], int]]) -> None:
+    """Each driver (its own field manager, its own entries) ends with exactly what it applied last,
+    whatever the other did in between."""
+    from topodra.testing.apply import apply_devices
+
+    items: list[dict[str, Any]] = []
+    owners: dict[Any, Any] = {}
+    last: dict[str, dict[str, int]] = {}
+    for driver, devices, version in steps:
+        applied = [{"driver": driver, "pool": "p", "device": d, "data": {"v": version}} for d in sorted(devices)]
+        items, owners = apply_devices(items, owners, driver, applied, force=False)
+        last[driver] = dict.fromkeys(devices, version)
+    got: dict[str, dict[str, int]] = {}
+    for e in items:
+        got.setdefault(e["driver"], {})[e["device"]] = e["data"]["v"]
+    assert got == {d: v for d, v in last.items() if v}
+    assert len({(e["driver"], e["device"]) for e in items}) == len(items)
