@@ -671,7 +671,7 @@ def run(quick: bool) -> list[Result]:
     report = _status_report_cost(2000 if not quick else 300)
     results.append(
         Result(
-            "claim status: work added to Prepare (build 16 entries + hand to the writer)",
+            "claim status: work added to Prepare (hand the 16-device claim to the writer)",
             report * 1e6,
             "us",
             note=f"{report * 1e3 / in_process * 100:.1f}% of an in-process Prepare+Unprepare of cpu devices ({in_process:.2f} ms, same run)",

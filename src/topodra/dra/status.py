@@ -156,7 +156,7 @@ def apply_body(namespace: str, name: str, uid: str, entries: Sequence[Mapping[st
 ApplyFn = Callable[[str, str, dict[str, Any]], Awaitable[Mapping[str, Any]]]
 #: ``await get(namespace, name)``: the claim (to carry condition times over after a restart).
 GetFn = Callable[[str, str], Awaitable[Mapping[str, Any]]]
-#: ``observe(result, seconds)``; result is ok, retry, failed, gone or dropped.
+#: ``observe(result, seconds)``; result is ok, unchanged, retry, failed, gone or dropped.
 ObserveFn = Callable[[str, float], None]
 
 #: HTTP codes worth retrying: the API server is busy, restarting or unreachable (503 here).
