@@ -503,3 +503,36 @@ def test_applies_of_two_drivers_leave_each_ones_last_configuration(steps: list[t
         got.setdefault(e["driver"], {})[e["device"]] = e["data"]["v"]
     assert got == {d: v for d, v in last.items() if v}
     assert len({(e["driver"], e["device"]) for e in items}) == len(items)
+
+
+def test_writer_is_bounded_and_stops_on_permanent_errors() -> None:
+    async def main() -> None:
+        answers: dict[str, ApiError] = {
+            "gone": ApiError(404, "NotFound", "resourceclaims gone not found"),
+            "recreated": ApiError(409, "Conflict", "Precondition failed: UID in object meta: x"),
+            "invalid": ApiError(422, "Invalid", "status.devices[0]: must be an allocated device in the claim"),
+        }
+        calls: list[str] = []
+
+        async def apply(ns: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+            calls.append(name)
+            if name in answers:
+                raise answers[name]
+            return body
+
+        writer = StatusWriter(apply, max_pending=3, retry_base=0.01)
+        entries = _entries_for({"metadata": {"uid": "u"}})
+        for name in ("gone", "recreated", "invalid", "one-too-many"):
+            writer.submit(name, "default", name, entries)
+        assert writer.pending == 3
+        assert writer.counts == {"dropped": 1}
+        stop = asyncio.Event()
+        task = asyncio.create_task(writer.run(stop))
+        await writer.wait_idle(5)
+        assert sorted(calls) == ["gone", "invalid", "recreated"]  # each once: nothing worth retrying
+        assert writer.counts == {"dropped": 1, "gone": 2, "failed": 1}
+        assert "must be an allocated device" in writer.last_error
+        stop.set()
+        await task
+
+    asyncio.run(main())
