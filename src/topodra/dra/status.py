@@ -233,6 +233,7 @@ class StatusWriter:
         self._want: dict[str, _Want] = {}
         self._written: dict[str, list[Entry]] = {}  # uid -> our entries as last written
         self._inflight: str | None = None
+        self._forbidden_hint = False  # the RBAC hint is logged once
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -360,6 +361,14 @@ class StatusWriter:
                 return
             job.attempts += 1
             self.last_error = f"claim {job.namespace}/{job.name}: {exc}"
+            if code == 403 and not self._forbidden_hint:
+                self._forbidden_hint = True
+                log.error(
+                    "writing claim status is forbidden (%s): the agent needs patch on resourceclaims/status and, "
+                    "on Kubernetes 1.36+, associated-node:patch on resourceclaims/driver for %s (see docs/dra.md)",
+                    exc,
+                    self._driver,
+                )
             # 409: another writer raced us; 403: RBAC may be fixed meanwhile; the rest: a busy server
             if (code in _TRANSIENT or code in (403, 409)) and job.attempts < self._max_attempts:
                 delay = min(self._retry_max, self._retry_base * 2 ** (job.attempts - 1))
