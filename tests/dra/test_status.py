@@ -79,7 +79,7 @@ def test_entries_name_each_device_with_its_cpus_and_numa_nodes() -> None:
         "type": "Ready",
         "status": "True",
         "reason": REASON_PREPARED,
-        "message": "CPUs 4 prepared for the claim's containers",
+        "message": "CPU 4 prepared for the claim's containers",
         "lastTransitionTime": T0,
     }
     assert validate_resource_claim(_claim_with_status(claim, entries), None) == []
@@ -98,9 +98,14 @@ def test_an_offline_cpu_makes_its_device_not_ready_and_names_what_is_left() -> N
     one, two = device_statuses(claim, node_of=NODE_OF, online=online, now=T0)
     assert one["conditions"][0]["status"] == "False"
     assert one["conditions"][0]["reason"] == REASON_OFFLINE
-    assert one["conditions"][0]["message"] == "CPU 9 offline; the claim's containers run on 1 until they return"
+    assert one["conditions"][0]["message"] == "CPU 9 offline; the claim's containers run on 1 until it returns"
     assert one["data"] == {"cpuset": "1,9", "cpus": 2, "numaNodes": [0], "offlineCPUs": "9"}
-    assert two["conditions"][0]["message"] == "CPU 4 offline; none of its CPUs is online"
+    assert two["conditions"][0]["message"] == "CPU 4 offline; the claim's containers run on 1 until it returns"
+    alone = device_statuses(_prepared(per_device={"core1": "1,9"}), node_of=NODE_OF, online=TOPO.online - CPUSet([1, 9]), now=T0)
+    assert alone[0]["conditions"][0]["message"] == (
+        "CPUs 1,9 offline; no CPU of the claim is online: its containers run where their CPU request places them "
+        "until they return"
+    )
     assert validate_resource_claim(_claim_with_status(claim, [one, two]), None) == []
 
 
@@ -536,3 +541,31 @@ def test_writer_is_bounded_and_stops_on_permanent_errors() -> None:
         await task
 
     asyncio.run(main())
+
+
+def test_the_double_serves_discovery_so_kubectl_finds_resourceclaims() -> None:
+    """kubectl resolves ``get resourceclaim NAME -o yaml`` through these documents."""
+    import json
+    import urllib.request
+
+    from topodra.testing.apiserver import ApiServerThread
+
+    with ApiServerThread() as server:
+
+        def get(path: str) -> dict[str, Any]:
+            with urllib.request.urlopen(f"{server.url}{path}", timeout=10) as r:
+                doc: dict[str, Any] = json.loads(r.read())
+                return doc
+
+        assert get("/api")["versions"] == ["v1"]
+        groups = {g["name"]: g["preferredVersion"]["groupVersion"] for g in get("/apis")["groups"]}
+        assert groups == {"resource.k8s.io": "resource.k8s.io/v1"}
+        assert get("/apis/resource.k8s.io")["preferredVersion"]["version"] == "v1"
+        resources = {r["name"]: r for r in get("/apis/resource.k8s.io/v1")["resources"]}
+        assert resources["resourceclaims"]["namespaced"] is True
+        assert resources["resourceclaims"]["kind"] == "ResourceClaim"
+        assert "resourceclaims/status" in resources
+        assert resources["resourceslices"]["namespaced"] is False
+        core = {r["name"]: r for r in get("/api/v1")["resources"]}
+        assert core["pods"]["shortNames"] == ["po"]
+        assert {"nodes", "namespaces", "pods/status"} <= set(core)

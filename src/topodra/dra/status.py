@@ -92,17 +92,24 @@ def _data(device: PreparedDevice, node_of: Mapping[int, int], online: CPUSet) ->
     return data
 
 
+def _cpus(cpus: CPUSet) -> str:
+    return f"CPUs {cpus}" if len(cpus) > 1 else f"CPU {cpus}"
+
+
 def _ready(claim: PreparedClaim, device: PreparedDevice, online: CPUSet, now: str) -> dict[str, Any]:
     offline = device.cpus - online
     if claim.error:
         status, reason, message = "False", REASON_NOT_RESTORED, claim.error
     elif offline:
-        rest = device.cpus & online
+        running = claim.cpus & online
+        until = "they return" if len(offline) > 1 else "it returns"
         status, reason = "False", REASON_OFFLINE
-        message = f"CPUs {offline} offline" if len(offline) > 1 else f"CPU {offline} offline"
-        message += f"; the claim's containers run on {rest} until they return" if rest else "; none of its CPUs is online"
+        if running:
+            message = f"{_cpus(offline)} offline; the claim's containers run on {running} until {until}"
+        else:
+            message = f"{_cpus(offline)} offline; no CPU of the claim is online: its containers run where their CPU request places them until {until}"
     else:
-        status, reason, message = "True", REASON_PREPARED, f"CPUs {device.cpus} prepared for the claim's containers"
+        status, reason, message = "True", REASON_PREPARED, f"{_cpus(device.cpus)} prepared for the claim's containers"
     return {
         "type": READY,
         "status": status,

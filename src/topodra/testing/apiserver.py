@@ -38,7 +38,7 @@ import h11
 import yaml
 
 from topodra.kube.errors import ApiError
-from topodra.testing.store import Kind, Store, kind_for
+from topodra.testing.store import KINDS, Kind, Store, kind_for
 
 __all__ = ["ApiServer", "ApiServerThread", "Authorizer", "Fault"]
 
@@ -139,6 +139,8 @@ def _route(path: str) -> _Route | str:
         group, version, rest = parts[1], parts[2], parts[3:]
     else:
         return "/".join(parts)
+    if not rest:
+        return "/".join(parts)  # discovery: /api/v1, /apis/<group>/<version>
     namespace: str | None = None
     if len(rest) >= 3 and rest[0] == "namespaces" and not (group == "" and rest[2] == "status" and len(rest) == 3):
         namespace, rest = rest[1], rest[2:]
@@ -166,6 +168,50 @@ def _query_flag(query: dict[str, list[str]], key: str) -> bool:
 def _q(query: dict[str, list[str]], key: str) -> str | None:
     values = query.get(key)
     return values[-1] if values else None
+
+
+_SHORT_NAMES: Final = {"pods": ["po"], "nodes": ["no"], "namespaces": ["ns"]}
+
+
+def _discovery(path: str) -> dict[str, Any] | None:
+    """Legacy discovery documents, so kubectl (``kubectl --server URL get resourceclaims -o yaml``)
+    finds the resources the double serves."""
+    groups = sorted({(k.group, k.version) for k in KINDS.values()})
+    named = [(g, v) for g, v in groups if g]
+    if path == "api":
+        return {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}
+
+    def group_doc(group: str, version: str) -> dict[str, Any]:
+        gv = {"groupVersion": f"{group}/{version}", "version": version}
+        return {"name": group, "versions": [gv], "preferredVersion": gv}
+
+    if path == "apis":
+        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [group_doc(g, v) for g, v in named]}
+    for group, version in groups:
+        prefix = f"apis/{group}" if group else "api"
+        if group and path == prefix:
+            return {"kind": "APIGroup", "apiVersion": "v1", **group_doc(group, version)}
+        if path != f"{prefix}/{version}":
+            continue
+        resources: list[dict[str, Any]] = []
+        for kind in (k for k in KINDS.values() if (k.group, k.version) == (group, version)):
+            verbs = ["create", "delete", "get", "list", "patch", "update", "watch"]
+            resources.append(
+                {
+                    "name": kind.plural,
+                    "singularName": kind.kind.lower(),
+                    "namespaced": kind.namespaced,
+                    "kind": kind.kind,
+                    "verbs": verbs,
+                    "shortNames": _SHORT_NAMES.get(kind.plural, []),
+                }
+            )
+            if kind.has_status:
+                resources.append(
+                    {"name": f"{kind.plural}/status", "singularName": "", "namespaced": kind.namespaced, "kind": kind.kind, "verbs": ["get", "patch", "update"]}
+                )
+        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{group}/{version}" if group else version, "resources": resources}
+    return None
 
 
 def _default_manager(headers: dict[str, str]) -> str:
@@ -364,6 +410,9 @@ class ApiServer:
             return 200, "ok"
         if path == "version":
             return 200, {"major": "1", "minor": "37", "gitVersion": "v1.37.0-topodra-double", "platform": "linux/amd64"}
+        found = _discovery(path)
+        if found is not None:
+            return 200, found
         raise ApiError(404, "NotFound", f"the server could not find the requested resource: /{path}")
 
     @staticmethod
