@@ -5,6 +5,9 @@
   (fsync/fdatasync) per cycle counted; and the kubelet's whole path (gRPC
   over a unix socket, claim GET over HTTP from the API server double), Prepare
   alone against an empty NodePrepareResources call measured in the same run.
+- Claim device status: Prepare over gRPC with and without the status writer
+  (status.devices by server-side apply, in the background), interleaved in the
+  same run, and how long after the reply the entries are visible.
 - A flood: one NodePrepareResources with thousands of unknown claims while
   /healthz is polled and a normal pod's claim is prepared.
 - Building and publishing the 256-CPU node's ResourceSlices.
@@ -223,6 +226,148 @@ async def _grpc_cycle(rounds: int) -> dict[str, list[float]]:
 
         shutil.rmtree(tmp, ignore_errors=True)
     return samples
+
+
+async def _grpc_status_ab(rounds: int) -> dict[str, Any]:
+    """Prepare over the kubelet's gRPC path by two drivers, one writing claim device status and
+    one not, interleaved round by round (same run, same load). The status driver's entries are
+    awaited after each Prepare (not timed as Prepare) so every cycle writes twice; the clear
+    after Unprepare is left in flight, so the next Prepare may overlap a write."""
+    import socket
+
+    import grpc.aio
+
+    from topodra.dra.kubeletplugin import KubeletPlugin, PluginPaths
+    from topodra.dra.proto import dra_v1_pb2
+    from topodra.dra.status import kube_claim_status
+    from topodra.kube.client import RESOURCE_CLAIMS, KubeClient
+
+    topo = synthetic_topology(MACHINE)
+    node_of = {c: info.node for c, info in topo.cpus.items()}
+    out: dict[str, Any] = {"off": [], "on": [], "visible": [], "writes": 0}
+    tmp = Path(tempfile.mkdtemp(prefix="bdst", dir="/tmp"))
+    stop = asyncio.Event()
+    try:
+        # The API server double in its own process: as on a node, the driver's event loop carries
+        # only the client side of the status writes.
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        src = str(Path(__file__).resolve().parents[1] / "src")
+        server = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "topodra", "dra", "apiserver", "--port", str(port),
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH", "")) if p)},
+        )
+        async with contextlib.AsyncExitStack() as stack:
+            stack.push_async_callback(server.wait)
+            stack.callback(server.terminate)
+            client = KubeClient.for_url(f"http://127.0.0.1:{port}")
+            for _ in range(400):  # until the double answers (its imports take a second)
+                try:
+                    await client.list(RESOURCE_CLAIMS)
+                    break
+                except Exception:
+                    await asyncio.sleep(0.05)
+            status = kube_claim_status(client, node_of=node_of, online=topo.online)
+            writer_task = asyncio.create_task(status.writer.run(stop))
+
+            async def fetch(namespace: str, name: str) -> dict[str, Any]:
+                return await client.get(RESOURCE_CLAIMS, name, namespace)
+
+            calls = {}
+            for mode in ("off", "on"):
+                policy, _ = _policy(topo)
+                paths = PluginPaths(kubelet_root=tmp / mode / "kubelet")
+                driver = Driver(
+                    policy=policy,
+                    lock=asyncio.Lock(),
+                    fetch_claim=fetch,
+                    cdi_dir=tmp / mode / "cdi",
+                    checkpoint_path=paths.checkpoint,
+                    devices=build_devices(topo),
+                    pool="node-a",
+                    status=status if mode == "on" else None,
+                )
+                await stack.enter_async_context(KubeletPlugin(driver, paths))
+                channel = await stack.enter_async_context(grpc.aio.insecure_channel(f"unix:{paths.dra_socket}"))
+                calls[mode] = (
+                    channel.unary_unary(
+                        "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources",
+                        request_serializer=dra_v1_pb2.NodePrepareResourcesRequest.SerializeToString,
+                        response_deserializer=dra_v1_pb2.NodePrepareResourcesResponse.FromString,
+                    ),
+                    channel.unary_unary(
+                        "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodeUnprepareResources",
+                        request_serializer=dra_v1_pb2.NodeUnprepareResourcesRequest.SerializeToString,
+                        response_deserializer=dra_v1_pb2.NodeUnprepareResourcesResponse.FromString,
+                    ),
+                )
+            for i in range(rounds):
+                for mode in (("off", "on") if i % 2 else ("on", "off")):
+                    prepare, unprepare = calls[mode]
+                    first = (i * CLAIM_CPUS) % 128 + 64
+                    body = _claim("x", [f"cpu{c}" for c in range(first, first + CLAIM_CPUS)])
+                    body["metadata"] = {"namespace": "default", "name": f"claim-{mode}-{i}"}
+                    st = body.pop("status")
+                    created = await client.create(RESOURCE_CLAIMS, body)
+                    created["status"] = st
+                    created = await client.replace(RESOURCE_CLAIMS, created, status=True)
+                    uid = created["metadata"]["uid"]
+                    ref = dra_v1_pb2.Claim(namespace="default", uid=uid, name=f"claim-{mode}-{i}")
+                    t1 = time.perf_counter()
+                    got = await prepare(dra_v1_pb2.NodePrepareResourcesRequest(claims=[ref]))
+                    t2 = time.perf_counter()
+                    out[mode].append(t2 - t1)
+                    if got.claims[uid].error or len(got.claims[uid].devices) != CLAIM_CPUS:
+                        raise RuntimeError(f"status benchmark claim failed: {got.claims[uid].error}")
+                    if mode == "on":
+                        await status.writer.wait_idle(10)
+                        out["visible"].append(time.perf_counter() - t2)
+                        obj = await client.get(RESOURCE_CLAIMS, f"claim-{mode}-{i}", "default")
+                        if len(obj["status"].get("devices") or []) != CLAIM_CPUS:
+                            raise RuntimeError("status benchmark: the claim's status.devices was not written")
+                    await unprepare(dra_v1_pb2.NodeUnprepareResourcesRequest(claims=[ref]))
+            await status.writer.wait_idle(10)
+            out["writes"] = status.writer.counts.get("ok", 0)
+            out["failed"] = status.writer.counts.get("failed", 0) + status.writer.counts.get("retry", 0)
+            stop.set()
+            await writer_task
+            await client.close()
+    finally:
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def _status_report_cost(repeat: int) -> float:
+    """Median seconds ``ClaimStatus.prepared`` takes for a 16-device claim (no writer running:
+    this is all Prepare pays for the status)."""
+    from topodra.cpuset import CPUSet
+    from topodra.dra.checkpoint import PreparedClaim, PreparedDevice
+    from topodra.dra.status import ClaimStatus, StatusWriter
+
+    topo = synthetic_topology(MACHINE)
+
+    async def apply(namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        return body
+
+    devices = tuple(PreparedDevice("cpu", "node-a", f"cpu{c}", CPUSet([c])) for c in range(64, 64 + CLAIM_CPUS))
+    claim = PreparedClaim("u", "default", "claim-u", CPUSet(range(64, 64 + CLAIM_CPUS)), devices, ("pod",))
+    samples = []
+
+    async def main() -> None:
+        status = ClaimStatus(StatusWriter(apply), node_of={c: i.node for c, i in topo.cpus.items()}, online=topo.online)
+        for i in range(repeat):
+            t0 = time.perf_counter()
+            status.prepared(claim)
+            samples.append(time.perf_counter() - t0)
+            if i % 2:
+                status.unprepared(claim)
+
+    asyncio.run(main())
+    return median(samples)
 
 
 def _bare_flush(rounds: int) -> list[float]:
@@ -473,6 +618,7 @@ def run(quick: bool) -> list[Result]:
     results: list[Result] = []
 
     samples, which, flushes = asyncio.run(_driver_cycle("cpu", rounds))
+    in_process = median(samples) * 1e3
     results += _stats(
         f"prepare+unprepare {CLAIM_CPUS}-CPU claim, 256-CPU node, cpu devices (Driver)",
         samples,
@@ -521,6 +667,48 @@ def run(quick: bool) -> list[Result]:
         Result("bare fdatasync of 2 KB p50 (this disk, same run)", flush, "ms", note="Prepare pays one; was 4 per Prepare")
     )
     results.append(Result(f"Unprepare {CLAIM_CPUS}-CPU claim over gRPC p50", unprep, "ms", note=f"{unprep / empty:.1f}x an empty call"))
+
+    report = _status_report_cost(2000 if not quick else 300)
+    results.append(
+        Result(
+            "claim status: work added to Prepare (hand the 16-device claim to the writer)",
+            report * 1e6,
+            "us",
+            note=f"{report * 1e3 / in_process * 100:.1f}% of an in-process Prepare+Unprepare of cpu devices ({in_process:.2f} ms, same run)",
+        )
+    )
+    ab = asyncio.run(_grpc_status_ab(max(20, rounds // 2)))
+    off, on = median(ab["off"]) * 1e3, median(ab["on"]) * 1e3
+    off99, on99 = percentile(ab["off"], 99) * 1e3, percentile(ab["on"], 99) * 1e3
+    n = len(ab["on"])
+    results.append(Result("Prepare over gRPC p50, no claim status (the peer, same run)", off, "ms"))
+    results.append(
+        Result(
+            "Prepare over gRPC p50 with claim status written / without",
+            on / off,
+            "x",
+            goal="<= 1.2x (Prepare does not wait for the status write)",
+            met=on <= 1.2 * off,
+            note=f"{on:.2f} ms vs {off:.2f} ms; p99 {on99:.2f} vs {off99:.2f} ms; {n} interleaved rounds",
+        )
+    )
+    results.append(
+        Result(
+            "claim status visible after the Prepare reply p50",
+            median(ab["visible"]) * 1e3,
+            "ms",
+            note=f"server-side apply of {CLAIM_CPUS} entries in the background; p99 {percentile(ab['visible'], 99) * 1e3:.1f} ms",
+        )
+    )
+    results.append(
+        Result(
+            "status writes per Prepare + Unprepare",
+            ab["writes"] / max(1, n),
+            "writes",
+            goal="2 (one apply each), no failures",
+            met=ab["writes"] == 2 * n and ab["failed"] == 0,
+        )
+    )
 
     flood_claims = 5_000 if quick else 20_000
     f = asyncio.run(_flood(flood_claims, 30 if quick else 200))

@@ -129,7 +129,21 @@ def _daemonset_checks(docs: list[dict[str, Any]]) -> None:
         ("", "nodes", "get"),
     ):
         assert need in granted, need
+    _claim_status_rbac_checks(role["rules"])
     _admission_policy_checks(docs)
+
+
+def _claim_status_rbac_checks(rules: list[dict[str, Any]]) -> None:
+    """Writing status.devices: resourceclaims/status, and from 1.36 the per-driver verbs, for our
+    driver only and only on the agent's own node (associated-node, never arbitrary-node)."""
+    from topodra.testing.apiserver import Authorizer
+
+    auth = Authorizer(rules)
+    for verb in ("patch", "update"):
+        assert auth.allows("resource.k8s.io", "resourceclaims/status", verb)
+        assert auth.allows("resource.k8s.io", "resourceclaims/driver", f"associated-node:{verb}", "native.cpu")
+        assert not auth.allows("resource.k8s.io", "resourceclaims/driver", f"associated-node:{verb}", "gpu.example.com")
+        assert not auth.allows("resource.k8s.io", "resourceclaims/driver", f"arbitrary-node:{verb}", "native.cpu")
 
 
 def _fresh_cluster_order(docs: list[dict[str, Any]]) -> None:
@@ -319,7 +333,18 @@ def test_example_rbac_applies_on_a_fresh_cluster() -> None:
     _validate(EXAMPLE_RBAC)
     _fresh_cluster_order(docs)
     assert docs[0] == {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "topodra"}}
+    _claim_status_rbac_checks(_one(docs, "ClusterRole")["rules"])
     _admission_policy_checks(docs)
+
+
+def test_claim_status_rbac_check_catches_a_missing_driver_rule() -> None:
+    role = _one(_docs(MANIFESTS), "ClusterRole")
+    rules = [r for r in role["rules"] if "resourceclaims/driver" not in r["resources"]]
+    with pytest.raises(AssertionError):
+        _claim_status_rbac_checks(rules)
+    wide = [*rules, {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims/driver"], "verbs": ["*"]}]
+    with pytest.raises(AssertionError):
+        _claim_status_rbac_checks(wide)
 
 
 def test_fresh_cluster_order_catches_a_missing_namespace() -> None:

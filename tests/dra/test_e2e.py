@@ -26,6 +26,7 @@ from topodra.dra.driver import Driver
 from topodra.dra.kubeletplugin import KubeletPlugin, PluginPaths
 from topodra.dra.proto import dra_v1_pb2, dra_v1_pb2_grpc, pluginregistration_pb2, pluginregistration_pb2_grpc
 from topodra.dra.reconciler import SliceReconciler
+from topodra.dra.status import kube_claim_status
 from topodra.kube.client import (
     DEVICE_CLASSES,
     NODES,
@@ -110,6 +111,9 @@ async def _flow(tmp: Path, template: str, model: DeviceModelConfig) -> dict[str,
         async def fetch(namespace: str, name: str) -> dict[str, Any]:
             return await client.get(RESOURCE_CLAIMS, name, namespace)
 
+        status = kube_claim_status(client, node_of={c: i.node for c, i in topo.cpus.items()}, online=topo.online)
+        stop = asyncio.Event()
+        writer = asyncio.create_task(status.writer.run(stop))
         driver = Driver(
             policy=policy,
             lock=asyncio.Lock(),
@@ -118,6 +122,7 @@ async def _flow(tmp: Path, template: str, model: DeviceModelConfig) -> dict[str,
             checkpoint_path=paths.checkpoint,
             devices=devices,
             pool="node-a",
+            status=status,
         )
         out: dict[str, Any] = {"topo": topo, "uid": uid, "pod_uid": pod["metadata"]["uid"], "claim": claim}
         async with KubeletPlugin(driver, paths):
@@ -130,7 +135,9 @@ async def _flow(tmp: Path, template: str, model: DeviceModelConfig) -> dict[str,
                 ref = dra_v1_pb2.Claim(namespace="default", uid=uid, name=claim["metadata"]["name"])
                 mark = len(server.audit)
                 prepared = await stub.NodePrepareResources(dra_v1_pb2.NodePrepareResourcesRequest(claims=[ref]))
+                await status.writer.wait_idle(10)  # the claim's status.devices, written in the background
                 driver_calls += server.audit[mark:]
+                out["status_devices"] = (await client.get(RESOURCE_CLAIMS, claim["metadata"]["name"], "default"))["status"]["devices"]
                 out["prepared"] = prepared.claims[uid]
                 out["spec_cpus"] = cdi.read_spec_cpus(tmp / "cdi", uid)
                 out["policy_claims"] = policy.claims()
@@ -139,6 +146,11 @@ async def _flow(tmp: Path, template: str, model: DeviceModelConfig) -> dict[str,
                 out["unprepared"] = unprepared.claims[uid]
                 out["after_spec"] = cdi.read_spec_cpus(tmp / "cdi", uid)
                 out["after_claims"] = policy.claims()
+                mark = len(server.audit)
+                await status.writer.wait_idle(10)
+                driver_calls += server.audit[mark:]
+        stop.set()
+        await writer
         out["driver_calls"] = driver_calls
         out["node_uid"] = node["metadata"]["uid"]
         await client.close()
@@ -163,6 +175,10 @@ def test_upstream_p_core_example_end_to_end(tmp: Path) -> None:
     assert out["unprepared"].error == ""
     assert out["after_spec"] is None
     assert out["after_claims"] == {}
+    (entry,) = out["status_devices"]
+    assert (entry["driver"], entry["pool"], entry["device"]) == ("native.cpu", "node-a", device.device_name)
+    assert entry["data"]["cpuset"] == str(cpu)
+    assert entry["data"]["numaNodes"] == [topo.cpus[cpu].node]
 
 
 def test_e_core_and_any_core_templates(tmp: Path) -> None:
@@ -191,6 +207,8 @@ def test_rbac_allows_every_call_the_driver_makes(tmp: Path) -> None:
     assert ("resource.k8s.io", "resourceslices", "create") in calls
     assert ("resource.k8s.io", "resourceclaims", "get") in calls
     assert ("", "nodes", "get") in calls
+    assert ("resource.k8s.io", "resourceclaims/status", "patch") in calls  # status.devices, by apply
+    assert ("resource.k8s.io", "resourceclaims/driver", "associated-node:patch") in calls  # 1.36's check
     for group, resource, verb in calls:
         assert _allowed(role["rules"], group, resource, verb), (group, resource, verb)
     # the reconciler's watch and deletes too

@@ -240,6 +240,7 @@ class Agent:
         self._kube = kube
         self._own_kube = False
         self.driver: Driver | None = None
+        self.claim_status: Any | None = None  # dra.status.ClaimStatus: status.devices of prepared claims
         self.kubelet_plugin: Any | None = None
         self.reconciler: Any | None = None
         self.stub: Any | None = None
@@ -362,6 +363,13 @@ class Agent:
                 directory.mkdir(parents=True, exist_ok=True)
             except OSError as err:
                 raise AgentError(f"cannot create {directory}: {err.strerror or err}") from None
+        from topodra.dra.status import kube_claim_status
+
+        node_of = {c: info.node for c, info in self._seen_cpus.items()}
+        self.claim_status = kube_claim_status(
+            kube, node_of=node_of, online=self.topology.online, observe=self.metrics.claim_status_written
+        )
+        self._spawn(self.claim_status.writer.run(self._stop), "claim-status")
         self.driver = driver = _MeteredDriver(
             policy=self.claim_view(),
             lock=self.lock,
@@ -372,6 +380,7 @@ class Agent:
             devices=self.devices,
             pool=cfg.node_name,
             on_changes=self._on_driver_changes,
+            status=self.claim_status,
         )
         driver.metrics = self.metrics
         self.restoring = True
@@ -834,6 +843,8 @@ class Agent:
             self.devices = devices
             if self.driver is not None:
                 self.driver.set_devices(devices)
+            if self.claim_status is not None:  # claims on offline CPUs turn Ready=False, and back
+                self.claim_status.follow(carried.online, {c: info.node for c, info in self._seen_cpus.items()})
         gone, back = before.online - carried.online, carried.online - before.online
         self._note(
             f"machine changed: CPUs offline {gone or '-'}, back online {back or '-'}, isolated {carried.isolated or '-'}; "

@@ -91,5 +91,25 @@ class AgentMetrics:
             "topodra_unhealthy_devices", "Devices reported Unhealthy to the kubelet (a CPU offline).", registry=r
         )
 
+        self.claim_status_writes = Counter(
+            "topodra_dra_claim_status_writes",
+            "ResourceClaim status.devices writes, by result (ok, retry, failed, gone: the claim was deleted "
+            "or re-created, dropped: too many claims waiting).",
+            ["result"],
+            registry=r,
+        )
+        self.claim_status_seconds = Histogram(
+            "topodra_dra_claim_status_write_seconds",
+            "Time to write one claim's status.devices (off the Prepare path).",
+            registry=r,
+            buckets=_LATENCY_BUCKETS,
+        )
+
+    def claim_status_written(self, result: str, seconds: float) -> None:
+        """The claim status writer's report of one write."""
+        self.claim_status_writes.labels(result).inc()
+        if result == "ok":
+            self.claim_status_seconds.observe(seconds)
+
     def render(self) -> bytes:
         return generate_latest(self.registry)

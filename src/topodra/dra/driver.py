@@ -72,6 +72,7 @@ __all__ = [
     "PreparedClaim",
     "PreparedDevice",
     "RestoreReport",
+    "StatusSink",
     "UnprepareResult",
     "merge_changes",
     "parse_claim_env",
@@ -106,6 +107,14 @@ class ClaimPolicy(Protocol):
     def release(self, claim_id: str) -> Changes: ...
     def pick(self, count: int, within: CPUSet, *, prefer: CoreType | None = None) -> CPUSet: ...
     def claimed(self, claim_id: str) -> CPUSet | None: ...
+
+
+class StatusSink(Protocol):
+    """Where prepared and released claims are reported (``dra.status.ClaimStatus``): it must only
+    record them and return, never wait for the API server (Prepare's latency is the kubelet's)."""
+
+    def prepared(self, claim: PreparedClaim, *, restored: bool = False) -> None: ...
+    def unprepared(self, claim: PreparedClaim) -> None: ...
 
 
 class ClaimCheckError(Exception):
@@ -178,6 +187,7 @@ class Driver:
         list_claims: ClaimLister | None = None,
         fetch_concurrency: int = FETCH_CONCURRENCY,
         prepare_deadline: float = PREPARE_DEADLINE,
+        status: StatusSink | None = None,
     ) -> None:
         self._policy = policy
         self._lock = lock
@@ -196,6 +206,7 @@ class Driver:
         self._serial = asyncio.Lock()
         self._prepared: dict[str, PreparedClaim] = {}
         self._dirty = False  # the last checkpoint write failed: retry at the next operation
+        self._status = status
 
     # --- queries ------------------------------------------------------------------------------
     @property
@@ -304,6 +315,8 @@ class Driver:
             stale = [u for u in cdi.spec_uids(self._cdi_dir) if self.prepared(u) is None]
             for uid in stale:
                 cdi.remove_spec(self._cdi_dir, uid)
+            for uid in (*restored, *failed):
+                self._report(self._prepared[uid], restored=True)
             if recovery:
                 await self._save()  # a sound generation again, before anything is answered
             if failed:
@@ -482,6 +495,7 @@ class Driver:
         crash_point("prepare.saved")
         await self._push(changes)
         crash_point("prepare.pushed")
+        self._report(prepared)
         return PrepareResult(claim=prepared)
 
     async def _prepare_again(
@@ -505,6 +519,7 @@ class Driver:
                 return PrepareResult(error=f"claim {ref}: cannot record the new consumers: {exc}")
         if known.cpus and self._spec_cpus(ref.uid) != known.cpus:
             cdi.write_spec(self._cdi_dir, ref.uid, known.cpus)  # someone removed or edited it
+        self._report(known)  # written once: the status writer drops an unchanged report
         return PrepareResult(claim=known)
 
     # --- Unprepare ------------------------------------------------------------------------------------
@@ -546,8 +561,21 @@ class Driver:
             error = f"claim {ref}: released, but cannot record it: {exc}"
         if known is not None:
             crash_point("unprepare.cdi-removed")
+            self._report(known, released=True)
         await self._push(changes)
         return UnprepareResult(error=error, changes=changes)
+
+    def _report(self, claim: PreparedClaim, *, restored: bool = False, released: bool = False) -> None:
+        """Hand the claim to the status sink; a failing sink never fails Prepare or Unprepare."""
+        if self._status is None:
+            return
+        try:
+            if released:
+                self._status.unprepared(claim)
+            else:
+                self._status.prepared(claim, restored=restored)
+        except Exception:
+            log.exception("claim %s/%s: cannot report its device status", claim.namespace, claim.name)
 
     async def _save(self) -> None:
         """Write the checkpoint; the flush runs in a worker thread so the event loop (NRI events,

@@ -243,6 +243,27 @@ class KubeClient:
             raise _translate(exc) from exc
         return _plain(out)
 
+    async def apply(
+        self, resource: Resource, obj: Mapping[str, Any], *, field_manager: str, force: bool = False, status: bool = False
+    ) -> dict[str, Any]:
+        """Server-side apply (``application/apply-patch+yaml``) of ``obj``, or of its status only,
+        as ``field_manager``: the fields it names become that manager's, the ones it owned and
+        no longer names are removed; ``force`` takes over fields other managers own."""
+        cls = _lk(resource)
+        body = (cls.Status if status else cls)(_with_type(resource, obj))
+        meta = obj.get("metadata") or {}
+        name = str(meta.get("name", ""))
+        try:
+            if resource.namespaced:
+                out = await self._client.apply(
+                    body, name, namespace=meta.get("namespace"), field_manager=field_manager, force=force
+                )
+            else:
+                out = await self._client.apply(body, name, field_manager=field_manager, force=force)
+        except Exception as exc:
+            raise _translate(exc) from exc
+        return _plain(out)
+
     async def delete(
         self,
         resource: Resource,

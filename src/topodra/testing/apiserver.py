@@ -7,7 +7,14 @@ selectors, paging), watch (chunked JSON event stream, resourceVersion
 replay, 410 Gone, ``timeoutSeconds``), create, update, merge patch and
 delete (with preconditions), with the store's validation and conflicts.
 HTTP/1.1 framing is h11's (sans-IO); asyncio is only the socket layer.
-Plain HTTP on loopback, any bearer token accepted.
+Plain HTTP on loopback, any bearer token accepted unless ``authorizer`` is set:
+then RBAC rules (a ClusterRole's) decide every request, and a write that
+changes a ResourceClaim's ``status.devices`` also needs the 1.36 per-driver
+verbs on ``resourceclaims/driver`` (``associated-node:<verb>`` for the node the
+claim is allocated to, ``arbitrary-node:<verb>`` for any), as the real server's
+``DRAResourceClaimGranularStatusAuthorization`` check does. That extra check is
+recorded in ``audit`` too, authorizer or not. Server-side apply of claim
+``status.devices`` is served (``testing/apply.py``).
 
     async with ApiServer() as server:
         client = KubeClient.for_url(server.url)
@@ -23,16 +30,17 @@ import json
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import h11
+import yaml
 
 from topodra.kube.errors import ApiError
-from topodra.testing.store import Kind, Store, kind_for
+from topodra.testing.store import KINDS, Kind, Store, kind_for
 
-__all__ = ["ApiServer", "ApiServerThread", "Fault"]
+__all__ = ["ApiServer", "ApiServerThread", "Authorizer", "Fault"]
 
 T = TypeVar("T")
 _JSON: Final = [("content-type", "application/json")]
@@ -48,6 +56,71 @@ class Fault:
     code: int = 500
     times: int = 1
     reason: str = "InternalError"
+
+
+@dataclass(slots=True)
+class Authorizer:
+    """RBAC for the double: the rules of the ClusterRole bound to every caller, and the node each
+    bearer token's service account is bound to (the token's ``authentication.kubernetes.io/node-name``)."""
+
+    rules: list[dict[str, Any]]
+    nodes: dict[str, str] = field(default_factory=dict)
+    user: str = "system:serviceaccount:topodra:topodra"
+    denied: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def allows(self, group: str, resource: str, verb: str, name: str | None = None) -> bool:
+        for rule in self.rules:
+            if not _matches(rule.get("apiGroups"), group) or not _matches(rule.get("resources"), resource):
+                continue
+            if not _matches(rule.get("verbs"), verb):
+                continue
+            names = rule.get("resourceNames")
+            if names and (name is None or name not in names):
+                continue
+            return True
+        return False
+
+    def check(self, group: str, resource: str, verb: str, name: str | None, namespace: str | None) -> None:
+        if self.allows(group, resource, verb, name):
+            return
+        self.denied.append((group, resource, verb))
+        what = f'{resource.split("/")[0]}.{group}' if group else resource.split("/")[0]
+        where = f' in the namespace "{namespace}"' if namespace else " at the cluster scope"
+        raise ApiError(
+            403,
+            "Forbidden",
+            f'{what} "{name or ""}" is forbidden: User "{self.user}" cannot {verb} resource "{resource}" '
+            f'in API group "{group}"{where}',
+        )
+
+
+def _matches(values: Any, value: str) -> bool:
+    return isinstance(values, list) and ("*" in values or value in values)
+
+
+def _allocation_node(claim: dict[str, Any]) -> str | None:
+    """The node a claim is allocated to (``metadata.name In [node]`` of its allocation's selector)."""
+    selector = ((claim.get("status") or {}).get("allocation") or {}).get("nodeSelector") or {}
+    for term in selector.get("nodeSelectorTerms") or []:
+        for req in term.get("matchFields") or []:
+            values = req.get("values") or []
+            if req.get("key") == "metadata.name" and req.get("operator") == "In" and len(values) == 1:
+                return str(values[0])
+    return None
+
+
+def _changed_drivers(old: dict[str, Any], new: dict[str, Any]) -> set[str]:
+    """Drivers whose ``status.devices`` entries a write adds, changes or removes."""
+    def by_key(obj: dict[str, Any]) -> dict[tuple[str, ...], Any]:
+        items = (obj.get("status") or {}).get("devices") or []
+        return {
+            (str(e.get("driver")), str(e.get("pool")), str(e.get("device")), str(e.get("shareID") or "")): e
+            for e in items
+            if isinstance(e, dict)
+        }
+
+    a, b = by_key(old), by_key(new)
+    return {k[0] for k in set(a) | set(b) if a.get(k) != b.get(k)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +139,8 @@ def _route(path: str) -> _Route | str:
         group, version, rest = parts[1], parts[2], parts[3:]
     else:
         return "/".join(parts)
+    if not rest:
+        return "/".join(parts)  # discovery: /api/v1, /apis/<group>/<version>
     namespace: str | None = None
     if len(rest) >= 3 and rest[0] == "namespaces" and not (group == "" and rest[2] == "status" and len(rest) == 3):
         namespace, rest = rest[1], rest[2:]
@@ -95,6 +170,55 @@ def _q(query: dict[str, list[str]], key: str) -> str | None:
     return values[-1] if values else None
 
 
+_SHORT_NAMES: Final = {"pods": ["po"], "nodes": ["no"], "namespaces": ["ns"]}
+
+
+def _discovery(path: str) -> dict[str, Any] | None:
+    """Legacy discovery documents, so kubectl (``kubectl --server URL get resourceclaims -o yaml``)
+    finds the resources the double serves."""
+    groups = sorted({(k.group, k.version) for k in KINDS.values()})
+    named = [(g, v) for g, v in groups if g]
+    if path == "api":
+        return {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}
+
+    def group_doc(group: str, version: str) -> dict[str, Any]:
+        gv = {"groupVersion": f"{group}/{version}", "version": version}
+        return {"name": group, "versions": [gv], "preferredVersion": gv}
+
+    if path == "apis":
+        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [group_doc(g, v) for g, v in named]}
+    for group, version in groups:
+        prefix = f"apis/{group}" if group else "api"
+        if group and path == prefix:
+            return {"kind": "APIGroup", "apiVersion": "v1", **group_doc(group, version)}
+        if path != f"{prefix}/{version}":
+            continue
+        resources: list[dict[str, Any]] = []
+        for kind in (k for k in KINDS.values() if (k.group, k.version) == (group, version)):
+            verbs = ["create", "delete", "get", "list", "patch", "update", "watch"]
+            resources.append(
+                {
+                    "name": kind.plural,
+                    "singularName": kind.kind.lower(),
+                    "namespaced": kind.namespaced,
+                    "kind": kind.kind,
+                    "verbs": verbs,
+                    "shortNames": _SHORT_NAMES.get(kind.plural, []),
+                }
+            )
+            if kind.has_status:
+                resources.append(
+                    {"name": f"{kind.plural}/status", "singularName": "", "namespaced": kind.namespaced, "kind": kind.kind, "verbs": ["get", "patch", "update"]}
+                )
+        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{group}/{version}" if group else version, "resources": resources}
+    return None
+
+
+def _default_manager(headers: dict[str, str]) -> str:
+    """The real server names an update's manager after the client's user agent."""
+    return headers.get("user-agent", "unknown").split("/")[0] or "unknown"
+
+
 class ApiServer:
     """The HTTP front of a ``Store`` on 127.0.0.1."""
 
@@ -107,6 +231,8 @@ class ApiServer:
         self.requests: list[tuple[str, str]] = []  # (method, path) of every request, for tests
         #: (API group, resource[/subresource], RBAC verb) of every routed request: what RBAC must allow
         self.audit: list[tuple[str, str, str]] = []
+        #: None: every caller may do anything (the default)
+        self.authorizer: Authorizer | None = None
         self.url = ""
 
     async def start(self) -> str:
@@ -221,17 +347,56 @@ class ApiServer:
                 code, obj = self._misc(route)
                 await self._respond(conn, writer, code, obj)
                 return
-            self.audit.append(_audit_entry(method, route, query))
+            entry = _audit_entry(method, route, query)
+            self.audit.append(entry)
+            if self.authorizer is not None:
+                self.authorizer.check(*entry, route.name, route.namespace)
             fault = self._fault(method, route.kind.plural)
             if fault is not None:
                 raise ApiError(fault.code, fault.reason, f"injected fault for {method} {route.kind.plural}")
             if method == "GET" and route.name is None and _query_flag(query, "watch"):
                 await self._watch(conn, reader, writer, route, query)
                 return
+            self._granular_check(method, route, query, headers, body)
             code, obj = self._call(method, route, query, headers, body)
         except ApiError as exc:
             code, obj = exc.code, exc.status()
         await self._respond(conn, writer, code, obj)
+
+    def _granular_check(
+        self, method: str, route: _Route, query: dict[str, list[str]], headers: dict[str, str], body: bytes
+    ) -> None:
+        """A write changing a claim's status.devices needs ``<mode>:<verb>`` on resourceclaims/driver
+        for each driver whose entries it changes (Kubernetes 1.36+)."""
+        if route.kind.plural != "resourceclaims" or route.subresource != "status" or route.name is None:
+            return
+        if method not in ("PUT", "PATCH"):
+            return
+        dry = {**query, "dryRun": ["All"]}
+        try:
+            old = self.store.get(route.kind, route.namespace, route.name)
+            _, new = self._call(method, route, dry, headers, body)
+        except ApiError:
+            return  # the write itself fails below with the right error
+        verb = "update" if method == "PUT" else "patch"
+        token = headers.get("authorization", "").removeprefix("Bearer ").strip()
+        for driver in sorted(_changed_drivers(old, new)):
+            self.audit.append((route.kind.group, "resourceclaims/driver", f"associated-node:{verb}"))
+            auth = self.authorizer
+            if auth is None or auth.allows(route.kind.group, "resourceclaims/driver", f"arbitrary-node:{verb}", driver):
+                continue
+            node = auth.nodes.get(token)
+            if node is not None and node == _allocation_node(old) and auth.allows(
+                route.kind.group, "resourceclaims/driver", f"associated-node:{verb}", driver
+            ):
+                continue
+            auth.check(route.kind.group, "resourceclaims/driver", f"associated-node:{verb}", driver, route.namespace)
+            raise ApiError(  # allowed by RBAC, but the caller's node is not the claim's
+                403,
+                "Forbidden",
+                f'resourceclaims.{route.kind.group} "{route.name}" is forbidden: User "{auth.user}" may update '
+                f"the status of driver {driver} only for claims allocated to its own node ({node or 'none'})",
+            )
 
     def _fault(self, method: str, plural: str) -> Fault | None:
         for fault in self.faults:
@@ -245,15 +410,23 @@ class ApiServer:
             return 200, "ok"
         if path == "version":
             return 200, {"major": "1", "minor": "37", "gitVersion": "v1.37.0-topodra-double", "platform": "linux/amd64"}
+        found = _discovery(path)
+        if found is not None:
+            return 200, found
         raise ApiError(404, "NotFound", f"the server could not find the requested resource: /{path}")
 
     @staticmethod
-    def _body(body: bytes) -> Any:
+    def _body(body: bytes, *, yaml_ok: bool = False) -> Any:
         if not body:
             return None
         try:
             return json.loads(body)
         except ValueError as exc:
+            if yaml_ok:  # an apply configuration may be YAML
+                try:
+                    return yaml.safe_load(body)
+                except yaml.YAMLError:
+                    pass
             raise ApiError.bad_request(f"the request body is not valid JSON: {exc}") from None
 
     def _call(
@@ -282,11 +455,28 @@ class ApiServer:
                 raise ApiError(404, "NotFound", f"{kind.plural} must be created in a namespace")
             return 201, store.create(kind, ns, self._body(body), dry_run=dry_run)
         if method == "PUT" and name is not None:
-            return 200, store.update(kind, ns, name, self._body(body), subresource=route.subresource, dry_run=dry_run)
+            return 200, store.update(
+                kind,
+                ns,
+                name,
+                self._body(body),
+                subresource=route.subresource,
+                dry_run=dry_run,
+                manager=_q(query, "fieldManager") or _default_manager(headers),
+            )
         if method == "PATCH" and name is not None:
             ctype = headers.get("content-type", "").split(";")[0].strip()
+            apply = ctype == "application/apply-patch+yaml"
             return 200, store.patch(
-                kind, ns, name, self._body(body), content_type=ctype, subresource=route.subresource, dry_run=dry_run
+                kind,
+                ns,
+                name,
+                self._body(body, yaml_ok=apply),
+                content_type=ctype,
+                subresource=route.subresource,
+                dry_run=dry_run,
+                manager=_q(query, "fieldManager") or ("" if apply else _default_manager(headers)),
+                force=_query_flag(query, "force"),
             )
         if method == "DELETE" and name is not None:
             options = self._body(body) or {}

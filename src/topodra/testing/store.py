@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from topodra.kube.errors import ApiError
+from topodra.testing.apply import Owners, apply_devices, drop_deallocated, owned_by, update_owners
 from topodra.testing.validation import VALIDATORS
 
 __all__ = [
@@ -252,6 +253,8 @@ class Store:
         #: Mutating admission: ``fn(kind, obj)`` may change an object being created or updated
         #: (e.g. drop fields of a disabled feature gate, as a real API server does).
         self.admission: list[Callable[[Kind, Obj], None]] = []
+        #: claim UID -> who owns which field of its status.devices (server-side apply)
+        self._owners: dict[str, Owners] = {}
 
     # --- helpers -------------------------------------------------------------------------------
     @property
@@ -414,9 +417,20 @@ class Store:
         return self._present(kind, obj)
 
     def update(
-        self, kind: Kind, namespace: str | None, name: str, obj: Any, *, subresource: str = "", dry_run: bool = False
+        self,
+        kind: Kind,
+        namespace: str | None,
+        name: str,
+        obj: Any,
+        *,
+        subresource: str = "",
+        dry_run: bool = False,
+        manager: str = "",
+        owners: Owners | None = None,
     ) -> Obj:
-        """PUT: the whole object (or, for ``status``, only its status) with optimistic concurrency."""
+        """PUT: the whole object (or, for ``status``, only its status) with optimistic concurrency.
+        ``manager`` owns the ``status.devices`` fields it changes (``owners``: the table an apply
+        computed instead)."""
         obj = self._check_body(kind, obj)
         ns = self._ns(kind, namespace)
         old = self._bucket(kind).get((ns, name))
@@ -453,6 +467,9 @@ class Store:
                 else:
                     new["metadata"].pop(key, None)
             new["metadata"]["name"] = name
+        claim = kind.plural == "resourceclaims"
+        if claim and isinstance(new.get("status"), dict):
+            drop_deallocated(new["status"], old.get("status") or {})
         for admit in self.admission:
             admit(kind, new)
         self._validate(kind, new, old)
@@ -461,6 +478,15 @@ class Store:
         if dry_run:
             return self._present(kind, new)
         new["apiVersion"], new["kind"] = kind.api_version, kind.kind
+        if claim:
+            uid = old["metadata"]["uid"]
+            before = (old.get("status") or {}).get("devices") or []
+            after = (new.get("status") or {}).get("devices") or []
+            table = owners if owners is not None else update_owners(before, after, self._owners.get(uid, {}), manager or "unknown")
+            if table:
+                self._owners[uid] = table
+            else:
+                self._owners.pop(uid, None)
         if _same(new, old):
             return self._present(kind, old)  # a no-op update keeps the resourceVersion
         new["metadata"]["resourceVersion"] = str(self._next_rv())
@@ -481,8 +507,13 @@ class Store:
         content_type: str = "application/merge-patch+json",
         subresource: str = "",
         dry_run: bool = False,
+        manager: str = "",
+        force: bool = False,
     ) -> Obj:
-        """JSON merge patch (RFC 7386); strategic merge is treated as merge patch (lists replaced)."""
+        """JSON merge patch (RFC 7386); strategic merge is treated as merge patch (lists replaced);
+        server-side apply (``application/apply-patch+yaml``) goes to ``apply``."""
+        if content_type == "application/apply-patch+yaml":
+            return self.apply(kind, namespace, name, patch, manager=manager, force=force, subresource=subresource, dry_run=dry_run)
         if content_type not in ("application/merge-patch+json", "application/strategic-merge-patch+json"):
             raise ApiError(415, "UnsupportedMediaType", f"the double does not support patch type {content_type!r}")
         if not isinstance(patch, dict):
@@ -494,7 +525,56 @@ class Store:
         merged.setdefault("metadata", {})["resourceVersion"] = (patch.get("metadata") or {}).get(
             "resourceVersion", current["metadata"]["resourceVersion"]
         )
-        return self.update(kind, namespace, name, merged, subresource=subresource, dry_run=dry_run)
+        return self.update(kind, namespace, name, merged, subresource=subresource, dry_run=dry_run, manager=manager)
+
+    def apply(
+        self,
+        kind: Kind,
+        namespace: str | None,
+        name: str,
+        config: Any,
+        *,
+        manager: str,
+        force: bool = False,
+        subresource: str = "",
+        dry_run: bool = False,
+    ) -> Obj:
+        """Server-side apply; the double applies ``status.devices`` of ResourceClaims only."""
+        if not manager:
+            raise ApiError(422, "Invalid", "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch")
+        if kind.plural != "resourceclaims" or subresource != "status":
+            raise ApiError(415, "UnsupportedMediaType", f"the double applies only resourceclaims/status, not {kind.plural}{'/' + subresource if subresource else ''}")
+        body = self._check_body(kind, config)
+        for key in ("apiVersion", "kind"):
+            if not body.get(key):
+                raise ApiError.bad_request(f"{key} must be set in an apply configuration")
+        meta = body.get("metadata") or {}
+        if meta.get("name", name) != name:
+            raise ApiError.bad_request(f"the name of the object ({meta.get('name')}) does not match the name on the URL ({name})")
+        status = body.get("status") or {}
+        if not isinstance(status, dict) or set(status) - {"devices"}:
+            raise ApiError(415, "UnsupportedMediaType", "the double applies only status.devices of a ResourceClaim")
+        current = self.get(kind, namespace, name)
+        uid = current["metadata"]["uid"]
+        if meta.get("uid") and meta["uid"] != uid:
+            raise ApiError.conflict(kind.plural, name, f"Precondition failed: UID in object meta: {meta['uid']}", kind.group)
+        applied = status.get("devices") or []
+        if not isinstance(applied, list):
+            raise ApiError.bad_request("status.devices must be a list")
+        have = (current.get("status") or {}).get("devices") or []
+        devices, table = apply_devices(have, self._owners.get(uid, {}), manager, applied, force=force)
+        merged = copy.deepcopy(current)
+        merged.setdefault("status", {})
+        if devices:
+            merged["status"]["devices"] = devices
+        else:
+            merged["status"].pop("devices", None)
+        return self.update(kind, namespace, name, merged, subresource="status", dry_run=dry_run, manager=manager, owners=table)
+
+    def field_owners(self, kind: Kind, namespace: str | None, name: str) -> dict[str, builtins.list[str]]:
+        """Who owns which ``status.devices`` field of a claim (manager -> field paths)."""
+        obj = self.get(kind, namespace, name)
+        return owned_by(self._owners.get(obj["metadata"]["uid"], {}))
 
     def delete(
         self,
@@ -540,6 +620,7 @@ class Store:
 
     def _remove(self, kind: Kind, ns: str, name: str, final: Obj) -> None:
         del self._bucket(kind)[(ns, name)]
+        self._owners.pop(final["metadata"].get("uid", ""), None)
         self._emit(kind, "DELETED", final)
         self._collect_dependents(final["metadata"]["uid"])
 

@@ -12,6 +12,7 @@ sharing it. Only the quantity grammar is shared (``topodra.quantity``).
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Mapping
 from fractions import Fraction
@@ -40,6 +41,11 @@ MAX_ATTRIBUTE_VALUES: Final = 48
 MAX_VALUE_LENGTH: Final = 64
 MAX_ID_LENGTH: Final = 32
 MAX_DOMAIN_LENGTH: Final = 63
+MAX_DEVICE_STATUS_CONDITIONS: Final = 8
+MAX_DEVICE_STATUS_DATA: Final = 10 * 1024
+MAX_NETWORK_IPS: Final = 16
+_CONDITION_REASON: Final = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?\Z")
+_CONDITION_STATUSES: Final = ("True", "False", "Unknown")
 _DNS_1123_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
 _C_IDENT: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _NUMERIC_ID = r"0|[1-9][0-9]*"
@@ -444,6 +450,102 @@ def validate_claim_status(status: Mapping[str, Any]) -> list[FieldError]:
             uids.add(r["uid"])
     if reserved and allocation is None:
         errors.append(FieldError("status.reservedFor", "may not be set when the claim is not allocated", "FieldValueForbidden"))
+    errors += _validate_device_statuses(status)
+    return errors
+
+
+def _allocated_ids(status: Mapping[str, Any]) -> set[tuple[str, str, str, str]]:
+    results = _l(_m(_m(status.get("allocation")).get("devices")).get("results"))
+    return {
+        (str(r.get("driver", "")), str(r.get("pool", "")), str(r.get("device", "")), str(r.get("shareID") or ""))
+        for r in results
+        if isinstance(r, Mapping)
+    }
+
+
+def _validate_conditions(conditions: Any, path: str, errors: list[FieldError]) -> None:
+    """metav1.Condition rules (apimachinery ValidateConditions), and the DRA limit of 8."""
+    if conditions is None:
+        return
+    if not isinstance(conditions, list):
+        errors.append(FieldError(path, "must be a list"))
+        return
+    if len(conditions) > MAX_DEVICE_STATUS_CONDITIONS:
+        errors.append(FieldError(path, f"must have at most {MAX_DEVICE_STATUS_CONDITIONS} items", "FieldValueTooMany"))
+    types: set[str] = set()
+    for i, c in enumerate(conditions):
+        where = f"{path}[{i}]"
+        if not isinstance(c, Mapping):
+            errors.append(FieldError(where, "must be an object"))
+            continue
+        ctype = c.get("type")
+        if not ctype:
+            errors.append(FieldError(f"{where}.type", "Required value", "FieldValueRequired"))
+        else:
+            errors += _qualified_name_errors(ctype, f"{where}.type")
+            if ctype in types:
+                errors.append(FieldError(f"{where}.type", "Duplicate value", "FieldValueDuplicate"))
+            types.add(str(ctype))
+        if c.get("status") not in _CONDITION_STATUSES:
+            errors.append(FieldError(f"{where}.status", f"Unsupported value: {c.get('status')!r}: supported values: \"False\", \"True\", \"Unknown\"", "FieldValueNotSupported"))
+        reason = c.get("reason")
+        if not reason:
+            errors.append(FieldError(f"{where}.reason", "Required value", "FieldValueRequired"))
+        elif not isinstance(reason, str) or len(reason) > 1024 or not _CONDITION_REASON.match(reason):
+            errors.append(FieldError(f"{where}.reason", "a condition reason must start with alphabetic character, optionally followed by a string of alphanumeric characters or '_,:', and must end with an alphanumeric character or '_'"))
+        if not c.get("lastTransitionTime"):
+            errors.append(FieldError(f"{where}.lastTransitionTime", "must be set", "FieldValueRequired"))
+        if len(str(c.get("message") or "")) > 32768:
+            errors.append(FieldError(f"{where}.message", "may not be more than 32768 bytes", "FieldValueTooLong"))
+        generation = c.get("observedGeneration")
+        if generation is not None and (not isinstance(generation, int) or generation < 0):
+            errors.append(FieldError(f"{where}.observedGeneration", "must be greater than or equal to zero"))
+
+
+def _validate_device_statuses(status: Mapping[str, Any]) -> list[FieldError]:
+    """``status.devices``: each entry names an allocated device of the claim, once, within the
+    API's limits (resource.k8s.io/v1 validateDeviceStatus)."""
+    errors: list[FieldError] = []
+    devices = status.get("devices")
+    if devices is None:
+        return errors
+    if not isinstance(devices, list):
+        return [FieldError("status.devices", "must be a list")]
+    allocated = _allocated_ids(status)
+    seen: set[tuple[str, str, str, str]] = set()
+    for i, d in enumerate(devices):
+        path = f"status.devices[{i}]"
+        if not isinstance(d, Mapping):
+            errors.append(FieldError(path, "must be an object"))
+            continue
+        driver, pool, device = _req(errors, d, "driver", path), _req(errors, d, "pool", path), _req(errors, d, "device", path)
+        if driver and not (is_dns_subdomain(driver) and len(str(driver)) <= MAX_DOMAIN_LENGTH):
+            errors.append(FieldError(f"{path}.driver", "must be a DNS subdomain of at most 63 characters"))
+        if pool and not _validate_pool_name(pool):
+            errors.append(FieldError(f"{path}.pool", "must be DNS subdomains separated by '/', at most 253 characters"))
+        if device and not is_dns_label(device):
+            errors.append(FieldError(f"{path}.device", "must be a DNS label"))
+        key = (str(driver or ""), str(pool or ""), str(device or ""), str(d.get("shareID") or ""))
+        shown = "/".join(key[:3]) + (f"/{key[3]}" if key[3] else "")
+        if key in seen:
+            errors.append(FieldError(path, f"Duplicate value: {shown!r}", "FieldValueDuplicate"))
+        seen.add(key)
+        if driver and pool and device and key not in allocated:
+            errors.append(FieldError(path, f"Invalid value: {shown!r}: must be an allocated device in the claim"))
+        _validate_conditions(d.get("conditions"), f"{path}.conditions", errors)
+        data = d.get("data")
+        if data is not None:
+            if not isinstance(data, Mapping):
+                errors.append(FieldError(f"{path}.data", "must be a valid JSON object"))
+            elif len(json.dumps(data, separators=(",", ":")).encode()) > MAX_DEVICE_STATUS_DATA:
+                errors.append(FieldError(f"{path}.data", f"Too long: may not be more than {MAX_DEVICE_STATUS_DATA} bytes", "FieldValueTooLong"))
+        net = _m(d.get("networkData"))
+        if len(str(net.get("interfaceName") or "")) > 256:
+            errors.append(FieldError(f"{path}.networkData.interfaceName", "may not be more than 256 bytes", "FieldValueTooLong"))
+        if len(str(net.get("hardwareAddress") or "")) > 128:
+            errors.append(FieldError(f"{path}.networkData.hardwareAddress", "may not be more than 128 bytes", "FieldValueTooLong"))
+        if len(_l(net.get("ips"))) > MAX_NETWORK_IPS:
+            errors.append(FieldError(f"{path}.networkData.ips", f"must have at most {MAX_NETWORK_IPS} items", "FieldValueTooMany"))
     return errors
 
 
