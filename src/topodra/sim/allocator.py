@@ -129,6 +129,10 @@ class _MaxSizeExceeded(Exception):
     pass
 
 
+#: dead states kept per Allocate call before the memo starts over (bounds its memory)
+_DEAD_STATES_MAX = 500_000
+
+
 # --- results and state ------------------------------------------------------------------------
 
 
@@ -393,8 +397,6 @@ class _ReqData:
     num_devices: int
     all_devices: list[_Cand] | None = None
     selected_sub: int = 0
-    #: failing subtrees that stayed inside this request, by (slot, start, constraint/counter state)
-    memo: dict[Any, tuple[int, int, int]] | None = None
 
     @property
     def name(self) -> str:
@@ -515,8 +517,15 @@ class _Search:
         self.budget = alloc.budget
         self.cvals: dict[tuple[int, int], list[tuple[str, Any] | None]] = {}
         self.next_budget_check = 0
-        self.completions = 0  # requests completed (a subtree that completes one is not memoised)
+        self.completions = 0  # requests completed (a subtree that completes none is memoised more widely)
         self.leaks = 0  # counters left charged by a rejected device (upstream quirk; blocks memoising)
+        self.cons_leaks = 0  # constraint values left by a capacity rejection (turns the memo off)
+        self.has_multi = any(c.device.allow_multiple for c in self.cands)
+        #: devices being allocated, per claim, as bit masks by position (mirrors ``allocating``)
+        self.amask = [0] * len(claims)
+        #: dead states: (where, constraint state, in-use state) -> the scheduler's work of that failing subtree
+        self.dead: dict[Any, tuple[int, int, int]] = {}
+        self.memo_on = [bool(c.constraints) for c in claims]
 
     # ---- driver
     def run(self) -> list[ClaimAllocation] | None:
@@ -540,9 +549,7 @@ class _Search:
                     f"claim {claim.key}: number of requested devices {min_devices} exceeds the claim limit of {MAX_RESULTS}"
                 )
             self.constraints.append([_ConstraintState(c) for c in claim.constraints])
-            for (cj, _, _), rd in self.req.items():
-                if cj == ci and (self.has_counters or any(c.applies(rd.base, rd.sub) for c in self.constraints[ci])):
-                    rd.memo = {}
+            self.memo_on[ci] = self.memo_on[ci] or self.has_counters
         try:
             done = self._one(0, 0, 0, 0, False, 0)
         except _MaxSizeExceeded:
@@ -732,10 +739,12 @@ class _Search:
             values.append(v)
         if not multi:
             self.allocating.setdefault(cand.id, set()).add(ci)
+            self.amask[ci] |= 1 << cand.pos
         consumed: dict[str, Quantity] | None = None
         share: str | None = None
         if not self._capacity_fits(cand, spec):
             self.leaks += 1
+            self.cons_leaks += 1
             return False  # upstream leaves constraints and counters as they are here
         if multi:
             consumed = {
@@ -758,6 +767,7 @@ class _Search:
         s = self.allocating.get(cand.id)
         if s is not None:
             s.discard(ci)
+            self.amask[ci] &= ~(1 << cand.pos)
         if cand.device.allow_multiple:
             agg = self.allocating_cap.get(cand.id)
             if res.consumed and agg is not None:
@@ -825,29 +835,64 @@ class _Search:
             if not done:
                 self._deallocate(ci, rd, cand)
             return done
-        if self.a.prune and self._prune(ci, rd, rkey, start, rd.num_devices - di):
-            return False
-        if not self.a.fast or rd.memo is None:
+        memo = self.dead if self.a.fast and self.memo_on[ci] and not self.cons_leaks else None
+        if memo is None:
+            if self.a.prune and self._prune(ci, rd, rkey, start, rd.num_devices - di):
+                return False
             return self._scan(ci, ri, si, di, in_sub, start, rd, rkey)
-        if di == 0:
-            rd.memo.clear()  # a new prefix: what lies outside this request may have changed
-        key = (di, start, self._constraint_key(ci, rd), self._counter_key() if self.has_counters else None)
-        hit = rd.memo.get(key)
+        where = (ci, ri, si, di, start, in_sub, self._constraint_key(ci, rd.base), *self._use_key(ci))
+        masks = tuple(self.amask[: ci + 1])
+        # a subtree that completes no request only looks at positions from ``start`` on
+        local = (where, tuple(m >> start for m in masks))
+        full = (where, masks)
+        hit = memo.get(local)
+        if hit is None:
+            hit = memo.get(full)
         if hit is not None:
             self.stats.calls -= 1  # the hit includes this call
             self.stats.pruned += 1
             self._bulk(*hit)
             return False
         st = self.stats
-        calls, visits, checks, completions, leaks = st.calls, st.visits, st.checks, self.completions, self.leaks
-        done = self._scan(ci, ri, si, di, in_sub, start, rd, rkey)
-        if not done and self.completions == completions and self.leaks == leaks:
-            rd.memo[key] = (st.calls - calls + 1, st.visits - visits, st.checks - checks)
+        calls, visits, checks, leaks, completions = st.calls, st.visits, st.checks, self.leaks, self.completions
+        if self.a.prune and self._prune(ci, rd, rkey, start, rd.num_devices - di):
+            done = False
+        else:
+            done = self._scan(ci, ri, si, di, in_sub, start, rd, rkey)
+        if not done and self.leaks == leaks:
+            if len(memo) >= _DEAD_STATES_MAX:
+                memo.clear()
+            memo[local if self.completions == completions else full] = (st.calls - calls + 1, st.visits - visits, st.checks - checks)
         return done
 
-    def _constraint_key(self, ci: int, rd: _ReqData) -> tuple[Any, ...]:
-        return tuple(
-            (c.num, c.stored, frozenset(c.values.items())) for c in self.constraints[ci] if c.applies(rd.base, rd.sub)
+    def _constraint_key(self, ci: int, base: str) -> tuple[Any, ...]:
+        """What the rest of the search can see of claim ``ci``'s constraints from request ``base`` on.
+
+        A ``matchAttribute`` is its fixed value (none while no device holds it). A
+        ``distinctAttribute`` is the value the current request last stored (the only
+        entry the subtree can remove, and its caller removes it afterwards anyway) and
+        the set of values earlier requests hold: which request holds which does not
+        matter, as later requests only compare with them. So a failing subtree reached
+        again through another order of the same earlier choices is recognised.
+        """
+        out: list[Any] = []
+        for c in self.constraints[ci]:
+            if c.distinct:
+                vals = c.values
+                if not vals:
+                    out.append(None)
+                else:
+                    out.append((vals.get(base), frozenset(v for k, v in vals.items() if k != base)))
+            else:
+                out.append(c.stored if c.num else None)
+        return tuple(out)
+
+    def _use_key(self, ci: int) -> tuple[Any, ...]:
+        """Results so far, shared capacity and counters in use by this call."""
+        return (
+            len(self.results[ci]),
+            tuple(sorted((k, tuple(sorted(v.items()))) for k, v in self.allocating_cap.items())) if self.has_multi else None,
+            self._counter_key() if self.has_counters else None,
         )
 
     def _counter_key(self) -> tuple[Any, ...]:
