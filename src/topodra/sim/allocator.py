@@ -526,6 +526,12 @@ class _Search:
         #: dead states: (where, constraint state, in-use state) -> the scheduler's work of that failing subtree
         self.dead: dict[Any, tuple[int, int, int]] = {}
         self.memo_on = [bool(c.constraints) for c in claims]
+        # bit masks by device position for the mask scan (``_scan_masks``)
+        self.used_mask = sum(1 << c.pos for c in self.cands if c.id in self.state.devices)
+        self.special_mask = sum(1 << c.pos for c in self.cands if c.device.taints or not c.simple_cap)
+        self.sel_masks: dict[tuple[int, int, int], tuple[int, int]] = {}
+        self.counted: dict[tuple[int, int, int], int] = {}
+        self.vmasks: dict[tuple[int, int], tuple[int, int, dict[tuple[str, Any], int]]] = {}
 
     # ---- driver
     def run(self) -> list[ClaimAllocation] | None:
@@ -929,6 +935,134 @@ class _Search:
         self.next_budget_check = self.stats.calls + 32
 
     def _scan(self, ci: int, ri: int, si: int, di: int, in_sub: bool, start: int, rd: _ReqData, rkey: tuple[int, int, int]) -> bool:
+        spec = rd.spec
+        if (
+            self.a.fast
+            and self.constraints[ci]
+            and not self.has_counters
+            and not self.has_multi
+            and not spec.capacity_requests
+            and not spec.admin_access
+        ):
+            return self._scan_masks(ci, ri, si, di, in_sub, start, rd, rkey)
+        return self._scan_plain(ci, ri, si, di, in_sub, start, rd, rkey)
+
+    # ---- the mask scan
+    def _sel_mask(self, rd: _ReqData, rkey: tuple[int, int, int]) -> tuple[int, int]:
+        """Positions the request's selectors accept, and those whose evaluation fails (raised when reached)."""
+        got = self.sel_masks.get(rkey)
+        if got is None:
+            sel = err = 0
+            for cand in self.cands:
+                try:
+                    if self._selectable(cand, rd, rkey, False):
+                        sel |= 1 << cand.pos
+                except AllocationError:
+                    err |= 1 << cand.pos
+            got = (sel, err)
+            self.sel_masks[rkey] = got
+        return got
+
+    def _value_masks(self, ci: int, j: int) -> tuple[int, int, dict[tuple[str, Any], int]]:
+        """For claim ``ci``'s constraint ``j``: positions with the attribute, with a list value, and by value."""
+        key = (ci, j)
+        got = self.vmasks.get(key)
+        if got is None:
+            has = lists = 0
+            by: dict[tuple[str, Any], int] = {}
+            for pos, v in enumerate(self._values(ci, j)):
+                if v is None:
+                    continue
+                bit = 1 << pos
+                has |= bit
+                if v[0] == "list":
+                    lists |= bit
+                else:
+                    by[v] = by.get(v, 0) | bit
+            got = (has, lists, by)
+            self.vmasks[key] = got
+        return got
+
+    def _accept_masks(self, ci: int, rd: _ReqData) -> tuple[int, int]:
+        """Positions the constraints accept as they stand, and those they reject only after a
+        ``distinctAttribute`` stored the device's value (a side effect: ``_allocate_device`` must run)."""
+        acc = (1 << self.D) - 1
+        slow = 0
+        distinct_before = False
+        for j, c in enumerate(self.constraints[ci]):
+            if not c.applies(rd.base, rd.sub):
+                continue
+            has, lists, by = self._value_masks(ci, j)
+            if c.num == 0:
+                ok = has
+            elif c.distinct:
+                ok = has
+                if c.values:
+                    ok &= ~lists
+                    for v in set(c.values.values()):
+                        ok &= ~by.get(v, 0)
+            else:
+                stored = c.stored
+                ok = 0 if stored is None or stored[0] == "list" else by.get(stored, 0)
+            if distinct_before:
+                slow |= acc & ~ok
+            acc &= ok
+            distinct_before = distinct_before or c.distinct
+        return acc, slow
+
+    def _scan_masks(self, ci: int, ri: int, si: int, di: int, in_sub: bool, start: int, rd: _ReqData, rkey: tuple[int, int, int]) -> bool:
+        """``_scan`` over bit masks: runs of devices that are in use, not selected, or rejected by the
+        constraints without side effect are counted (visits, checks, selector evaluations) in one step;
+        only the devices that could be allocated, or whose rejection has a side effect, are walked."""
+        spec = rd.spec
+        cands = self.cands
+        stats = self.stats
+        D = self.D
+        sel, err = self._sel_mask(rd, rkey)
+        counted = self.counted.get(rkey, 0)
+        last = start
+        while True:
+            busy = self.used_mask
+            for m in self.amask:
+                busy |= m
+            free = ~busy & ~((1 << last) - 1) & ((1 << D) - 1)
+            base = free & sel & ~err
+            acc, slow = self._accept_masks(ci, rd)
+            indiv = ((acc | slow | self.special_mask) & base) | (err & free)
+            p = (indiv & -indiv).bit_length() - 1 if indiv else D
+            span = ((1 << p) - 1) & ~((1 << last) - 1)
+            new = free & span & ~counted
+            while new:  # selectors reached for the first time in this call, in position order
+                low = new & -new
+                self._selectable(cands[low.bit_length() - 1], rd, rkey, True)
+                new ^= low
+            counted |= free & span
+            self.counted[rkey] = counted
+            stats.visits += p - last
+            stats.checks += (base & span).bit_count()
+            if p >= D:
+                return False
+            last = p + 1
+            cand = cands[p]
+            stats.visits += 1
+            if not self._selectable(cand, rd, rkey, True):  # raises for an evaluation error
+                continue
+            counted |= 1 << p
+            if not cand.simple_cap and not self._capacity_fits(cand, spec):
+                continue
+            if not self._allocate_device(ci, rd, cand, False):
+                continue
+            try:
+                done = self._one(ci, ri, si, di + 1, in_sub, p + 1)
+            except _MaxSizeExceeded:
+                self._deallocate(ci, rd, cand)
+                raise
+            if done:
+                return True
+            self._deallocate(ci, rd, cand)
+            counted = self.counted.get(rkey, 0)
+
+    def _scan_plain(self, ci: int, ri: int, si: int, di: int, in_sub: bool, start: int, rd: _ReqData, rkey: tuple[int, int, int]) -> bool:
         """allocateOne's loop over the candidate devices for one slot.
 
         With ``fast``, a device that its constraints reject is counted as the
