@@ -524,7 +524,7 @@ class _Search:
         #: devices being allocated, per claim, as bit masks by position (mirrors ``allocating``)
         self.amask = [0] * len(claims)
         #: dead states: (where, constraint state, in-use state) -> the scheduler's work of that failing subtree
-        self.dead: dict[Any, tuple[int, int, int]] = {}
+        self.dead: dict[Any, tuple[int, int, int, Any]] = {}
         self.memo_on = [bool(c.constraints) for c in claims]
         # bit masks by device position for the mask scan (``_scan_masks``)
         self.used_mask = sum(1 << c.pos for c in self.cands if c.id in self.state.devices)
@@ -532,6 +532,10 @@ class _Search:
         self.sel_masks: dict[tuple[int, int, int], tuple[int, int]] = {}
         self.counted: dict[tuple[int, int, int], int] = {}
         self.vmasks: dict[tuple[int, int], tuple[int, int, dict[tuple[str, Any], int]]] = {}
+        self.all_mask = (1 << self.D) - 1
+        self.canon: list[list[int | None]] = []
+        #: (request key, start, weight) of every mask scan inside the canonical subtrees being walked
+        self.scan_log: list[tuple[tuple[int, int, int], int, int]] = []
 
     # ---- driver
     def run(self) -> list[ClaimAllocation] | None:
@@ -556,6 +560,7 @@ class _Search:
                 )
             self.constraints.append([_ConstraintState(c) for c in claim.constraints])
             self.memo_on[ci] = self.memo_on[ci] or self.has_counters
+        self.canon = self._canonical_constraints()
         try:
             done = self._one(0, 0, 0, 0, False, 0)
         except _MaxSizeExceeded:
@@ -847,29 +852,129 @@ class _Search:
                 return False
             return self._scan(ci, ri, si, di, in_sub, start, rd, rkey)
         where = (ci, ri, si, di, start, in_sub, self._constraint_key(ci, rd.base), *self._use_key(ci))
-        masks = tuple(self.amask[: ci + 1])
-        # a subtree that completes no request only looks at positions from ``start`` on
-        local = (where, tuple(m >> start for m in masks))
-        full = (where, masks)
+        cj = self.canon[ci][ri]
+        deadfree = 0
+        if cj is None:
+            masks = tuple(self.amask[: ci + 1])
+            # a subtree that completes no request only looks at positions from ``start`` on
+            local: Any = (where, tuple(m >> start for m in masks))
+            full: Any = (where, masks)
+        else:
+            busy = self.used_mask
+            for m in self.amask:
+                busy |= m
+            free = self.all_mask & ~busy
+            dead = self._dead_mask(ci, cj, rd.base)
+            deadfree = free & dead
+            nd = free & ~dead
+            local = (where, nd >> start, True)
+            full = (where, nd, False)
         hit = memo.get(local)
         if hit is None:
             hit = memo.get(full)
+            if hit is not None:
+                self.completions += 1  # it completed a request: enclosing subtrees are not local either
         if hit is not None:
+            h_calls, h_visits, h_checks, hist = hit
+            if hist is not None:
+                h_checks += self._dead_checks(hist, deadfree, rd)
+                self.scan_log.extend(hist)
             self.stats.calls -= 1  # the hit includes this call
             self.stats.pruned += 1
-            self._bulk(*hit)
+            self._bulk(h_calls, h_visits, h_checks)
             return False
         st = self.stats
         calls, visits, checks, leaks, completions = st.calls, st.visits, st.checks, self.leaks, self.completions
+        mark = len(self.scan_log)
         if self.a.prune and self._prune(ci, rd, rkey, start, rd.num_devices - di):
             done = False
         else:
             done = self._scan(ci, ri, si, di, in_sub, start, rd, rkey)
+        if cj is None:
+            del self.scan_log[mark:]
+            entry: tuple[int, int, int, Any] = (st.calls - calls + 1, st.visits - visits, st.checks - checks, None)
+        else:
+            agg: dict[tuple[tuple[int, int, int], int], int] = {}
+            for rk, s0, w in self.scan_log[mark:]:
+                agg[(rk, s0)] = agg.get((rk, s0), 0) + w
+            hist = tuple((rk, s0, w) for (rk, s0), w in agg.items())
+            del self.scan_log[mark:]
+            self.scan_log.extend(hist)
+            own = st.checks - checks - self._dead_checks(hist, deadfree, None)
+            entry = (st.calls - calls + 1, st.visits - visits, own, hist)
         if not done and self.leaks == leaks:
             if len(memo) >= _DEAD_STATES_MAX:
                 memo.clear()
-            memo[local if self.completions == completions else full] = (st.calls - calls + 1, st.visits - visits, st.checks - checks)
+            memo[local if self.completions == completions else full] = entry
         return done
+
+    def _canonical_constraints(self) -> list[list[int | None]]:
+        """Per claim and request: a ``distinctAttribute`` that rejects, first and without side effect,
+        the devices whose value an earlier request holds, in every request from there to the end of
+        the search (last claim; plain ``exactly`` requests the mask scan walks). Such devices are dead
+        for the whole subtree: whether they are in use changes only the checks counted, linearly,
+        so failing subtrees are memoised without them (``_dead_checks`` adds their checks back).
+        """
+        out: list[list[int | None]] = []
+        last = len(self.claims) - 1
+        for ci, claim in enumerate(self.claims):
+            row: list[int | None] = [None] * (len(claim.requests) + 1)
+            ok_from = ci == last and not self.has_counters and not self.has_multi
+            cons = self.constraints[ci]
+            for ri in range(len(claim.requests) - 1, -1, -1):
+                req = claim.requests[ri]
+                spec = req.exactly
+                if not ok_from or req.first_available or spec is None or spec.mode != "ExactCount" or spec.capacity_requests or spec.admin_access:
+                    ok_from = False
+                    continue
+                names = [r.name for r in claim.requests[ri:]]
+                for j, c in enumerate(cons):
+                    if not c.distinct or not all(c.applies(n, "") for n in names):
+                        continue
+                    if any(cons[k].distinct and cons[k].applies(n, "") for n in names for k in range(j)):
+                        break
+                    row[ri] = j
+                    break
+            out.append(row)
+        return out
+
+    def _dead_mask(self, ci: int, j: int, base: str) -> int:
+        """Positions constraint ``j`` rejects for every request after ``base``: no value, a list value
+        or a value earlier requests hold; without taints, capacity rules or selector errors."""
+        c = self.constraints[ci][j]
+        has, lists, by = self._value_masks(ci, j)
+        dead = self.all_mask & ~has
+        others = [v for k, v in c.values.items() if k != base]
+        if others:
+            dead |= lists
+            for v in others:
+                dead |= by.get(v, 0)
+        errs = 0
+        for rk, (_, err) in self.sel_masks.items():
+            if rk[0] == ci:
+                errs |= err
+        return dead & ~self.special_mask & ~errs
+
+    def _dead_checks(self, hist: tuple[tuple[tuple[int, int, int], int, int], ...], deadfree: int, rd: _ReqData | None) -> int:
+        """Checks the scans of ``hist`` make on the free dead devices (selected, from their start on).
+        With ``rd`` (a memo hit) the selectors of dead devices reached for the first time are counted."""
+        n = 0
+        first: dict[tuple[int, int, int], int] = {}
+        for rk, s0, w in hist:
+            sel = self.sel_masks[rk][0]
+            n += w * (deadfree & sel & ~((1 << s0) - 1)).bit_count()
+            if rd is not None and (rk not in first or s0 < first[rk]):
+                first[rk] = s0
+        for rk, s0 in first.items():
+            counted = self.counted.get(rk, 0)
+            new = deadfree & ~((1 << s0) - 1) & ~counted
+            rdk = self.req[rk]
+            while new:
+                low = new & -new
+                self._selectable(self.cands[low.bit_length() - 1], rdk, rk, True)
+                new ^= low
+            self.counted[rk] = counted | (deadfree & ~((1 << s0) - 1))
+        return n
 
     def _constraint_key(self, ci: int, base: str) -> tuple[Any, ...]:
         """What the rest of the search can see of claim ``ci``'s constraints from request ``base`` on.
@@ -1021,6 +1126,12 @@ class _Search:
         sel, err = self._sel_mask(rd, rkey)
         counted = self.counted.get(rkey, 0)
         last = start
+        base_name = rd.base
+        applying = [(c, self._values(ci, j)) for j, c in enumerate(self.constraints[ci]) if c.applies(base_name, rd.sub)]
+        if self.canon[ci][ri] is not None:
+            self.scan_log.append((rkey, start, 1))
+        results = self.results[ci]
+        allocating = self.allocating
         while True:
             busy = self.used_mask
             for m in self.amask:
@@ -1048,10 +1159,22 @@ class _Search:
             if not self._selectable(cand, rd, rkey, True):  # raises for an evaluation error
                 continue
             counted |= 1 << p
-            if not cand.simple_cap and not self._capacity_fits(cand, spec):
-                continue
-            if not self._allocate_device(ci, rd, cand, False):
-                continue
+            bit = 1 << p
+            if acc & bit and not (slow | self.special_mask) & bit:
+                # what _allocate_device does for a device that nothing can reject here
+                stats.checks += 1
+                for c, vals in applying:
+                    v = vals[p]
+                    assert v is not None
+                    c.add(base_name, v)
+                allocating.setdefault(cand.id, set()).add(ci)
+                self.amask[ci] |= bit
+                results.append(_Result(rd, cand, None, None))
+            else:
+                if not cand.simple_cap and not self._capacity_fits(cand, spec):
+                    continue
+                if not self._allocate_device(ci, rd, cand, False):
+                    continue
             try:
                 done = self._one(ci, ri, si, di + 1, in_sub, p + 1)
             except _MaxSizeExceeded:
