@@ -6,7 +6,7 @@ import gc
 import statistics
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -16,7 +16,7 @@ from topodra.sim.scheduler import PodResult, Scheduler
 from topodra.sim.throughput import DEFAULT_API_COSTS, ApiCosts, end_to_end
 from topodra.sim.workload import Workload, load_workload
 
-__all__ = ["RunConfig", "RunSummary", "run_simulation", "percentile"]
+__all__ = ["RunConfig", "RunSummary", "run_simulation", "percentile", "parse_models"]
 
 
 @dataclass(frozen=True)
@@ -81,6 +81,20 @@ class RunSummary:
         row = asdict(self)
         row["failure_reasons"] = "; ".join(f"{k} ({v})" for k, v in self.failure_reasons.items())
         return row
+
+
+def parse_models(models: Sequence[str]) -> list[tuple[str, str]]:
+    """Device models as ``sim run``/``sim sweep`` take them: ``["cpu", "grouped:l3"]`` -> ``[("cpu", "numa"), ("grouped", "l3")]``; bad names raise ValueError."""
+    out = []
+    for m in models:
+        model, _, group = m.partition(":")
+        if model not in ("cpu", "core", "grouped"):
+            raise ValueError(f"--model {m!r}: must be cpu, core or grouped[:numa|l3|socket|machine]")
+        group = group or "numa"
+        if group not in ("numa", "l3", "socket", "machine"):
+            raise ValueError(f"--model {m!r}: group must be numa, l3, socket or machine")
+        out.append((model, group))
+    return out
 
 
 def percentile(values: list[float], p: float) -> float:
