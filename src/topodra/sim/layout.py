@@ -97,6 +97,15 @@ class NodeLayouts:
         driver, pool = self._pools_of[node][pidx]
         return (driver, pool, name)
 
+    def device_ids(self, node: int, positions: Sequence[int]) -> list[DeviceID]:
+        """``device_at`` for many positions of one node at once (a bulk fill of the cluster state)."""
+        names = self._namings[self._names_of[node]].names
+        pools = self._pools_of[node]
+        if len(pools) == 1:
+            driver, pool = pools[0]
+            return [(driver, pool, names[p][1]) for p in positions]
+        return [(*pools[names[p][0]], names[p][1]) for p in positions]
+
     def where(self, device: DeviceID) -> tuple[int, int] | None:
         """(node, position) of a device in a node-local pool (the last node that lists it), else None."""
         for node, pidx in reversed(self._pool_nodes.get((device[0], device[1]), ())):

@@ -10,7 +10,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from topodra.sim.cluster import ClusterSpec, build_cluster
+import numpy as np
+
+from topodra.sim.cluster import Cluster, ClusterSpec, build_cluster
 from topodra.sim.costmodel import DEFAULT_COSTS, CostModel
 from topodra.sim.scheduler import PodResult, Scheduler
 from topodra.sim.throughput import DEFAULT_API_COSTS, ApiCosts, end_to_end
@@ -143,8 +145,7 @@ def run_simulation(
             percentage_of_nodes_to_score=config.percentage_of_nodes_to_score,
             scoring=config.scoring,
         )
-        if cluster.background:
-            sched.preallocate(cluster.background)
+        _preallocate(sched, cluster)
         build_s = time.perf_counter() - t0
         gc.freeze()
     finally:
@@ -231,6 +232,33 @@ def _schedule_all(
         failure_reasons=dict(reasons.most_common(5)),
     )
     return summary, results
+
+
+def _preallocate(sched: Scheduler, cluster: Cluster) -> None:
+    """Put what the cluster already holds into the scheduler: existing allocations as they
+    are, the synthetic fill of whole devices in bulk (by position: no allocation objects)."""
+    if cluster.allocations:
+        sched.preallocate(cluster.allocations)
+    fill = cluster.fill
+    if fill is None:
+        return
+    if fill.model == "grouped":  # shared devices: usage is capacity, not positions
+        sched.preallocate(fill.allocations())
+        return
+    # device index (slice-name order) -> position on the node, once per machine (nodes of a
+    # machine share their device lists, so the same map holds for all of them)
+    maps: dict[str, np.ndarray[Any, np.dtype[np.int64]]] = {}
+    held = []
+    for i, m in enumerate(fill.node_machine):
+        mapping = maps.get(m)
+        if mapping is None:
+            name = fill.node_names[i]
+            found = [sched.position_of(i, ("native.cpu", name, d)) for d in fill.device_names[m]]
+            if any(p is None for p in found):
+                raise ValueError(f"node {name}: the fill names a device the scheduler does not list")
+            mapping = maps[m] = np.asarray(found, dtype=np.int64)
+        held.append((i, mapping[fill.indexes(i)]))
+    sched.preallocate_positions(held)
 
 
 def _objects_cluster(config: RunConfig) -> Any:

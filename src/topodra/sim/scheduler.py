@@ -415,6 +415,36 @@ class Scheduler:
             self.state.add(a)
         self._touch(allocs)
 
+    def preallocate_positions(self, held: Iterable[tuple[int, Sequence[int] | np.ndarray[Any, Any]]]) -> None:
+        """What ``preallocate`` does, in bulk, for whole devices given as (node, device positions):
+        positions as ``position_of`` gives them. No allocation objects are made: filling every
+        node of a 50,000-node cluster is 6.4 million devices. Nodes with devices that allow
+        multiple allocations take ``preallocate`` (their usage is more than a position)."""
+        layout = self._layout
+        in_use = self.state.devices
+        for i, positions in held:
+            pos = np.unique(np.asarray(positions, dtype=np.int64))
+            if not pos.size:
+                continue
+            if layout.multi_positions(i):
+                raise ValueError(f"node {self.nodes[i].name} has devices that allow multiple allocations: use preallocate")
+            off, end = int(self._offset[i]), int(self._offset[i + 1])
+            if int(pos[0]) < 0 or int(pos[-1]) >= end - off:
+                raise ValueError(f"node {self.nodes[i].name}: device position out of range 0..{end - off - 1}")
+            in_use.update(layout.device_ids(i, pos.tolist()))
+            self._held[off + pos] = True
+            now = self._held[off:end].nonzero()[0]
+            self._kid[i] = self._key_id(self._alloc_key(i, now, []))
+            self._free[i] = self._free_share(i, now)
+        self.state.version += 1
+
+    def position_of(self, node: int, device: DeviceID) -> int | None:
+        """Where ``device`` sits among node ``node``'s devices (None: not one of them)."""
+        for n, pidx, position in self._layout.pool_positions((device[0], device[1])):
+            if n == node:
+                return position.get((pidx, device[2]))
+        return None
+
     def delete(self, pod_name: str) -> bool:
         """Delete a bound pod: its claims are deallocated. False if it is not bound."""
         bound = self._bound.pop(pod_name, None)
