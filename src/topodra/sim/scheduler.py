@@ -423,13 +423,13 @@ class Scheduler:
         layout = self._layout
         in_use = self.state.devices
         for i, positions in held:
-            pos = np.unique(np.asarray(positions, dtype=np.int64))
+            pos = np.asarray(positions, dtype=np.int64)
             if not pos.size:
                 continue
             if layout.multi_positions(i):
                 raise ValueError(f"node {self.nodes[i].name} has devices that allow multiple allocations: use preallocate")
             off, end = int(self._offset[i]), int(self._offset[i + 1])
-            if int(pos[0]) < 0 or int(pos[-1]) >= end - off:
+            if int(pos.min()) < 0 or int(pos.max()) >= end - off:
                 raise ValueError(f"node {self.nodes[i].name}: device position out of range 0..{end - off - 1}")
             in_use.update(layout.device_ids(i, pos.tolist()))
             self._held[off + pos] = True
