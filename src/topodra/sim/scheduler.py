@@ -422,6 +422,8 @@ class Scheduler:
         multiple allocations take ``preallocate`` (their usage is more than a position)."""
         layout = self._layout
         in_use = self.state.devices
+        flat: list[np.ndarray[Any, np.dtype[np.int64]]] = []
+        touched: dict[int, None] = {}
         for i, positions in held:
             pos = np.asarray(positions, dtype=np.int64)
             if not pos.size:
@@ -432,10 +434,21 @@ class Scheduler:
             if int(pos.min()) < 0 or int(pos.max()) >= end - off:
                 raise ValueError(f"node {self.nodes[i].name}: device position out of range 0..{end - off - 1}")
             in_use.update(layout.device_ids(i, pos.tolist()))
-            self._held[off + pos] = True
-            now = self._held[off:end].nonzero()[0]
-            self._kid[i] = self._key_id(self._alloc_key(i, now, []))
-            self._free[i] = self._free_share(i, now)
+            flat.append(off + pos)
+            touched[i] = None
+        if not touched:
+            return
+        self._held[np.concatenate(flat)] = True
+        # every touched node's positions in use, from one pass over the bitmap: its class and free share
+        nodes = np.fromiter(touched, dtype=np.int64, count=len(touched))
+        in_use_at = np.flatnonzero(self._held)
+        owner = np.searchsorted(self._offset, in_use_at, side="right") - 1
+        local = (in_use_at - self._offset[owner]).astype(np.uint32)
+        lo, hi = np.searchsorted(owner, nodes, side="left"), np.searchsorted(owner, nodes, side="right")
+        for i, a, b in zip(nodes.tolist(), lo.tolist(), hi.tolist(), strict=True):
+            self._kid[i] = self._key_id((self._template_of[i], local[a:b].tobytes(), ()))  # = _alloc_key(i, held, [])
+        total = (self._offset[nodes + 1] - self._offset[nodes]).astype(np.float64)
+        self._free[nodes] = np.maximum(0.0, 1.0 - (hi - lo) / total)  # = _free_share without shared devices
         self.state.version += 1
 
     def position_of(self, node: int, device: DeviceID) -> int | None:
