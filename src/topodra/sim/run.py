@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import gc
-import statistics
+import math
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
@@ -191,7 +191,7 @@ def _schedule_all(
     reasons = Counter(f"{r.failure_kind}: {_short(r.failure)}" for r in results if r.failure)
     kinds = Counter(r.failure_kind for r in results if r.failure_kind)
     machines = "objects" if cluster.from_objects else ",".join(f"{m}:{w:g}" for m, w in config.machines.items())
-    mean_pred = statistics.fmean(predicted) if predicted else 0.0
+    mean_pred = math.fsum(predicted) / len(predicted) if predicted else 0.0  # statistics.fmean, without its import
     e2e = end_to_end(((r.filter_cpu_s, r.predicted_s, k, r.node is not None) for r, k in zip(results, claims_of, strict=True)), costs, api)
     n_nodes = len(cluster.nodes)
     summary = RunSummary(
@@ -220,7 +220,7 @@ def _schedule_all(
         node_filter_p50_ms=percentile(per_node, 50),
         node_filter_max_ms=max((r.slowest_node_s * 1e3 for r in results), default=0.0),
         timeouts=sum(r.timeouts for r in results),
-        nodes_filtered_mean=statistics.fmean(r.nodes_filtered for r in results) if results else 0.0,
+        nodes_filtered_mean=math.fsum(r.nodes_filtered for r in results) / len(results) if results else 0.0,
         cel_evals=sum(r.cel_evals for r in results),
         devices_visited=sum(r.visits for r in results),
         allocate_calls=sum(r.calls for r in results),
