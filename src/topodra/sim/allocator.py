@@ -530,6 +530,7 @@ class _Search:
         self.used_mask = sum(1 << c.pos for c in self.cands if c.id in self.state.devices)
         self.special_mask = sum(1 << c.pos for c in self.cands if c.device.taints or not c.simple_cap)
         self.sel_masks: dict[tuple[int, int, int], tuple[int, int]] = {}
+        self.errs: dict[int, int] = {}  # per claim: positions whose selectors fail to evaluate (so far)
         self.counted: dict[tuple[int, int, int], int] = {}
         self.vmasks: dict[tuple[int, int], tuple[int, int, dict[tuple[str, Any], int]]] = {}
         self.all_mask = (1 << self.D) - 1
@@ -949,11 +950,7 @@ class _Search:
             dead |= lists
             for v in others:
                 dead |= by.get(v, 0)
-        errs = 0
-        for rk, (_, err) in self.sel_masks.items():
-            if rk[0] == ci:
-                errs |= err
-        return dead & ~self.special_mask & ~errs
+        return dead & ~self.special_mask & ~self.errs.get(ci, 0)
 
     def _dead_checks(self, hist: tuple[tuple[tuple[int, int, int], int, int], ...], deadfree: int, rd: _ReqData | None) -> int:
         """Checks the scans of ``hist`` make on the free dead devices (selected, from their start on).
@@ -1066,6 +1063,7 @@ class _Search:
                     err |= 1 << cand.pos
             got = (sel, err)
             self.sel_masks[rkey] = got
+            self.errs[rkey[0]] = self.errs.get(rkey[0], 0) | err
         return got
 
     def _value_masks(self, ci: int, j: int) -> tuple[int, int, dict[tuple[str, Any], int]]:
