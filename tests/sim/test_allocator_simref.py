@@ -75,10 +75,12 @@ def node_and_claims(draw: Any) -> dict[str, Any]:
     return {"slices": slices, "claims": claims, "in_use": in_use}
 
 
-def _fast(sc: dict[str, Any]) -> tuple[Any, Any]:
+def _fast(sc: dict[str, Any], fast_after: int = 0) -> tuple[Any, Any]:
+    """The fast allocator; ``fast_after=0``: mask scan and memo from the first call (the default
+    waits 64 calls, which most small cases never reach), so both are exercised on every case."""
     state = AllocatedState()
     state.devices = {(DRIVER, p, d) for p, d in sc["in_use"]}
-    got, stats = Allocator(sc["slices"], CLASSES, state, budget=None).allocate_with_stats(NODE, sc["claims"])
+    got, stats = Allocator(sc["slices"], CLASSES, state, budget=None, fast_after=fast_after).allocate_with_stats(NODE, sc["claims"])
     return (None if got is None else [[(r.request, r.device) for r in c.results] for c in got]), stats
 
 
@@ -86,10 +88,11 @@ def _fast(sc: dict[str, Any]) -> tuple[Any, Any]:
 @given(node_and_claims())
 def test_fast_allocator_equals_reference(sc: dict[str, Any]) -> None:
     want, ref = reference_allocate(sc["slices"], CLASSES, sc["claims"], {(DRIVER, p, d) for p, d in sc["in_use"]})
-    got, stats = _fast(sc)
-    assert got == want
-    assert (stats.calls, stats.visits, stats.checks) == (ref.calls, ref.visits, ref.checks)
-    assert stats.our_calls <= ref.calls
+    for fast_after in (0, 64):
+        got, stats = _fast(sc, fast_after)
+        assert got == want
+        assert (stats.calls, stats.visits, stats.checks) == (ref.calls, ref.visits, ref.checks)
+        assert stats.our_calls <= ref.calls
 
 
 @st.composite
@@ -119,9 +122,10 @@ def distinct_groups(draw: Any) -> dict[str, Any]:
 @given(distinct_groups())
 def test_distinct_searches_equal_reference(sc: dict[str, Any]) -> None:
     want, ref = reference_allocate(sc["slices"], CLASSES, sc["claims"], {(DRIVER, p, d) for p, d in sc["in_use"]})
-    got, stats = _fast(sc)
-    assert got == want
-    assert (stats.calls, stats.visits, stats.checks) == (ref.calls, ref.visits, ref.checks)
+    for fast_after in (0, 5, 64):
+        got, stats = _fast(sc, fast_after)
+        assert got == want
+        assert (stats.calls, stats.visits, stats.checks) == (ref.calls, ref.visits, ref.checks)
 
 
 def test_reference_counts_a_known_search() -> None:

@@ -301,11 +301,14 @@ class Allocator:
         max_calls: int = 5_000_000,
         budget: FilterBudget | str | None = "default",
         fast: bool = True,
+        fast_after: int = 64,
     ) -> None:
         """``budget``: the Filter timeout in counted work (``"default"``: the default cost
         model's; ``None``: no timeout). ``prune`` (decide hopeless subtrees by counting) and
         ``fast`` (memoised failing subtrees) change only our own effort; off,
         the search is the plain reference. ``max_calls`` caps our own effort (``SearchAborted``).
+        ``fast_after``: executed calls of one Allocate before the mask scan and the dead-state
+        memo start (a first-fit search ends sooner and skips their set-up).
         """
         cache: DeviceCache = {}
         self.slices = [s if isinstance(s, Slice) else parse_slice(s, cache) for s in slices]
@@ -313,6 +316,7 @@ class Allocator:
         self.state = state if state is not None else AllocatedState()
         self.prune = prune
         self.fast = fast
+        self.fast_after = fast_after
         self.max_calls = max_calls
         if budget == "default":
             from topodra.sim.costmodel import DEFAULT_COSTS  # costmodel imports this module
@@ -527,8 +531,8 @@ class _Search:
         self.dead: dict[Any, tuple[int, int, int, Any]] = {}
         self.memo_on = [bool(c.constraints) for c in claims]
         # bit masks by device position for the mask scan (``_scan_masks``)
-        self.used_mask = sum(1 << c.pos for c in self.cands if c.id in self.state.devices)
-        self.special_mask = sum(1 << c.pos for c in self.cands if c.device.taints or not c.simple_cap)
+        self.used_mask = -1  # set up on first use (``_masks``): first-fit searches never need them
+        self.special_mask = 0
         self.sel_masks: dict[tuple[int, int, int], tuple[int, int]] = {}
         self.errs: dict[int, int] = {}  # per claim: positions whose selectors fail to evaluate (so far)
         self.counted: dict[tuple[int, int, int], int] = {}
@@ -847,7 +851,11 @@ class _Search:
             if not done:
                 self._deallocate(ci, rd, cand)
             return done
-        memo = self.dead if self.a.fast and self.memo_on[ci] and not self.cons_leaks else None
+        memo = (
+            self.dead
+            if self.a.fast and self.memo_on[ci] and not self.cons_leaks and self.stats.our_calls > self.a.fast_after
+            else None
+        )
         if memo is None:
             if self.a.prune and self._prune(ci, rd, rkey, start, rd.num_devices - di):
                 return False
@@ -861,6 +869,7 @@ class _Search:
             local: Any = (where, tuple(m >> start for m in masks))
             full: Any = (where, masks)
         else:
+            self._masks()
             busy = self.used_mask
             for m in self.amask:
                 busy |= m
@@ -958,7 +967,7 @@ class _Search:
         n = 0
         first: dict[tuple[int, int, int], int] = {}
         for rk, s0, w in hist:
-            sel = self.sel_masks[rk][0]
+            sel = self._sel_mask(self.req[rk], rk)[0]
             n += w * (deadfree & sel & ~((1 << s0) - 1)).bit_count()
             if rd is not None and (rk not in first or s0 < first[rk]):
                 first[rk] = s0
@@ -1040,6 +1049,7 @@ class _Search:
         spec = rd.spec
         if (
             self.a.fast
+            and self.stats.our_calls > self.a.fast_after
             and self.constraints[ci]
             and not self.has_counters
             and not self.has_multi
@@ -1050,6 +1060,12 @@ class _Search:
         return self._scan_plain(ci, ri, si, di, in_sub, start, rd, rkey)
 
     # ---- the mask scan
+    def _masks(self) -> None:
+        """Devices in use by other pods, and those the mask scan always walks (taints, capacity rules)."""
+        if self.used_mask < 0:
+            self.used_mask = sum(1 << c.pos for c in self.cands if c.id in self.state.devices)
+            self.special_mask = sum(1 << c.pos for c in self.cands if c.device.taints or not c.simple_cap)
+
     def _sel_mask(self, rd: _ReqData, rkey: tuple[int, int, int]) -> tuple[int, int]:
         """Positions the request's selectors accept, and those whose evaluation fails (raised when reached)."""
         got = self.sel_masks.get(rkey)
@@ -1121,6 +1137,7 @@ class _Search:
         cands = self.cands
         stats = self.stats
         D = self.D
+        self._masks()
         sel, err = self._sel_mask(rd, rkey)
         counted = self.counted.get(rkey, 0)
         last = start
@@ -1198,6 +1215,8 @@ class _Search:
         admin = spec.admin_access
         simple_cap = not spec.capacity_requests
         reject = self._rejecter(ci, rd) if self.a.fast and not self.has_counters else None
+        if self.a.fast and self.canon[ci][ri] is not None:
+            self.scan_log.append((rkey, start, 1))  # the dead-state memo's record of scans (``_dead_checks``)
         for pos in range(start, self.D):
             cand = cands[pos]
             stats.visits += 1
