@@ -103,8 +103,7 @@ def _scheduler_perf_run(selectors: list[Any], pods: int, fast: bool) -> tuple[fl
     spec = {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "test-class", "selectors": selectors}}]}}
     t0 = time.perf_counter()
     sched = Scheduler(nodes, scheduler_perf_slices(500), [cls])
-    if hasattr(sched, "fast_scan"):
-        sched.fast_scan = fast
+    sched.fast_scan = fast
     setup = time.perf_counter() - t0
     results = []
     t = time.perf_counter()

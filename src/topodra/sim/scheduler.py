@@ -103,6 +103,7 @@ class _Entry:
     error: str | None = None
     kind: str | None = None
     plan: tuple[int, list[ClaimAllocation]] | None = None  # (node it was found on, its allocation)
+    positions: list[list[int]] | None = None  # the plan's device positions per claim (filled on first use)
 
 
 @dataclass
@@ -119,6 +120,10 @@ def _claim_signature(claims: Sequence[Mapping[str, Any]]) -> str:
 
 class Scheduler:
     """Schedules pods one at a time onto ``nodes`` using ``slices`` and ``classes`` (API dicts)."""
+
+    #: Take the per-pod fast scan when it applies (False: every pod takes the general memoised
+    #: scan; the benchmark and the tests compare the two).
+    fast_scan: bool = True
 
     def __init__(
         self,
@@ -158,9 +163,8 @@ class Scheduler:
         for t in range(self._layout.template_count):
             self._key_id((t, ()))  # a node with nothing allocated: key id = template id
         self._kid = np.asarray(self._template_of, dtype=np.int64)  # node -> class (template + allocations)
-        counts = [self._layout.device_count(i) for i in range(len(self.nodes))]
-        self._offset = np.concatenate(([0], np.cumsum(counts, dtype=np.int64)))  # node -> first flat position
-        self._held = np.zeros(int(self._offset[-1]), dtype=bool)  # flat position -> device in use
+        self._held: dict[int, int] = {}  # node -> bitmask of the device positions in use (absent: none)
+        self._pool_nodes: dict[tuple[str, str], list[tuple[int, int, dict[tuple[int, str], int]]]] = {}
         self._held_order: dict[int, dict[int, DeviceID]] = {}  # nodes with shareable devices: position -> device
 
     # ---- public API
@@ -170,11 +174,12 @@ class Scheduler:
 
     def _parse(self, pod: Pod) -> tuple[list[Claim], str]:
         """Parsed claims and their signature; specs shared between pods are parsed once."""
-        key = tuple(id(c.get("spec")) for c in pod.claims)
+        specs = [c.get("spec") for c in pod.claims]
+        key = tuple(map(id, specs))
         hit = self._spec_cache.get(key)
-        if hit is None or any(a is not b for a, b in zip(hit[0], (c.get("spec") for c in pod.claims), strict=True)):
+        if hit is None or any(a is not b for a, b in zip(hit[0], specs, strict=True)):
             parsed = [parse_claim(c) for c in pod.claims]
-            hit = ([c.get("spec") for c in pod.claims], parsed, _claim_signature(pod.claims))
+            hit = (specs, parsed, _claim_signature(pod.claims))
             if len(self._spec_cache) > 1000:
                 self._spec_cache.clear()
             self._spec_cache[key] = hit
@@ -184,14 +189,84 @@ class Scheduler:
             meta = raw.get("metadata") or {}
             name = str(meta.get("name") or proto.name)
             ns = str(meta.get("namespace") or "")
-            claims.append(replace(proto, name=name, namespace=ns, uid=str(meta.get("uid") or f"uid-{ns}-{name}"), raw=raw))
+            uid = str(meta.get("uid") or f"uid-{ns}-{name}")
+            # the prototype with this claim's identity (what dataclasses.replace does, without its introspection)
+            claims.append(Claim(name, ns, uid, proto.requests, proto.constraints, proto.config, raw))
         return claims, hit[2]
 
     def schedule(self, pod: Pod) -> PodResult:
         claims, sig = self._parse(pod)
         if self.memo_enabled:
-            return self._finish(pod, claims, *self._filter_scan(claims, sig))
+            scan = self._quick_scan(sig) if self.fast_scan else None
+            return self._finish(pod, claims, *(scan or self._filter_scan(claims, sig)))
         return self._finish(pod, claims, *self._filter_loop(claims, sig))
+
+    def _quick_scan(self, sig: str) -> tuple[Any, ...] | None:
+        """The memoised scan when no evaluation is needed: None unless every class the scan
+        reaches before ``want`` feasible nodes (or the whole rotation) has an answer, none of
+        them a Filter error, and at least one node is feasible; the general scan takes the rest.
+
+        Same answer as ``_filter_scan``, with a handful of numpy calls: one gather of the
+        statuses over a window, C-level byte searches for the first class without an answer
+        and the first error, the feasible offsets, and the per-class sums computed the same way.
+        """
+        memo = self._memo.get(sig)
+        if memo is None:
+            return None
+        N = len(self.nodes)
+        memo.grow(len(self._key_ids))
+        start = self.next_start
+        want = self.want
+        size = min(N, SCAN_CHUNK or want + want // 4 + 64)
+        while True:
+            kids = self._rotated(start, size)
+            status = memo.status[kids]
+            raw = status.tobytes()
+            bad = raw.find(_UNKNOWN_BYTE)
+            err = raw.find(_ERROR_BYTE)
+            if err >= 0 and (bad < 0 or err < bad):
+                bad = err
+            if bad < 0:
+                bad = size
+            feas = (status == _FEASIBLE).nonzero()[0]
+            if feas.size >= want and feas[want - 1] < bad:
+                feas = feas[:want]
+                stop = int(feas[-1]) + 1
+                break
+            if bad < size:
+                return None  # a class to evaluate or an error comes first
+            if size == N:
+                if not feas.size:
+                    return None  # nothing feasible: the general scan words the failure
+                stop = N
+                break
+            size = N
+        seen = kids[:stop]
+        if len(memo.entries) <= 4 * stop + 1024:  # as _filter_scan sums, so the floats are the same
+            counts = np.bincount(seen, minlength=len(memo.entries))
+            classes = counts.nonzero()[0]
+            per, rows = counts[classes], memo.stats[classes]
+        else:
+            per, rows = np.ones(stop, dtype=np.int64), np.take(memo.stats, seen, axis=0)
+        total_s, calls, visits, checks, evals = (per @ rows).tolist()
+        slowest = float(rows[:, 0].max())
+        # no error in the window, and a node at the timeout is an error: no timeouts
+        if memo.scored:
+            scores = memo.scores[seen[feas]] * 2.0
+            if self.scoring == "least-allocated":
+                scores = scores + self._free[(start + feas) % N]
+            best = int(feas[int(np.argmax(scores))])
+        elif self.scoring == "least-allocated":  # every score 0: 0 * 2 + free == free
+            free = self._free[start : start + stop][feas] if start + stop <= N else self._free[(start + feas) % N]
+            best = int(feas[int(np.argmax(free))])
+        else:
+            best = int(feas[0])
+        entry = memo.entries[int(seen[best])]
+        assert entry is not None
+        self.memo_hits += stop
+        self.next_start = (start + stop) % N
+        feasible = [((start + best) % N, entry)]
+        return (feasible, int(feas.size), stop, total_s, slowest, int(calls), int(visits), int(checks), int(evals), 0, None, False)
 
     def _filter_scan(self, claims: list[Claim], sig: str) -> tuple[Any, ...]:
         """The filter loop over node classes: numpy for the scan, one evaluation per class not yet seen.
@@ -431,14 +506,21 @@ class Scheduler:
             return None
         _, allocs = entry.plan
         layout = self._layout
-        name = self.nodes[node].name
+        positions = entry.positions
+        if positions is None:  # where the plan's devices sit: the same for every node it moves to
+            positions = entry.positions = []
+            for a in allocs:
+                at = []
+                for r in a.results:
+                    w = layout.where(r.id)
+                    assert w is not None, f"memoised device {r.id} is on no node"
+                    at.append(w[1])
+                positions.append(at)
         out = []
-        for claim, a in zip(claims, allocs, strict=True):
+        for claim, a, at in zip(claims, allocs, positions, strict=True):
             results = []
-            for n, r in enumerate(a.results):
-                w = layout.where(r.id)
-                assert w is not None, f"memoised device {r.id} is on no node"
-                did = layout.device_at(node, w[1])
+            for n, (r, pos) in enumerate(zip(a.results, at, strict=True)):
+                did = layout.device_at(node, pos)
                 results.append(
                     DeviceResult(
                         r.request,
@@ -455,6 +537,7 @@ class Scheduler:
                 )
             sel = a.node_selector
             if sel is not None:
+                name = self.nodes[node].name
                 sel = {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [name]}]}]}
             out.append(ClaimAllocation(claim.key, tuple(results), a.config, sel))
         return out
@@ -467,22 +550,16 @@ class Scheduler:
 
     # ---- internals
     def _touch(self, allocs: Iterable[ClaimAllocation]) -> None:
-        """Refresh the held flags, class and free share of the nodes whose devices changed."""
+        """Refresh the held mask, class and free share of the nodes whose devices changed."""
         touched: dict[int, list[tuple[int, DeviceID]]] = {}
-        pools: dict[tuple[str, str], list[tuple[int, int, dict[tuple[int, str], int]]]] = {}
+        pool_nodes = self._pool_nodes
         for a in allocs:
             for r in a.results:
                 key = (r.driver, r.pool)
-                found = pools.get(key)
-                if found is None:
-                    found = pools[key] = self._layout.pool_positions(key)
-                if len(found) == 1:  # the usual case: the pool is on one node
-                    node, pidx, position = found[0]
-                    pos = position.get((pidx, r.device))
-                    if pos is not None:
-                        touched.setdefault(node, []).append((pos, (r.driver, r.pool, r.device)))
-                    continue
-                for node, pidx, position in found:
+                found = pool_nodes.get(key)
+                if found is None:  # the layout never changes: look a pool up once
+                    found = pool_nodes[key] = self._layout.pool_positions(key)
+                for node, pidx, position in found:  # usually one node
                     pos = position.get((pidx, r.device))
                     if pos is not None:
                         touched.setdefault(node, []).append((pos, (r.driver, r.pool, r.device)))
@@ -490,21 +567,25 @@ class Scheduler:
         st = self.state
         layout = self._layout
         for i, devices in touched.items():
-            off = int(self._offset[i])
-            flags = [did in st.devices or did in st.shared or did in st.capacity for _, did in devices]
-            self._held[[off + pos for pos, _ in devices]] = flags  # a repeated device has the same flag each time
-            held = self._held[off : int(self._offset[i + 1])].nonzero()[0]
+            mask = self._held.get(i, 0)
             multi = layout.multi_positions(i)
-            shared = [(p, layout.device_at(i, p)) for p in held.tolist() if p in multi] if multi else []
-            if multi:  # nodes with shareable devices: the devices in use in the order they were taken
-                ordered = self._held_order.setdefault(i, {})
-                for (pos, did), flag in zip(devices, flags, strict=True):
-                    if flag:
+            ordered = self._held_order.setdefault(i, {}) if multi else None
+            for pos, did in devices:  # a repeated device has the same flag each time
+                if did in st.devices or did in st.shared or did in st.capacity:
+                    mask |= 1 << pos
+                    if ordered is not None:  # shareable devices: the devices in use in the order they were taken
                         ordered[pos] = did
-                    else:
+                else:
+                    mask &= ~(1 << pos)
+                    if ordered is not None:
                         ordered.pop(pos, None)
-            self._kid[i] = self._key_id(self._alloc_key(i, held, shared))
-            self._free[i] = self._free_share(i, held)
+            if mask:
+                self._held[i] = mask
+            else:
+                self._held.pop(i, None)
+            shared = [(p, layout.device_at(i, p)) for p in _bits(mask) if p in multi] if multi else []
+            self._kid[i] = self._key_id(self._alloc_key(i, mask, shared))
+            self._free[i] = self._free_share(i, mask.bit_count())
 
     def _key_id(self, key: tuple[Any, ...]) -> int:
         kid = self._key_ids.get(key)
@@ -512,7 +593,7 @@ class Scheduler:
             kid = self._key_ids[key] = len(self._key_ids)
         return kid
 
-    def _free_share(self, i: int, held: np.ndarray[Any, np.dtype[np.intp]]) -> float:
+    def _free_share(self, i: int, held: int) -> float:
         """Share of node ``i``'s devices still free; shared devices count by consumed capacity.
 
         Summed in the order the devices were taken, so the float is the same whatever path
@@ -523,7 +604,7 @@ class Scheduler:
             return 0.0
         ordered = self._held_order.get(i)
         if ordered is None:
-            return max(0.0, 1.0 - float(held.size) / total)
+            return max(0.0, 1.0 - float(held) / total)
         used = 0.0
         for pos, did in ordered.items():
             if did in self.state.devices:
@@ -535,16 +616,16 @@ class Scheduler:
             used += max(fractions, default=1.0)
         return max(0.0, 1.0 - used / total)
 
-    def _alloc_key(self, i: int, held: np.ndarray[Any, np.dtype[np.intp]], shared: list[tuple[int, DeviceID]]) -> tuple[Any, ...]:
-        """The node's class: its template, the positions in use, and how shared devices are used."""
-        if not held.size:
+    def _alloc_key(self, i: int, held: int, shared: list[tuple[int, DeviceID]]) -> tuple[Any, ...]:
+        """The node's class: its template, the positions in use (a bitmask), and how shared devices are used."""
+        if not held:
             return (self._template_of[i], ())
         parts: list[tuple[Any, ...]] = []
         for pos, did in shared:
             if did not in self.state.devices:
                 amounts = self.state.capacity.get(did, {})
                 parts.append((pos, tuple(sorted((k, str(v)) for k, v in amounts.items())), len(self.state.shared.get(did, ()))))
-        return (self._template_of[i], held.astype(np.uint32).tobytes(), tuple(parts))
+        return (self._template_of[i], held, tuple(parts))
 
     def _evaluate(self, i: int, claims: list[Claim]) -> _Entry:
         """Filter on node ``i`` for real: the allocator's answer and the predicted cost."""
@@ -575,6 +656,7 @@ class Scheduler:
 
 
 _UNKNOWN, _FEASIBLE, _INFEASIBLE, _ERROR, _INVALID = 0, 1, 2, 3, 4
+_UNKNOWN_BYTE, _ERROR_BYTE = bytes([_UNKNOWN]), bytes([_ERROR])
 
 
 class _SigMemo:
@@ -585,6 +667,7 @@ class _SigMemo:
         self.status = np.zeros(0, dtype=np.int8)
         self.stats = np.zeros((0, 5))  # seconds, calls, visits, checks, CEL evaluations
         self.scores = np.zeros(0)
+        self.scored = False  # some answer has a non-zero score
 
     def grow(self, classes: int) -> None:
         if classes <= len(self.entries):
@@ -607,7 +690,16 @@ class _SigMemo:
         self.status[kid] = code
         self.stats[kid] = (e.seconds, e.calls, e.visits, e.checks, e.cel_evals)
         self.scores[kid] = e.score
+        self.scored = self.scored or e.score != 0
         return code
+
+
+def _bits(mask: int) -> Iterable[int]:
+    """The positions of the set bits of ``mask``, lowest first."""
+    while mask:
+        low = mask & -mask
+        yield low.bit_length() - 1
+        mask ^= low
 
 
 def _score(claims: Sequence[Claim], allocs: Sequence[ClaimAllocation]) -> int:
