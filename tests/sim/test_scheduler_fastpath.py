@@ -97,9 +97,18 @@ KINDS = st.lists(st.lists(st.sampled_from("pe"), min_size=2, max_size=6).map(tup
     KINDS,
     st.lists(st.tuples(st.sampled_from([*SHAPES, "del"]), st.integers(0, 60)), min_size=1, max_size=30),
     st.sampled_from(["least-allocated", "first"]),
+    st.sampled_from([0, 0, 1, 7]),
 )
-def test_fast_scan_equals_the_general_scan(n: int, kinds: list[tuple[str, ...]], ops: list[tuple[str, int]], scoring: str) -> None:
-    _run_side_by_side(*_cluster(n, kinds), ops, scoring)
+def test_fast_scan_equals_the_general_scan(
+    n: int, kinds: list[tuple[str, ...]], ops: list[tuple[str, int]], scoring: str, scan_chunk: int
+) -> None:
+    import topodra.sim.scheduler as scheduler_module
+
+    scheduler_module.SCAN_CHUNK = scan_chunk  # 1, 7: windows far smaller than the nodes wanted
+    try:
+        _run_side_by_side(*_cluster(n, kinds), ops, scoring)
+    finally:
+        scheduler_module.SCAN_CHUNK = 0
 
 
 def test_scheduler_perf_shape_golden() -> None:

@@ -206,9 +206,11 @@ class Scheduler:
         reaches before ``want`` feasible nodes (or the whole rotation) has an answer, none of
         them a Filter error, and at least one node is feasible; the general scan takes the rest.
 
-        Same answer as ``_filter_scan``, with a handful of numpy calls: one gather of the
-        statuses over a window, C-level byte searches for the first class without an answer
-        and the first error, the feasible offsets, and the per-class sums computed the same way.
+        Same answer as ``_filter_scan`` (same node, same sums to the last bit) with a handful of
+        numpy calls: one gather of the statuses over a window, C-level byte searches for the
+        first class without an answer, the first error and the feasible nodes, and the per-class
+        sums computed as the general scan does them, kept per class histogram (windows of
+        different nodes often hold the same classes the same number of times).
         """
         memo = self._memo.get(sig)
         if memo is None:
@@ -218,6 +220,7 @@ class Scheduler:
         start = self.next_start
         want = self.want
         size = min(N, SCAN_CHUNK or want + want // 4 + 64)
+        feas: np.ndarray[Any, np.dtype[np.intp]] | None = None  # None: the first ``stop`` nodes, all feasible
         while True:
             kids = self._rotated(start, size)
             status = memo.status[kids]
@@ -228,6 +231,10 @@ class Scheduler:
                 bad = err
             if bad < 0:
                 bad = size
+            if want <= bad and raw.count(_FEASIBLE_BYTE, 0, want) == want:  # the usual case
+                stop = want
+                feas = None
+                break
             feas = (status == _FEASIBLE).nonzero()[0]
             if feas.size >= want and feas[want - 1] < bad:
                 feas = feas[:want]
@@ -244,29 +251,36 @@ class Scheduler:
         seen = kids[:stop]
         if len(memo.entries) <= 4 * stop + 1024:  # as _filter_scan sums, so the floats are the same
             counts = np.bincount(seen, minlength=len(memo.entries))
-            classes = counts.nonzero()[0]
-            per, rows = counts[classes], memo.stats[classes]
+            key = counts.tobytes()
+            sums = memo.sums.get(key)
+            if sums is None:
+                classes = counts.nonzero()[0]
+                sums = _sums(counts[classes], memo.stats[classes])
+                if len(memo.sums) >= _SUMS_LIMIT:
+                    memo.sums.clear()
+                memo.sums[key] = sums
         else:
-            per, rows = np.ones(stop, dtype=np.int64), np.take(memo.stats, seen, axis=0)
-        total_s, calls, visits, checks, evals = (per @ rows).tolist()
-        slowest = float(rows[:, 0].max())
+            sums = _sums(np.ones(stop, dtype=np.int64), np.take(memo.stats, seen, axis=0))
         # no error in the window, and a node at the timeout is an error: no timeouts
+        least = self.scoring == "least-allocated"
         if memo.scored:
-            scores = memo.scores[seen[feas]] * 2.0
-            if self.scoring == "least-allocated":
-                scores = scores + self._free[(start + feas) % N]
-            best = int(feas[int(np.argmax(scores))])
-        elif self.scoring == "least-allocated":  # every score 0: 0 * 2 + free == free
-            free = self._free[start : start + stop][feas] if start + stop <= N else self._free[(start + feas) % N]
-            best = int(feas[int(np.argmax(free))])
+            fidx = np.arange(stop) if feas is None else feas
+            scores = memo.scores[seen[fidx]] * 2.0
+            if least:
+                scores = scores + self._free[(start + fidx) % N]
+            best = int(fidx[int(np.argmax(scores))])
+        elif least:  # every score 0: 0 * 2 + free == free, and argmax keeps the first of equals
+            free = self._free[start : start + stop] if start + stop <= N else self._free[(start + np.arange(stop)) % N]
+            best = int(free.argmax()) if feas is None else int(feas[int(free[feas].argmax())])
         else:
-            best = int(feas[0])
+            best = 0 if feas is None else int(feas[0])
         entry = memo.entries[int(seen[best])]
         assert entry is not None
         self.memo_hits += stop
         self.next_start = (start + stop) % N
-        feasible = [((start + best) % N, entry)]
-        return (feasible, int(feas.size), stop, total_s, slowest, int(calls), int(visits), int(checks), int(evals), 0, None, False)
+        found = stop if feas is None else int(feas.size)
+        total_s, calls, visits, checks, evals, slowest = sums
+        return ([((start + best) % N, entry)], found, stop, total_s, slowest, calls, visits, checks, evals, 0, None, False)
 
     def _filter_scan(self, claims: list[Claim], sig: str) -> tuple[Any, ...]:
         """The filter loop over node classes: numpy for the scan, one evaluation per class not yet seen.
@@ -656,7 +670,15 @@ class Scheduler:
 
 
 _UNKNOWN, _FEASIBLE, _INFEASIBLE, _ERROR, _INVALID = 0, 1, 2, 3, 4
-_UNKNOWN_BYTE, _ERROR_BYTE = bytes([_UNKNOWN]), bytes([_ERROR])
+_UNKNOWN_BYTE, _FEASIBLE_BYTE, _ERROR_BYTE = bytes([_UNKNOWN]), bytes([_FEASIBLE]), bytes([_ERROR])
+_SUMS_LIMIT = 4096  # window sums kept per claim signature
+
+
+def _sums(per: np.ndarray[Any, Any], rows: np.ndarray[Any, Any]) -> tuple[float, int, int, int, int, float]:
+    """Seconds, calls, visits, checks and CEL evaluations over a window, and its slowest node:
+    ``per`` nodes of each ``rows`` answer (computed exactly as the general scan does)."""
+    total_s, calls, visits, checks, evals = (per @ rows).tolist()
+    return total_s, int(calls), int(visits), int(checks), int(evals), float(rows[:, 0].max())
 
 
 class _SigMemo:
@@ -668,6 +690,7 @@ class _SigMemo:
         self.stats = np.zeros((0, 5))  # seconds, calls, visits, checks, CEL evaluations
         self.scores = np.zeros(0)
         self.scored = False  # some answer has a non-zero score
+        self.sums: dict[bytes, tuple[float, int, int, int, int, float]] = {}  # class histogram -> window sums
 
     def grow(self, classes: int) -> None:
         if classes <= len(self.entries):
