@@ -177,7 +177,7 @@ class Scheduler:
         specs = [c.get("spec") for c in pod.claims]
         key = tuple(map(id, specs))
         hit = self._spec_cache.get(key)
-        if hit is None or any(a is not b for a, b in zip(hit[0], specs, strict=True)):
+        if hit is None or hit[0] != specs:  # ids can be reused; equal specs parse alike
             parsed = [parse_claim(c) for c in pod.claims]
             hit = (specs, parsed, _claim_signature(pod.claims))
             if len(self._spec_cache) > 1000:
@@ -482,9 +482,12 @@ class Scheduler:
             why = "invalid resource pools on every node" if invalid_only and processed else "no node can allocate the claims"
             result.failure = f"0/{N} nodes are available: {why}"
             return result
-        least = self.scoring == "least-allocated"
-        # max keeps the first of equal scores
-        best_i, best = max(feasible, key=lambda t: t[1].score * 2.0 + (float(self._free[t[0]]) if least else 0.0))
+        if len(feasible) == 1:  # the memoised scans choose the node themselves
+            best_i, best = feasible[0]
+        else:
+            least = self.scoring == "least-allocated"
+            # max keeps the first of equal scores
+            best_i, best = max(feasible, key=lambda t: t[1].score * 2.0 + (float(self._free[t[0]]) if least else 0.0))
         allocs = self._replay(best, best_i, claims) if self.memo_enabled else None
         if allocs is None:
             allocs = self.allocator.allocate(self.nodes[best_i], claims)
@@ -597,9 +600,19 @@ class Scheduler:
                 self._held[i] = mask
             else:
                 self._held.pop(i, None)
-            shared = [(p, layout.device_at(i, p)) for p in _bits(mask) if p in multi] if multi else []
-            self._kid[i] = self._key_id(self._alloc_key(i, mask, shared))
-            self._free[i] = self._free_share(i, mask.bit_count())
+            if multi:
+                shared = [(p, layout.device_at(i, p)) for p in _bits(mask) if p in multi]
+                self._kid[i] = self._key_id(self._alloc_key(i, mask, shared))
+                self._free[i] = self._free_share(i, mask.bit_count())
+                continue
+            # no shareable devices (the usual case): _alloc_key and _free_share inlined
+            key = (self._template_of[i], mask, ()) if mask else (self._template_of[i], ())
+            kid = self._key_ids.get(key)
+            if kid is None:
+                kid = self._key_ids[key] = len(self._key_ids)
+            self._kid[i] = kid
+            total = layout.device_count(i)
+            self._free[i] = max(0.0, 1.0 - float(mask.bit_count()) / total) if total else 0.0
 
     def _key_id(self, key: tuple[Any, ...]) -> int:
         kid = self._key_ids.get(key)
