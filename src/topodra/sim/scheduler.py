@@ -216,13 +216,14 @@ class Scheduler:
         if memo is None:
             return None
         N = len(self.nodes)
-        memo.grow(len(self._key_ids))
+        if len(self._key_ids) > len(memo.entries):
+            memo.grow(len(self._key_ids))
         start = self.next_start
         want = self.want
         size = min(N, SCAN_CHUNK or want + want // 4 + 64)
         feas: np.ndarray[Any, np.dtype[np.intp]] | None = None  # None: the first ``stop`` nodes, all feasible
         while True:
-            kids = self._rotated(start, size)
+            kids = self._kid[start : start + size] if start + size <= N else self._rotated(start, size)
             status = memo.status[kids]
             raw = status.tobytes()
             bad = raw.find(_UNKNOWN_BYTE)
