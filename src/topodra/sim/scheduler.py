@@ -163,9 +163,11 @@ class Scheduler:
         for t in range(self._layout.template_count):
             self._key_id((t, ()))  # a node with nothing allocated: key id = template id
         self._kid = np.asarray(self._template_of, dtype=np.int64)  # node -> class (template + allocations)
-        self._held: dict[int, int] = {}  # node -> bitmask of the device positions in use (absent: none)
-        self._pool_nodes: dict[tuple[str, str], list[tuple[int, int, dict[tuple[int, str], int]]]] = {}
+        counts = [self._layout.device_count(i) for i in range(len(self.nodes))]
+        self._offset = np.concatenate(([0], np.cumsum(counts, dtype=np.int64)))  # node -> first flat position
+        self._held = np.zeros(int(self._offset[-1]), dtype=bool)  # flat position -> device in use
         self._held_order: dict[int, dict[int, DeviceID]] = {}  # nodes with shareable devices: position -> device
+        self._pool_nodes: dict[tuple[str, str], list[tuple[int, int, dict[tuple[int, str], int]]]] = {}  # pool_positions, looked up once
 
     # ---- public API
     @property
@@ -568,7 +570,7 @@ class Scheduler:
 
     # ---- internals
     def _touch(self, allocs: Iterable[ClaimAllocation]) -> None:
-        """Refresh the held mask, class and free share of the nodes whose devices changed."""
+        """Refresh the held flags, class and free share of the nodes whose devices changed."""
         touched: dict[int, list[tuple[int, DeviceID]]] = {}
         pool_nodes = self._pool_nodes
         for a in allocs:
@@ -584,36 +586,34 @@ class Scheduler:
                         break
         st = self.state
         layout = self._layout
+        bitmap = self._held
         for i, devices in touched.items():
-            mask = self._held.get(i, 0)
+            off = int(self._offset[i])
             multi = layout.multi_positions(i)
             ordered = self._held_order.setdefault(i, {}) if multi else None
             for pos, did in devices:  # a repeated device has the same flag each time
-                if did in st.devices or did in st.shared or did in st.capacity:
-                    mask |= 1 << pos
-                    if ordered is not None:  # shareable devices: the devices in use in the order they were taken
+                flag = did in st.devices or did in st.shared or did in st.capacity
+                bitmap[off + pos] = flag
+                if ordered is not None:  # shareable devices: the devices in use in the order they were taken
+                    if flag:
                         ordered[pos] = did
-                else:
-                    mask &= ~(1 << pos)
-                    if ordered is not None:
+                    else:
                         ordered.pop(pos, None)
-            if mask:
-                self._held[i] = mask
-            else:
-                self._held.pop(i, None)
+            held = bitmap[off : int(self._offset[i + 1])].nonzero()[0]
             if multi:
-                shared = [(p, layout.device_at(i, p)) for p in _bits(mask) if p in multi]
-                self._kid[i] = self._key_id(self._alloc_key(i, mask, shared))
-                self._free[i] = self._free_share(i, mask.bit_count())
+                shared = [(p, layout.device_at(i, p)) for p in held.tolist() if p in multi]
+                self._kid[i] = self._key_id(self._alloc_key(i, held, shared))
+                self._free[i] = self._free_share(i, held)
                 continue
             # no shareable devices (the usual case): _alloc_key and _free_share inlined
-            key = (self._template_of[i], mask, ()) if mask else (self._template_of[i], ())
-            kid = self._key_ids.get(key)
+            t = self._template_of[i]
+            cls: tuple[Any, ...] = (t, held.astype(np.uint32).tobytes(), ()) if held.size else (t, ())
+            kid = self._key_ids.get(cls)
             if kid is None:
-                kid = self._key_ids[key] = len(self._key_ids)
+                kid = self._key_ids[cls] = len(self._key_ids)
             self._kid[i] = kid
             total = layout.device_count(i)
-            self._free[i] = max(0.0, 1.0 - float(mask.bit_count()) / total) if total else 0.0
+            self._free[i] = max(0.0, 1.0 - float(held.size) / total) if total else 0.0
 
     def _key_id(self, key: tuple[Any, ...]) -> int:
         kid = self._key_ids.get(key)
@@ -621,7 +621,7 @@ class Scheduler:
             kid = self._key_ids[key] = len(self._key_ids)
         return kid
 
-    def _free_share(self, i: int, held: int) -> float:
+    def _free_share(self, i: int, held: np.ndarray[Any, np.dtype[np.intp]]) -> float:
         """Share of node ``i``'s devices still free; shared devices count by consumed capacity.
 
         Summed in the order the devices were taken, so the float is the same whatever path
@@ -632,7 +632,7 @@ class Scheduler:
             return 0.0
         ordered = self._held_order.get(i)
         if ordered is None:
-            return max(0.0, 1.0 - float(held) / total)
+            return max(0.0, 1.0 - float(held.size) / total)
         used = 0.0
         for pos, did in ordered.items():
             if did in self.state.devices:
@@ -644,16 +644,16 @@ class Scheduler:
             used += max(fractions, default=1.0)
         return max(0.0, 1.0 - used / total)
 
-    def _alloc_key(self, i: int, held: int, shared: list[tuple[int, DeviceID]]) -> tuple[Any, ...]:
-        """The node's class: its template, the positions in use (a bitmask), and how shared devices are used."""
-        if not held:
+    def _alloc_key(self, i: int, held: np.ndarray[Any, np.dtype[np.intp]], shared: list[tuple[int, DeviceID]]) -> tuple[Any, ...]:
+        """The node's class: its template, the positions in use, and how shared devices are used."""
+        if not held.size:
             return (self._template_of[i], ())
         parts: list[tuple[Any, ...]] = []
         for pos, did in shared:
             if did not in self.state.devices:
                 amounts = self.state.capacity.get(did, {})
                 parts.append((pos, tuple(sorted((k, str(v)) for k, v in amounts.items())), len(self.state.shared.get(did, ()))))
-        return (self._template_of[i], held, tuple(parts))
+        return (self._template_of[i], held.astype(np.uint32).tobytes(), tuple(parts))
 
     def _evaluate(self, i: int, claims: list[Claim]) -> _Entry:
         """Filter on node ``i`` for real: the allocator's answer and the predicted cost."""
@@ -729,14 +729,6 @@ class _SigMemo:
         self.scores[kid] = e.score
         self.scored = self.scored or e.score != 0
         return code
-
-
-def _bits(mask: int) -> Iterable[int]:
-    """The positions of the set bits of ``mask``, lowest first."""
-    while mask:
-        low = mask & -mask
-        yield low.bit_length() - 1
-        mask ^= low
 
 
 def _score(claims: Sequence[Claim], allocs: Sequence[ClaimAllocation]) -> int:
