@@ -14,6 +14,7 @@ import dataclasses
 import itertools
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -128,3 +129,19 @@ def test_the_fast_scan_builds_claims_as_the_parser_does() -> None:
     got, _ = s._parse(second)  # from the spec cache
     assert got == [parse_claim(c) for c in second.claims]
 
+
+
+def test_window_sums_kept_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fast scan's window sums are dropped past the limit, and results do not change."""
+    import topodra.sim.scheduler as scheduler_module
+
+    monkeypatch.setattr(scheduler_module, "_SUMS_LIMIT", 3)
+    nodes, slices = _cluster(120, [("p",) * 4, ("p", "e")])
+    fast = Scheduler(nodes, slices, [CLS])
+    general = Scheduler(nodes, slices, [CLS])
+    general.fast_scan = False
+    for _ in range(200):
+        p = _pod("one")
+        assert dataclasses.asdict(fast.schedule(p)) == dataclasses.asdict(general.schedule(p))
+        assert fast._sums_kept <= 3
+        assert sum(len(m.sums) for m in fast._memo.values()) <= 3

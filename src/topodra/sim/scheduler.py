@@ -168,6 +168,7 @@ class Scheduler:
         self._held = np.zeros(int(self._offset[-1]), dtype=bool)  # flat position -> device in use
         self._held_order: dict[int, dict[int, DeviceID]] = {}  # nodes with shareable devices: position -> device
         self._pool_nodes: dict[tuple[str, str], list[tuple[int, int, dict[tuple[int, str], int]]]] = {}  # pool_positions, looked up once
+        self._sums_kept = 0  # window sums kept by the fast scan, over all signatures
 
     # ---- public API
     @property
@@ -254,14 +255,18 @@ class Scheduler:
         seen = kids[:stop]
         if len(memo.entries) <= 4 * stop + 1024:  # as _filter_scan sums, so the floats are the same
             counts = np.bincount(seen, minlength=len(memo.entries))
-            key = counts.tobytes()
-            sums = memo.sums.get(key)
+            key = counts.tobytes() if len(memo.entries) <= _SUMS_CLASSES else b""
+            sums = memo.sums.get(key) if key else None
             if sums is None:
                 classes = counts.nonzero()[0]
                 sums = _sums(counts[classes], memo.stats[classes])
-                if len(memo.sums) >= _SUMS_LIMIT:
-                    memo.sums.clear()
-                memo.sums[key] = sums
+                if key:
+                    if self._sums_kept >= _SUMS_LIMIT:  # bound the memory over every claim signature
+                        for m in self._memo.values():
+                            m.sums.clear()
+                        self._sums_kept = 0
+                    memo.sums[key] = sums
+                    self._sums_kept += 1
         else:
             sums = _sums(np.ones(stop, dtype=np.int64), np.take(memo.stats, seen, axis=0))
         # no error in the window, and a node at the timeout is an error: no timeouts
@@ -685,7 +690,8 @@ class Scheduler:
 
 _UNKNOWN, _FEASIBLE, _INFEASIBLE, _ERROR, _INVALID = 0, 1, 2, 3, 4
 _UNKNOWN_BYTE, _FEASIBLE_BYTE, _ERROR_BYTE = bytes([_UNKNOWN]), bytes([_FEASIBLE]), bytes([_ERROR])
-_SUMS_LIMIT = 4096  # window sums kept per claim signature
+_SUMS_LIMIT = 4096  # window sums kept (over all claim signatures)
+_SUMS_CLASSES = 512  # ... while a signature has answers for at most this many classes (keys of <= 4 KiB)
 
 
 def _sums(per: np.ndarray[Any, Any], rows: np.ndarray[Any, Any]) -> tuple[float, int, int, int, int, float]:
