@@ -1006,4 +1006,13 @@ class Agent:
 
     def _state_routes(self) -> dict[str, Route]:
         """Claim UIDs, container ids and CPU sets: served on ``stateAddress`` only."""
-        return {"/state": json_route(self.state)}
+        return {"/state": json_route(self.state), "/state/nri": json_route(self.nri_timings)}
+
+    def nri_timings(self) -> dict[str, Any]:
+        """The NRI stub's own time per answered call, latest last (``/state/nri``): what the
+        benchmark sets beside the runtime's round trip."""
+        out: dict[str, list[float]] = {}
+        if self.stub is not None:
+            for method, seconds in self.stub.handler_times:
+                out.setdefault(method, []).append(seconds)
+        return {"handler_seconds": out}

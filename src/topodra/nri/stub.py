@@ -21,6 +21,7 @@ import os
 import re
 import socket
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -222,6 +223,9 @@ class Stub:
         self._wake = asyncio.Event()
         self._state_changed = asyncio.Event()
         self._warned_unsafe = False
+        #: (method, seconds) of the latest answered calls: request bytes in to reply bytes out
+        #: (decode, handler, encode), the plugin's own share of a round trip.
+        self.handler_times: deque[tuple[str, float]] = deque(maxlen=4096)
 
     # ---------------------------------------------------------------- observable state
     @property
@@ -460,6 +464,7 @@ class Stub:
         if self.use_state_change and req.method in _NOTIFICATIONS:
             return b"", Status(Code.UNIMPLEMENTED, f"method {req.method}")
         request_type, run = handler
+        t0 = time.perf_counter()
         message = request_type()
         try:
             message.ParseFromString(req.payload)
@@ -497,7 +502,9 @@ class Stub:
         elapsed = time.monotonic() - started
         if elapsed > budget / 2:
             log.warning("%s handler took %.3f s of its %.2f s budget", req.method, elapsed, budget)
-        return reply.SerializeToString(), None
+        payload = reply.SerializeToString()
+        self.handler_times.append((req.method, time.perf_counter() - t0))
+        return payload, None
 
     def _budget(self, link: _Link, timeout_nano: int) -> float:
         """Time a handler may take: the caller's deadline minus a margin for the reply."""
