@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
+
 from topodra.cpuset import CPUSet, CPUSetParseError
 from topodra.nri.errors import ConversionError, EmptyCPUSetError
 from topodra.nri.proto import api_pb2
@@ -37,6 +39,7 @@ __all__ = [
     "update_from_proto",
     "update_to_proto",
     "updates_from_proto",
+    "updates_to_proto",
 ]
 
 
@@ -371,3 +374,19 @@ def update_from_proto(pb: api_pb2.ContainerUpdate) -> ContainerUpdate:
 
 def updates_from_proto(pbs: Iterable[api_pb2.ContainerUpdate]) -> list[ContainerUpdate]:
     return [update_from_proto(pb) for pb in pbs]
+
+
+def updates_to_proto(updates: Iterable[ContainerUpdate], out: RepeatedCompositeFieldContainer[api_pb2.ContainerUpdate]) -> None:
+    """Append ``updates`` to a repeated field: the resources of each distinct (cpus, mems, ...)
+    are encoded once and copied (an exclusive grant moves hundreds of shared containers to
+    the same new set)."""
+    encoded: dict[tuple[object, ...], api_pb2.LinuxResources] = {}
+    for update in updates:
+        key = (update.cpus, update.mems, update.cpu_shares, update.cpu_quota, update.cpu_period, update.memory_limit)
+        resources = encoded.get(key)
+        if resources is None:
+            resources = encoded[key] = update_to_proto(update).linux.resources
+        pb = out.add()
+        pb.container_id = update.container_id
+        pb.linux.resources.CopyFrom(resources)
+        pb.ignore_failure = update.ignore_failure

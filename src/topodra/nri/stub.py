@@ -382,8 +382,7 @@ class Stub:
         """
         batch = list(updates)
         request = api_pb2.UpdateContainersRequest()
-        for update in batch:
-            convert.update_to_proto(update, request.update.add())
+        convert.updates_to_proto(batch, request.update)
         fut = UpdateFuture(self, asyncio.get_running_loop())
         fut.add_done_callback(_log_undelivered)
         link = self._link
@@ -562,8 +561,7 @@ class Stub:
         link.sync_pods, link.sync_containers = [], []
         updates = await self.plugin.synchronize(pods, containers) or ()
         reply = api_pb2.SynchronizeResponse()
-        for update in updates:
-            convert.update_to_proto(update, reply.update.add())
+        convert.updates_to_proto(updates, reply.update)
         link.synchronized.set()
         if link is self._link:
             self._set_state(StubState.SYNCHRONIZED)
@@ -588,7 +586,7 @@ class Stub:
                         f"an update of {ctr.id} during its own creation fails the creation; "
                         "put its resources in the adjustment"
                     )
-                convert.update_to_proto(update, reply.update.add())
+            convert.updates_to_proto(result.updates, reply.update)
         return reply
 
     async def _on_update_container(self, link: _Link, req: api_pb2.UpdateContainerRequest) -> Message:
@@ -600,16 +598,14 @@ class Stub:
         )
         updates = await self.plugin.update_container(pod, ctr, resources) or ()
         reply = api_pb2.UpdateContainerResponse()
-        for update in updates:
-            convert.update_to_proto(update, reply.update.add())
+        convert.updates_to_proto(updates, reply.update)
         return reply
 
     async def _on_stop_container(self, link: _Link, req: api_pb2.StopContainerRequest) -> Message:
         pod, ctr = convert.pod_from_proto(req.pod), convert.container_from_proto(req.container)
         updates = await self.plugin.stop_container(pod, ctr) or ()
         reply = api_pb2.StopContainerResponse()
-        for update in updates:
-            convert.update_to_proto(update, reply.update.add())
+        convert.updates_to_proto(updates, reply.update)
         return reply
 
     async def _on_update_pod_sandbox(self, link: _Link, req: api_pb2.UpdatePodSandboxRequest) -> Message:
