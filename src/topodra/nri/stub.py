@@ -471,15 +471,21 @@ class Stub:
             return b"", Status(Code.INVALID_ARGUMENT, f"invalid {request_type.__name__} payload: {exc}")
         budget = self._budget(link, req.timeout_nano)
         started = time.monotonic()
-        task = asyncio.get_running_loop().create_task(self._locked(run, self, link, message))
+        # The handler runs in this task (the connection's answer task): no second task and no
+        # wait() per call. The set marks it as "inside a handler" for UpdateFuture.
+        task = asyncio.current_task()
+        assert task is not None
+        deadline = asyncio.timeout(budget)
         self._handler_tasks.add(task)
         try:
-            done, _ = await asyncio.wait({task}, timeout=budget)
-            if not done:
-                task.cancel()
+            async with deadline:
+                reply = await self._locked(run, self, link, message)
+        except TimeoutError as exc:
+            if deadline.expired():
                 log.error("%s handler still running after %.2f s: cancelled, answering DEADLINE_EXCEEDED", req.method, budget)
                 return b"", Status(Code.DEADLINE_EXCEEDED, f"{req.method} handler did not finish within {budget:.2f} s")
-            reply = task.result()
+            log.warning("%s handler failed: %s", req.method, exc, exc_info=True)
+            return b"", Status(Code.UNKNOWN, str(exc) or type(exc).__name__)
         except RpcError as exc:
             return b"", Status(exc.code, exc.message)
         except EmptyCPUSetError as exc:  # the plugin tried to send "": never let that pass as "no change"
@@ -488,7 +494,7 @@ class Stub:
         except ConversionError as exc:  # the runtime sent something we cannot read
             return b"", Status(Code.INVALID_ARGUMENT, str(exc))
         except asyncio.CancelledError:
-            if task.cancelled() and not _current_cancelling():
+            if not _current_cancelling():  # the handler's own cancellation, not ours
                 return b"", Status(Code.CANCELLED, f"{req.method} handler was cancelled")
             raise
         except Exception as exc:
@@ -496,8 +502,6 @@ class Stub:
             return b"", Status(Code.UNKNOWN, str(exc) or type(exc).__name__)
         finally:
             self._handler_tasks.discard(task)
-            if not task.done():
-                task.cancel()
         elapsed = time.monotonic() - started
         if elapsed > budget / 2:
             log.warning("%s handler took %.3f s of its %.2f s budget", req.method, elapsed, budget)
