@@ -320,3 +320,40 @@ def test_a_new_device_list_is_republished_without_reading_the_node_or_listing() 
         await asyncio.wait_for(task, 5)
 
     scenario(body)
+
+
+def test_a_burst_of_device_lists_is_written_once_after_the_publish_delay() -> None:
+    """A burst of set_devices (one per exclusive grant) gives one write of the last list;
+    ``wait_written`` returns once it is out."""
+
+    async def body(c: KubeClient, server: ApiServer) -> None:
+        await c.create(NODES, {"metadata": {"name": "node-a"}})
+        counting = Counting(c)
+        rec = SliceReconciler(counting, "node-a", DEVICES, publish_delay=0.2)  # type: ignore[arg-type]
+        stop = asyncio.Event()
+        task = asyncio.create_task(rec.run(stop))
+        await rec.wait_written(10)
+        counting.calls.clear()
+        built: list[int] = []
+
+        def offer(n: int) -> Callable[[], list[Any]]:
+            def devices() -> list[Any]:
+                built.append(n)
+                return build_devices(TOPO, exclude=CPUSet(range(n)))
+
+            return devices
+
+        for n in range(1, 6):
+            rec.set_devices(offer(n))
+            await asyncio.sleep(0.01)
+        assert counting.calls == []  # still inside the delay: nothing written yet
+        await rec.wait_written(10)
+        assert counting.calls == ["replace", "replace"]  # one write of both slices for five lists
+        assert built == [5]  # only the last list was built, once
+        names = {d["name"] for s in await ours(c) for d in s["spec"]["devices"]}
+        assert len(names) == 256 - 5
+        assert not names & {f"cpu{i}" for i in range(5)}
+        stop.set()
+        await asyncio.wait_for(task, 5)
+
+    scenario(body)

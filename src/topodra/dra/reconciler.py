@@ -13,7 +13,9 @@ even after every slice was wiped.
 A new device list alone (``set_devices``: the agent withdrawing exclusive CPUs
 after every grant) takes the fast path: the slices as this reconciler last
 wrote them are the base, with no Node read and no LIST; a conflict or a
-missing slice falls back to a full sync.
+missing slice falls back to a full sync. It waits ``publish_delay`` first, so a
+burst of new lists (one per exclusive grant) gives one write; ``wait_written``
+waits until every list set so far has gone out.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,11 +69,18 @@ class SliceReconciler:
         resync_delay: float = 0.1,
         max_backoff: float = 30.0,
         resync_period: float = 600.0,
+        publish_delay: float = 0.0,
     ) -> None:
+        """``publish_delay``: seconds a new device list (``set_devices``) waits before it is
+        written, so a burst of changes gives one write; drift and the first sync do not wait."""
         self._client = client
         self.node_name = node_name
-        self._devices = list(devices)
+        self._devices: list[Device] | Callable[[], Sequence[Device]] = list(devices)
         self._driver = driver
+        self._publish_delay = publish_delay
+        self._requested = 0  # set_devices calls so far
+        self._written = 0  # of those, how many the last successful sync included
+        self._progress = asyncio.Event()  # pulsed after every successful sync
         self._resync_delay = resync_delay
         self._max_backoff = max_backoff
         self._resync_period = resync_period
@@ -91,10 +100,28 @@ class SliceReconciler:
     def generation(self) -> int:
         return self._generation
 
-    def set_devices(self, devices: Sequence[Device]) -> None:
-        """Publish a new device list (CPU hotplug, config change) at the next sync."""
-        self._devices = list(devices)
+    def set_devices(self, devices: Sequence[Device] | Callable[[], Sequence[Device]]) -> None:
+        """Publish a new device list (CPU hotplug, config change) at the next sync; a callable is
+        called at that sync, so the list is built once per write, from the latest state."""
+        self._devices = devices if callable(devices) else list(devices)
+        self._requested += 1
         self._wake.set()
+
+    def devices(self) -> list[Device]:
+        """The device list the next sync publishes."""
+        if callable(self._devices):
+            return list(self._devices())
+        return self._devices
+
+    async def wait_written(self, timeout: float | None = None) -> None:
+        """Until a successful sync has included every ``set_devices`` so far (the publish delay
+        included)."""
+
+        async def _wait() -> None:
+            while self._written < self._requested or not self.synced.is_set():
+                await self._progress.wait()
+
+        await asyncio.wait_for(_wait(), timeout)
 
     def _fields(self) -> dict[str, str]:
         return {"spec.nodeName": self.node_name, "spec.driver": self._driver}
@@ -142,7 +169,7 @@ class SliceReconciler:
         self._published = None  # until this pass has written everything
         seen_gen = max((int((s["spec"].get("pool") or {}).get("generation", 0)) for s in existing.values()), default=0)
         generation = max(self._generation, seen_gen, 1)
-        desired = build_slices(self.node_name, self._devices, generation=generation, node_uid=owner, driver=self._driver)
+        desired = build_slices(self.node_name, self.devices(), generation=generation, node_uid=owner, driver=self._driver)
         names = {d["metadata"]["name"] for d in desired}
         stale += [s for name, s in existing.items() if name not in names]
         drift = any(d["metadata"]["name"] not in existing or not _same(existing[d["metadata"]["name"]], d) for d in desired)
@@ -230,9 +257,13 @@ class SliceReconciler:
         fast = False
         while not stop.is_set():
             self._wake.clear()
+            requested = self._requested
             try:
                 await self.sync(fast=fast)
                 self.synced.set()
+                self._written = requested
+                self._progress.set()
+                self._progress = asyncio.Event()
                 self.last_error = ""
                 backoff = 0.5
             except ApiError as exc:
@@ -262,8 +293,12 @@ class SliceReconciler:
             # Only a new device list (no drift seen, no periodic resync due): the fast path.
             drifted = watcher.done() and not watcher.cancelled()
             fast = self._wake.is_set() and not drifted
+            if fast and self._publish_delay > 0:
+                # Coalesce: more set_devices calls during the delay go out in the same write.
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self._publish_delay)
             if not stop.is_set() and not self._wake.is_set():
                 # Drift seen by the watch: a short pause, so a fight with another writer cannot
-                # spin. A new offer (set_devices) goes out at once: it withdraws CPUs just granted.
+                # spin. A new offer (set_devices) waits only the publish delay, above.
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(stop.wait(), self._resync_delay)
