@@ -605,7 +605,7 @@ class Agent:
         self.metrics.offer_changes.inc()
         log.info("slices offer %s (withdrawn %s, offered again %s)", offer, withdrawn or "-", returned or "-")
         if self.reconciler is not None:
-            # built when the reconciler writes (after dra.publishDelay), once per burst of grants
+            # built when the reconciler writes (at most once per dra.publishDelay), from the latest offer
             self.reconciler.set_devices(self.offered_devices)
 
     async def settle_offer(self, timeout: float = 10.0) -> None:

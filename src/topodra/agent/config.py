@@ -69,8 +69,9 @@ class DRAConfig(_Section):
     enabled: bool = True
     #: Publish ResourceSlices (off: the kubelet plugin still serves Prepare/Unprepare).
     publish_slices: bool = True
-    #: Seconds a new offer waits before it is published, so a burst of exclusive grants gives
-    #: one slice write (the window in which a just-granted CPU is still offered).
+    #: At most one slice write of a new offer per this many seconds: a grant after a quiet spell is
+    #: published at once, a burst of them together (the window in which a just-granted CPU is
+    #: still offered grows by up to this much).
     publish_delay: float = Field(default=0.1, ge=0, le=10)
 
 

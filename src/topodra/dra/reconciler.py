@@ -13,9 +13,10 @@ even after every slice was wiped.
 A new device list alone (``set_devices``: the agent withdrawing exclusive CPUs
 after every grant) takes the fast path: the slices as this reconciler last
 wrote them are the base, with no Node read and no LIST; a conflict or a
-missing slice falls back to a full sync. It waits ``publish_delay`` first, so a
-burst of new lists (one per exclusive grant) gives one write; ``wait_written``
-waits until every list set so far has gone out.
+missing slice falls back to a full sync. New lists are written at most once per
+``publish_delay`` (the first after a quiet spell at once), so a burst of them (one
+per exclusive grant) gives two writes, not one each; ``wait_written`` waits until
+every list set so far has gone out.
 """
 
 from __future__ import annotations
@@ -71,8 +72,9 @@ class SliceReconciler:
         resync_period: float = 600.0,
         publish_delay: float = 0.0,
     ) -> None:
-        """``publish_delay``: seconds a new device list (``set_devices``) waits before it is
-        written, so a burst of changes gives one write; drift and the first sync do not wait."""
+        """``publish_delay``: at most one write of a new device list (``set_devices``) per that
+        many seconds: the first change after a quiet spell is written at once, the ones after it
+        within the delay together at its end; drift and the first sync do not wait."""
         self._client = client
         self.node_name = node_name
         self._devices: list[Device] | Callable[[], Sequence[Device]] = list(devices)
@@ -81,6 +83,7 @@ class SliceReconciler:
         self._requested = 0  # set_devices calls so far
         self._written = 0  # of those, how many the last successful sync included
         self._progress = asyncio.Event()  # pulsed after every successful sync
+        self._last_write = float("-inf")  # loop time the last sync started
         self._resync_delay = resync_delay
         self._max_backoff = max_backoff
         self._resync_period = resync_period
@@ -263,6 +266,7 @@ class SliceReconciler:
         while not stop.is_set():
             self._wake.clear()
             requested = self._requested
+            self._last_write = asyncio.get_running_loop().time()
             try:
                 await self.sync(fast=fast)
                 self.synced.set()
@@ -298,10 +302,13 @@ class SliceReconciler:
             # Only a new device list (no drift seen, no periodic resync due): the fast path.
             drifted = watcher.done() and not watcher.cancelled()
             fast = self._wake.is_set() and not drifted
-            if fast and self._publish_delay > 0:
-                # Coalesce: more set_devices calls during the delay go out in the same write.
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(stop.wait(), self._publish_delay)
+            if fast:
+                # At most one write per publish delay: a change after a quiet spell goes out at once,
+                # the ones that follow it within the delay together at its end.
+                wait = self._last_write + self._publish_delay - asyncio.get_running_loop().time()
+                if wait > 0:
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(stop.wait(), wait)
             if not stop.is_set() and not self._wake.is_set():
                 # Drift seen by the watch: a short pause, so a fight with another writer cannot
                 # spin. A new offer (set_devices) waits only the publish delay, above.
