@@ -1,27 +1,80 @@
-"""The whole agent: NRI CreateContainer latency on a 256-CPU node up to 500 containers, and RSS.
+"""The whole agent: NRI CreateContainer round trip against a bare NRI round trip, and RSS.
 
-The agent runs as its own process (``python -m topodra agent``) against the
-embedded runtime, which times each CreateContainer from the request frame to
-the decoded reply (the agent's NRI stub, the policy, the protobuf codec and
-the mux/ttrpc round trip over a unix socket). The mix: one Guaranteed
-2-CPU container (exclusive) per ten, the rest Burstable or BestEffort on the
-shared CPUs, so every exclusive grant answers with updates for hundreds of
-shared containers. RSS is read from /proc after the 500th container.
+Three processes besides this one, so no peer's work lands inside another's figure:
+
+* the agent (``python -m topodra agent``) on a synthetic machine, DRA and slice
+  publication on;
+* the API server double (``topodra.testing.apiserver``), which receives the
+  agent's ResourceSlice writes;
+* a bare NRI plugin: our ``Stub`` with a plugin that changes nothing.
+
+This process plays the runtime for both plugins with the same minimal code (a
+``Session`` over a unix socket, requests encoded before the clock starts) and
+alternates the calls: container ``i`` to the agent, then to the bare plugin. A
+round trip runs from the request written to the reply frame decoded. The mix:
+one Guaranteed 2-CPU container (exclusive) per ten, the rest Burstable or
+BestEffort on the shared CPUs, so every exclusive grant answers with updates of
+every shared container. The agent's own time per call (request bytes in to reply
+bytes out: decode, policy, encode) comes from its ``/state/nri``. RSS is read from
+/proc after the last container.
+
+Sizes: 256 CPUs and 500 containers (``--quick``: 150); the full run adds 1,024 CPUs
+and 2,000 containers to show the figures stay flat.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
+import os
+import sys
+import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.common import Result, median, percentile
+from topodra.agent.http import get
+from topodra.nri import convert
+from topodra.nri.proto import api_pb2
+from topodra.nri.session import RequestReceived, ResponseReceived, Role, Session
+from topodra.nri.stub import PLUGIN_SERVICE
 from topodra.nri.types import Container, ContainerState, LinuxResources, Pod
-from topodra.playground.world import Playground
-from topodra.topology import synthetic_topology
 
+ROOT = Path(__file__).resolve().parents[1]
 MACHINE = "2s1d2n2l16c2t"  # 256 CPUs
-GOAL_P99_MS = 2.0
+BIG_MACHINE = "2s1d4n4l16c2t"  # 1,024 CPUs
+NODE = "bench-node"
+GOAL_P99_MS = 1.0
+GOAL_EXCLUSIVE_P50_MS = 0.5
+GOAL_RSS_MIB = 80.0
+
+_API_PROCESS = """
+import asyncio, sys
+sys.path.insert(0, {src!r})
+from topodra.testing.apiserver import ApiServer
+from topodra.testing.store import KINDS, Store
+async def main():
+    store = Store()
+    store.create(KINDS[("", "nodes")], None, {{"apiVersion": "v1", "kind": "Node", "metadata": {{"name": {node!r}}}}})
+    api = ApiServer(store)
+    await api.start()
+    print(api.url, flush=True)
+    await asyncio.Event().wait()
+asyncio.run(main())
+"""
+
+_BARE_PLUGIN_PROCESS = """
+import asyncio, sys
+sys.path.insert(0, {src!r})
+from topodra.nri.plugin import Plugin
+from topodra.nri.stub import Stub
+class Bare(Plugin):
+    async def create_container(self, pod, container):
+        return None
+asyncio.run(Stub(Bare(), socket_path={sock!r}, name="bare", idx="50", env={{}}, reconnect=False).run())
+"""
 
 
 def _resources(i: int) -> tuple[str, LinuxResources]:
@@ -32,28 +85,183 @@ def _resources(i: int) -> tuple[str, LinuxResources]:
     return "burstable/", LinuxResources(cpu_shares=256, memory_limit=128 << 20)
 
 
-async def _measure(count: int) -> tuple[list[float], int, int]:
-    topo = synthetic_topology(MACHINE)
-    latencies: list[float] = []
-    async with Playground(topology=topo, agent_process=f"synthetic:{MACHINE}") as pg:
-        assert pg.runtime is not None
-        assert pg.process is not None
-        for i in range(count):
-            qos_dir, res = _resources(i)
-            pod = Pod(id=f"s{i}", name=f"pod{i}", uid=f"uid{i}", namespace="bench", cgroup_parent=f"/kubepods/{qos_dir}poduid{i}")
-            assert (await pg.runtime.run_pod_sandbox(pod)).ok
-            ctr = Container(
-                id=f"c{i}", pod_sandbox_id=pod.id, name="app", state=ContainerState.CREATED, resources=res,
-                cgroups_path=f"/kubepods/{qos_dir}poduid{i}/c{i}",
-            )
-            t0 = time.perf_counter()
-            result = await pg.runtime.create_container(ctr)
-            latencies.append(time.perf_counter() - t0)
-            if not result.ok:
-                raise RuntimeError(f"container {i}: {result.error}")
-        rss = _rss_kib(pg.process.pid)
-        updates = sum(1 for line in pg.runtime.log if "update" in line.lower())
-    return latencies, rss, updates
+def _create_request(i: int) -> bytes:
+    qos_dir, res = _resources(i)
+    pod = Pod(id=f"s{i}", name=f"pod{i}", uid=f"uid{i}", namespace="bench", cgroup_parent=f"/kubepods/{qos_dir}poduid{i}")
+    ctr = Container(
+        id=f"c{i}", pod_sandbox_id=pod.id, name="app", state=ContainerState.CREATED, resources=res,
+        cgroups_path=f"/kubepods/{qos_dir}poduid{i}/c{i}",
+    )
+    req = api_pb2.CreateContainerRequest()
+    convert.pod_to_proto(pod, req.pod)
+    convert.container_to_proto(ctr, req.container)
+    return req.SerializeToString()
+
+
+class _Runtime:
+    """The runtime end of one plugin's socket: answers RegisterPlugin and UpdateContainers,
+    times the calls it makes."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.session = Session(Role.RUNTIME)
+        self._answers: dict[int, asyncio.Future[tuple[ResponseReceived, float]]] = {}
+        self._accepted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._writer: asyncio.StreamWriter | None = None
+        self._server: asyncio.Server | None = None
+        self._pump: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_unix_server(self._accept, path=self.path)
+
+    def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._accepted.done():
+            writer.close()
+            return
+        self._writer = writer
+        self._pump = asyncio.get_running_loop().create_task(self._read(reader, writer))
+        self._accepted.set_result(None)
+
+    async def _read(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        empty_updates = api_pb2.UpdateContainersResponse().SerializeToString()
+        while data := await reader.read(256 * 1024):
+            for ev in self.session.receive_data(data):
+                if isinstance(ev, ResponseReceived):
+                    fut = self._answers.pop(ev.stream_id, None)
+                    if fut is not None and not fut.done():
+                        fut.set_result((ev, time.perf_counter()))
+                elif isinstance(ev, RequestReceived):  # RegisterPlugin, UpdateContainers
+                    payload = empty_updates if ev.request.method == "UpdateContainers" else b""
+                    self.session.send_response(ev.stream_id, payload)
+            writer.write(self.session.data_to_send())
+
+    async def connected(self, timeout: float) -> None:
+        await asyncio.wait_for(self._accepted, timeout)
+
+    async def call(self, method: str, payload: bytes) -> tuple[bytes, float]:
+        assert self._writer is not None
+        t0 = time.perf_counter()
+        sid = self.session.start_request(PLUGIN_SERVICE, method, payload, timeout_nano=2_000_000_000)
+        fut = self._answers[sid] = asyncio.get_running_loop().create_future()
+        self._writer.write(self.session.data_to_send())
+        reply, t1 = await asyncio.wait_for(fut, 10)
+        if not reply.status.ok:
+            raise RuntimeError(f"{method} failed: {reply.status}")
+        return reply.payload, t1 - t0
+
+    async def setup(self) -> None:
+        configure = api_pb2.ConfigureRequest(runtime_name="bench", runtime_version="v0", NRI_version="v0.12.2")
+        await self.call("Configure", configure.SerializeToString())
+        await self.call("Synchronize", b"")
+
+    async def stop(self) -> None:
+        if self._pump is not None:
+            self._pump.cancel()
+        if self._writer is not None:
+            self._writer.close()
+        if self._server is not None:
+            self._server.close()
+
+
+@dataclass
+class _Run:
+    agent: list[float] = field(default_factory=list)
+    bare: list[float] = field(default_factory=list)
+    handler: list[float] = field(default_factory=list)
+    rss_kib: int = 0
+    updates: int = 0
+
+
+async def _spawn(script: str, log: Path) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-c", script, stdout=asyncio.subprocess.PIPE, stderr=open(log, "ab")
+    )
+
+
+async def _start_agent(base: Path, machine: str, api_url: str, log: Path) -> tuple[asyncio.subprocess.Process, int]:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for sub in ("kubelet", "cdi", "state"):
+        (base / sub).mkdir()
+    cfg = {
+        "nodeName": NODE,
+        "topology": f"synthetic:{machine}",
+        "kubeletRoot": str(base / "kubelet"),
+        "cdiDir": str(base / "cdi"),
+        "stateDir": str(base / "state"),
+        "metricsAddress": f"127.0.0.1:{port}",
+        "stateAddress": f"127.0.0.1:{port}",
+        "nri": {"socket": str(base / "agent.sock")},
+        "kube": {"server": api_url},
+    }
+    path = base / "agent.yaml"
+    path.write_text(json.dumps(cfg))
+    path.chmod(0o600)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH", "")) if p)}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "topodra", "agent", "--config", str(path),
+        env=env, stdout=asyncio.subprocess.DEVNULL, stderr=open(log, "ab"),  # noqa: SIM115
+    )
+    return proc, port
+
+
+async def _measure(machine: str, count: int) -> _Run:
+    run = _Run()
+    procs: list[asyncio.subprocess.Process] = []
+    runtimes: list[_Runtime] = []
+    with tempfile.TemporaryDirectory(prefix="bench-agent-", dir="/tmp") as tmp:
+        base = Path(tmp)
+        log = base / "peers.log"
+        try:
+            api = await _spawn(_API_PROCESS.format(src=str(ROOT / "src"), node=NODE), log)
+            procs.append(api)
+            assert api.stdout is not None
+            api_url = (await asyncio.wait_for(api.stdout.readline(), 30)).decode().strip()
+            agent_rt, bare_rt = _Runtime(str(base / "agent.sock")), _Runtime(str(base / "bare.sock"))
+            runtimes += [agent_rt, bare_rt]
+            await agent_rt.start()
+            await bare_rt.start()
+            agent, port = await _start_agent(base, machine, api_url, base / "agent.log")
+            procs.append(agent)
+            procs.append(await _spawn(_BARE_PLUGIN_PROCESS.format(src=str(ROOT / "src"), sock=bare_rt.path), log))
+            try:
+                await agent_rt.connected(60)
+                await bare_rt.connected(60)
+            except TimeoutError:
+                raise RuntimeError("a plugin did not connect:\n" + (base / "agent.log").read_text()[-2000:]) from None
+            await agent_rt.setup()
+            await bare_rt.setup()
+            payloads = [_create_request(i) for i in range(count)]
+            await asyncio.sleep(1.0)  # let the first slice publication pass
+            for i, payload in enumerate(payloads):
+                reply, took = await agent_rt.call("CreateContainer", payload)
+                run.agent.append(took)
+                _, took = await bare_rt.call("CreateContainer", payload)
+                run.bare.append(took)
+                answer = api_pb2.CreateContainerResponse.FromString(reply)
+                if not answer.adjust.linux.resources.cpu.cpus:
+                    raise RuntimeError(f"container {i}: the agent set no cpus")
+                run.updates += len(answer.update)
+            run.rss_kib = _rss_kib(agent.pid)
+            status, body = await get(f"127.0.0.1:{port}", "/state/nri")
+            if status != 200:
+                raise RuntimeError(f"the agent's /state/nri answered {status}")
+            run.handler = json.loads(body)["handler_seconds"]["CreateContainer"][-count:]
+        finally:
+            for rt in runtimes:
+                await rt.stop()
+            for proc in procs:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.terminate()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(proc.wait(), 10)
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await proc.wait()
+    return run
 
 
 def _rss_kib(pid: int) -> int:
@@ -63,16 +271,39 @@ def _rss_kib(pid: int) -> int:
     return 0
 
 
+def _report(run: _Run, label: str, cpus: int, count: int, *, goals: bool) -> list[Result]:
+    ms = [x * 1000 for x in run.agent]
+    bare = [x * 1000 for x in run.bare]
+    handler = [x * 1000 for x in run.handler]
+    exclusive = [ms[i] for i in range(0, len(ms), 10)]
+    exclusive_handler = [handler[i] for i in range(0, len(handler), 10)]
+    p50, p99 = median(ms), percentile(ms, 99)
+    bare50, bare99 = median(bare), percentile(bare, 99)
+    ex50 = median(exclusive)
+    rss = run.rss_kib / 1024
+    where = f"{count} containers, {cpus} CPUs"
+
+    return [
+        Result(f"create_p50{label}", p50, "ms", note=f"{where}; bare NRI {bare50:.3f} ms, x{p50 / bare50:.2f}"),
+        Result(f"create_p99{label}", p99, "ms", note=f"bare NRI p99 {bare99:.3f} ms, x{p99 / bare99:.2f}",
+               goal=f"<= {GOAL_P99_MS} ms" if goals else None, met=(p99 <= GOAL_P99_MS) if goals else None),
+        Result(f"create_p50_vs_bare{label}", p50 / bare50, "x", note="agent round trip / bare NRI round trip, p50"),
+        Result(f"create_p99_vs_bare{label}", p99 / bare99, "x", note="agent round trip / bare NRI round trip, p99"),
+        Result(f"bare_nri_p50{label}", bare50, "ms", note="a plugin that does nothing, same transport, same run"),
+        Result(f"bare_nri_p99{label}", bare99, "ms"),
+        Result(f"create_exclusive_p50{label}", ex50, "ms", note=f"answers with updates of every shared container; x{ex50 / bare50:.2f} bare p50",
+               goal=f"<= {GOAL_EXCLUSIVE_P50_MS} ms" if goals else None, met=(ex50 <= GOAL_EXCLUSIVE_P50_MS) if goals else None),
+        Result(f"handler_p50{label}", median(handler), "ms", note="the agent's own time: request bytes in to reply bytes out"),
+        Result(f"handler_p99{label}", percentile(handler, 99), "ms"),
+        Result(f"handler_exclusive_p50{label}", median(exclusive_handler), "ms", note=f"{run.updates} updates in {count} replies"),
+        Result(f"agent_rss{label}", rss, "MiB", note=f"after {count} containers",
+               goal=f"<= {GOAL_RSS_MIB:g} MiB" if goals else None, met=(rss <= GOAL_RSS_MIB) if goals else None),
+    ]
+
+
 def run(quick: bool) -> list[Result]:
     count = 150 if quick else 500
-    lat, rss, _ = asyncio.run(_measure(count))
-    ms = [x * 1000 for x in lat]
-    tail = ms[len(ms) // 2 :]  # the second half: the node is already busy
-    exclusive = [ms[i] for i in range(0, len(ms), 10)]
-    return [
-        Result("create_container_median", median(ms), "ms", note=f"{count} containers, 256 CPUs"),
-        Result("create_container_p99", percentile(ms, 99), "ms", goal=f"<= {GOAL_P99_MS} ms", met=percentile(ms, 99) <= GOAL_P99_MS),
-        Result("create_container_p99_busy_half", percentile(tail, 99), "ms"),
-        Result("create_exclusive_median", median(exclusive), "ms", note="answers with updates of every shared container"),
-        Result("agent_rss", rss / 1024, "MiB", note=f"after {count} containers"),
-    ]
+    results = _report(asyncio.run(_measure(MACHINE, count)), "", 256, count, goals=True)
+    if not quick:
+        results += _report(asyncio.run(_measure(BIG_MACHINE, 2000)), "_1024cpu_2000", 1024, 2000, goals=False)
+    return results

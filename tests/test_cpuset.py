@@ -225,3 +225,10 @@ def test_list_parse_accepts_only_ascii_kernel_grammar(text: str) -> None:
     body = text.strip(" \t\n\r\v\f")
     assert all(ch in "0123456789-,:/" for ch in body)
     assert CPUSet.parse(s.format()) == s
+
+
+def test_cpuset_text_is_cached_and_stays_true() -> None:
+    s = CPUSet.parse("0-3,8")
+    assert s.format() == "0-3,8"
+    assert s.format() is s.format()
+    assert (s | CPUSet({9})).format() == "0-3,8-9"  # a derived set formats its own text

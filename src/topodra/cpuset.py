@@ -56,9 +56,10 @@ def _parse_id(token: str, whole: str) -> int:
 class CPUSet:
     """Immutable, hashable set of CPU ids, iterated in ascending order."""
 
-    __slots__ = ("_mask",)
+    __slots__ = ("_mask", "_text")
 
     _mask: int
+    _text: str | None  # the formatted list, cached (the set is immutable; replies format it often)
 
     def __init__(self, cpus: Iterable[int] = ()) -> None:
         mask = 0
@@ -69,6 +70,7 @@ class CPUSet:
                 raise ValueError(f"CPU id {cpu} out of range 0..{MAX_CPU_ID}")
             mask |= 1 << cpu
         object.__setattr__(self, "_mask", mask)
+        object.__setattr__(self, "_text", None)
 
     # construction -------------------------------------------------------
     @classmethod
@@ -80,6 +82,7 @@ class CPUSet:
             raise ValueError(f"CPU mask has bits above {MAX_CPU_ID}")
         new = object.__new__(cls)
         object.__setattr__(new, "_mask", mask)
+        object.__setattr__(new, "_text", None)
         return new
 
     @classmethod
@@ -152,10 +155,11 @@ class CPUSet:
     # formatting ---------------------------------------------------------
     def format(self) -> str:
         """The kernel list format: ascending ids, runs of two or more as A-B."""
-        parts: list[str] = []
-        for lo, hi in self.ranges():
-            parts.append(str(lo) if lo == hi else f"{lo}-{hi}")
-        return ",".join(parts)
+        text = self._text
+        if text is None:
+            text = ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in self.ranges())
+            object.__setattr__(self, "_text", text)
+        return text
 
     def ranges(self) -> Iterator[tuple[int, int]]:
         """Maximal runs of consecutive ids as (first, last)."""

@@ -58,18 +58,16 @@ def test_claims_never_land_on_a_running_exclusive_container() -> None:
             exclusive = pg.runtime.container(db).cpus
             assert exclusive is not None
             assert len(exclusive) == 2
-            await asyncio.wait_for(_until_withdrawn(pg, exclusive), 5)
+            await pg.agent.settle_offer()
+            assert _offered(pg).isdisjoint(exclusive), "exclusive CPUs must leave the slices while held"
             lines = [(await pg.apply([_pod(f"claim-{i}", claim=1)]))[-1] for i in range(15)]
             assert sum(line.endswith("running") for line in lines) == 13  # 16 CPUs - 2 exclusive - the floor
             assert all("pending" in line for line in lines if not line.endswith("running")), lines
             assert pg.runtime.container(db).cpus == exclusive
             assert b"topodra_exclusive_moved_by_claim_total 0.0" in pg.agent.metrics.render()
-            await pg.delete_pod("db")  # released: offered again
+            await pg.delete_pod("db")  # released: offered again (after dra.publishDelay)
+            await pg.agent.settle_offer()
+            assert exclusive <= _offered(pg)
             assert (await pg.apply([_pod("claim-late", claim=1)]))[-1].endswith("running")
 
     asyncio.run(main())
-
-
-async def _until_withdrawn(pg: Playground, cpus: Any) -> None:
-    while not _offered(pg).isdisjoint(cpus):
-        await asyncio.sleep(0.005)

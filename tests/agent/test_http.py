@@ -217,3 +217,28 @@ def test_a_client_that_never_reads_its_answer_is_dropped_at_the_deadline() -> No
             await ep.stop()
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("sent", [b"", b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"cut"])
+def test_an_answer_cut_short_is_a_connection_error(sent: bytes) -> None:
+    """A server killed before or while answering (the crash soak's agent) gives ConnectionError,
+    an OSError the polling callers already handle, not h11's protocol error."""
+    from topodra.agent.http import get
+
+    async def main() -> None:
+        async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(sent)
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(answer, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            with pytest.raises(ConnectionError, match="cut short"):
+                await get(f"127.0.0.1:{port}", "/state")
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(main())

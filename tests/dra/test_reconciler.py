@@ -320,3 +320,49 @@ def test_a_new_device_list_is_republished_without_reading_the_node_or_listing() 
         await asyncio.wait_for(task, 5)
 
     scenario(body)
+
+
+def test_device_lists_are_written_at_most_once_per_publish_delay() -> None:
+    """A burst of set_devices (one per exclusive grant) right after a write gives one write of the
+    last list at the end of the delay; a change after a quiet spell is written at once.
+    ``wait_written`` returns once the list is out."""
+
+    async def body(c: KubeClient, server: ApiServer) -> None:
+        await c.create(NODES, {"metadata": {"name": "node-a"}})
+        counting = Counting(c)
+        delay = 1.0
+        rec = SliceReconciler(counting, "node-a", DEVICES, publish_delay=delay)  # type: ignore[arg-type]
+        stop = asyncio.Event()
+        task = asyncio.create_task(rec.run(stop))
+        await rec.wait_written(10)
+        loop = asyncio.get_running_loop()
+        counting.calls.clear()
+        built: list[int] = []
+
+        def offer(n: int) -> Callable[[], list[Any]]:
+            def devices() -> list[Any]:
+                built.append(n)
+                return build_devices(TOPO, exclude=CPUSet(range(n)))
+
+            return devices
+
+        for n in range(1, 6):
+            rec.set_devices(offer(n))
+            await asyncio.sleep(0.01)
+        assert counting.calls == []  # within the delay after the first write: nothing written yet
+        await rec.wait_written(10)
+        assert counting.calls == ["replace", "replace"]  # one write of both slices for five lists
+        assert built == [5]  # only the last list was built, once
+        names = {d["name"] for s in await ours(c) for d in s["spec"]["devices"]}
+        assert len(names) == 256 - 5
+        assert not names & {f"cpu{i}" for i in range(5)}
+        await asyncio.sleep(delay * 1.05)  # a quiet spell
+        t0 = loop.time()
+        rec.set_devices(offer(6))
+        await rec.wait_written(10)
+        assert loop.time() - t0 < delay, "a change after a quiet spell goes out at once"
+        assert built == [5, 6]
+        stop.set()
+        await asyncio.wait_for(task, 5)
+
+    scenario(body)

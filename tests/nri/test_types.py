@@ -115,6 +115,18 @@ def test_adjustment_and_update_round_trip(cpus: CPUSet | None, mems: CPUSet | No
     assert convert.update_from_proto(api_pb2.ContainerUpdate.FromString(convert.update_to_proto(upd).SerializeToString())) == upd
 
 
+@given(st.lists(st.tuples(maybe_sets, maybe_sets, small, st.booleans()), max_size=12))
+def test_batched_updates_encode_as_one_by_one(rows: list[tuple[CPUSet | None, CPUSet | None, int | None, bool]]) -> None:
+    """``updates_to_proto`` shares the encoding of equal resources: same bytes as encoding each."""
+    updates = [ContainerUpdate(f"c{i}", cpus=c, mems=m, cpu_shares=s, ignore_failure=f) for i, (c, m, s, f) in enumerate(rows)]
+    updates += updates[:3]  # repeated resources take the shared path
+    one, batch = api_pb2.UpdateContainersRequest(), api_pb2.UpdateContainersRequest()
+    for u in updates:
+        convert.update_to_proto(u, one.update.add())
+    convert.updates_to_proto(updates, batch.update)
+    assert batch.SerializeToString() == one.SerializeToString()
+
+
 def test_wire_shapes_match_go_plugins() -> None:
     pb = api_pb2.CreateContainerResponse()
     convert.adjustment_to_proto(ContainerAdjustment(), pb.adjust)

@@ -324,7 +324,7 @@ class Agent:
             try:
                 await endpoint.start(address)
             except OSError as err:
-                what = ", ".join(sorted(routes))
+                what = ", ".join(sorted({"/" + r.split("/")[1] for r in routes}))  # /state, not each sub-path
                 why = os.strerror(err.errno) if err.errno else str(err)
                 raise AgentError(f"cannot listen on {address} for {what}: {why}") from None
             if address == cfg.metrics_address:
@@ -402,7 +402,9 @@ class Agent:
         if cfg.dra.publish_slices:
             from topodra.dra.reconciler import SliceReconciler
 
-            self.reconciler = SliceReconciler(kube, cfg.node_name, self.offered_devices())
+            self.reconciler = SliceReconciler(
+                kube, cfg.node_name, self.offered_devices(), publish_delay=cfg.dra.publish_delay
+            )
             self._spawn(self._publish(self.reconciler), "slices")
 
     def _start_nri(self) -> None:
@@ -603,7 +605,15 @@ class Agent:
         self.metrics.offer_changes.inc()
         log.info("slices offer %s (withdrawn %s, offered again %s)", offer, withdrawn or "-", returned or "-")
         if self.reconciler is not None:
-            self.reconciler.set_devices(self.offered_devices())
+            # built when the reconciler writes (at most once per dra.publishDelay), from the latest offer
+            self.reconciler.set_devices(self.offered_devices)
+
+    async def settle_offer(self, timeout: float = 10.0) -> None:
+        """Until the slices carry the current offer: recomputed now, then written (the publish
+        delay included). For tests and tools that read the slices after a grant."""
+        self.refresh_offer()
+        if self.reconciler is not None:
+            await self.reconciler.wait_written(timeout)
 
     async def _publish(self, reconciler: Any, wait: float = 10.0) -> None:
         """Publish once the runtime's containers are known (their exclusive CPUs are not offered)."""
@@ -1006,4 +1016,13 @@ class Agent:
 
     def _state_routes(self) -> dict[str, Route]:
         """Claim UIDs, container ids and CPU sets: served on ``stateAddress`` only."""
-        return {"/state": json_route(self.state)}
+        return {"/state": json_route(self.state), "/state/nri": json_route(self.nri_timings)}
+
+    def nri_timings(self) -> dict[str, Any]:
+        """The NRI stub's own time per answered call, latest last (``/state/nri``): what the
+        benchmark sets beside the runtime's round trip."""
+        out: dict[str, list[float]] = {}
+        if self.stub is not None:
+            for method, seconds in self.stub.handler_times:
+                out.setdefault(method, []).append(seconds)
+        return {"handler_seconds": out}

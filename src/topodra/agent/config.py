@@ -69,6 +69,10 @@ class DRAConfig(_Section):
     enabled: bool = True
     #: Publish ResourceSlices (off: the kubelet plugin still serves Prepare/Unprepare).
     publish_slices: bool = True
+    #: At most one slice write of a new offer per this many seconds: a grant after a quiet spell is
+    #: published at once, a burst of them together (the window in which a just-granted CPU is
+    #: still offered grows by up to this much).
+    publish_delay: float = Field(default=0.1, ge=0, le=10)
 
 
 class KubeConfig(_Section):

@@ -258,7 +258,12 @@ async def get(address: str, path: str, timeout: float = 10.0, max_body: int = 64
             await writer.drain()
             status, body = 0, bytearray()
             while True:
-                event = conn.next_event()
+                try:
+                    event = conn.next_event()
+                except h11.RemoteProtocolError as exc:
+                    # The server closed early (killed mid-answer) or spoke nonsense: a failed
+                    # connection to the caller, like a refused one.
+                    raise ConnectionError(f"answer from {address}{path} cut short: {exc}") from None
                 if event is h11.NEED_DATA:
                     conn.receive_data(await reader.read(65536))
                 elif isinstance(event, h11.Response):

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
+
 from topodra.cpuset import CPUSet, CPUSetParseError
 from topodra.nri.errors import ConversionError, EmptyCPUSetError
 from topodra.nri.proto import api_pb2
@@ -37,6 +39,7 @@ __all__ = [
     "update_from_proto",
     "update_to_proto",
     "updates_from_proto",
+    "updates_to_proto",
 ]
 
 
@@ -60,52 +63,54 @@ def _format_set(value: CPUSet | None, where: str) -> str:
 
 
 # ---------------------------------------------------------------- resources
+#: Wrapper fields of LinuxCPU / LinuxMemory and the LinuxResources fields they fill.
+_CPU_FIELDS: dict[str, str] = {
+    "shares": "cpu_shares",
+    "quota": "cpu_quota",
+    "period": "cpu_period",
+    "realtime_runtime": "cpu_realtime_runtime",
+    "realtime_period": "cpu_realtime_period",
+}
+_MEMORY_FIELDS: dict[str, str] = {
+    "limit": "memory_limit",
+    "reservation": "memory_reservation",
+    "swap": "memory_swap",
+    "kernel": "memory_kernel",
+    "kernel_tcp": "memory_kernel_tcp",
+    "swappiness": "memory_swappiness",
+    "disable_oom_killer": "memory_disable_oom_killer",
+    "use_hierarchy": "memory_use_hierarchy",
+}
+
+
 def resources_from_proto(pb: api_pb2.LinuxResources, where: str = "resources") -> LinuxResources:
-    cpus = mems = None
-    shares = quota = period = rt_runtime = rt_period = None
-    if pb.HasField("cpu"):
-        cpu = pb.cpu
-        cpus = parse_cpuset(cpu.cpus, f"{where}.cpu.cpus")
-        mems = parse_cpuset(cpu.mems, f"{where}.cpu.mems")
-        shares = cpu.shares.value if cpu.HasField("shares") else None
-        quota = cpu.quota.value if cpu.HasField("quota") else None
-        period = cpu.period.value if cpu.HasField("period") else None
-        rt_runtime = cpu.realtime_runtime.value if cpu.HasField("realtime_runtime") else None
-        rt_period = cpu.realtime_period.value if cpu.HasField("realtime_period") else None
-    limit = reservation = swap = kernel = kernel_tcp = swappiness = None
-    disable_oom = use_hierarchy = None
-    if pb.HasField("memory"):
-        mem = pb.memory
-        limit = mem.limit.value if mem.HasField("limit") else None
-        reservation = mem.reservation.value if mem.HasField("reservation") else None
-        swap = mem.swap.value if mem.HasField("swap") else None
-        kernel = mem.kernel.value if mem.HasField("kernel") else None
-        kernel_tcp = mem.kernel_tcp.value if mem.HasField("kernel_tcp") else None
-        swappiness = mem.swappiness.value if mem.HasField("swappiness") else None
-        disable_oom = mem.disable_oom_killer.value if mem.HasField("disable_oom_killer") else None
-        use_hierarchy = mem.use_hierarchy.value if mem.HasField("use_hierarchy") else None
-    return LinuxResources(
-        cpus=cpus,
-        mems=mems,
-        cpu_shares=shares,
-        cpu_quota=quota,
-        cpu_period=period,
-        cpu_realtime_runtime=rt_runtime,
-        cpu_realtime_period=rt_period,
-        memory_limit=limit,
-        memory_reservation=reservation,
-        memory_swap=swap,
-        memory_kernel=kernel,
-        memory_kernel_tcp=kernel_tcp,
-        memory_swappiness=swappiness,
-        memory_disable_oom_killer=disable_oom,
-        memory_use_hierarchy=use_hierarchy,
-        hugepage_limits={h.page_size: h.limit for h in pb.hugepage_limits},
-        blockio_class=pb.blockio_class.value if pb.HasField("blockio_class") else None,
-        rdt_class=pb.rdt_class.value if pb.HasField("rdt_class") else None,
-        unified=dict(pb.unified),
-        pids_limit=pb.pids.limit if pb.HasField("pids") else None,
-    )
+    """Only the fields the runtime set (``ListFields``): a create request carries a handful."""
+    kw: dict[str, object] = {}
+    for fd, value in pb.ListFields():
+        name = fd.name
+        if name == "cpu":
+            for sub, v in value.ListFields():
+                if sub.name == "cpus":
+                    kw["cpus"] = parse_cpuset(v, f"{where}.cpu.cpus")
+                elif sub.name == "mems":
+                    kw["mems"] = parse_cpuset(v, f"{where}.cpu.mems")
+                elif (field := _CPU_FIELDS.get(sub.name)) is not None:
+                    kw[field] = v.value
+        elif name == "memory":
+            for sub, v in value.ListFields():
+                if (field := _MEMORY_FIELDS.get(sub.name)) is not None:
+                    kw[field] = v.value
+        elif name == "hugepage_limits":
+            kw["hugepage_limits"] = {h.page_size: h.limit for h in value}
+        elif name == "blockio_class":
+            kw["blockio_class"] = value.value
+        elif name == "rdt_class":
+            kw["rdt_class"] = value.value
+        elif name == "unified":
+            kw["unified"] = dict(value)
+        elif name == "pids":
+            kw["pids_limit"] = value.limit
+    return LinuxResources(**kw)  # type: ignore[arg-type]
 
 
 def _set_optional(parent: object, name: str, value: int | bool | None) -> None:
@@ -226,37 +231,44 @@ def pod_to_proto(pod: Pod, out: api_pb2.PodSandbox | None = None) -> api_pb2.Pod
     return pb
 
 
+#: Container fields copied as they are.
+_CONTAINER_SCALARS: frozenset[str] = frozenset(
+    {"id", "pod_sandbox_id", "name", "pid", "created_at", "started_at", "finished_at", "exit_code",
+     "status_reason", "status_message"}
+)
+
+
 def container_from_proto(pb: api_pb2.Container) -> Container:
-    linux = pb.linux
-    try:
-        state = ContainerState(pb.state)
-    except ValueError:
-        state = ContainerState.UNKNOWN
-    return Container(
-        id=pb.id,
-        pod_sandbox_id=pb.pod_sandbox_id,
-        name=pb.name,
-        state=state,
-        labels=dict(pb.labels),
-        annotations=dict(pb.annotations),
-        args=tuple(pb.args),
-        env=tuple(pb.env),
-        mounts=tuple(Mount(m.destination, m.type, m.source, tuple(m.options)) for m in pb.mounts),
-        resources=resources_from_proto(linux.resources, f"container {pb.id or '?'}: linux.resources")
-        if linux.HasField("resources")
-        else None,
-        cgroups_path=linux.cgroups_path,
-        cdi_devices=tuple(d.name for d in pb.CDI_devices),
-        pid=pb.pid,
-        created_at=pb.created_at,
-        started_at=pb.started_at,
-        finished_at=pb.finished_at,
-        exit_code=pb.exit_code,
-        status_reason=pb.status_reason,
-        status_message=pb.status_message,
-        oom_score_adj=linux.oom_score_adj.value if linux.HasField("oom_score_adj") else None,
-        image=pb.image.name,
-    )
+    """Only the fields the runtime set (``ListFields``), each read once."""
+    kw: dict[str, object] = {"id": pb.id, "pod_sandbox_id": pb.pod_sandbox_id}
+    for fd, value in pb.ListFields():
+        name = fd.name
+        if name in _CONTAINER_SCALARS:
+            kw[name] = value
+        elif name == "state":
+            try:
+                kw["state"] = ContainerState(value)
+            except ValueError:
+                kw["state"] = ContainerState.UNKNOWN
+        elif name in ("labels", "annotations"):
+            kw[name] = dict(value)
+        elif name in ("args", "env"):
+            kw[name] = tuple(value)
+        elif name == "mounts":
+            kw["mounts"] = tuple(Mount(m.destination, m.type, m.source, tuple(m.options)) for m in value)
+        elif name == "CDI_devices":
+            kw["cdi_devices"] = tuple(d.name for d in value)
+        elif name == "image":
+            kw["image"] = value.name
+        elif name == "linux":
+            for sub, v in value.ListFields():
+                if sub.name == "resources":
+                    kw["resources"] = resources_from_proto(v, f"container {pb.id or '?'}: linux.resources")
+                elif sub.name == "cgroups_path":
+                    kw["cgroups_path"] = v
+                elif sub.name == "oom_score_adj":
+                    kw["oom_score_adj"] = v.value
+    return Container(**kw)  # type: ignore[arg-type]
 
 
 def container_to_proto(ctr: Container, out: api_pb2.Container | None = None) -> api_pb2.Container:
@@ -371,3 +383,19 @@ def update_from_proto(pb: api_pb2.ContainerUpdate) -> ContainerUpdate:
 
 def updates_from_proto(pbs: Iterable[api_pb2.ContainerUpdate]) -> list[ContainerUpdate]:
     return [update_from_proto(pb) for pb in pbs]
+
+
+def updates_to_proto(updates: Iterable[ContainerUpdate], out: RepeatedCompositeFieldContainer[api_pb2.ContainerUpdate]) -> None:
+    """Append ``updates`` to a repeated field: the resources of each distinct (cpus, mems, ...)
+    are encoded once and copied (an exclusive grant moves hundreds of shared containers to
+    the same new set)."""
+    encoded: dict[tuple[object, ...], api_pb2.LinuxResources] = {}
+    for update in updates:
+        key = (update.cpus, update.mems, update.cpu_shares, update.cpu_quota, update.cpu_period, update.memory_limit)
+        resources = encoded.get(key)
+        if resources is None:
+            resources = encoded[key] = update_to_proto(update).linux.resources
+        pb = out.add()
+        pb.container_id = update.container_id
+        pb.linux.resources.CopyFrom(resources)
+        pb.ignore_failure = update.ignore_failure

@@ -103,6 +103,7 @@ class _Entry:
     error: str | None = None
     kind: str | None = None
     plan: tuple[int, list[ClaimAllocation]] | None = None  # (node it was found on, its allocation)
+    positions: list[list[int]] | None = None  # the plan's device positions per claim (filled on first use)
 
 
 @dataclass
@@ -119,6 +120,10 @@ def _claim_signature(claims: Sequence[Mapping[str, Any]]) -> str:
 
 class Scheduler:
     """Schedules pods one at a time onto ``nodes`` using ``slices`` and ``classes`` (API dicts)."""
+
+    #: Take the per-pod fast scan when it applies (False: every pod takes the general memoised
+    #: scan; the benchmark and the tests compare the two).
+    fast_scan: bool = True
 
     def __init__(
         self,
@@ -162,6 +167,8 @@ class Scheduler:
         self._offset = np.concatenate(([0], np.cumsum(counts, dtype=np.int64)))  # node -> first flat position
         self._held = np.zeros(int(self._offset[-1]), dtype=bool)  # flat position -> device in use
         self._held_order: dict[int, dict[int, DeviceID]] = {}  # nodes with shareable devices: position -> device
+        self._pool_nodes: dict[tuple[str, str], list[tuple[int, int, dict[tuple[int, str], int]]]] = {}  # pool_positions, looked up once
+        self._sums_kept = 0  # window sums kept by the fast scan, over all signatures
 
     # ---- public API
     @property
@@ -170,11 +177,12 @@ class Scheduler:
 
     def _parse(self, pod: Pod) -> tuple[list[Claim], str]:
         """Parsed claims and their signature; specs shared between pods are parsed once."""
-        key = tuple(id(c.get("spec")) for c in pod.claims)
+        specs = [c.get("spec") for c in pod.claims]
+        key = tuple(map(id, specs))
         hit = self._spec_cache.get(key)
-        if hit is None or any(a is not b for a, b in zip(hit[0], (c.get("spec") for c in pod.claims), strict=True)):
+        if hit is None or hit[0] != specs:  # ids can be reused; equal specs parse alike
             parsed = [parse_claim(c) for c in pod.claims]
-            hit = ([c.get("spec") for c in pod.claims], parsed, _claim_signature(pod.claims))
+            hit = (specs, parsed, _claim_signature(pod.claims))
             if len(self._spec_cache) > 1000:
                 self._spec_cache.clear()
             self._spec_cache[key] = hit
@@ -184,14 +192,103 @@ class Scheduler:
             meta = raw.get("metadata") or {}
             name = str(meta.get("name") or proto.name)
             ns = str(meta.get("namespace") or "")
-            claims.append(replace(proto, name=name, namespace=ns, uid=str(meta.get("uid") or f"uid-{ns}-{name}"), raw=raw))
+            uid = str(meta.get("uid") or f"uid-{ns}-{name}")
+            # the prototype with this claim's identity (what dataclasses.replace does, without its introspection)
+            claims.append(Claim(name, ns, uid, proto.requests, proto.constraints, proto.config, raw))
         return claims, hit[2]
 
     def schedule(self, pod: Pod) -> PodResult:
         claims, sig = self._parse(pod)
         if self.memo_enabled:
-            return self._finish(pod, claims, *self._filter_scan(claims, sig))
+            scan = self._quick_scan(sig) if self.fast_scan else None
+            return self._finish(pod, claims, *(scan or self._filter_scan(claims, sig)))
         return self._finish(pod, claims, *self._filter_loop(claims, sig))
+
+    def _quick_scan(self, sig: str) -> tuple[Any, ...] | None:
+        """The memoised scan when no evaluation is needed: None unless every class the scan
+        reaches before ``want`` feasible nodes (or the whole rotation) has an answer, none of
+        them a Filter error, and at least one node is feasible; the general scan takes the rest.
+
+        Same answer as ``_filter_scan`` (same node, same sums to the last bit) with a handful of
+        numpy calls: one gather of the statuses over a window, C-level byte searches for the
+        first class without an answer, the first error and the feasible nodes, and the per-class
+        sums computed as the general scan does them, kept per class histogram (windows of
+        different nodes often hold the same classes the same number of times).
+        """
+        memo = self._memo.get(sig)
+        if memo is None:
+            return None
+        N = len(self.nodes)
+        if len(self._key_ids) > len(memo.entries):
+            memo.grow(len(self._key_ids))
+        start = self.next_start
+        want = self.want
+        size = min(N, SCAN_CHUNK or want + want // 4 + 64)
+        feas: np.ndarray[Any, np.dtype[np.intp]] | None = None  # None: the first ``stop`` nodes, all feasible
+        while True:
+            kids = self._kid[start : start + size] if start + size <= N else self._rotated(start, size)
+            status = memo.status[kids]
+            raw = status.tobytes()
+            bad = raw.find(_UNKNOWN_BYTE)
+            err = raw.find(_ERROR_BYTE)
+            if err >= 0 and (bad < 0 or err < bad):
+                bad = err
+            if bad < 0:
+                bad = size
+            if want <= bad and raw.count(_FEASIBLE_BYTE, 0, want) == want:  # the usual case
+                stop = want
+                feas = None
+                break
+            feas = (status == _FEASIBLE).nonzero()[0]
+            if feas.size >= want and feas[want - 1] < bad:
+                feas = feas[:want]
+                stop = int(feas[-1]) + 1
+                break
+            if bad < size:
+                return None  # a class to evaluate or an error comes first
+            if size == N:
+                if not feas.size:
+                    return None  # nothing feasible: the general scan words the failure
+                stop = N
+                break
+            size = N
+        seen = kids[:stop]
+        if len(memo.entries) <= 4 * stop + 1024:  # as _filter_scan sums, so the floats are the same
+            counts = np.bincount(seen, minlength=len(memo.entries))
+            key = counts.tobytes() if len(memo.entries) <= _SUMS_CLASSES else b""
+            sums = memo.sums.get(key) if key else None
+            if sums is None:
+                classes = counts.nonzero()[0]
+                sums = _sums(counts[classes], memo.stats[classes])
+                if key:
+                    if self._sums_kept >= _SUMS_LIMIT:  # bound the memory over every claim signature
+                        for m in self._memo.values():
+                            m.sums.clear()
+                        self._sums_kept = 0
+                    memo.sums[key] = sums
+                    self._sums_kept += 1
+        else:
+            sums = _sums(np.ones(stop, dtype=np.int64), np.take(memo.stats, seen, axis=0))
+        # no error in the window, and a node at the timeout is an error: no timeouts
+        least = self.scoring == "least-allocated"
+        if memo.scored:
+            fidx = np.arange(stop) if feas is None else feas
+            scores = memo.scores[seen[fidx]] * 2.0
+            if least:
+                scores = scores + self._free[(start + fidx) % N]
+            best = int(fidx[int(np.argmax(scores))])
+        elif least:  # every score 0: 0 * 2 + free == free, and argmax keeps the first of equals
+            free = self._free[start : start + stop] if start + stop <= N else self._free[(start + np.arange(stop)) % N]
+            best = int(free.argmax()) if feas is None else int(feas[int(free[feas].argmax())])
+        else:
+            best = 0 if feas is None else int(feas[0])
+        entry = memo.entries[int(seen[best])]
+        assert entry is not None
+        self.memo_hits += stop
+        self.next_start = (start + stop) % N
+        found = stop if feas is None else int(feas.size)
+        total_s, calls, visits, checks, evals, slowest = sums
+        return ([((start + best) % N, entry)], found, stop, total_s, slowest, calls, visits, checks, evals, 0, None, False)
 
     def _filter_scan(self, claims: list[Claim], sig: str) -> tuple[Any, ...]:
         """The filter loop over node classes: numpy for the scan, one evaluation per class not yet seen.
@@ -393,9 +490,12 @@ class Scheduler:
             why = "invalid resource pools on every node" if invalid_only and processed else "no node can allocate the claims"
             result.failure = f"0/{N} nodes are available: {why}"
             return result
-        least = self.scoring == "least-allocated"
-        # max keeps the first of equal scores
-        best_i, best = max(feasible, key=lambda t: t[1].score * 2.0 + (float(self._free[t[0]]) if least else 0.0))
+        if len(feasible) == 1:  # the memoised scans choose the node themselves
+            best_i, best = feasible[0]
+        else:
+            least = self.scoring == "least-allocated"
+            # max keeps the first of equal scores
+            best_i, best = max(feasible, key=lambda t: t[1].score * 2.0 + (float(self._free[t[0]]) if least else 0.0))
         allocs = self._replay(best, best_i, claims) if self.memo_enabled else None
         if allocs is None:
             allocs = self.allocator.allocate(self.nodes[best_i], claims)
@@ -474,14 +574,21 @@ class Scheduler:
             return None
         _, allocs = entry.plan
         layout = self._layout
-        name = self.nodes[node].name
+        positions = entry.positions
+        if positions is None:  # where the plan's devices sit: the same for every node it moves to
+            positions = entry.positions = []
+            for a in allocs:
+                at = []
+                for r in a.results:
+                    w = layout.where(r.id)
+                    assert w is not None, f"memoised device {r.id} is on no node"
+                    at.append(w[1])
+                positions.append(at)
         out = []
-        for claim, a in zip(claims, allocs, strict=True):
+        for claim, a, at in zip(claims, allocs, positions, strict=True):
             results = []
-            for n, r in enumerate(a.results):
-                w = layout.where(r.id)
-                assert w is not None, f"memoised device {r.id} is on no node"
-                did = layout.device_at(node, w[1])
+            for n, (r, pos) in enumerate(zip(a.results, at, strict=True)):
+                did = layout.device_at(node, pos)
                 results.append(
                     DeviceResult(
                         r.request,
@@ -498,6 +605,7 @@ class Scheduler:
                 )
             sel = a.node_selector
             if sel is not None:
+                name = self.nodes[node].name
                 sel = {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [name]}]}]}
             out.append(ClaimAllocation(claim.key, tuple(results), a.config, sel))
         return out
@@ -512,42 +620,48 @@ class Scheduler:
     def _touch(self, allocs: Iterable[ClaimAllocation]) -> None:
         """Refresh the held flags, class and free share of the nodes whose devices changed."""
         touched: dict[int, list[tuple[int, DeviceID]]] = {}
-        pools: dict[tuple[str, str], list[tuple[int, int, dict[tuple[int, str], int]]]] = {}
+        pool_nodes = self._pool_nodes
         for a in allocs:
             for r in a.results:
                 key = (r.driver, r.pool)
-                found = pools.get(key)
-                if found is None:
-                    found = pools[key] = self._layout.pool_positions(key)
-                if len(found) == 1:  # the usual case: the pool is on one node
-                    node, pidx, position = found[0]
-                    pos = position.get((pidx, r.device))
-                    if pos is not None:
-                        touched.setdefault(node, []).append((pos, (r.driver, r.pool, r.device)))
-                    continue
-                for node, pidx, position in found:
+                found = pool_nodes.get(key)
+                if found is None:  # the layout never changes: look a pool up once
+                    found = pool_nodes[key] = self._layout.pool_positions(key)
+                for node, pidx, position in found:  # usually one node
                     pos = position.get((pidx, r.device))
                     if pos is not None:
                         touched.setdefault(node, []).append((pos, (r.driver, r.pool, r.device)))
                         break
         st = self.state
         layout = self._layout
+        bitmap = self._held
         for i, devices in touched.items():
             off = int(self._offset[i])
-            flags = [did in st.devices or did in st.shared or did in st.capacity for _, did in devices]
-            self._held[[off + pos for pos, _ in devices]] = flags  # a repeated device has the same flag each time
-            held = self._held[off : int(self._offset[i + 1])].nonzero()[0]
             multi = layout.multi_positions(i)
-            shared = [(p, layout.device_at(i, p)) for p in held.tolist() if p in multi] if multi else []
-            if multi:  # nodes with shareable devices: the devices in use in the order they were taken
-                ordered = self._held_order.setdefault(i, {})
-                for (pos, did), flag in zip(devices, flags, strict=True):
+            ordered = self._held_order.setdefault(i, {}) if multi else None
+            for pos, did in devices:  # a repeated device has the same flag each time
+                flag = did in st.devices or did in st.shared or did in st.capacity
+                bitmap[off + pos] = flag
+                if ordered is not None:  # shareable devices: the devices in use in the order they were taken
                     if flag:
                         ordered[pos] = did
                     else:
                         ordered.pop(pos, None)
-            self._kid[i] = self._key_id(self._alloc_key(i, held, shared))
-            self._free[i] = self._free_share(i, held)
+            held = bitmap[off : int(self._offset[i + 1])].nonzero()[0]
+            if multi:
+                shared = [(p, layout.device_at(i, p)) for p in held.tolist() if p in multi]
+                self._kid[i] = self._key_id(self._alloc_key(i, held, shared))
+                self._free[i] = self._free_share(i, held)
+                continue
+            # no shareable devices (the usual case): _alloc_key and _free_share inlined
+            t = self._template_of[i]
+            cls: tuple[Any, ...] = (t, held.astype(np.uint32).tobytes(), ()) if held.size else (t, ())
+            kid = self._key_ids.get(cls)
+            if kid is None:
+                kid = self._key_ids[cls] = len(self._key_ids)
+            self._kid[i] = kid
+            total = layout.device_count(i)
+            self._free[i] = max(0.0, 1.0 - float(held.size) / total) if total else 0.0
 
     def _key_id(self, key: tuple[Any, ...]) -> int:
         kid = self._key_ids.get(key)
@@ -618,6 +732,16 @@ class Scheduler:
 
 
 _UNKNOWN, _FEASIBLE, _INFEASIBLE, _ERROR, _INVALID = 0, 1, 2, 3, 4
+_UNKNOWN_BYTE, _FEASIBLE_BYTE, _ERROR_BYTE = bytes([_UNKNOWN]), bytes([_FEASIBLE]), bytes([_ERROR])
+_SUMS_LIMIT = 4096  # window sums kept (over all claim signatures)
+_SUMS_CLASSES = 512  # ... while a signature has answers for at most this many classes (keys of <= 4 KiB)
+
+
+def _sums(per: np.ndarray[Any, Any], rows: np.ndarray[Any, Any]) -> tuple[float, int, int, int, int, float]:
+    """Seconds, calls, visits, checks and CEL evaluations over a window, and its slowest node:
+    ``per`` nodes of each ``rows`` answer (computed exactly as the general scan does)."""
+    total_s, calls, visits, checks, evals = (per @ rows).tolist()
+    return total_s, int(calls), int(visits), int(checks), int(evals), float(rows[:, 0].max())
 
 
 class _SigMemo:
@@ -628,6 +752,8 @@ class _SigMemo:
         self.status = np.zeros(0, dtype=np.int8)
         self.stats = np.zeros((0, 5))  # seconds, calls, visits, checks, CEL evaluations
         self.scores = np.zeros(0)
+        self.scored = False  # some answer has a non-zero score
+        self.sums: dict[bytes, tuple[float, int, int, int, int, float]] = {}  # class histogram -> window sums
 
     def grow(self, classes: int) -> None:
         if classes <= len(self.entries):
@@ -650,6 +776,7 @@ class _SigMemo:
         self.status[kid] = code
         self.stats[kid] = (e.seconds, e.calls, e.visits, e.checks, e.cel_evals)
         self.scores[kid] = e.score
+        self.scored = self.scored or e.score != 0
         return code
 
 

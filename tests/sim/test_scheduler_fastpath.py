@@ -1,0 +1,147 @@
+"""The per-pod fast scan against the general memoised scan: the same pod results, field by field.
+
+The fast scan (``Scheduler._quick_scan``) answers pods whose scan needs no Filter evaluation;
+everything else goes to the general scan. Run side by side on the same pods, a scheduler with
+the fast scan and one without must choose the same node and devices and report the same
+counted work and predicted times (floats compared exactly), on random workloads with
+deletions, firstAvailable scores, both scorings and clusters large enough that the scan
+samples and wraps around.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from topodra.sim.api import Claim, parse_claim
+from topodra.sim.scheduler import Pod, Scheduler
+
+from .builders import DRIVER, attrs, claim, dclass, device, first_available, req, slice_, sub
+
+CLS = dclass("cls", f'device.driver == "{DRIVER}"')
+SEL = f'device.attributes["{DRIVER}"].kind'
+
+SHAPES = {
+    "one": claim("c", req("r")),
+    "two-p": claim("c", req("r", "cls", 2, f'{SEL} == "p"')),
+    "pair": claim("c", req("r", "cls", 2), constraints=[{"matchAttribute": f"{DRIVER}/numa"}]),
+    "fa": claim("c", first_available("x", sub("p", "cls", 2, f'{SEL} == "p"'), sub("any", "cls", 1))),
+    "big": claim("c", req("r", "cls", 5)),
+}
+
+
+class _Counting(Scheduler):
+    """Counts the pods the general scan had to take."""
+
+    general_scans = 0
+
+    def _filter_scan(self, claims: list[Claim], sig: str) -> tuple[Any, ...]:
+        self.general_scans += 1
+        return super()._filter_scan(claims, sig)
+
+
+def _cluster(n: int, kinds: list[tuple[str, ...]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    nodes = [{"metadata": {"name": f"node-{i:03d}"}} for i in range(n)]
+    slices = []
+    for i in range(n):
+        ks = kinds[i % len(kinds)]
+        slices.append(slice_(f"s-{i}", f"node-{i:03d}", [device(f"d{k}", attrs(kind=ks[k], numa=k // 2)) for k in range(len(ks))]))
+    return nodes, slices
+
+
+_names = itertools.count()
+
+
+def _pod(shape: str) -> Pod:
+    n = next(_names)
+    c = SHAPES[shape]
+    return Pod(f"pod-{n}", ({**c, "metadata": {"name": f"c-{n}", "namespace": "default", "uid": f"u-{n}"}},))
+
+
+def _run_side_by_side(nodes: list[dict[str, Any]], slices: list[dict[str, Any]], ops: list[tuple[str, int]], scoring: str) -> int:
+    fast = _Counting(nodes, slices, [CLS], scoring=scoring)
+    general = Scheduler(nodes, slices, [CLS], scoring=scoring)
+    general.fast_scan = False
+    live: list[str] = []
+    pods = 0
+    for kind, k in ops:
+        if kind == "del":
+            if live:
+                name = live.pop(k % len(live))
+                assert fast.delete(name) == general.delete(name)
+            continue
+        for _ in range(k % 7 + 1):
+            p = _pod(kind)
+            a, b = fast.schedule(p), general.schedule(p)
+            pods += 1
+            assert dataclasses.asdict(a) == dataclasses.asdict(b)
+            if a.node:
+                live.append(p.name)
+    assert fast.state.devices == general.state.devices
+    assert fast.next_start == general.next_start
+    assert (fast._kid == general._kid).all()
+    assert (fast._free == general._free).all()
+    return pods - fast.general_scans
+
+
+KINDS = st.lists(st.lists(st.sampled_from("pe"), min_size=2, max_size=6).map(tuple), min_size=1, max_size=4)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.integers(90, 260),
+    KINDS,
+    st.lists(st.tuples(st.sampled_from([*SHAPES, "del"]), st.integers(0, 60)), min_size=1, max_size=30),
+    st.sampled_from(["least-allocated", "first"]),
+    st.sampled_from([0, 0, 1, 7]),
+)
+def test_fast_scan_equals_the_general_scan(
+    n: int, kinds: list[tuple[str, ...]], ops: list[tuple[str, int]], scoring: str, scan_chunk: int
+) -> None:
+    import topodra.sim.scheduler as scheduler_module
+
+    scheduler_module.SCAN_CHUNK = scan_chunk  # 1, 7: windows far smaller than the nodes wanted
+    try:
+        _run_side_by_side(*_cluster(n, kinds), ops, scoring)
+    finally:
+        scheduler_module.SCAN_CHUNK = 0
+
+
+def test_scheduler_perf_shape_golden() -> None:
+    """scheduler_perf's shape in small (150 nodes x 10 devices, filled up and past): every pod
+    the same with and without the fast scan, and the fast scan answers nearly all of them."""
+    nodes, slices = _cluster(150, [("p",) * 10])
+    fast_pods = _run_side_by_side(nodes, slices, [("one", 6)] * 230 + [("del", 7)] * 40 + [("one", 6)] * 30, "least-allocated")
+    assert fast_pods >= 1400
+
+
+def test_the_fast_scan_builds_claims_as_the_parser_does() -> None:
+    """Claims of pods that share a spec are the parsed prototype with the pod's identity."""
+    nodes, slices = _cluster(3, [("p", "e")])
+    s = Scheduler(nodes, slices, [CLS])
+    first, second = _pod("pair"), _pod("pair")
+    s._parse(first)
+    got, _ = s._parse(second)  # from the spec cache
+    assert got == [parse_claim(c) for c in second.claims]
+
+
+
+def test_window_sums_kept_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fast scan's window sums are dropped past the limit, and results do not change."""
+    import topodra.sim.scheduler as scheduler_module
+
+    monkeypatch.setattr(scheduler_module, "_SUMS_LIMIT", 3)
+    nodes, slices = _cluster(120, [("p",) * 4, ("p", "e")])
+    fast = Scheduler(nodes, slices, [CLS])
+    general = Scheduler(nodes, slices, [CLS])
+    general.fast_scan = False
+    for _ in range(200):
+        p = _pod("one")
+        assert dataclasses.asdict(fast.schedule(p)) == dataclasses.asdict(general.schedule(p))
+        assert fast._sums_kept <= 3
+        assert sum(len(m.sums) for m in fast._memo.values()) <= 3
