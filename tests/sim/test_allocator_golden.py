@@ -508,3 +508,28 @@ def test_memoised_subtrees_tell_apart_the_counters_their_prefix_consumed() -> No
         got.append((picked(res), s.calls, s.visits, s.checks, s.cel_evals))
     assert got[0] == got[1]
     assert got[1][0] == [[("r0", "d0"), ("r1", "d2"), ("r1", "d3"), ("r1", "d4")]]
+
+
+def test_nine_one_cpu_requests_on_eight_groups_time_out_by_predicted_filter_time() -> None:
+    """Nine one-CPU requests on distinct L3 groups of a node with eight: every order of every
+    choice fails; the dead-state memo replays the failing subtrees, so the predicted 10 s are
+    reached after a few hundred executed calls, with kube-scheduler's message."""
+    from topodra.dra.devices import DeviceModelConfig, build_devices, device_class
+    from topodra.dra.slices import build_slices
+    from topodra.sim.allocator import FilterTimeout
+    from topodra.sim.calibration import distinct_shape
+    from topodra.sim.costmodel import DEFAULT_COSTS
+    from topodra.topology.synthetic import synthetic_topology
+
+    slices = build_slices("node-0", build_devices(synthetic_topology("2s1d2n2l6c2t4e"), DeviceModelConfig(model="cpu")))
+    a = Allocator(slices, [device_class()])
+    with pytest.raises(FilterTimeout) as err:
+        a.allocate("node-0", [distinct_shape(1, 9)])
+    assert str(err.value) == "timed out trying to allocate devices"
+    stats = a.last_stats
+    assert DEFAULT_COSTS.timeout_s * 0.999 < DEFAULT_COSTS.node_seconds(stats) < DEFAULT_COSTS.timeout_s * 1.01
+    assert stats.our_calls < stats.calls / 100
+    slices9 = build_slices("node-0", build_devices(synthetic_topology("1s1d1n9l2c2t"), DeviceModelConfig(model="cpu")))
+    got = Allocator(slices9, [device_class()]).allocate("node-0", [distinct_shape(1, 9)])
+    assert got is not None
+    assert [r.request for r in got[0].results] == [f"r{i}" for i in range(9)]

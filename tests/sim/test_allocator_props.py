@@ -250,7 +250,7 @@ def test_pruning_is_transparent_with_every_feature(sc: dict[str, Any]) -> None:
     outcomes: list[tuple[Any, ...]] = []
     for prune in (True, False):
         try:
-            got, stats = Allocator(sc["slices"], CLASSES, prune=prune, fast=prune).allocate_with_stats(node, sc["claims"])
+            got, stats = Allocator(sc["slices"], CLASSES, prune=prune, fast=prune, fast_after=0).allocate_with_stats(node, sc["claims"])
             outcomes.append((None if got is None else [a.to_api() for a in got], stats.calls, stats.visits, stats.checks, stats.cel_evals))
         except AllocationError as e:
             outcomes.append((str(e), 0, 0, 0, 0))
@@ -299,7 +299,7 @@ def test_memoised_search_equals_plain_search(sc: dict[str, Any]) -> None:
     node = {"metadata": {"name": "node-1"}}
     got = []
     for fast in (True, False):
-        res, stats = Allocator(sc["slices"], CLASSES, _state(sc["in_use"]), prune=fast, fast=fast, budget=None).allocate_with_stats(node, sc["claims"])
+        res, stats = Allocator(sc["slices"], CLASSES, _state(sc["in_use"]), prune=fast, fast=fast, budget=None, fast_after=0).allocate_with_stats(node, sc["claims"])
         got.append((None if res is None else [a.to_api() for a in res], stats.calls, stats.visits, stats.checks, stats.cel_evals, stats.our_calls))
     assert got[0][:5] == got[1][:5]
     assert got[0][5] <= got[1][5]

@@ -129,6 +129,10 @@ class _MaxSizeExceeded(Exception):
     pass
 
 
+#: dead states kept per Allocate call before the memo starts over (bounds its memory)
+_DEAD_STATES_MAX = 500_000
+
+
 # --- results and state ------------------------------------------------------------------------
 
 
@@ -297,11 +301,14 @@ class Allocator:
         max_calls: int = 5_000_000,
         budget: FilterBudget | str | None = "default",
         fast: bool = True,
+        fast_after: int = 64,
     ) -> None:
         """``budget``: the Filter timeout in counted work (``"default"``: the default cost
         model's; ``None``: no timeout). ``prune`` (decide hopeless subtrees by counting) and
         ``fast`` (memoised failing subtrees) change only our own effort; off,
         the search is the plain reference. ``max_calls`` caps our own effort (``SearchAborted``).
+        ``fast_after``: executed calls of one Allocate before the mask scan and the dead-state
+        memo start (a first-fit search ends sooner and skips their set-up).
         """
         cache: DeviceCache = {}
         self.slices = [s if isinstance(s, Slice) else parse_slice(s, cache) for s in slices]
@@ -309,6 +316,7 @@ class Allocator:
         self.state = state if state is not None else AllocatedState()
         self.prune = prune
         self.fast = fast
+        self.fast_after = fast_after
         self.max_calls = max_calls
         if budget == "default":
             from topodra.sim.costmodel import DEFAULT_COSTS  # costmodel imports this module
@@ -393,8 +401,6 @@ class _ReqData:
     num_devices: int
     all_devices: list[_Cand] | None = None
     selected_sub: int = 0
-    #: failing subtrees that stayed inside this request, by (slot, start, constraint/counter state)
-    memo: dict[Any, tuple[int, int, int]] | None = None
 
     @property
     def name(self) -> str:
@@ -515,8 +521,26 @@ class _Search:
         self.budget = alloc.budget
         self.cvals: dict[tuple[int, int], list[tuple[str, Any] | None]] = {}
         self.next_budget_check = 0
-        self.completions = 0  # requests completed (a subtree that completes one is not memoised)
+        self.completions = 0  # requests completed (a subtree that completes none is memoised more widely)
         self.leaks = 0  # counters left charged by a rejected device (upstream quirk; blocks memoising)
+        self.cons_leaks = 0  # constraint values left by a capacity rejection (turns the memo off)
+        self.has_multi = any(c.device.allow_multiple for c in self.cands)
+        #: devices being allocated, per claim, as bit masks by position (mirrors ``allocating``)
+        self.amask = [0] * len(claims)
+        #: dead states: (where, constraint state, in-use state) -> the scheduler's work of that failing subtree
+        self.dead: dict[Any, tuple[int, int, int, Any]] = {}
+        self.memo_on = [bool(c.constraints) for c in claims]
+        # bit masks by device position for the mask scan (``_scan_masks``)
+        self.used_mask = -1  # set up on first use (``_masks``): first-fit searches never need them
+        self.special_mask = 0
+        self.sel_masks: dict[tuple[int, int, int], tuple[int, int]] = {}
+        self.errs: dict[int, int] = {}  # per claim: positions whose selectors fail to evaluate (so far)
+        self.counted: dict[tuple[int, int, int], int] = {}
+        self.vmasks: dict[tuple[int, int], tuple[int, int, dict[tuple[str, Any], int]]] = {}
+        self.all_mask = (1 << self.D) - 1
+        self.canon: list[list[int | None]] = []
+        #: (request key, start, weight) of every mask scan inside the canonical subtrees being walked
+        self.scan_log: list[tuple[tuple[int, int, int], int, int]] = []
 
     # ---- driver
     def run(self) -> list[ClaimAllocation] | None:
@@ -540,9 +564,8 @@ class _Search:
                     f"claim {claim.key}: number of requested devices {min_devices} exceeds the claim limit of {MAX_RESULTS}"
                 )
             self.constraints.append([_ConstraintState(c) for c in claim.constraints])
-            for (cj, _, _), rd in self.req.items():
-                if cj == ci and (self.has_counters or any(c.applies(rd.base, rd.sub) for c in self.constraints[ci])):
-                    rd.memo = {}
+            self.memo_on[ci] = self.memo_on[ci] or self.has_counters
+        self.canon = self._canonical_constraints()
         try:
             done = self._one(0, 0, 0, 0, False, 0)
         except _MaxSizeExceeded:
@@ -732,10 +755,12 @@ class _Search:
             values.append(v)
         if not multi:
             self.allocating.setdefault(cand.id, set()).add(ci)
+            self.amask[ci] |= 1 << cand.pos
         consumed: dict[str, Quantity] | None = None
         share: str | None = None
         if not self._capacity_fits(cand, spec):
             self.leaks += 1
+            self.cons_leaks += 1
             return False  # upstream leaves constraints and counters as they are here
         if multi:
             consumed = {
@@ -758,6 +783,7 @@ class _Search:
         s = self.allocating.get(cand.id)
         if s is not None:
             s.discard(ci)
+            self.amask[ci] &= ~(1 << cand.pos)
         if cand.device.allow_multiple:
             agg = self.allocating_cap.get(cand.id)
             if res.consumed and agg is not None:
@@ -825,29 +851,165 @@ class _Search:
             if not done:
                 self._deallocate(ci, rd, cand)
             return done
-        if self.a.prune and self._prune(ci, rd, rkey, start, rd.num_devices - di):
-            return False
-        if not self.a.fast or rd.memo is None:
+        memo = (
+            self.dead
+            if self.a.fast and self.memo_on[ci] and not self.cons_leaks and self.stats.our_calls > self.a.fast_after
+            else None
+        )
+        if memo is None:
+            if self.a.prune and self._prune(ci, rd, rkey, start, rd.num_devices - di):
+                return False
             return self._scan(ci, ri, si, di, in_sub, start, rd, rkey)
-        if di == 0:
-            rd.memo.clear()  # a new prefix: what lies outside this request may have changed
-        key = (di, start, self._constraint_key(ci, rd), self._counter_key() if self.has_counters else None)
-        hit = rd.memo.get(key)
+        where = (ci, ri, si, di, start, in_sub, self._constraint_key(ci, rd.base), *self._use_key(ci))
+        cj = self.canon[ci][ri]
+        deadfree = 0
+        if cj is None:
+            masks = tuple(self.amask[: ci + 1])
+            # a subtree that completes no request only looks at positions from ``start`` on
+            local: Any = (where, tuple(m >> start for m in masks))
+            full: Any = (where, masks)
+        else:
+            self._masks()
+            busy = self.used_mask
+            for m in self.amask:
+                busy |= m
+            free = self.all_mask & ~busy
+            dead = self._dead_mask(ci, cj, rd.base)
+            deadfree = free & dead
+            nd = free & ~dead
+            local = (where, nd >> start, True)
+            full = (where, nd, False)
+        hit = memo.get(local)
+        if hit is None:
+            hit = memo.get(full)
+            if hit is not None:
+                self.completions += 1  # it completed a request: enclosing subtrees are not local either
         if hit is not None:
+            h_calls, h_visits, h_checks, hist = hit
+            if hist is not None:
+                h_checks += self._dead_checks(hist, deadfree, rd)
+                self.scan_log.extend(hist)
             self.stats.calls -= 1  # the hit includes this call
             self.stats.pruned += 1
-            self._bulk(*hit)
+            self._bulk(h_calls, h_visits, h_checks)
             return False
         st = self.stats
-        calls, visits, checks, completions, leaks = st.calls, st.visits, st.checks, self.completions, self.leaks
-        done = self._scan(ci, ri, si, di, in_sub, start, rd, rkey)
-        if not done and self.completions == completions and self.leaks == leaks:
-            rd.memo[key] = (st.calls - calls + 1, st.visits - visits, st.checks - checks)
+        calls, visits, checks, leaks, completions = st.calls, st.visits, st.checks, self.leaks, self.completions
+        mark = len(self.scan_log)
+        if self.a.prune and self._prune(ci, rd, rkey, start, rd.num_devices - di):
+            done = False
+        else:
+            done = self._scan(ci, ri, si, di, in_sub, start, rd, rkey)
+        if cj is None:
+            del self.scan_log[mark:]
+            entry: tuple[int, int, int, Any] = (st.calls - calls + 1, st.visits - visits, st.checks - checks, None)
+        else:
+            agg: dict[tuple[tuple[int, int, int], int], int] = {}
+            for rk, s0, w in self.scan_log[mark:]:
+                agg[(rk, s0)] = agg.get((rk, s0), 0) + w
+            hist = tuple((rk, s0, w) for (rk, s0), w in agg.items())
+            del self.scan_log[mark:]
+            self.scan_log.extend(hist)
+            own = st.checks - checks - self._dead_checks(hist, deadfree, None)
+            entry = (st.calls - calls + 1, st.visits - visits, own, hist)
+        if not done and self.leaks == leaks:
+            if len(memo) >= _DEAD_STATES_MAX:
+                memo.clear()
+            memo[local if self.completions == completions else full] = entry
         return done
 
-    def _constraint_key(self, ci: int, rd: _ReqData) -> tuple[Any, ...]:
-        return tuple(
-            (c.num, c.stored, frozenset(c.values.items())) for c in self.constraints[ci] if c.applies(rd.base, rd.sub)
+    def _canonical_constraints(self) -> list[list[int | None]]:
+        """Per claim and request: a ``distinctAttribute`` that rejects, first and without side effect,
+        the devices whose value an earlier request holds, in every request from there to the end of
+        the search (last claim; plain ``exactly`` requests the mask scan walks). Such devices are dead
+        for the whole subtree: whether they are in use changes only the checks counted, linearly,
+        so failing subtrees are memoised without them (``_dead_checks`` adds their checks back).
+        """
+        out: list[list[int | None]] = []
+        last = len(self.claims) - 1
+        for ci, claim in enumerate(self.claims):
+            row: list[int | None] = [None] * (len(claim.requests) + 1)
+            ok_from = ci == last and not self.has_counters and not self.has_multi
+            cons = self.constraints[ci]
+            for ri in range(len(claim.requests) - 1, -1, -1):
+                req = claim.requests[ri]
+                spec = req.exactly
+                if not ok_from or req.first_available or spec is None or spec.mode != "ExactCount" or spec.capacity_requests or spec.admin_access:
+                    ok_from = False
+                    continue
+                names = [r.name for r in claim.requests[ri:]]
+                for j, c in enumerate(cons):
+                    if not c.distinct or not all(c.applies(n, "") for n in names):
+                        continue
+                    if any(cons[k].distinct and cons[k].applies(n, "") for n in names for k in range(j)):
+                        break
+                    row[ri] = j
+                    break
+            out.append(row)
+        return out
+
+    def _dead_mask(self, ci: int, j: int, base: str) -> int:
+        """Positions constraint ``j`` rejects for every request after ``base``: no value, a list value
+        or a value earlier requests hold; without taints, capacity rules or selector errors."""
+        c = self.constraints[ci][j]
+        has, lists, by = self._value_masks(ci, j)
+        dead = self.all_mask & ~has
+        others = [v for k, v in c.values.items() if k != base]
+        if others:
+            dead |= lists
+            for v in others:
+                dead |= by.get(v, 0)
+        return dead & ~self.special_mask & ~self.errs.get(ci, 0)
+
+    def _dead_checks(self, hist: tuple[tuple[tuple[int, int, int], int, int], ...], deadfree: int, rd: _ReqData | None) -> int:
+        """Checks the scans of ``hist`` make on the free dead devices (selected, from their start on).
+        With ``rd`` (a memo hit) the selectors of dead devices reached for the first time are counted."""
+        n = 0
+        first: dict[tuple[int, int, int], int] = {}
+        for rk, s0, w in hist:
+            sel = self._sel_mask(self.req[rk], rk)[0]
+            n += w * (deadfree & sel & ~((1 << s0) - 1)).bit_count()
+            if rd is not None and (rk not in first or s0 < first[rk]):
+                first[rk] = s0
+        for rk, s0 in first.items():
+            counted = self.counted.get(rk, 0)
+            new = deadfree & ~((1 << s0) - 1) & ~counted
+            rdk = self.req[rk]
+            while new:
+                low = new & -new
+                self._selectable(self.cands[low.bit_length() - 1], rdk, rk, True)
+                new ^= low
+            self.counted[rk] = counted | (deadfree & ~((1 << s0) - 1))
+        return n
+
+    def _constraint_key(self, ci: int, base: str) -> tuple[Any, ...]:
+        """What the rest of the search can see of claim ``ci``'s constraints from request ``base`` on.
+
+        A ``matchAttribute`` is its fixed value (none while no device holds it). A
+        ``distinctAttribute`` is the value the current request last stored (the only
+        entry the subtree can remove, and its caller removes it afterwards anyway) and
+        the set of values earlier requests hold: which request holds which does not
+        matter, as later requests only compare with them. So a failing subtree reached
+        again through another order of the same earlier choices is recognised.
+        """
+        out: list[Any] = []
+        for c in self.constraints[ci]:
+            if c.distinct:
+                vals = c.values
+                if not vals:
+                    out.append(None)
+                else:
+                    out.append((vals.get(base), frozenset(v for k, v in vals.items() if k != base)))
+            else:
+                out.append(c.stored if c.num else None)
+        return tuple(out)
+
+    def _use_key(self, ci: int) -> tuple[Any, ...]:
+        """Results so far, shared capacity and counters in use by this call."""
+        return (
+            len(self.results[ci]),
+            tuple(sorted((k, tuple(sorted(v.items()))) for k, v in self.allocating_cap.items())) if self.has_multi else None,
+            self._counter_key() if self.has_counters else None,
         )
 
     def _counter_key(self) -> tuple[Any, ...]:
@@ -884,6 +1046,161 @@ class _Search:
         self.next_budget_check = self.stats.calls + 32
 
     def _scan(self, ci: int, ri: int, si: int, di: int, in_sub: bool, start: int, rd: _ReqData, rkey: tuple[int, int, int]) -> bool:
+        spec = rd.spec
+        if (
+            self.a.fast
+            and self.stats.our_calls > self.a.fast_after
+            and self.constraints[ci]
+            and not self.has_counters
+            and not self.has_multi
+            and not spec.capacity_requests
+            and not spec.admin_access
+        ):
+            return self._scan_masks(ci, ri, si, di, in_sub, start, rd, rkey)
+        return self._scan_plain(ci, ri, si, di, in_sub, start, rd, rkey)
+
+    # ---- the mask scan
+    def _masks(self) -> None:
+        """Devices in use by other pods, and those the mask scan always walks (taints, capacity rules)."""
+        if self.used_mask < 0:
+            self.used_mask = sum(1 << c.pos for c in self.cands if c.id in self.state.devices)
+            self.special_mask = sum(1 << c.pos for c in self.cands if c.device.taints or not c.simple_cap)
+
+    def _sel_mask(self, rd: _ReqData, rkey: tuple[int, int, int]) -> tuple[int, int]:
+        """Positions the request's selectors accept, and those whose evaluation fails (raised when reached)."""
+        got = self.sel_masks.get(rkey)
+        if got is None:
+            sel = err = 0
+            for cand in self.cands:
+                try:
+                    if self._selectable(cand, rd, rkey, False):
+                        sel |= 1 << cand.pos
+                except AllocationError:
+                    err |= 1 << cand.pos
+            got = (sel, err)
+            self.sel_masks[rkey] = got
+            self.errs[rkey[0]] = self.errs.get(rkey[0], 0) | err
+        return got
+
+    def _value_masks(self, ci: int, j: int) -> tuple[int, int, dict[tuple[str, Any], int]]:
+        """For claim ``ci``'s constraint ``j``: positions with the attribute, with a list value, and by value."""
+        key = (ci, j)
+        got = self.vmasks.get(key)
+        if got is None:
+            has = lists = 0
+            by: dict[tuple[str, Any], int] = {}
+            for pos, v in enumerate(self._values(ci, j)):
+                if v is None:
+                    continue
+                bit = 1 << pos
+                has |= bit
+                if v[0] == "list":
+                    lists |= bit
+                else:
+                    by[v] = by.get(v, 0) | bit
+            got = (has, lists, by)
+            self.vmasks[key] = got
+        return got
+
+    def _accept_masks(self, ci: int, rd: _ReqData) -> tuple[int, int]:
+        """Positions the constraints accept as they stand, and those they reject only after a
+        ``distinctAttribute`` stored the device's value (a side effect: ``_allocate_device`` must run)."""
+        acc = (1 << self.D) - 1
+        slow = 0
+        distinct_before = False
+        for j, c in enumerate(self.constraints[ci]):
+            if not c.applies(rd.base, rd.sub):
+                continue
+            has, lists, by = self._value_masks(ci, j)
+            if c.num == 0:
+                ok = has
+            elif c.distinct:
+                ok = has
+                if c.values:
+                    ok &= ~lists
+                    for v in set(c.values.values()):
+                        ok &= ~by.get(v, 0)
+            else:
+                stored = c.stored
+                ok = 0 if stored is None or stored[0] == "list" else by.get(stored, 0)
+            if distinct_before:
+                slow |= acc & ~ok
+            acc &= ok
+            distinct_before = distinct_before or c.distinct
+        return acc, slow
+
+    def _scan_masks(self, ci: int, ri: int, si: int, di: int, in_sub: bool, start: int, rd: _ReqData, rkey: tuple[int, int, int]) -> bool:
+        """``_scan`` over bit masks: runs of devices that are in use, not selected, or rejected by the
+        constraints without side effect are counted (visits, checks, selector evaluations) in one step;
+        only the devices that could be allocated, or whose rejection has a side effect, are walked."""
+        spec = rd.spec
+        cands = self.cands
+        stats = self.stats
+        D = self.D
+        self._masks()
+        sel, err = self._sel_mask(rd, rkey)
+        counted = self.counted.get(rkey, 0)
+        last = start
+        base_name = rd.base
+        applying = [(c, self._values(ci, j)) for j, c in enumerate(self.constraints[ci]) if c.applies(base_name, rd.sub)]
+        if self.canon[ci][ri] is not None:
+            self.scan_log.append((rkey, start, 1))
+        results = self.results[ci]
+        allocating = self.allocating
+        while True:
+            busy = self.used_mask
+            for m in self.amask:
+                busy |= m
+            free = ~busy & ~((1 << last) - 1) & ((1 << D) - 1)
+            base = free & sel & ~err
+            acc, slow = self._accept_masks(ci, rd)
+            indiv = ((acc | slow | self.special_mask) & base) | (err & free)
+            p = (indiv & -indiv).bit_length() - 1 if indiv else D
+            span = ((1 << p) - 1) & ~((1 << last) - 1)
+            new = free & span & ~counted
+            while new:  # selectors reached for the first time in this call, in position order
+                low = new & -new
+                self._selectable(cands[low.bit_length() - 1], rd, rkey, True)
+                new ^= low
+            counted |= free & span
+            self.counted[rkey] = counted
+            stats.visits += p - last
+            stats.checks += (base & span).bit_count()
+            if p >= D:
+                return False
+            last = p + 1
+            cand = cands[p]
+            stats.visits += 1
+            if not self._selectable(cand, rd, rkey, True):  # raises for an evaluation error
+                continue
+            counted |= 1 << p
+            bit = 1 << p
+            if acc & bit and not (slow | self.special_mask) & bit:
+                # what _allocate_device does for a device that nothing can reject here
+                stats.checks += 1
+                for c, vals in applying:
+                    v = vals[p]
+                    assert v is not None
+                    c.add(base_name, v)
+                allocating.setdefault(cand.id, set()).add(ci)
+                self.amask[ci] |= bit
+                results.append(_Result(rd, cand, None, None))
+            else:
+                if not cand.simple_cap and not self._capacity_fits(cand, spec):
+                    continue
+                if not self._allocate_device(ci, rd, cand, False):
+                    continue
+            try:
+                done = self._one(ci, ri, si, di + 1, in_sub, p + 1)
+            except _MaxSizeExceeded:
+                self._deallocate(ci, rd, cand)
+                raise
+            if done:
+                return True
+            self._deallocate(ci, rd, cand)
+            counted = self.counted.get(rkey, 0)
+
+    def _scan_plain(self, ci: int, ri: int, si: int, di: int, in_sub: bool, start: int, rd: _ReqData, rkey: tuple[int, int, int]) -> bool:
         """allocateOne's loop over the candidate devices for one slot.
 
         With ``fast``, a device that its constraints reject is counted as the
@@ -898,6 +1215,8 @@ class _Search:
         admin = spec.admin_access
         simple_cap = not spec.capacity_requests
         reject = self._rejecter(ci, rd) if self.a.fast and not self.has_counters else None
+        if self.a.fast and self.canon[ci][ri] is not None:
+            self.scan_log.append((rkey, start, 1))  # the dead-state memo's record of scans (``_dead_checks``)
         for pos in range(start, self.D):
             cand = cands[pos]
             stats.visits += 1
