@@ -189,14 +189,14 @@ def test_drop_then_rename_replaces_an_attribute() -> None:
         ({"rename_attributes": {"core": "9bad"}}, "9bad"),
         ({"rename_attributes": {"core": "x", "die": "x"}}, "'x'"),
         ({"drop_attributes": ["a/b/c"]}, "a/b/c"),
-        ({"attribute_hook": "no-colon"}, "attribute_hook"),
+        ({"attribute_hook": "no-colon"}, "attributeHook"),
         ({"model": "socket"}, "model"),
         ({"unknown": 1}, "unknown"),
     ],
 )
 def test_config_errors_name_the_attribute(kwargs: dict[str, object], needle: str) -> None:
     with pytest.raises(ValidationError) as info:
-        DeviceModelConfig(**kwargs)  # type: ignore[arg-type]
+        DeviceModelConfig.from_mapping(kwargs)
     assert needle in str(info.value)
 
 
