@@ -61,12 +61,12 @@ def test_sim_help_imports_no_simulator(tmp_path: Path) -> None:
     assert _present(loaded, HEAVY + simulator) == []
 
 
-def test_small_sim_run_imports_no_plotting_progress_or_typer_adapters(tmp_path: Path) -> None:
-    """A real run: only what it uses (no plots, no pydantic adapters for plain options, no
-    progress bar when nobody watches)."""
+def test_small_sim_run_imports_no_plotting_progress_or_pydantic(tmp_path: Path) -> None:
+    """A real run: only what it uses (no plots, no pydantic at all: neither adapters for plain
+    options nor the device model, no progress bar when nobody watches)."""
     loaded = _loaded(tmp_path, "sim", "run", "-n", "2", "--cpus", "16", "--pods", "2", "--fill", "0.25", "--json")
     assert "topodra.sim.scheduler" in loaded  # it did run
-    assert _present(loaded, ("matplotlib", "typer._adapters", "rich.progress", "topodra.sim.sweep", "topodra.policy", "topodra.agent")) == []
+    assert _present(loaded, ("matplotlib", "pydantic", "typer._adapters", "rich.progress", "topodra.sim.sweep", "topodra.policy", "topodra.agent")) == []
 
 
 def test_listing_matches_the_full_command_line() -> None:

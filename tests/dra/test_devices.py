@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -189,14 +191,14 @@ def test_drop_then_rename_replaces_an_attribute() -> None:
         ({"rename_attributes": {"core": "9bad"}}, "9bad"),
         ({"rename_attributes": {"core": "x", "die": "x"}}, "'x'"),
         ({"drop_attributes": ["a/b/c"]}, "a/b/c"),
-        ({"attribute_hook": "no-colon"}, "attribute_hook"),
+        ({"attribute_hook": "no-colon"}, "attributeHook"),
         ({"model": "socket"}, "model"),
         ({"unknown": 1}, "unknown"),
     ],
 )
 def test_config_errors_name_the_attribute(kwargs: dict[str, object], needle: str) -> None:
     with pytest.raises(ValidationError) as info:
-        DeviceModelConfig(**kwargs)  # type: ignore[arg-type]
+        DeviceModelConfig.from_mapping(kwargs)
     assert needle in str(info.value)
 
 
@@ -371,3 +373,23 @@ def test_core_model_follows_the_order() -> None:
     names = [d.name for d in build_devices(SERVER, DeviceModelConfig(model="core"))]
     assert names[0] == f"core{max(SERVER.cores())}"
     assert names[-1] == "core0"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"model": "socket"}, "model must be one of"),
+        ({"group_by": "rack"}, "groupBy must be one of"),
+        ({"order": "random"}, "order must be one of"),
+        ({"shared_floor": -1}, "sharedFloor"),
+        ({"shared_floor": True}, "sharedFloor"),
+        ({"add_attributes": {"f": 1.5}}, "addAttributes: attribute 'f'"),
+        ({"rename_attributes": {"core": "x", "die": "x"}}, "renameAttributes:"),
+        ({"drop_attributes": "coreType"}, "dropAttributes: must be a list"),
+        ({"attribute_hook": "no-colon"}, "attributeHook:"),
+    ],
+)
+def test_config_built_directly_checks_itself(kwargs: dict[str, object], needle: str) -> None:
+    """The simulator and the CLI build the config without pydantic: the same rules hold."""
+    with pytest.raises(ValueError, match=re.escape(needle)):
+        DeviceModelConfig(**kwargs)  # type: ignore[arg-type]

@@ -19,7 +19,7 @@ OFF = CPUSet([0, 8, 5])  # core 0 wholly, one thread of core 5
 
 @pytest.mark.parametrize("model", ["cpu", "core", "grouped"])
 def test_names_stay_and_offline_devices_are_withdrawn_not_renamed(model: str) -> None:
-    cfg = DeviceModelConfig.model_validate({"model": model, "sharedFloor": 0})
+    cfg = DeviceModelConfig.from_mapping({"model": model, "sharedFloor": 0})
     known = build_devices(MACHINE, cfg)
     now = carry_numbers(MACHINE.cpus, with_offline(MACHINE, OFF))
     devices = follow_devices(known, build_devices(now, cfg), now.online)
@@ -80,7 +80,7 @@ def test_a_device_gone_because_its_cpu_is_reserved_now_is_gone() -> None:
 def test_any_hotplug_sequence_keeps_names_and_never_offers_or_calls_healthy_an_offline_cpu(
     model: str, steps: list[list[int]]
 ) -> None:
-    cfg = DeviceModelConfig.model_validate({"model": model})
+    cfg = DeviceModelConfig.from_mapping({"model": model})
     devices = build_devices(MACHINE, cfg)
     names = {d.name for d in devices}
     seen = dict(MACHINE.cpus)

@@ -78,7 +78,7 @@ def _devices(
             raw["model"] = model.value
         if group_by is not None:
             raw["group_by"] = group_by.value
-        cfg = DeviceModelConfig(**raw)
+        cfg = DeviceModelConfig.from_mapping(raw)
         exclude = CPUSet.parse(reserved)
     except OSError as exc:
         raise _fail(f"cannot read --config: {exc}") from None

@@ -25,10 +25,7 @@ import importlib
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Final, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-from pydantic.alias_generators import to_camel
+from typing import Any, ClassVar, Final, Literal
 
 from topodra.cpuset import CPUSet
 from topodra.dra.attributes import (
@@ -86,7 +83,53 @@ class DeviceModelError(ValueError):
     """The device model configuration cannot produce valid devices."""
 
 
-class DeviceModelConfig(BaseModel):
+def _camel(name: str) -> str:
+    """``shared_floor`` -> ``sharedFloor``: the config file's spelling of a field."""
+    first, *rest = name.split("_")
+    return first + "".join(part.title() for part in rest)
+
+
+_CHOICES: Final[dict[str, tuple[str, ...]]] = {
+    "model": ("cpu", "core", "grouped"),
+    "group_by": ("numa", "l3", "socket", "machine"),
+    "order": ("topology-reversed", "topology", "cpu-id"),
+}
+
+
+def _check_add(value: object) -> None:
+    if not isinstance(value, dict):
+        raise ValueError(f"must be a mapping, got {value!r}")
+    for name, raw in value.items():
+        validate_qualified_name(name)
+        validate_attributes({name: attribute_from_api(raw, name=name)}, driver=DRIVER)
+
+
+def _check_rename(value: object) -> None:
+    if not isinstance(value, dict):
+        raise ValueError(f"must be a mapping, got {value!r}")
+    targets: dict[str, str] = {}
+    for old, new in value.items():
+        validate_qualified_name(old)
+        validate_qualified_name(new)
+        if new in targets:
+            raise AttributeValidationError(f"both {targets[new]!r} and {old!r} are renamed to it", attribute=new)
+        targets[new] = old
+
+
+def _check_drop(value: object) -> None:
+    if not isinstance(value, list):
+        raise ValueError(f"must be a list, got {value!r}")
+    for name in value:
+        validate_qualified_name(name)
+
+
+def _check_hook(value: object) -> None:
+    if value is not None and not (isinstance(value, str) and _HOOK_SPEC.match(value)):
+        raise ValueError(f"{value!r} must look like 'package.module:function'")
+
+
+@dataclass(frozen=True)
+class DeviceModelConfig:
     """How the node's CPUs become DRA devices (the ``dra.devices`` config section).
 
     ``add_attributes`` sets constant attributes on every device (plain JSON
@@ -113,55 +156,56 @@ class DeviceModelConfig(BaseModel):
     to run and Prepare never has to refuse a claim for that (see
     ``offered_cpus``). 0 offers every CPU (a claim may then be allocated that
     Prepare refuses).
+
+    A plain dataclass that checks itself (``__post_init__``), so the simulator
+    and the CLI build one without importing pydantic; the agent's config model
+    validates it as a nested section with the same rules (``__pydantic_config__``:
+    camelCase keys, unknown keys refused), and :meth:`from_mapping` does the same
+    for a loose mapping.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True)
+    __pydantic_config__: ClassVar[dict[str, Any]] = {
+        "extra": "forbid",
+        "alias_generator": _camel,
+        "populate_by_name": True,
+    }
 
     model: Literal["cpu", "core", "grouped"] = "cpu"
     group_by: Literal["numa", "l3", "socket", "machine"] = "numa"
-    add_attributes: dict[str, Any] = Field(default_factory=dict)
-    rename_attributes: dict[str, str] = Field(default_factory=dict)
-    drop_attributes: list[str] = Field(default_factory=list)
+    add_attributes: dict[str, Any] = field(default_factory=dict)
+    rename_attributes: dict[str, str] = field(default_factory=dict)
+    drop_attributes: list[str] = field(default_factory=list)
     attribute_hook: str | None = None
     order: Literal["topology-reversed", "topology", "cpu-id"] = "topology-reversed"
-    shared_floor: int = Field(default=1, ge=0)
+    shared_floor: int = 1
 
-    @field_validator("add_attributes")
-    @classmethod
-    def _check_add(cls, value: dict[str, Any]) -> dict[str, Any]:
-        for name, raw in value.items():
-            validate_qualified_name(name)
-            converted = attribute_from_api(raw, name=name)
-            validate_attributes({name: converted}, driver=DRIVER)
-        return value
+    def __post_init__(self) -> None:
+        for name, allowed in _CHOICES.items():
+            value = getattr(self, name)
+            if value not in allowed:
+                raise ValueError(f"{_camel(name)} must be one of {', '.join(allowed)}, got {value!r}")
+        if isinstance(self.shared_floor, bool) or not isinstance(self.shared_floor, int) or self.shared_floor < 0:
+            raise ValueError(f"sharedFloor must be a whole number >= 0, got {self.shared_floor!r}")
+        for name, check in (
+            ("add_attributes", _check_add),
+            ("rename_attributes", _check_rename),
+            ("drop_attributes", _check_drop),
+            ("attribute_hook", _check_hook),
+        ):
+            try:
+                check(getattr(self, name))
+            except ValueError as exc:
+                raise ValueError(f"{_camel(name)}: {exc}") from exc
 
-    @field_validator("rename_attributes")
     @classmethod
-    def _check_rename(cls, value: dict[str, str]) -> dict[str, str]:
-        targets: dict[str, str] = {}
-        for old, new in value.items():
-            validate_qualified_name(old)
-            validate_qualified_name(new)
-            if new in targets:
-                raise AttributeValidationError(
-                    f"both {targets[new]!r} and {old!r} are renamed to it", attribute=new
-                )
-            targets[new] = old
-        return value
+    def from_mapping(cls, raw: Mapping[str, Any]) -> DeviceModelConfig:
+        """Validate a config section (camelCase or snake_case keys) as the agent's config does.
 
-    @field_validator("drop_attributes")
-    @classmethod
-    def _check_drop(cls, value: list[str]) -> list[str]:
-        for name in value:
-            validate_qualified_name(name)
-        return value
+        Raises pydantic's ``ValidationError`` naming each bad key.
+        """
+        from pydantic import TypeAdapter
 
-    @field_validator("attribute_hook")
-    @classmethod
-    def _check_hook(cls, value: str | None) -> str | None:
-        if value is not None and not _HOOK_SPEC.match(value):
-            raise ValueError(f"attribute_hook {value!r} must look like 'package.module:function'")
-        return value
+        return TypeAdapter(cls).validate_python(dict(raw))
 
     def added(self) -> dict[str, AttrValue]:
         return {k: attribute_from_api(v, name=k) for k, v in self.add_attributes.items()}
