@@ -100,10 +100,13 @@ def test_first_fit_equals_the_allocator(sc: dict[str, Any]) -> None:
             state.devices.add(d)
     held = np.array([d in state.devices for d in ids], dtype=bool)
     claims = [parse_claim(c) for c in sc["claims"]]
+    failed = False
+    want: Any = None
+    want_stats: Any = None
     try:
         want, want_stats = alloc.allocate_with_stats(node, claims)
     except AllocationError:
-        want, want_stats = "error", None
+        failed = True
     specs = plain_specs(claims, alloc.classes)
     if specs is None:
         assert any(c.constraints or any(r.first_available for r in c.requests) for c in claims)
@@ -114,11 +117,13 @@ def test_first_fit_equals_the_allocator(sc: dict[str, Any]) -> None:
     if got is None:
         # declined: only where it cannot be sure
         erring = any(SELECTORS[-1] in e for c in claims for r in c.requests if r.exactly for e in r.exactly.selectors)
-        assert tainted or erring or want == "error" or (want is None and sum(len(r) for r in specs) > 1)
+        # several requests: the first fit of one request can leave a later one short while
+        # the allocator backs up and finds another answer (or none): declined either way
+        assert tainted or erring or failed or sum(len(r) for r in specs) > 1
         return
     res, stats = got
     assert not tainted
-    assert want != "error"
+    assert not failed
     assert res == want
     assert want_stats is not None
     assert _stats(stats) == _stats(want_stats)
