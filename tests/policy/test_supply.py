@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from topodra.policy import GrantKind, PolicyConfig, QoSClass
 from topodra.policy.grants import Grant
-from topodra.policy.partition import build_partition
+from topodra.policy.partition import Partition, build_partition
 from topodra.policy.supply import Supply
 from topodra.topology.synthetic import synthetic_topology
 
@@ -76,3 +76,15 @@ def test_capacity_is_always_what_the_definitions_give(ops: list[tuple[str, int, 
         assert cap.reach == reach
     s.hold(-held)
     assert s.milli[0] == sum(g.milli for g in s.grants.values())  # every grant here follows a pool
+
+
+TREES = [PART, build_partition(synthetic_topology("2s1d2n2l4c2t"), PolicyConfig(reserved_cpu_count=3))]
+
+
+@settings(deadline=None, max_examples=200)
+@given(tree=st.sampled_from(TREES), mask=st.integers(0, (1 << 40) - 1))
+def test_pools_of_is_every_pool_holding_a_cpu_parents_first(tree: Partition, mask: int) -> None:
+    got = tree.pools_of(mask)
+    assert sorted(got) == [p.index for p in tree.pools if p.cpus & mask]
+    for i in got:
+        assert tree.pools[i].parent < 0 or got.index(tree.pools[i].parent) < got.index(i)

@@ -102,6 +102,12 @@ class Supply:
         self._free = [0] * n
         self._reach = [0] * n
         self._dirty: set[int] = set(range(n))
+        # Per pool, the most any child can have of its own free milli-CPU and slack (all its
+        # sharable CPUs, nothing charged: charges are never negative): a bound at or above these
+        # leaves every child's figures as they were.
+        sharable = [p.sharable.bit_count() for p in part.pools]
+        self._top_slack = [max((sharable[c] for c in kids), default=0) for kids in part.children]
+        self._top_free = [1000 * t for t in self._top_slack]
         self._capacity = Capacity(self._counts, self._free, self._slack, self._reach)
 
     # --- the rules -----------------------------------------------------------------
@@ -143,9 +149,9 @@ class Supply:
         self._dirty.update(path)
 
     def _settle(self) -> None:
-        """Bring the figures up to date: recount the pools holding CPUs taken or freed, then walk
-        down from the root into every touched pool, and into a side branch only where its
-        parent's bounds moved."""
+        """Bring the figures up to date: recount the pools holding CPUs taken or freed, then settle
+        every touched pool, parents first, and go down a side branch only where its parent's
+        bounds moved below what a child can have."""
         used = self.excl | self.claimed
         dirty = self._dirty
         counts, own, slack, milli = self._counts, self._own, self._slack, self.milli
@@ -160,23 +166,27 @@ class Supply:
             dirty.update(moved)
             self._counted = used
         free, reach, parents, children = self._free, self._reach, self.part.parents, self.part.children
-        todo = [0]  # dirty sets are closed under ancestors: they hold whole paths from the root
-        while todo:
-            j = todo.pop()
-            f, r = own[j], slack[j]
-            par = parents[j]
-            if par >= 0:
-                if free[par] < f:
-                    f = free[par]
-                if reach[par] < r:
-                    r = reach[par]
-            if f != free[j] or r != reach[j]:
-                free[j], reach[j] = f, r
-                todo.extend(children[j])
-            else:
-                for c in children[j]:
-                    if c in dirty:
-                        todo.append(c)
+        top_free, top_slack = self._top_free, self._top_slack
+        todo: list[int] = []
+        # Dirty sets are closed under ancestors; in index order a pool's parent is settled first.
+        for d in sorted(dirty):
+            todo.append(d)
+            while todo:
+                j = todo.pop()
+                f, r = own[j], slack[j]
+                par = parents[j]
+                if par >= 0:
+                    if free[par] < f:
+                        f = free[par]
+                    if reach[par] < r:
+                        r = reach[par]
+                was_f, was_r = free[j], reach[j]
+                if f != was_f or r != was_r:
+                    free[j], reach[j] = f, r
+                    # A child's figures are its own ones bounded by these: they move only where the
+                    # old or the new bound is below what a child can have (see ``_top_free``).
+                    if (f if f < was_f else was_f) < top_free[j] or (r if r < was_r else was_r) < top_slack[j]:
+                        todo.extend(children[j])
         dirty.clear()
 
     def exclusive_ok(self, mask: int, pool: int, frac: int) -> bool:
