@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -88,3 +92,19 @@ def test_pools_of_is_every_pool_holding_a_cpu_parents_first(tree: Partition, mas
     assert sorted(got) == [p.index for p in tree.pools if p.cpus & mask]
     for i in got:
         assert tree.pools[i].parent < 0 or got.index(tree.pools[i].parent) < got.index(i)
+
+
+def test_grant_builds_like_the_dataclass_it_declares() -> None:
+    """Grant's hand-written ``__init__`` takes the declared fields, defaults included, and stays frozen."""
+    params = list(inspect.signature(Grant.__init__).parameters.values())[1:]
+    declared = dataclasses.fields(Grant)
+    assert [p.name for p in params] == [f.name for f in declared]
+    assert [p.default for p in params] == [
+        inspect.Parameter.empty if f.default is dataclasses.MISSING else f.default for f in declared
+    ]
+    g = Grant(request("a"), GrantKind.EXCLUSIVE, 2, exclusive=6, mems=1, claims=("k",))
+    assert (g.pool, g.exclusive, g.mems, g.claims, g.milli, g.degraded) == (2, 6, 1, ("k",), 0, "")
+    assert dataclasses.replace(g, milli=5) == Grant(request("a"), GrantKind.EXCLUSIVE, 2, exclusive=6, mems=1,
+                                                    milli=5, claims=("k",))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        g.pool = 3  # type: ignore[misc]
