@@ -46,6 +46,7 @@ class Placer:
         self.part = supply.part
         self.config = config
         self.mem_hints: dict[str, int] = {}  # during sync: the memory nodes containers run on
+        self._homes: dict[tuple[int, frozenset[MemoryKind]], tuple[int, int]] = {}  # memory_for without a size
 
     def place(
         self,
@@ -99,6 +100,12 @@ class Placer:
     def memory_for(self, req: ContainerRequest, need: Need, pool: int) -> tuple[int, int]:
         """(memory pool, cpuset.mems): the pool's nodes of the wanted kinds, widened until it fits."""
         kinds = need.memory_kinds
+        hint = self.mem_hints.get(req.id) if self.mem_hints else None
+        unsized = need.memory <= 0 and not hint
+        if unsized:  # no request to fit, no nodes to keep: the answer is the pool's alone
+            home = self._homes.get((pool, kinds))
+            if home is not None:
+                return home
         pools = self.part.pools
         root = pools[0]
         if not root.nodes_of(kinds):
@@ -107,7 +114,6 @@ class Placer:
                 f"{where(req)}: memory type {', '.join(sorted(k.value for k in kinds))} requested but this "
                 f"node has only {', '.join(have) or 'no'} memory"
             )
-        hint = self.mem_hints.get(req.id)
         if hint:  # sync: a running container keeps its memory nodes if they are those of its pool or an ancestor
             on_line = self.mem_pool_of(pool, hint, kinds)
             if on_line is not None:
@@ -118,8 +124,13 @@ class Placer:
             if not nodes or missing[p]:
                 continue
             if need.memory <= 0 or self.supply.mem_free(p, kinds) >= need.memory:
-                return p, nodes
-        return 0, root.nodes_of(kinds)
+                home = (p, nodes)
+                break
+        else:
+            home = (0, root.nodes_of(kinds))
+        if unsized:
+            self._homes[(pool, kinds)] = home
+        return home
 
     def mem_pool_of(self, pool: int, mems: int, kinds: frozenset[MemoryKind]) -> int | None:
         """The deepest of ``pool`` and its ancestors whose memory nodes are exactly ``mems``."""
@@ -315,10 +326,9 @@ class Placer:
         groups: dict[tuple[int, ...], list[tuple[int, int, int, int]]] = {}
         all_cand, all_pref, any_pref = a.cand, a.pref, a.pref != a.cand
         with_memory, hint = need.memory > 0, a.hint_pool
-        for p in pools:
-            i = p.index
-            if not isolated and reach[i] < n:
-                continue
+        # Most pools cannot give n CPUs at all: filter those out first, in one pass.
+        for i in range(len(pools)) if isolated else [i for i, r in enumerate(reach) if r >= n]:
+            p = pools[i]
             if frac and free[i] - (0 if isolated else 1000 * n) < frac:
                 continue
             cpus = p.cpus

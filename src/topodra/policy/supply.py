@@ -195,9 +195,9 @@ class Supply:
         counts = self.capacity().counts
         pools = self.part.pools
         path = pools[pool].path
-        touched = set(self.part.pools_of(mask & self.part.sharable))
+        touched: list[int] | set[int] = self.part.pools_of(mask & self.part.sharable)
         if frac:
-            touched.update(path)
+            touched = set(touched).union(path)
         for i in touched:
             t = (mask & pools[i].sharable).bit_count()
             extra = frac if i in path else 0
