@@ -30,7 +30,7 @@ from topodra.policy.api import (
     PolicyError,
     SnapshotError,
 )
-from topodra.policy.classify import GrantKind, Need, classify
+from topodra.policy.classify import GrantKind, Need, classify, validate_request
 from topodra.policy.config import PolicyConfig
 from topodra.policy.grants import Grant
 from topodra.policy.packing import pack
@@ -61,6 +61,7 @@ class Policy:
         self._assignment_cache: dict[tuple[int, int], Assignment] = {}
         self._node_sets: dict[int, CPUSet] = {}  # memory node masks as sets: few, and in every Assignment
         self._default_kinds = frozenset(self._config.default_memory_types)
+        self._needs: dict[tuple[object, ...], Need] = {}  # requests without annotations, by what classify reads
         # Machine changes (``follow``): the reserved CPUs as configured on the whole machine, and the
         # claims that hold CPUs gone offline, as claimed (the supply holds their online part only).
         self._base_reserved = self._part.reserved
@@ -448,6 +449,18 @@ class Policy:
     def _classify(self, req: ContainerRequest, *, ignore_claims: bool = False,
                   prefs: Preferences | None = None) -> Need:
         part = self._part
+        if prefs is None and not ignore_claims and not req.annotations:
+            # Without annotations the reading depends on these fields and the (fixed) config alone;
+            # a Need is never changed once made, so one serves every request that reads the same.
+            validate_request(req)
+            key = (req.qos, req.cpu_request_milli, req.cpu_limit_milli, req.memory_request, req.namespace, req.claims)
+            need = self._needs.get(key)
+            if need is None:
+                if len(self._needs) > 4096:
+                    self._needs.clear()
+                need = self._needs[key] = classify(req, self._config, has_reserved=part.reserved != 0,
+                                                   has_isolated=part.isolated != 0)
+            return need
         return classify(req, self._config, has_reserved=part.reserved != 0, has_isolated=part.isolated != 0,
                         ignore_claims=ignore_claims, prefs=prefs)
 
