@@ -534,7 +534,8 @@ class Policy:
         supply.begin()
         if len(self._assignment_cache) > 4096:
             self._assignment_cache.clear()
-        used_before, claimed_before = supply.used, supply.claimed
+        claimed_before = supply.claimed
+        used_before = supply.excl | claimed_before
         try:
             body()
             if reported is None:
@@ -565,7 +566,7 @@ class Policy:
         pinned = self._config.pin_cpu
         new: dict[str, Assignment] = {}
         # Shared sets changed exactly in the pools holding a sharable CPU that was taken or freed.
-        delta = (used_before ^ supply.used) & self._part.sharable
+        delta = (used_before ^ (supply.excl | supply.claimed)) & self._part.sharable
         if delta and pinned:
             for i in self._part.pools_of(delta):
                 for key, group in supply.followers[i].items():
@@ -598,7 +599,7 @@ class Policy:
                 new.pop(cid, None)
                 if old is not None:
                     gone.append(cid)
-            elif a is old or a == old:
+            elif a is old or (old is not None and a == old):  # (None == a costs a reflected call)
                 new.pop(cid, None)
             else:
                 new[cid] = a
