@@ -82,6 +82,29 @@ def test_capacity_is_always_what_the_definitions_give(ops: list[tuple[str, int, 
     assert s.milli[0] == sum(g.milli for g in s.grants.values())  # every grant here follows a pool
 
 
+@settings(deadline=None, max_examples=100)
+@given(ops=ops)
+def test_sorted_followers_are_always_the_groups_sorted(ops: list[tuple[str, int, int, int]]) -> None:
+    s = Supply(PART)
+    for what, pool, amount, n in ops:
+        cid = f"c{n}"
+        if what in ("shared", "rollback"):
+            if what == "rollback":
+                s.begin()
+            s.put(cid, Grant(request=request(cid, QoSClass.BURSTABLE, amount), kind=GrantKind.SHARED,
+                             pool=pool, milli=amount, mems=n % 2, memory_preserve=n == 3))
+            if what == "rollback":
+                s.rollback()
+        elif what == "exclusive" and s.shared(pool):
+            s.put(cid, Grant(request=request(cid), kind=GrantKind.MIXED, pool=pool, exclusive=s.shared(pool) & -s.shared(pool),
+                             milli=1))
+        elif what == "drop":
+            s.put(cid, None)
+        for i, groups in enumerate(s.followers):
+            for key, group in groups.items():
+                assert s.sorted_followers(i, key) == sorted(group)
+
+
 TREES = [PART, build_partition(synthetic_topology("2s1d2n2l4c2t"), PolicyConfig(reserved_cpu_count=3))]
 
 

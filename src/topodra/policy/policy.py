@@ -573,7 +573,7 @@ class Policy:
                     if key >= FOLLOW_NO_MEMS:  # one assignment for the whole group
                         a = compute(grants[next(iter(group))])
                         assert a is not None
-                        new.update(dict.fromkeys(group, a))
+                        new.update(dict.fromkeys(supply.sorted_followers(i, key), a))
                         continue
                     if key == FOLLOW_MIXED:  # the shared set plus each one's own CPUs
                         shared, pin_memory = supply.shared(i), self._config.pin_memory

@@ -85,6 +85,7 @@ class Supply:
         self.mem = [0] * n  # memory bytes charged in each pool's subtree
         # who runs on each shared set, grouped by how their assignment follows it (``follow_key``)
         self.followers: list[dict[int, dict[str, None]]] = [{} for _ in range(n)]
+        self._sorted: dict[tuple[int, int], list[str]] = {}  # (pool, follow key) -> the group's ids, sorted
         self.members = [0] * n  # containers whose CPU pool is this one
         self.pod_pools: dict[str, dict[int, int]] = {}  # pod -> pool -> containers
         self.ns_pools: dict[str, dict[int, int]] = {}  # namespace -> pool -> containers
@@ -242,6 +243,14 @@ class Supply:
             return f"memory pool {part.pools[g.mem_pool].name} is not {part.pools[g.pool].name} or an ancestor"
         return None
 
+    def sorted_followers(self, pool: int, key: int) -> list[str]:
+        """One follower group's ids in order (kept until the group changes: an operation that
+        moves a shared set reports its followers sorted, and sorted runs merge cheaply)."""
+        got = self._sorted.get((pool, key))
+        if got is None:
+            got = self._sorted[(pool, key)] = sorted(self.followers[pool][key])
+        return got
+
     def followers_of(self, pool: int) -> list[str]:
         """The containers running on a pool's shared set."""
         return [cid for group in self.followers[pool].values() for cid in group]
@@ -310,6 +319,8 @@ class Supply:
             if group is None:
                 group = groups[key] = {}
             group[cid] = None
+            if self._sorted:
+                self._sorted.pop((g.pool, key), None)
         if g.exclusive:
             self.excl |= g.exclusive
             for c in bits(g.exclusive):
@@ -327,6 +338,8 @@ class Supply:
             del group[cid]
             if not group:
                 del groups[key]
+            if self._sorted:
+                self._sorted.pop((g.pool, key), None)
         if g.exclusive:
             self.excl &= ~g.exclusive
             for c in bits(g.exclusive):
