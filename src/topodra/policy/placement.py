@@ -9,7 +9,7 @@ ancestor that has them and room for the request.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from topodra.policy.api import BadRequestError, ContainerRequest, NoFitError
@@ -147,6 +147,30 @@ class Placer:
             return 2 * missing
         return 2 * missing + (0 if self.supply.mem_free(pool, need.memory_kinds) >= need.memory else 1)
 
+    def _mem_fitter(self, need: Need) -> Callable[[int], int]:
+        """``_mem_fit`` for the many pools one placement ranks: each pool's free memory (the least
+        along its path, as ``Supply.mem_free``) is worked out once, from its parent's."""
+        kinds, want = need.memory_kinds, need.memory
+        missing = self.part.missing_kinds(kinds)
+        if want <= 0:
+            return lambda i: 2 * missing[i]
+        size, mem, parents = self.part.mem_size, self.supply.mem, self.part.parents
+        room: dict[int, int] = {}
+
+        def room_of(i: int) -> int:
+            r = room.get(i)
+            if r is None:
+                r = size(i, kinds) - mem[i]
+                par = parents[i]
+                if par >= 0:
+                    up = room_of(par)
+                    if up < r:
+                        r = up
+                room[i] = r
+            return r
+
+        return lambda i: 2 * missing[i] + (0 if room_of(i) >= want else 1)
+
     # --- shared ----------------------------------------------------------------------
     def choose_shared(self, req: ContainerRequest, need: Need, hint_pool: int | None) -> int:
         """The pool for a shared container (docs/policy.md, "Choosing a pool"), criteria in order:
@@ -184,7 +208,8 @@ class Placer:
         if not fits:
             return self._overcommit(req, cap)
         if need.memory > 0 or self.part.lacks_kinds(need.memory_kinds):
-            fits = _best(fits, [self._mem_fit(i, need) for i in fits])
+            fit = self._mem_fitter(need)
+            fits = _best(fits, [fit(i) for i in fits])
         if need.burst_limit is not None:
             limit = need.burst_limit
             fits = [i for i in fits if free[i] >= limit] or fits
@@ -325,7 +350,7 @@ class Placer:
         missing = self.part.missing_kinds(need.memory_kinds)
         groups: dict[tuple[int, ...], list[tuple[int, int, int, int]]] = {}
         all_cand, all_pref, any_pref = a.cand, a.pref, a.pref != a.cand
-        with_memory, hint = need.memory > 0, a.hint_pool
+        mem_fit, hint = self._mem_fitter(need) if need.memory > 0 else None, a.hint_pool
         # Most pools cannot give n CPUs at all: filter those out first, in one pass.
         for i in range(len(pools)) if isolated else [i for i, r in enumerate(reach) if r >= n]:
             p = pools[i]
@@ -343,7 +368,7 @@ class Placer:
                 kind_fit, use, clean = True, cand, clean_all & cpus
             half = (use & ~clean).bit_count()  # free threads of half-used cores
             lead = (
-                self._mem_fit(i, need) if with_memory else 2 * missing[i],
+                mem_fit(i) if mem_fit is not None else 2 * missing[i],
                 0 if i == hint else 1,
                 0 if kind_fit else 1,
                 0 if clean.bit_count() + (half if half < rem else rem) >= n else 1,  # fits on whole cores
