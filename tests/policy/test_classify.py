@@ -230,12 +230,14 @@ _POLICIES = [
             namespace=st.sampled_from(["default", "kube-system", "sys-a"]),
             name=st.sampled_from(["x", "y"]),
             claims=st.sampled_from([(), ("k",)]),
+            annotations=st.sampled_from([None, {"team": "a"}, {f"hide-hyperthreads.{D}": "true", "team": "b"}]),
         ),
         max_size=12,
     ),
 )
 def test_the_policy_reads_each_request_as_classify_does(policy: Policy, reqs: list[ContainerRequest]) -> None:
-    """The policy keeps one reading per distinct request (no annotations): it is always classify's."""
+    """The policy keeps one reading per distinct request without placement annotations: it is
+    always classify's."""
     part = policy._part
     for req in reqs:
         assert policy._classify(req) == classify(

@@ -20,7 +20,7 @@ from typing import Any
 
 from topodra.cpuset import CPUSet
 from topodra.policy import snapshot as snap_json
-from topodra.policy.annotations import Preferences, parse_preferences
+from topodra.policy.annotations import DOMAIN, Preferences, parse_preferences
 from topodra.policy.api import (
     Assignment,
     BadRequestError,
@@ -449,8 +449,9 @@ class Policy:
     def _classify(self, req: ContainerRequest, *, ignore_claims: bool = False,
                   prefs: Preferences | None = None) -> Need:
         part = self._part
-        if prefs is None and not ignore_claims and not req.annotations:
-            # Without annotations the reading depends on these fields and the (fixed) config alone;
+        ann = req.annotations
+        if prefs is None and not ignore_claims and (not ann or not any(DOMAIN in k for k in ann)):
+            # Without placement annotations the reading depends on these fields and the config alone;
             # a Need is never changed once made, so one serves every request that reads the same.
             validate_request(req)
             key = (req.qos, req.cpu_request_milli, req.cpu_limit_milli, req.memory_request, req.namespace, req.claims)
