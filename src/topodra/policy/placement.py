@@ -66,8 +66,10 @@ class Placer:
                 hint_pool = hint.pool
             pool = hint_pool if stay and hint_pool is not None else self.choose_shared(req, need, hint_pool)
             mem_pool, mems = self.memory_for(req, need, pool)
-            return Grant(request=req, kind=kind, pool=pool, milli=max(need.milli, 1), mem_pool=mem_pool, mems=mems,
-                         memory=need.memory, hide_hyperthreads=hide, memory_preserve=preserve)
+            # Positional, in field order (request, kind, pool, exclusive, isolated, milli, mem_pool, mems,
+            # memory, hide_hyperthreads, memory_preserve): binding keywords took longer than the fields.
+            return Grant(req, kind, pool, 0, False, need.milli if need.milli > 1 else 1, mem_pool, mems,
+                         need.memory, hide, preserve)
         if kind is GrantKind.PRESERVE:
             return Grant(request=req, kind=kind, pool=0, hide_hyperthreads=hide, memory_preserve=preserve)
         if kind is GrantKind.CLAIMED:
@@ -92,9 +94,9 @@ class Placer:
             hint_pool = hint.pool
         pool, mask, isolated = self.choose_exclusive(req, need, hint_pool, keep)
         mem_pool, mems = self.memory_for(req, need, pool)
-        return Grant(request=req, kind=kind, pool=pool, exclusive=mask, isolated=isolated,
-                     milli=need.milli if kind is GrantKind.MIXED else 0, mem_pool=mem_pool, mems=mems,
-                     memory=need.memory, hide_hyperthreads=hide, memory_preserve=preserve)
+        # Positional, in field order, as above.
+        return Grant(req, kind, pool, mask, isolated, need.milli if kind is GrantKind.MIXED else 0, mem_pool, mems,
+                     need.memory, hide, preserve)
 
     # --- memory ----------------------------------------------------------------------
     def memory_for(self, req: ContainerRequest, need: Need, pool: int) -> tuple[int, int]:
