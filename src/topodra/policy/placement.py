@@ -177,14 +177,15 @@ class Placer:
     def choose_shared(self, req: ContainerRequest, need: Need, hint_pool: int | None) -> int:
         """The pool for a shared container (docs/policy.md, "Choosing a pool"), criteria in order:
         the pool it ran in, memory, a limit's headroom, the level, colocation, depth, free room."""
-        cap = self.supply.capacity()
+        supply = self.supply
+        cap = supply.capacity()
         counts, free = cap.counts, cap.free
         milli = max(need.milli, 1)
         if hint_pool is not None and counts[hint_pool] and free[hint_pool] >= milli:
             return hint_pool  # stay where it ran (resize, restart) when it still fits
-        cfg = self.config
-        pods = self.supply.pod_pools.get(req.pod_uid) if cfg.colocate_pods else None
-        spaces = self.supply.ns_pools.get(req.namespace) if cfg.colocate_namespaces else None
+        # the supply counts pods and namespaces exactly when the config colocates them
+        pods = supply.pod_pools.get(req.pod_uid) if supply.count_pods else None
+        spaces = supply.ns_pools.get(req.namespace) if supply.count_namespaces else None
         limit = need.burst_limit
         if need.memory > 0 or self.part.lacks_kinds(need.memory_kinds) or pods or spaces:
             return self._choose_shared_by_steps(req, need, cap, pods or {}, spaces or {})

@@ -61,6 +61,7 @@ class Policy:
         self._assignment_cache: dict[tuple[int, int], Assignment] = {}
         self._node_sets: dict[int, CPUSet] = {}  # memory node masks as sets: few, and in every Assignment
         self._default_kinds = frozenset(self._config.default_memory_types)
+        self._pin_cpu, self._pin_memory = self._config.pin_cpu, self._config.pin_memory  # read on every diff
         self._needs: dict[tuple[object, ...], Need] = {}  # requests without annotations, by what classify reads
         # Machine changes (``follow``): the reserved CPUs as configured on the whole machine, and the
         # claims that hold CPUs gone offline, as claimed (the supply holds their online part only).
@@ -564,7 +565,7 @@ class Policy:
         compared one by one."""
         supply, assigned, compute = self._supply, self._assigned, self._compute
         grants = supply.grants
-        pinned = self._config.pin_cpu
+        pinned = self._pin_cpu
         new: dict[str, Assignment] = {}
         # Shared sets changed exactly in the pools holding a sharable CPU that was taken or freed.
         delta = (used_before ^ (supply.excl | supply.claimed)) & self._part.sharable
@@ -577,7 +578,7 @@ class Policy:
                         new.update(dict.fromkeys(supply.sorted_followers(i, key), a))
                         continue
                     if key == FOLLOW_MIXED:  # the shared set plus each one's own CPUs
-                        shared, pin_memory = supply.shared(i), self._config.pin_memory
+                        shared, pin_memory = supply.shared(i), self._pin_memory
                         for cid in group:
                             g = grants[cid]
                             mems = g.mems if pin_memory and not g.memory_preserve else 0
@@ -640,7 +641,7 @@ class Policy:
             cpus = 0
             for claim in g.claims:
                 cpus |= supply.claims[claim]
-        elif not self._config.pin_cpu:
+        elif not self._pin_cpu:
             cpus = self._part.allowed & ~supply.claimed
         elif kind is GrantKind.RESERVED:
             cpus = self._part.reserved
@@ -650,7 +651,7 @@ class Policy:
             cpus = supply.shared(g.pool) | g.exclusive  # shared, or mixed: its own CPUs too
         if g.hide_hyperthreads and kind is not GrantKind.CLAIMED:
             cpus = self._part.thin(cpus)
-        return self._assignment(cpus, g.mems if self._config.pin_memory and not g.memory_preserve else 0, g)
+        return self._assignment(cpus, g.mems if self._pin_memory and not g.memory_preserve else 0, g)
 
     def _assignment(self, cpus: int, mems: int, g: Grant) -> Assignment:
         """The (shared, cached) ``Assignment`` for these masks; never one without CPUs."""
