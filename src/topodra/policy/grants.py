@@ -7,7 +7,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from topodra.policy.api import ContainerRequest
-from topodra.policy.classify import GrantKind
+from topodra.policy.classify import MIXED, SHARED, GrantKind
 
 __all__ = ["Grant"]
 
@@ -73,7 +73,7 @@ class Grant:
     @property
     def follows_pool(self) -> bool:
         """Shared and mixed containers run on their pool's shared set."""
-        return self.kind is GrantKind.SHARED or self.kind is GrantKind.MIXED
+        return self.kind is SHARED or self.kind is MIXED
 
 
 #: Each field's slot setter, in field order (they bypass the frozen ``__setattr__``).

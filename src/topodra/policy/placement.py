@@ -13,7 +13,17 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from topodra.policy.api import BadRequestError, ContainerRequest, NoFitError
-from topodra.policy.classify import GrantKind, Isolation, Need
+from topodra.policy.classify import (
+    CLAIMED,
+    EXCLUSIVE,
+    ISOLATION_NO,
+    ISOLATION_REQUIRE,
+    MIXED,
+    PRESERVE,
+    RESERVED,
+    SHARED,
+    Need,
+)
 from topodra.policy.config import PolicyConfig
 from topodra.policy.grants import Grant
 from topodra.policy.packing import clean_mask, pack, pack_near
@@ -61,7 +71,7 @@ class Placer:
         """A grant for ``req``; ``NoFitError`` when nothing fits, ``BadRequestError`` for an unknown claim."""
         kind = need.kind
         hide, preserve = need.hide_hyperthreads, need.memory_preserve
-        if kind is GrantKind.SHARED:
+        if kind is SHARED:
             if hint is not None and hint_pool is None:
                 hint_pool = hint.pool
             pool = hint_pool if stay and hint_pool is not None else self.choose_shared(req, need, hint_pool)
@@ -70,9 +80,9 @@ class Placer:
             # memory, hide_hyperthreads, memory_preserve): binding keywords took longer than the fields.
             return Grant(req, kind, pool, 0, False, need.milli if need.milli > 1 else 1, mem_pool, mems,
                          need.memory, hide, preserve)
-        if kind is GrantKind.PRESERVE:
+        if kind is PRESERVE:
             return Grant(request=req, kind=kind, pool=0, hide_hyperthreads=hide, memory_preserve=preserve)
-        if kind is GrantKind.CLAIMED:
+        if kind is CLAIMED:
             claims = self.supply.claims
             cpus = 0
             for claim in need.claims:
@@ -86,7 +96,7 @@ class Placer:
             exact = self.part.nodes_near(cpus, mems)
             return Grant(request=req, kind=kind, pool=pool, mem_pool=mem_pool, mems=exact or mems, memory=need.memory,
                          claims=need.claims, hide_hyperthreads=hide, memory_preserve=preserve)
-        if kind is GrantKind.RESERVED:
+        if kind is RESERVED:
             mem_pool, mems = self.memory_for(req, need, 0)
             return Grant(request=req, kind=kind, pool=0, milli=need.milli, mem_pool=mem_pool, mems=mems,
                          memory=need.memory, hide_hyperthreads=hide, memory_preserve=preserve)
@@ -95,7 +105,7 @@ class Placer:
         pool, mask, isolated = self.choose_exclusive(req, need, hint_pool, keep)
         mem_pool, mems = self.memory_for(req, need, pool)
         # Positional, in field order, as above.
-        return Grant(req, kind, pool, mask, isolated, need.milli if kind is GrantKind.MIXED else 0, mem_pool, mems,
+        return Grant(req, kind, pool, mask, isolated, need.milli if kind is MIXED else 0, mem_pool, mems,
                      need.memory, hide, preserve)
 
     # --- memory ----------------------------------------------------------------------
@@ -255,7 +265,7 @@ class Placer:
         """(pool, exclusive CPUs, isolated?) for an exclusive or mixed grant."""
         part = self.part
         n = need.exclusive
-        frac = need.milli if need.kind is GrantKind.MIXED else 0
+        frac = need.milli if need.kind is MIXED else 0
         used = self.supply.used
         pref_mask: int | None = None
         if need.core_types is not None:
@@ -271,14 +281,14 @@ class Placer:
             return self._search(_Ask(need, n, frac, cand, pref, hint, keep, isolated))
 
         key = need.isolation_key or "require-isolated-cpus"
-        if need.isolation is not Isolation.NO and part.isolated:
+        if need.isolation is not ISOLATION_NO and part.isolated:
             got = ask(part.isolated & ~used, True)
             if got is not None:
                 return got[0], got[1], True
-            if need.isolation is Isolation.REQUIRE:
+            if need.isolation is ISOLATION_REQUIRE:
                 raise NoFitError(f"{where(req)}: {key} needs {n} isolated CPUs in one pool; free isolated CPUs: "
                                  f"{fmt(part.isolated & ~used)}")
-        elif need.isolation is Isolation.REQUIRE:
+        elif need.isolation is ISOLATION_REQUIRE:
             raise NoFitError(f"{where(req)}: {key} but this node has no isolated CPUs the policy may use")
         got = ask(self.supply.shared_cpus, False)
         if got is not None:
@@ -289,7 +299,7 @@ class Placer:
         cap = self.supply.capacity()
         pools = self.part.pools
         held = (self.supply.milli[0] + 999) // 1000
-        what = f"{need.exclusive} exclusive CPUs" + (f" + {need.milli}m shared" if need.kind is GrantKind.MIXED else "")
+        what = f"{need.exclusive} exclusive CPUs" + (f" + {need.milli}m shared" if need.kind is MIXED else "")
         best = max(range(len(pools)), key=lambda i: (cap.reach[i], -i))
         return (
             f"{where(req)}: no pool can supply {what}: {pools[0].name} has {cap.counts[0]} shared CPUs of which "
@@ -416,7 +426,7 @@ class Placer:
         if not isolated and not supply.exclusive_ok(cpus, pool, 0):
             return None
         mem_pool, mems = self.memory_for(req, need, pool)
-        return Grant(request=req, kind=GrantKind.EXCLUSIVE, pool=pool, exclusive=cpus, isolated=bool(isolated),
+        return Grant(request=req, kind=EXCLUSIVE, pool=pool, exclusive=cpus, isolated=bool(isolated),
                      mem_pool=mem_pool, mems=mems, memory=need.memory, hide_hyperthreads=need.hide_hyperthreads,
                      memory_preserve=need.memory_preserve)
 

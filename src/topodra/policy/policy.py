@@ -30,7 +30,17 @@ from topodra.policy.api import (
     PolicyError,
     SnapshotError,
 )
-from topodra.policy.classify import GrantKind, Need, classify, validate_request
+from topodra.policy.classify import (
+    CLAIMED,
+    EXCLUSIVE,
+    MIXED,
+    PRESERVE,
+    RESERVED,
+    SHARED,
+    Need,
+    classify,
+    validate_request,
+)
 from topodra.policy.config import PolicyConfig
 from topodra.policy.grants import Grant
 from topodra.policy.packing import pack
@@ -338,11 +348,11 @@ class Policy:
         for req, cur in sorted(containers, key=lambda rc: rc[0].id):
             need, note = self._classify_for_sync(req)
             kind = need.kind
-            if kind is GrantKind.CLAIMED or kind is GrantKind.PRESERVE or kind is GrantKind.RESERVED:
+            if kind is CLAIMED or kind is PRESERVE or kind is RESERVED:
                 phase = 0
-            elif kind is GrantKind.SHARED:
+            elif kind is SHARED:
                 phase = 3
-            elif (kind is GrantKind.EXCLUSIVE and cur is not None and not need.hide_hyperthreads
+            elif (kind is EXCLUSIVE and cur is not None and not need.hide_hyperthreads
                   and len(cur.cpus) == need.exclusive):
                 phase = 1
             else:
@@ -362,7 +372,7 @@ class Policy:
             supply.put(req.id, _with_note(placer.place(req, need), note))
         # Exclusive grants come first but must leave a CPU for the shared containers that follow:
         # hold 1 milli-CPU for them in the root while the exclusive ones are placed.
-        phantom = 1 if phases[3] or any(n.kind is GrantKind.MIXED for _, n, _, _ in phases[2]) else 0
+        phantom = 1 if phases[3] or any(n.kind is MIXED for _, n, _, _ in phases[2]) else 0
         supply.hold(phantom)
         try:
             retry: _Phase = []
@@ -382,7 +392,7 @@ class Policy:
                     g = placer.place(req, need, keep=keep)
                 except PolicyError as e:
                     milli = max(need.milli, need.exclusive * 1000)
-                    shared = replace(need, kind=GrantKind.SHARED, exclusive=0, milli=milli)
+                    shared = replace(need, kind=SHARED, exclusive=0, milli=milli)
                     g = _with_note(placer.place(req, shared), f"placed on shared CPUs: {e}")
                 supply.put(req.id, _with_note(g, note))
         finally:
@@ -425,7 +435,7 @@ class Policy:
             if g.request.id in supply.grants:
                 raise SnapshotError(f"{what} is listed twice")
             problem = supply.grant_problem(g)
-            if problem is None and g.kind is not GrantKind.PRESERVE:
+            if problem is None and g.kind is not PRESERVE:
                 problem = self._mems_problem(g)
             if problem is not None:
                 raise SnapshotError(f"{what}: {problem}")
@@ -443,7 +453,7 @@ class Policy:
     def _mems_problem(self, g: Grant) -> str | None:
         """Why ``g``'s memory nodes break the rule (docs/policy.md, Memory), or None."""
         nodes = self._part.pools[g.mem_pool].nodes_of(self._classify_for_sync(g.request)[0].memory_kinds)
-        ok = (g.mems and not g.mems & ~nodes) if g.kind is GrantKind.CLAIMED else g.mems == nodes
+        ok = (g.mems and not g.mems & ~nodes) if g.kind is CLAIMED else g.mems == nodes
         return None if ok else f"mems {fmt(g.mems)} are not those of pool {self._part.pools[g.mem_pool].name}"
 
     # ============================================================ internals
@@ -476,7 +486,7 @@ class Policy:
             notes.append(f"annotations ignored: {e}")
             prefs = Preferences()
         need = self._classify(req, prefs=prefs)
-        if need.kind is GrantKind.CLAIMED:
+        if need.kind is CLAIMED:
             claims = self._supply.claims
             missing = [c for c in need.claims if c not in claims]
             known = tuple(c for c in need.claims if c in claims)
@@ -501,7 +511,7 @@ class Policy:
         try:
             new = self._placer.place(g.request, need)
         except PolicyError:
-            new = self._placer.place(g.request, replace(need, kind=GrantKind.SHARED, exclusive=0, claims=()))
+            new = self._placer.place(g.request, replace(need, kind=SHARED, exclusive=0, claims=()))
         return replace(new, degraded=why)
 
     def _rebalance(self, what: str, taken: int) -> None:
@@ -634,22 +644,22 @@ class Policy:
     def _compute(self, g: Grant) -> Assignment | None:
         """Where a grant runs now (docs/policy.md: shared set, claims, pin switches)."""
         kind = g.kind
-        if kind is GrantKind.PRESERVE:
+        if kind is PRESERVE:
             return None
         supply = self._supply
-        if kind is GrantKind.CLAIMED:
+        if kind is CLAIMED:
             cpus = 0
             for claim in g.claims:
                 cpus |= supply.claims[claim]
         elif not self._pin_cpu:
             cpus = self._part.allowed & ~supply.claimed
-        elif kind is GrantKind.RESERVED:
+        elif kind is RESERVED:
             cpus = self._part.reserved
-        elif kind is GrantKind.EXCLUSIVE:
+        elif kind is EXCLUSIVE:
             cpus = g.exclusive
         else:
             cpus = supply.shared(g.pool) | g.exclusive  # shared, or mixed: its own CPUs too
-        if g.hide_hyperthreads and kind is not GrantKind.CLAIMED:
+        if g.hide_hyperthreads and kind is not CLAIMED:
             cpus = self._part.thin(cpus)
         return self._assignment(cpus, g.mems if self._pin_memory and not g.memory_preserve else 0, g)
 

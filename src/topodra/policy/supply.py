@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from topodra.policy.api import ContainerRequest
-from topodra.policy.classify import GrantKind
+from topodra.policy.classify import MIXED, SHARED
 from topodra.policy.grants import Grant
 from topodra.policy.partition import Partition, bits, fmt
 from topodra.topology.model import MemoryKind
@@ -48,7 +48,7 @@ def follow_key(g: Grant) -> int:
     change when the shared set does."""
     if g.hide_hyperthreads:
         return FOLLOW_THINNED
-    if g.kind is GrantKind.MIXED:
+    if g.kind is MIXED:
         return FOLLOW_MIXED
     return FOLLOW_NO_MEMS if g.memory_preserve else g.mems
 
@@ -311,7 +311,7 @@ class Supply:
             self.claimed |= mask
 
     def _index(self, cid: str, g: Grant) -> None:
-        follows = g.kind is GrantKind.SHARED or g.kind is GrantKind.MIXED
+        follows = g.kind is SHARED or g.kind is MIXED
         if follows:
             groups = self.followers[g.pool]
             key = follow_key(g)
@@ -330,7 +330,7 @@ class Supply:
         self._charge(g, 1, follows)
 
     def _unindex(self, cid: str, g: Grant) -> None:
-        follows = g.kind is GrantKind.SHARED or g.kind is GrantKind.MIXED
+        follows = g.kind is SHARED or g.kind is MIXED
         if follows:
             groups = self.followers[g.pool]
             key = follow_key(g)
