@@ -243,3 +243,14 @@ def test_the_policy_reads_each_request_as_classify_does(policy: Policy, reqs: li
         assert policy._classify(req) == classify(
             req, policy.config, has_reserved=part.reserved != 0, has_isolated=part.isolated != 0
         )
+
+
+def test_parsed_annotations_are_reused_and_a_bad_one_fails_every_time() -> None:
+    ann = {f"hide-hyperthreads.{D}/container.db": "true", "team": "a"}
+    first = parse_preferences(ann, "db")
+    assert first.hide_hyperthreads is True
+    assert parse_preferences(dict(reversed(list(ann.items()))), "db") == first
+    assert parse_preferences(ann, "web").hide_hyperthreads is False  # the scope names the container
+    for _ in range(2):
+        with pytest.raises(PolicyError, match="not a boolean"):
+            parse_preferences({f"hide-hyperthreads.{D}": "maybe"}, "db")
