@@ -1,12 +1,24 @@
-"""The ``topodra`` command line: one typer app, each part adds its commands."""
+"""The ``topodra`` command line: one typer app, each part adds its commands.
+
+Start-up is kept short (``topodra sim run`` on a small cluster in well under a second):
+only the module of the command being run is imported (``topodra --help`` imports none:
+it lists the commands from :data:`_COMMANDS`), and plain parameters are converted
+without pydantic (:func:`_fast_coercion`), whose import and per-parameter schema
+building were a third of a small run's start.
+"""
 
 from __future__ import annotations
 
+import re
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import typer
 
 from topodra import __version__
+
+_HELP = "Topology-aware CPU and memory placement for Kubernetes, with Dynamic Resource Allocation."
 
 
 def _version(value: bool) -> None:
@@ -23,37 +35,60 @@ def _root(
     """topodra: topology-aware CPU placement for Kubernetes with DRA."""
 
 
-def make_app(command: str | None = None) -> typer.Typer:
-    """The command line with every command, or with only ``command`` (then running the agent
-    loads no simulator or playground module)."""
-    import importlib
-
+def _new_app() -> typer.Typer:
     app = typer.Typer(
         name="topodra",
-        help="Topology-aware CPU and memory placement for Kubernetes, with Dynamic Resource Allocation.",
+        help=_HELP,
         no_args_is_help=True,
         rich_markup_mode=None,  # help text is plain: brackets and braces in examples stay as written
         pretty_exceptions_enable=False,
         add_completion=False,
     )
     app.callback()(_root)
-    modules = [_COMMANDS[command]] if command in _COMMANDS else list(dict.fromkeys(_COMMANDS.values()))
+    return app
+
+
+def make_app(command: str | None = None) -> typer.Typer:
+    """The command line with every command, or with only ``command`` (then running the agent
+    loads no simulator or playground module)."""
+    import importlib
+
+    app = _new_app()
+    modules = [_COMMANDS[command][0]] if command in _COMMANDS else list(dict.fromkeys(m for m, _ in _COMMANDS.values()))
     for module in modules:
         importlib.import_module(module).register(app)
     return app
 
 
-#: Command name -> the module whose ``register(app)`` adds it.
-_COMMANDS: dict[str, str] = {
-    "topology": "topodra.topology.cli",
-    "topology-check": "topodra.topology.cli",
-    "policy": "topodra.policy.commands",
-    "dra": "topodra.dra.cli",
-    "sim": "topodra.sim.cli",
-    "agent": "topodra.agent.cli",
-    "playground": "topodra.playground.cli",
-    "nri-logger": "topodra.nri.cli",
+def listing_app() -> typer.Typer:
+    """The top level only (``topodra``, ``topodra --help``, ``--version``): every command listed
+    with its help, none of their modules imported. Never runs a command: ``main`` builds the
+    real command when one is named."""
+    app = _new_app()
+    for name, (_, short) in sorted(_COMMANDS.items(), key=lambda kv: (kv[0] in _GROUPS, _ORDER.index(kv[1][0]))):
+
+        def listed() -> None:
+            raise AssertionError("listing_app() lists commands, it does not run them")  # pragma: no cover
+
+        app.command(name, help=short, add_help_option=False)(listed)
+    return app
+
+
+#: Command name -> (the module whose ``register(app)`` adds it, its help as ``topodra --help``
+#: lists it). ``tests/test_cli_start.py`` checks these against the commands themselves.
+_COMMANDS: dict[str, tuple[str, str]] = {
+    "topology": ("topodra.topology.cli", "Show CPUs, caches, cores, P-/E-core types, NUMA nodes, memory kinds and distances."),
+    "topology-check": ("topodra.topology.cli", "Compare topodra's reading with hwloc's, level by level, and print the match rate."),
+    "policy": ("topodra.policy.commands", "The topology-aware placement policy: pool trees and dry-run placements."),
+    "dra": ("topodra.dra.cli", "The native.cpu DRA driver: devices, ResourceSlices, DeviceClass, and an API server double."),
+    "sim": ("topodra.sim.cli", "Cluster-scale DRA allocation simulator: kube-scheduler's allocator over synthetic clusters."),
+    "agent": ("topodra.agent.cli", "Run the node agent: NRI plugin, DRA kubelet plugin, ResourceSlices and metrics."),
+    "playground": ("topodra.playground.cli", "Run topodra's agent on a simulated node with an embedded runtime, kubelet and scheduler."),
+    "nri-logger": ("topodra.nri.cli", "Register as an NRI plugin and log every event the runtime delivers."),
 }
+#: Commands that are groups (typer lists single commands first, then groups, each in registration order).
+_GROUPS = frozenset({"policy", "dra", "sim"})
+_ORDER = list(dict.fromkeys(m for m, _ in _COMMANDS.values()))
 
 
 def __getattr__(name: str) -> typer.Typer:
@@ -66,10 +101,84 @@ def __getattr__(name: str) -> typer.Typer:
 #: Packages of the optional extras (pyproject.toml) -> the extra that brings them.
 _EXTRAS: dict[str, str] = {"numpy": "sim", "matplotlib": "sim", "cel_expr_python": "sim"}
 
+_INT = re.compile(r"-?(0|[1-9][0-9]*)")
+_FLOAT = re.compile(r"-?[0-9]+(\.[0-9]+)?")
+
+
+class _PlainParam:
+    """typer's runtime conversion of one parameter, for the plain cases without pydantic.
+
+    Absent values, bools, strings (one or a list), and int/float values written plainly
+    (``12``, ``0.5``) within the parameter's min/max convert here to exactly what typer's
+    pydantic adapter gives; anything else (an error to report, other spellings, other
+    types) goes to typer's own conversion, built on first need, so values and messages
+    stay typer's.
+    """
+
+    def __init__(self, descriptor: Any, build: Callable[[Any], Any]) -> None:
+        self._descriptor = descriptor
+        self._build = build
+        self._full: Any = None
+        info = descriptor.parameter_info
+        self._min, self._max = info.min, info.max
+        self._kind: Any = descriptor.annotation
+
+    def coerce(self, value: Any, param: Any, ctx: Any) -> Any:
+        kind = self._kind
+        multi = param.multiple or param.nargs == -1
+        if value is None:  # as typer: nothing given and no default
+            return () if multi else None
+        out: Any = None
+        if kind is str or kind is bool:
+            if type(value) is kind:
+                return value
+        elif kind == list[str]:
+            if isinstance(value, (list, tuple)) and all(type(v) is str for v in value):
+                return list(value)
+        elif kind is int:
+            if type(value) is int:
+                out = value
+            elif type(value) is str and _INT.fullmatch(value):
+                out = int(value)
+        elif kind is float and (type(value) in (int, float) or (type(value) is str and _FLOAT.fullmatch(value))):
+            out = float(value)
+        if out is not None and (self._min is None or out >= self._min) and (self._max is None or out <= self._max):
+            return out
+        if self._full is None:
+            self._full = self._build(self._descriptor)
+        return self._full.coerce(value, param=param, ctx=ctx)
+
+
+def _fast_coercion() -> None:
+    """Convert plain parameters without building pydantic adapters (see :class:`_PlainParam`).
+    Leaves typer alone if its internals are not the expected ones."""
+    try:
+        from typer import core
+    except ImportError:  # pragma: no cover - another typer layout
+        return
+    build = getattr(core, "build_runtime_param", None)
+    if build is None or getattr(build, "_topodra_plain", False):
+        return
+
+    def build_runtime_param(descriptor: Any) -> Any:
+        info = getattr(descriptor, "parameter_info", None)
+        plain = (
+            info is not None
+            and getattr(descriptor, "file_annotation", None) is None
+            and getattr(info, "parser", None) is None
+            and getattr(info, "click_type", None) is None
+            and not getattr(info, "clamp", False)
+        )
+        return _PlainParam(descriptor, build) if plain else build(descriptor)
+
+    build_runtime_param._topodra_plain = True  # type: ignore[attr-defined]
+    setattr(core, "build_runtime_param", build_runtime_param)  # noqa: B010 - typer.core's private name
+
 
 def main() -> None:
     named = next((a for a in sys.argv[1:] if not a.startswith("-")), None)
-    app = make_app(named)
+    _fast_coercion()
+    app = make_app(named) if named in _COMMANDS else listing_app()
     try:
         app()
     except ModuleNotFoundError as err:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -95,13 +96,9 @@ def run_cmd(
     Exit codes: 0 every pod scheduled, 1 some pod could not be scheduled
     (unschedulable, timeout or error), 2 bad input.
     """
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from topodra.sim.cluster import ClusterError
     from topodra.sim.costmodel import DEFAULT_COSTS
-    from topodra.sim.run import RunConfig, run_simulation
-    from topodra.sim.sweep import parse_models
+    from topodra.sim.run import RunConfig, parse_models, run_simulation
     from topodra.sim.workload import WorkloadError
 
     try:
@@ -128,13 +125,17 @@ def run_cmd(
         objects=tuple(str(p) for p in objects or ()),
         scoring=scoring,
     )
-    console = Console(stderr=True)
+    costs = replace(DEFAULT_COSTS, cores=scheduler_cores)
     try:
-        with Progress(TextColumn("[bold]scheduling"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True) as bar:
-            task = bar.add_task("pods", total=None)
-            summary, results = run_simulation(
-                config, costs=replace(DEFAULT_COSTS, cores=scheduler_cores), progress=lambda done, total: bar.update(task, completed=done, total=total)
-            )
+        if sys.stderr.isatty():  # a progress bar for a person watching; rich.progress is not imported otherwise
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            with Progress(TextColumn("[bold]scheduling"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
+                task = bar.add_task("pods", total=None)
+                summary, results = run_simulation(config, costs=costs, progress=lambda done, total: bar.update(task, completed=done, total=total))
+        else:
+            summary, results = run_simulation(config, costs=costs)
     except (ClusterError, WorkloadError, ValueError) as e:
         _fail(str(e))
     if out is not None:

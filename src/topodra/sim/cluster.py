@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import lru_cache
 from typing import Any
+
+import numpy as np
 
 from topodra.cpuset import CPUSet
 from topodra.dra.devices import DeviceModelConfig, build_devices, device_class
@@ -32,7 +34,7 @@ from topodra.topology.machine import load_machine
 from topodra.topology.model import Topology
 from topodra.topology.synthetic import synthetic_topology
 
-__all__ = ["ClusterSpec", "Cluster", "ClusterError", "build_cluster", "cluster_from_objects", "machine_for_cpus", "topology_for"]
+__all__ = ["ClusterSpec", "Cluster", "ClusterError", "Fill", "build_cluster", "cluster_from_objects", "machine_for_cpus", "topology_for"]
 
 
 class ClusterError(ValueError):
@@ -80,6 +82,59 @@ class ClusterSpec:
 
 
 @dataclass
+class Fill:
+    """The background fill, compactly: per machine its random usage patterns, per node the one it took.
+
+    A pattern is a list of device indexes (into the machine's devices in slice-name
+    order, which is also their position on the node) and, for grouped devices, the CPUs
+    taken from each. Stored as flat numpy arrays: with every node filled differently,
+    50,000 nodes x 128 devices would otherwise be 6.4 million allocation records.
+    """
+
+    model: str
+    node_names: list[str]  # in node order
+    node_machine: list[str]  # in node order
+    node_pattern: np.ndarray[Any, np.dtype[np.int64]]  # node -> pattern of its machine
+    index: dict[str, np.ndarray[Any, np.dtype[np.int32]]]  # machine -> device indexes of all patterns, back to back
+    start: dict[str, np.ndarray[Any, np.dtype[np.int64]]]  # machine -> where each pattern starts in ``index`` (+ the end)
+    amount: dict[str, np.ndarray[Any, np.dtype[np.int32]] | None]  # machine -> CPUs per entry (grouped), else None
+    device_names: dict[str, list[str]]  # machine -> device names in slice-name order
+
+    def indexes(self, node: int) -> np.ndarray[Any, np.dtype[np.int32]]:
+        """The device indexes (= positions) node ``node`` has in use."""
+        m = self.node_machine[node]
+        k = int(self.node_pattern[node])
+        return self.index[m][self.start[m][k] : self.start[m][k + 1]]
+
+    def allocations(self) -> Iterator[ClaimAllocation]:
+        """The fill as allocations, one per node with something in use (what a scheduler's
+        ``preallocate`` takes)."""
+        grouped = self.model == "grouped"
+        for node, (name, m) in enumerate(zip(self.node_names, self.node_machine, strict=True)):
+            k = int(self.node_pattern[node])
+            lo, hi = int(self.start[m][k]), int(self.start[m][k + 1])
+            if lo == hi:
+                continue
+            names = self.device_names[m]
+            amounts = self.amount[m]
+            if grouped and amounts is not None:
+                results = tuple(
+                    DeviceResult(
+                        "background",
+                        "native.cpu",
+                        name,
+                        names[d],
+                        share_id=share_id(f"bg-{name}", "background", ("native.cpu", name, names[d]), d),
+                        consumed_capacity={"cpu": Quantity(Fraction(int(a)))},
+                    )
+                    for d, a in zip(self.index[m][lo:hi].tolist(), amounts[lo:hi].tolist(), strict=True)
+                )
+            else:
+                results = tuple(DeviceResult("background", "native.cpu", name, names[d]) for d in self.index[m][lo:hi].tolist())
+            yield ClaimAllocation(f"background/{name}", results)
+
+
+@dataclass
 class Cluster:
     spec: ClusterSpec
     nodes: list[dict[str, Any]]
@@ -89,8 +144,14 @@ class Cluster:
     devices_per_machine: dict[str, int]
     slices_per_machine: dict[str, int]
     bytes_per_machine: dict[str, int]
-    background: list[ClaimAllocation] = field(default_factory=list)
+    allocations: list[ClaimAllocation] = field(default_factory=list)  # existing allocations (from API objects)
+    fill: Fill | None = None  # the synthetic background fill
     from_objects: bool = False  # read from API objects (machine names are node names)
+
+    @property
+    def background(self) -> list[ClaimAllocation]:
+        """Everything allocated before the run: existing allocations and the fill, as allocations."""
+        return self.allocations + (list(self.fill.allocations()) if self.fill is not None else [])
 
     @property
     def slice_count(self) -> int:
@@ -162,7 +223,7 @@ def build_cluster(spec: ClusterSpec) -> Cluster:
         bytes_per_machine=bytes_per,
     )
     if spec.fill > 0:
-        cluster.background = _background(cluster, cpus_per_device)
+        cluster.fill = _fill(cluster, templates, cpus_per_device)
     return cluster
 
 
@@ -211,7 +272,7 @@ def cluster_from_objects(docs: Sequence[Mapping[str, Any]], model: str = "cpu") 
         devices_per_machine={n: devices.get(n, 0) + sum(shared.values()) for n in names},
         slices_per_machine={n: count.get(n, 0) for n in names},
         bytes_per_machine={n: sizes.get(n, 0) for n in names},
-        background=background,
+        allocations=background,
         from_objects=True,
     )
 
@@ -228,67 +289,79 @@ def _for_node(template: Sequence[Mapping[str, Any]], node: str) -> list[dict[str
     return out
 
 
-def _background(cluster: Cluster, cpus_per_device: Mapping[str, list[int]]) -> list[ClaimAllocation]:
+def _fill(cluster: Cluster, templates: Mapping[str, Sequence[Mapping[str, Any]]], cpus_per_device: Mapping[str, list[int]]) -> Fill:
     """Allocations that occupy ``fill`` of every node's CPUs: random exclusive devices, or
     capacity on grouped devices. Each node takes one of ``fill_patterns`` random patterns of
-    its machine (deterministic for a seed), so nodes fall into a few usage classes."""
-    rng = random.Random(cluster.spec.seed)
-    patterns: dict[str, list[list[tuple[int, int]]]] = {}  # machine -> patterns of (device index, CPUs)
-    names: dict[tuple[int, ...], list[str]] = {}  # device lists -> device names in slice-name order
-    out: list[ClaimAllocation] = []
-    by_node: dict[str, list[dict[str, Any]]] = {}
-    for s in cluster.slices:
-        by_node.setdefault(s["spec"]["nodeName"], []).append(s)
-    grouped = cluster.spec.model == "grouped"
-    for node, node_slices in by_node.items():
-        machine = cluster.machine_of[node]
-        ordered = sorted(node_slices, key=lambda s: s["metadata"]["name"])
-        layout = tuple(id(s["spec"]["devices"]) for s in ordered)
-        device_names = names.get(layout)
-        if device_names is None:  # nodes of one machine share their device lists: done once per machine
-            device_names = names[layout] = [d["name"] for s in ordered for d in s["spec"]["devices"]]
-        pool = node_slices[0]["spec"]["pool"]["name"]
-        sizes = cpus_per_device[machine]
-        if machine not in patterns:
-            patterns[machine] = [_pattern(rng, sizes, cluster.spec) for _ in range(max(1, cluster.spec.fill_patterns))]
-        chosen = rng.choice(patterns[machine])
-        if grouped:
-            results = tuple(
-                DeviceResult(
-                    "background",
-                    "native.cpu",
-                    pool,
-                    device_names[k],
-                    share_id=share_id(f"bg-{node}", "background", ("native.cpu", pool, device_names[k]), k),
-                    consumed_capacity={"cpu": Quantity(Fraction(amount))},
-                )
-                for k, amount in chosen
-            )
-        else:
-            results = tuple(DeviceResult("background", "native.cpu", pool, device_names[k]) for k, _ in chosen)
-        if results:
-            out.append(ClaimAllocation(f"background/{node}", results))
-    return out
-
-
-def _pattern(rng: random.Random, sizes: Sequence[int], spec: ClusterSpec) -> list[tuple[int, int]]:
-    """One random usage pattern: (device index, CPUs taken) covering ``fill`` of the CPUs."""
-    target = int(sum(sizes) * spec.fill)
-    out: list[tuple[int, int]] = []
+    its machine (deterministic for a seed), so nodes fall into a few usage classes -- or,
+    with as many patterns as nodes, nearly every node is different."""
+    spec = cluster.spec
+    count = max(1, spec.fill_patterns)
+    index: dict[str, np.ndarray[Any, np.dtype[np.int32]]] = {}
+    start: dict[str, np.ndarray[Any, np.dtype[np.int64]]] = {}
+    amount: dict[str, np.ndarray[Any, np.dtype[np.int32]] | None] = {}
+    names: dict[str, list[str]] = {}
+    for m in spec.machines:
+        ordered = sorted(_for_node(templates[m], "node-00000"), key=lambda s: s["metadata"]["name"])
+        names[m] = [d["name"] for s in ordered for d in s["spec"]["devices"]]
+    node_names = [str(n["metadata"]["name"]) for n in cluster.nodes]
+    node_machine = [cluster.machine_of[n] for n in node_names]
+    node_pattern = np.zeros(len(node_names), dtype=np.int64)
     if spec.model == "grouped":
-        left = target
-        for k, size in enumerate(sizes):
-            share = min(left, int(size * spec.fill + rng.random()))
-            if share > 0:
-                left -= share
-                out.append((k, share))
-        return out
-    order = list(range(len(sizes)))
-    rng.shuffle(order)
-    used = 0
-    for k in order:
-        if used >= target:
-            break
-        used += sizes[k]
-        out.append((k, sizes[k]))
+        # A few devices per node: Python's generator, drawn in the order the fill always drew
+        # (a machine's patterns when its first node comes, then each node's choice), so
+        # grouped runs place pods exactly as before.
+        py = random.Random(spec.seed)
+        for i, m in enumerate(node_machine):
+            if m not in index:
+                drawn = [_grouped_pattern(py, cpus_per_device[m], spec) for _ in range(count)]
+                index[m] = np.asarray([k for p in drawn for k, _ in p], dtype=np.int32)
+                amount[m] = np.asarray([a for p in drawn for _, a in p], dtype=np.int32)
+                start[m] = np.concatenate(([0], np.cumsum([len(p) for p in drawn]))).astype(np.int64)
+            node_pattern[i] = py.choice(range(count))
+    else:
+        # Many devices per node: numpy draws every pattern and every node's choice at once.
+        rng = np.random.default_rng(spec.seed)
+        for m in spec.machines:
+            index[m], start[m] = _exclusive_patterns(rng, np.asarray(cpus_per_device[m], dtype=np.int64), spec.fill, count)
+            amount[m] = None
+        by_machine = np.asarray([list(spec.machines).index(m) for m in node_machine], dtype=np.int64)
+        for k, _ in enumerate(spec.machines):
+            sel = np.flatnonzero(by_machine == k)
+            node_pattern[sel] = rng.integers(0, count, size=sel.size)
+    return Fill(spec.model, node_names, node_machine, node_pattern, index, start, amount, names)
+
+
+#: Patterns drawn per numpy step (bounds the temporary arrays: this many x devices per node).
+_PATTERN_CHUNK = 4096
+
+
+def _exclusive_patterns(
+    rng: np.random.Generator, sizes: np.ndarray[Any, np.dtype[np.int64]], fill: float, count: int
+) -> tuple[np.ndarray[Any, np.dtype[np.int32]], np.ndarray[Any, np.dtype[np.int64]]]:
+    """``count`` random usage patterns of whole devices, back to back (device indexes, and
+    where each pattern starts): the devices of a random order while the CPUs taken are
+    below ``fill`` of the node's."""
+    target = int(int(sizes.sum()) * fill)
+    parts: list[np.ndarray[Any, np.dtype[np.int64]]] = []
+    lengths: list[np.ndarray[Any, np.dtype[np.int64]]] = []
+    for lo in range(0, count, _PATTERN_CHUNK):
+        rows = min(_PATTERN_CHUNK, count - lo)
+        order = np.argsort(rng.random((rows, sizes.size)), axis=1)
+        sized = sizes[order]
+        keep = np.cumsum(sized, axis=1) - sized < target  # taken while the target is not reached
+        parts.append(order[keep])
+        lengths.append(keep.sum(axis=1))
+    start = np.concatenate(([0], np.cumsum(np.concatenate(lengths)))).astype(np.int64)
+    return np.concatenate(parts).astype(np.int32), start
+
+
+def _grouped_pattern(rng: random.Random, sizes: Sequence[int], spec: ClusterSpec) -> list[tuple[int, int]]:
+    """One usage pattern of grouped devices: (device index, CPUs taken) covering ``fill`` of the CPUs."""
+    left = int(sum(sizes) * spec.fill)
+    out: list[tuple[int, int]] = []
+    for k, size in enumerate(sizes):
+        share = min(left, int(size * spec.fill + rng.random()))
+        if share > 0:
+            left -= share
+            out.append((k, share))
     return out

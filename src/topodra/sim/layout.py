@@ -14,9 +14,10 @@ devices costs a few dictionary entries per node instead of 12.8 million
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
+from itertools import repeat
 from typing import Any
 
 from topodra.sim.allocator import Allocator
@@ -44,6 +45,7 @@ class _Names:
     position: dict[tuple[int, str], int] = field(default_factory=dict)
     capacity: dict[int, dict[str, Fraction]] = field(default_factory=dict)
     multi: frozenset[int] = frozenset()
+    plain: list[str] | None = None  # the device names alone, by position (made on first need)
 
 
 class NodeLayouts:
@@ -96,6 +98,17 @@ class NodeLayouts:
         pidx, name = self._namings[self._names_of[node]].names[position]
         driver, pool = self._pools_of[node][pidx]
         return (driver, pool, name)
+
+    def device_ids(self, node: int, positions: Sequence[int]) -> Iterable[DeviceID]:
+        """``device_at`` for many positions of one node at once (a bulk fill of the cluster state)."""
+        naming = self._namings[self._names_of[node]]
+        pools = self._pools_of[node]
+        if len(pools) == 1:  # the usual case: built without a Python loop per device
+            driver, pool = pools[0]
+            if naming.plain is None:
+                naming.plain = [name for _, name in naming.names]
+            return zip(repeat(driver), repeat(pool), map(naming.plain.__getitem__, positions))
+        return [(*pools[naming.names[p][0]], naming.names[p][1]) for p in positions]
 
     def where(self, device: DeviceID) -> tuple[int, int] | None:
         """(node, position) of a device in a node-local pool (the last node that lists it), else None."""

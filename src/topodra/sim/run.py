@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import gc
-import statistics
+import math
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from topodra.sim.cluster import ClusterSpec, build_cluster
+import numpy as np
+
+from topodra.sim.cluster import Cluster, ClusterSpec, build_cluster
 from topodra.sim.costmodel import DEFAULT_COSTS, CostModel
 from topodra.sim.scheduler import PodResult, Scheduler
 from topodra.sim.throughput import DEFAULT_API_COSTS, ApiCosts, end_to_end
 from topodra.sim.workload import Workload, load_workload
 
-__all__ = ["RunConfig", "RunSummary", "run_simulation", "percentile"]
+__all__ = ["RunConfig", "RunSummary", "run_simulation", "percentile", "parse_models"]
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,20 @@ class RunSummary:
         return row
 
 
+def parse_models(models: Sequence[str]) -> list[tuple[str, str]]:
+    """Device models as ``sim run``/``sim sweep`` take them: ``["cpu", "grouped:l3"]`` -> ``[("cpu", "numa"), ("grouped", "l3")]``; bad names raise ValueError."""
+    out = []
+    for m in models:
+        model, _, group = m.partition(":")
+        if model not in ("cpu", "core", "grouped"):
+            raise ValueError(f"--model {m!r}: must be cpu, core or grouped[:numa|l3|socket|machine]")
+        group = group or "numa"
+        if group not in ("numa", "l3", "socket", "machine"):
+            raise ValueError(f"--model {m!r}: group must be numa, l3, socket or machine")
+        out.append((model, group))
+    return out
+
+
 def percentile(values: list[float], p: float) -> float:
     if not values:
         return 0.0
@@ -129,8 +145,7 @@ def run_simulation(
             percentage_of_nodes_to_score=config.percentage_of_nodes_to_score,
             scoring=config.scoring,
         )
-        if cluster.background:
-            sched.preallocate(cluster.background)
+        _preallocate(sched, cluster)
         build_s = time.perf_counter() - t0
         gc.freeze()
     finally:
@@ -176,7 +191,7 @@ def _schedule_all(
     reasons = Counter(f"{r.failure_kind}: {_short(r.failure)}" for r in results if r.failure)
     kinds = Counter(r.failure_kind for r in results if r.failure_kind)
     machines = "objects" if cluster.from_objects else ",".join(f"{m}:{w:g}" for m, w in config.machines.items())
-    mean_pred = statistics.fmean(predicted) if predicted else 0.0
+    mean_pred = math.fsum(predicted) / len(predicted) if predicted else 0.0  # statistics.fmean, without its import
     e2e = end_to_end(((r.filter_cpu_s, r.predicted_s, k, r.node is not None) for r, k in zip(results, claims_of, strict=True)), costs, api)
     n_nodes = len(cluster.nodes)
     summary = RunSummary(
@@ -205,7 +220,7 @@ def _schedule_all(
         node_filter_p50_ms=percentile(per_node, 50),
         node_filter_max_ms=max((r.slowest_node_s * 1e3 for r in results), default=0.0),
         timeouts=sum(r.timeouts for r in results),
-        nodes_filtered_mean=statistics.fmean(r.nodes_filtered for r in results) if results else 0.0,
+        nodes_filtered_mean=math.fsum(r.nodes_filtered for r in results) / len(results) if results else 0.0,
         cel_evals=sum(r.cel_evals for r in results),
         devices_visited=sum(r.visits for r in results),
         allocate_calls=sum(r.calls for r in results),
@@ -217,6 +232,33 @@ def _schedule_all(
         failure_reasons=dict(reasons.most_common(5)),
     )
     return summary, results
+
+
+def _preallocate(sched: Scheduler, cluster: Cluster) -> None:
+    """Put what the cluster already holds into the scheduler: existing allocations as they
+    are, the synthetic fill of whole devices in bulk (by position: no allocation objects)."""
+    if cluster.allocations:
+        sched.preallocate(cluster.allocations)
+    fill = cluster.fill
+    if fill is None:
+        return
+    if fill.model == "grouped":  # shared devices: usage is capacity, not positions
+        sched.preallocate(fill.allocations())
+        return
+    # device index (slice-name order) -> position on the node, once per machine (nodes of a
+    # machine share their device lists, so the same map holds for all of them)
+    maps: dict[str, np.ndarray[Any, np.dtype[np.int64]]] = {}
+    held = []
+    for i, m in enumerate(fill.node_machine):
+        mapping = maps.get(m)
+        if mapping is None:
+            name = fill.node_names[i]
+            found = [sched.position_of(i, ("native.cpu", name, d)) for d in fill.device_names[m]]
+            if any(p is None for p in found):
+                raise ValueError(f"node {name}: the fill names a device the scheduler does not list")
+            mapping = maps[m] = np.asarray(found, dtype=np.int64)
+        held.append((i, mapping[fill.indexes(i)]))
+    sched.preallocate_positions(held)
 
 
 def _objects_cluster(config: RunConfig) -> Any:

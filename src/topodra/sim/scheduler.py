@@ -415,6 +415,49 @@ class Scheduler:
             self.state.add(a)
         self._touch(allocs)
 
+    def preallocate_positions(self, held: Iterable[tuple[int, Sequence[int] | np.ndarray[Any, Any]]]) -> None:
+        """What ``preallocate`` does, in bulk, for whole devices given as (node, device positions):
+        positions as ``position_of`` gives them. No allocation objects are made: filling every
+        node of a 50,000-node cluster is 6.4 million devices. Nodes with devices that allow
+        multiple allocations take ``preallocate`` (their usage is more than a position)."""
+        layout = self._layout
+        in_use = self.state.devices
+        flat: list[np.ndarray[Any, np.dtype[np.int64]]] = []
+        touched: dict[int, None] = {}
+        for i, positions in held:
+            pos = np.asarray(positions, dtype=np.int64)
+            if not pos.size:
+                continue
+            if layout.multi_positions(i):
+                raise ValueError(f"node {self.nodes[i].name} has devices that allow multiple allocations: use preallocate")
+            off, end = int(self._offset[i]), int(self._offset[i + 1])
+            if int(pos.min()) < 0 or int(pos.max()) >= end - off:
+                raise ValueError(f"node {self.nodes[i].name}: device position out of range 0..{end - off - 1}")
+            in_use.update(layout.device_ids(i, pos.tolist()))
+            flat.append(off + pos)
+            touched[i] = None
+        if not touched:
+            return
+        self._held[np.concatenate(flat)] = True
+        # every touched node's positions in use, from one pass over the bitmap: its class and free share
+        nodes = np.fromiter(touched, dtype=np.int64, count=len(touched))
+        in_use_at = np.flatnonzero(self._held)
+        owner = np.searchsorted(self._offset, in_use_at, side="right") - 1
+        local = (in_use_at - self._offset[owner]).astype(np.uint32)
+        lo, hi = np.searchsorted(owner, nodes, side="left"), np.searchsorted(owner, nodes, side="right")
+        for i, a, b in zip(nodes.tolist(), lo.tolist(), hi.tolist(), strict=True):
+            self._kid[i] = self._key_id((self._template_of[i], local[a:b].tobytes(), ()))  # = _alloc_key(i, held, [])
+        total = (self._offset[nodes + 1] - self._offset[nodes]).astype(np.float64)
+        self._free[nodes] = np.maximum(0.0, 1.0 - (hi - lo) / total)  # = _free_share without shared devices
+        self.state.version += 1
+
+    def position_of(self, node: int, device: DeviceID) -> int | None:
+        """Where ``device`` sits among node ``node``'s devices (None: not one of them)."""
+        for n, pidx, position in self._layout.pool_positions((device[0], device[1])):
+            if n == node:
+                return position.get((pidx, device[2]))
+        return None
+
     def delete(self, pod_name: str) -> bool:
         """Delete a bound pod: its claims are deallocated. False if it is not bound."""
         bound = self._bound.pop(pod_name, None)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from topodra.sim.costmodel import DEFAULT_COSTS, CostModel
-from topodra.sim.run import RunConfig, RunSummary, run_simulation
+from topodra.sim.run import RunConfig, RunSummary, parse_models, run_simulation
 
 __all__ = ["SweepConfig", "sweep_points", "run_sweep", "write_outputs", "parse_models"]
 
@@ -38,20 +38,6 @@ class SweepConfig:
     processes: int = field(default_factory=lambda: os.cpu_count() or 1)
     scoring: str = "least-allocated"
     cluster: str | None = None  # a Dask scheduler address (or local[:N]): run the cells there
-
-
-def parse_models(models: Sequence[str]) -> list[tuple[str, str]]:
-    """``["cpu", "grouped:l3"]`` -> ``[("cpu", "numa"), ("grouped", "l3")]``; bad names raise ValueError."""
-    out = []
-    for m in models:
-        model, _, group = m.partition(":")
-        if model not in ("cpu", "core", "grouped"):
-            raise ValueError(f"--model {m!r}: must be cpu, core or grouped[:numa|l3|socket|machine]")
-        group = group or "numa"
-        if group not in ("numa", "l3", "socket", "machine"):
-            raise ValueError(f"--model {m!r}: group must be numa, l3, socket or machine")
-        out.append((model, group))
-    return out
 
 
 def sweep_points(cfg: SweepConfig) -> list[RunConfig]:

@@ -1,0 +1,139 @@
+"""The command line starts lean: what ``topodra --help``, ``topodra sim --help`` and a small
+``topodra sim run`` import (modules, not timings: start-up times are in ``python -m benchmarks cli``),
+and the shortcuts that keep it lean give what the full path gives."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import typer.main
+from typer.testing import CliRunner
+
+from topodra.cli import _COMMANDS, listing_app, make_app
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+#: Run the real entry point with ARGV, then write the names of every loaded module to a file.
+_CHILD = """
+import json, sys
+out, argv = sys.argv[1], sys.argv[2:]
+sys.argv = ["topodra", *argv]
+from topodra.cli import main
+try:
+    main()
+except SystemExit:
+    pass
+with open(out, "w") as f:
+    json.dump(sorted(sys.modules), f)
+"""
+
+
+def _loaded(tmp_path: Path, *argv: str) -> set[str]:
+    out = tmp_path / "modules.json"
+    env = {**os.environ, "PYTHONPATH": str(SRC), "COLUMNS": "100"}
+    subprocess.run([sys.executable, "-c", _CHILD, str(out), *argv], env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=120, check=True)
+    return set(json.loads(out.read_text()))
+
+
+def _present(loaded: set[str], prefixes: tuple[str, ...]) -> list[str]:
+    return sorted(m for m in loaded if any(m == p or m.startswith(p + ".") for p in prefixes))
+
+
+#: Never needed to list commands or print a group's help.
+HEAVY = ("pydantic", "typer._adapters", "numpy", "yaml", "rich.console", "matplotlib", "cel_expr_python", "google.protobuf")
+
+
+def test_top_level_help_imports_no_command_module(tmp_path: Path) -> None:
+    loaded = _loaded(tmp_path, "--help")
+    commands = tuple(dict.fromkeys(m.rpartition(".")[0] for m, _ in _COMMANDS.values()))
+    assert _present(loaded, HEAVY + commands) == []
+
+
+def test_sim_help_imports_no_simulator(tmp_path: Path) -> None:
+    loaded = _loaded(tmp_path, "sim", "--help")
+    assert "topodra.sim.cli" in loaded
+    simulator = ("topodra.sim.run", "topodra.sim.scheduler", "topodra.sim.allocator", "topodra.sim.cluster", "topodra.policy", "topodra.agent")
+    assert _present(loaded, HEAVY + simulator) == []
+
+
+def test_small_sim_run_imports_no_plotting_progress_or_typer_adapters(tmp_path: Path) -> None:
+    """A real run: only what it uses (no plots, no pydantic adapters for plain options, no
+    progress bar when nobody watches)."""
+    loaded = _loaded(tmp_path, "sim", "run", "-n", "2", "--cpus", "16", "--pods", "2", "--fill", "0.25", "--json")
+    assert "topodra.sim.scheduler" in loaded  # it did run
+    assert _present(loaded, ("matplotlib", "typer._adapters", "rich.progress", "topodra.sim.sweep", "topodra.policy", "topodra.agent")) == []
+
+
+def test_listing_matches_the_full_command_line() -> None:
+    """``topodra --help`` from the listing is word for word the full command line's."""
+    runner = CliRunner()
+    lean = runner.invoke(listing_app(), ["--help"], terminal_width=200)
+    full = runner.invoke(make_app(), ["--help"], terminal_width=200)
+    assert lean.exit_code == full.exit_code == 0
+    assert lean.output == full.output
+    group = typer.main.get_group(make_app())
+    assert sorted(group.commands) == sorted(_COMMANDS)
+    for name, (_, short) in _COMMANDS.items():
+        assert group.commands[name].get_short_help_str(limit=500) == short, name
+
+
+#: A command with one option of every plain kind; prints what it got, with types.
+_CONVERT = """
+import json, sys
+from typing import Annotated
+import typer
+from typer.testing import CliRunner
+if sys.argv[1] == "plain":
+    from topodra.cli import _fast_coercion
+    _fast_coercion()
+app = typer.Typer()
+@app.command()
+def cmd(
+    n: Annotated[int, typer.Option(min=1, max=100)] = 5,
+    f: Annotated[float, typer.Option(min=0.0, max=0.99)] = 0.0,
+    i: int = 0,
+    s: str = "x",
+    flag: bool = False,
+    many: Annotated[list[str] | None, typer.Option()] = None,
+) -> None:
+    print(json.dumps([[type(v).__name__, v] for v in (n, f, i, s, flag, many)]))
+cases = json.loads(sys.argv[2])
+print(json.dumps([(r.exit_code, r.output) for r in (CliRunner().invoke(app, c) for c in cases)]))
+"""
+
+CASES = [
+    [],
+    ["--n", "12", "--f", "0.5", "--i", "-3", "--s", "hello", "--flag", "--many", "a", "--many", "b"],
+    ["--n", "100", "--f", "0", "--i", "007"],
+    ["--n", "0"],
+    ["--n", "101"],
+    ["--n", "x"],
+    ["--n", "1.0"],
+    ["--n", " 12"],
+    ["--f", "1.5"],
+    ["--f", "1e-2"],
+    ["--f", "nan"],
+    ["--i", "1_000"],
+    ["--i", "+4"],
+]
+
+
+@pytest.mark.parametrize("chunk", [CASES])
+def test_plain_conversion_gives_what_typer_gives(chunk: list[list[str]]) -> None:
+    """Values, exit codes and error messages are the same with and without the shortcut."""
+    env = {**os.environ, "PYTHONPATH": str(SRC), "COLUMNS": "200"}
+
+    def run(mode: str) -> list[list[object]]:
+        out = subprocess.run([sys.executable, "-c", _CONVERT, mode, json.dumps(chunk)], env=env, capture_output=True, text=True, timeout=120, check=True)
+        got: list[list[object]] = json.loads(out.stdout)
+        return got
+
+    plain, full = run("plain"), run("full")
+    assert plain == full
+    assert [code for code, _ in plain].count(0) >= 3  # some cases convert, some fail: both compared
+    assert any(code != 0 for code, _ in plain)
