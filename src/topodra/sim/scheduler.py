@@ -346,8 +346,12 @@ class Scheduler:
                     statuses.append(status)
                     break
                 # evaluate the classes of the next nodes the scan must reach, in scan order
-                for j in range(upto, min(size, upto + max(1, want - found - have))):
-                    if status[j] != _UNKNOWN:
+                # (only the positions without an answer: with every node its own class, the
+                # range is mostly answered nodes and a Python step per node cost more than
+                # the evaluations)
+                hi = min(size, upto + max(1, want - found - have))
+                for j in (upto + (status[upto:hi] == _UNKNOWN).nonzero()[0]).tolist():
+                    if status[j] != _UNKNOWN:  # answered by an evaluation of the same class just now
                         continue
                     k = int(kids[j])
                     code = memo.put(k, self._evaluate((start + stop + j) % N, claims, sig), self.costs.timeout_s)
