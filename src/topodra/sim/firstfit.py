@@ -39,6 +39,8 @@ __all__ = ["FirstFit", "plain_specs"]
 class _Req:
     spec: RequestSpec
     cls: DeviceClass
+    selectors: tuple[str, ...]  # class then request selectors, in the allocator's order
+    tolerations: tuple[Mapping[str, Any], ...]  # as the allocation result writes them
 
 
 def plain_specs(claims: Sequence[Claim], classes: Mapping[str, DeviceClass]) -> list[list[_Req]] | None:
@@ -59,7 +61,7 @@ def plain_specs(claims: Sequence[Claim], classes: Mapping[str, DeviceClass]) -> 
             if cls is None:
                 return None  # the allocator's error
             total += spec.count
-            reqs.append(_Req(spec, cls))
+            reqs.append(_Req(spec, cls, cls.selectors + spec.selectors, tuple(t.raw for t in spec.tolerations)))
         if total > MAX_RESULTS:
             return None
         out.append(reqs)
@@ -169,16 +171,16 @@ class FirstFit:
         D = len(devices)
         stats = SearchStats(devices=D)
         free = ~held
-        picked: list[list[tuple[str, int]]] = []
+        picked: list[list[tuple[_Req, int]]] = []
         single = len(specs) == 1 and len(specs[0]) == 1
         for reqs in specs:
-            mine: list[tuple[str, int]] = []
+            mine: list[tuple[_Req, int]] = []
             for r in reqs:
-                got = self._mask(t, r.cls.selectors + r.spec.selectors)
+                got = self._mask(t, r.selectors)
                 if got is None:
                     return None
                 ok, evals = got
-                at = np.flatnonzero(free & ok)
+                at = (free & ok).nonzero()[0]
                 n = r.spec.count
                 if at.size < n:
                     if not single or not t.no_invalid:
@@ -195,14 +197,14 @@ class FirstFit:
                 stats.checks += n
                 stats.cel_evals += int(evals[:last][free[:last]].sum())
                 free[chosen] = False  # taken by this pod: not free for its next requests
-                mine.extend((r.spec.name, int(p)) for p in chosen.tolist())
+                mine.extend((r, p) for p in chosen.tolist())
             stats.calls += 1
             picked.append(mine)
         stats.calls += 1
         if self._times_out(stats):
             return None
         self.hits += 1
-        return _build(node, devices, name_of, claims, specs, picked, configs), stats
+        return _build(node, devices, name_of, claims, picked, configs), stats
 
 
     def _times_out(self, stats: SearchStats) -> bool:
@@ -236,27 +238,25 @@ def _build(
     devices: list[Device],
     name_of: Callable[[int], DeviceID],
     claims: Sequence[Claim],
-    specs: list[list[_Req]],
-    picked: list[list[tuple[str, int]]],
+    picked: list[list[tuple[_Req, int]]],
     configs: Sequence[tuple[Mapping[str, Any], ...]],
 ) -> list[ClaimAllocation]:
     """The allocation records as the allocator's ``_build`` writes them (node-local slices:
     the node selector names the node)."""
     out = []
-    tolerations = {r.spec.name: tuple(tol.raw for tol in r.spec.tolerations) for reqs in specs for r in reqs}
     selector = {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node.name]}]}]}
     for claim, mine, config in zip(claims, picked, configs, strict=True):
         results = []
-        for request, pos in mine:
+        for r, pos in mine:
             d = devices[pos]  # the template's device: same shape (binding conditions) as the node's
             driver, pool, name = name_of(pos)
             results.append(
                 DeviceResult(
-                    request=request,
+                    request=r.spec.name,
                     driver=driver,
                     pool=pool,
                     device=name,
-                    tolerations=tolerations[request],
+                    tolerations=r.tolerations,
                     binding_conditions=d.binding_conditions,
                     binding_failure_conditions=d.binding_failure_conditions,
                 )
