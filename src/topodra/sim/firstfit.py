@@ -32,7 +32,7 @@ from topodra.sim.allocator import Allocator, ClaimAllocation, DeviceResult, Sear
 from topodra.sim.api import MAX_RESULTS, Claim, Device, DeviceClass, DeviceID, Node, RequestSpec
 from topodra.sim.cel import CelError, compile_selector
 
-__all__ = ["FirstFit", "plain_specs"]
+__all__ = ["Fit", "FirstFit", "plain_specs"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +164,24 @@ class FirstFit:
         (``held``, by position), or None when the shortcut does not apply (the caller allocates).
         ``configs``: each claim's allocation config (it depends on the claim specs only);
         ``name_of``: the node's device id at a position."""
+        got = self.fit(template, node, held, claims, specs, configs, name_of)
+        if got is None:
+            return None
+        fit, stats = got
+        return (fit.build() if fit is not None else None), stats
+
+    def fit(
+        self,
+        template: int,
+        node: Node,
+        held: np.ndarray[Any, np.dtype[np.bool_]],
+        claims: Sequence[Claim],
+        specs: list[list[_Req]],
+        configs: Sequence[tuple[Mapping[str, Any], ...]],
+        name_of: Callable[[int], DeviceID],
+    ) -> tuple[Fit | None, SearchStats] | None:
+        """``allocate`` with the allocation records left to build (``Fit.build``): most nodes
+        filtered are never chosen."""
         t = self.template(template, node)
         devices = t.devices
         if devices is None or len(held) != len(devices):
@@ -204,8 +222,7 @@ class FirstFit:
         if self._times_out(stats):
             return None
         self.hits += 1
-        return _build(node, devices, name_of, claims, picked, configs), stats
-
+        return Fit(node, devices, name_of, claims, picked, configs), stats
 
     def _times_out(self, stats: SearchStats) -> bool:
         """Would the allocator stop at its Filter deadline (the counted work only grows, so the
@@ -231,6 +248,21 @@ def _unfillable(D: int, checked: list[int], evals: int, need: int, devices: int)
         s_visits += g_visits
         s_checks += g_checks
     return SearchStats(calls=calls + s_calls, visits=visits + s_visits, checks=checks + s_checks, cel_evals=evals, devices=devices)
+
+
+@dataclass(slots=True)
+class Fit:
+    """The devices a first fit took, per claim, until their allocation records are needed."""
+
+    node: Node
+    devices: list[Device]
+    name_of: Callable[[int], DeviceID]
+    claims: Sequence[Claim]
+    picked: list[list[tuple[_Req, int]]]
+    configs: Sequence[tuple[Mapping[str, Any], ...]]
+
+    def build(self) -> list[ClaimAllocation]:
+        return _build(self.node, self.devices, self.name_of, self.claims, self.picked, self.configs)
 
 
 def _build(

@@ -45,7 +45,7 @@ from topodra.sim.allocator import (
 )
 from topodra.sim.api import Claim, DeviceID, Node, parse_claim, parse_node
 from topodra.sim.costmodel import DEFAULT_COSTS, CostModel, num_feasible_nodes_to_find
-from topodra.sim.firstfit import FirstFit, plain_specs
+from topodra.sim.firstfit import FirstFit, Fit, plain_specs
 from topodra.sim.layout import NodeLayouts
 
 __all__ = ["Pod", "PodResult", "Scheduler"]
@@ -105,6 +105,7 @@ class _Entry:
     kind: str | None = None
     plan: tuple[int, list[ClaimAllocation]] | None = None  # (node it was found on, its allocation)
     positions: list[list[int]] | None = None  # the plan's device positions per claim (filled on first use)
+    fit: tuple[int, Fit] | None = None  # a first fit not yet built into ``plan``
 
 
 @dataclass
@@ -582,6 +583,9 @@ class Scheduler:
 
     def _replay(self, entry: _Entry, node: int, claims: list[Claim]) -> list[ClaimAllocation] | None:
         """The memoised allocation moved to an equivalent node (same positions, that node's names)."""
+        if entry.plan is None and entry.fit is not None:
+            entry.plan = (entry.fit[0], entry.fit[1].build())
+            entry.fit = None
         if entry.plan is None:
             return None
         _, allocs = entry.plan
@@ -729,14 +733,14 @@ class Scheduler:
             if plain is not None and plain[1] is not None:
                 off, end = int(self._offset[i]), int(self._offset[i + 1])
                 layout = self._layout
-                got = self._firstfit.allocate(
+                got = self._firstfit.fit(
                     self._template_of[i], node, self._held[off:end], claims, plain[0], plain[1], lambda p: layout.device_at(i, p)
                 )
                 if got is not None:
-                    res, stats = got
-                    entry = self._entry(res is not None, stats)
-                    if res is not None:
-                        entry.plan = (i, res)
+                    fit, stats = got
+                    entry = self._entry(fit is not None, stats)
+                    if fit is not None:
+                        entry.fit = (i, fit)  # built into ``plan`` if the node is chosen
                     return entry
         try:
             res, stats = self.allocator.allocate_with_stats(node, claims)
