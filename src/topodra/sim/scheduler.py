@@ -19,6 +19,8 @@ numpy; a class is evaluated only where the scan first reaches it. Device
 positions come from ``layout`` (tables per shared device list, not per
 device) and the devices in use are a flat bitmap. The chosen node is always
 allocated for real. The memo is off when any slice is shared between nodes.
+Plain first-fit requests are answered from the in-use bitmap without the
+allocator's search (``firstfit``), with the same result and counted work.
 """
 
 from __future__ import annotations
