@@ -261,8 +261,14 @@ class Fit:
     picked: list[list[tuple[_Req, int]]]
     configs: Sequence[tuple[Mapping[str, Any], ...]]
 
-    def build(self) -> list[ClaimAllocation]:
-        return _build(self.node, self.devices, self.name_of, self.claims, self.picked, self.configs)
+    def build(self, claims: Sequence[Claim] | None = None) -> list[ClaimAllocation]:
+        """The records, for ``claims`` (default: the claims fitted; another pod's claims with
+        the same specs get the same devices)."""
+        return _build(self.node, self.devices, self.name_of, self.claims if claims is None else claims, self.picked, self.configs)
+
+    def positions(self) -> list[list[int]]:
+        """The device positions taken, per claim."""
+        return [[p for _, p in mine] for mine in self.picked]
 
 
 def _build(

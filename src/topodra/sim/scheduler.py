@@ -586,8 +586,12 @@ class Scheduler:
     def _replay(self, entry: _Entry, node: int, claims: list[Claim]) -> list[ClaimAllocation] | None:
         """The memoised allocation moved to an equivalent node (same positions, that node's names)."""
         if entry.plan is None and entry.fit is not None:
-            entry.plan = (entry.fit[0], entry.fit[1].build())
+            made_on, fit = entry.fit
             entry.fit = None
+            allocs = fit.build(claims)
+            entry.plan, entry.positions = (made_on, allocs), fit.positions()
+            if made_on == node:  # the usual case: built for this node and these claims already
+                return allocs
         if entry.plan is None:
             return None
         _, allocs = entry.plan
