@@ -160,8 +160,8 @@ def test_memo_hit_that_completed_a_request_is_not_local() -> None:
 def last_requests(draw: Any) -> dict[str, Any]:
     """The shapes the last-request solver is for: a multi-device last request under
     ``distinctAttribute`` and ``matchAttribute`` in either order (a later constraint that rejects a
-    device makes an earlier distinct forget its value), after earlier requests and claims it does
-    not share a distinct with."""
+    device makes an earlier distinct forget its value), with or without shared counters, after
+    earlier requests and claims it does not share a distinct with."""
     groups = draw(st.integers(1, 4))
     size = draw(st.integers(1, 4))
     devices = [
@@ -170,6 +170,14 @@ def last_requests(draw: Any) -> dict[str, Any]:
     ]
     if draw(st.integers(0, 5)) == 0:
         del devices[draw(st.integers(0, len(devices) - 1))]["attributes"]["l3"]
+    slices = [slice_("s", "node-1", devices)]
+    if draw(st.booleans()):  # shared counters: charged before the constraints, left charged when they reject
+        sets = draw(st.integers(1, 2))
+        for d in devices:
+            if draw(st.integers(0, 4)):
+                d["consumesCounters"] = [{"counterSet": f"set{draw(st.integers(0, sets - 1))}", "counters": {"n": {"value": str(draw(st.integers(1, 2)))}}}]
+        counters = [{"name": f"set{k}", "counters": {"n": {"value": str(draw(st.integers(1, 8)))}}} for k in range(sets)]
+        slices = [slice_("s", "node-1", devices, pool="node-1", count=2), slice_("t", "node-1", [], pool="node-1", count=2, sharedCounters=counters)]
     claims = []
     if draw(st.booleans()):
         claims.append(claim("first", req("a", "cls", draw(st.integers(1, 2)))))
@@ -183,7 +191,7 @@ def last_requests(draw: Any) -> dict[str, Any]:
     claims.append(claim("c", *reqs, constraints=constraints))
     names = [d["name"] for d in devices]
     in_use = {("node-1", n) for n in draw(st.sets(st.sampled_from(names), max_size=3))}
-    return {"slices": [slice_("s", "node-1", devices)], "claims": claims, "in_use": in_use}
+    return {"slices": slices, "claims": claims, "in_use": in_use}
 
 
 @settings(max_examples=400, deadline=None)

@@ -547,7 +547,8 @@ class _Search:
         self.scan_log: list[tuple[tuple[int, int, int], int, int]] = []
         #: per request: the constraints ``_solve_last`` tracks (None: it does not apply)
         self.last_ok: dict[tuple[int, int, int], list[int] | None] = {}
-        self.last_memo: dict[Any, dict[tuple[int, int, tuple[Any, ...]], tuple[int, int, int]]] = {}
+        self.last_memo: dict[Any, dict[tuple[int, int, tuple[Any, ...]], tuple[int, int, int, Any, int]]] = {}
+        self.cindex: tuple[list[list[tuple[int, Fraction]]], list[Fraction | None], list[tuple[tuple[str, str], str, str]]] | None = None
 
     # ---- driver
     def run(self) -> list[ClaimAllocation] | None:
@@ -934,7 +935,7 @@ class _Search:
         """The constraints ``_solve_last`` tracks for this request, or None when it does not apply.
 
         It applies to the last ``exactly`` request of the last claim (a completed request is a
-        solution) under constraints, with no counters, shared capacity, admin access, taints,
+        solution) under constraints, with no shared capacity, admin access, taints,
         capacity rules or selector errors among its devices, and no enclosing memo that needs
         a record of each scan (``_canonical_constraints``).
         """
@@ -949,7 +950,6 @@ class _Search:
             and spec.mode == "ExactCount"
             and not spec.admin_access
             and not spec.capacity_requests
-            and not self.has_counters
             and not self.has_multi
             and all(self.canon[ci][k] is None for k in range(ri))
         ):
@@ -989,8 +989,25 @@ class _Search:
         kinds = [cons[j].distinct for j in js]
         others = [frozenset(v for k, v in cons[j].values.items() if k != base) if cons[j].distinct else frozenset() for j in js]
         match_num = [cons[j].num for j in js]  # a matchAttribute's holders at slot ``di``
-        state0 = tuple(cons[j].values.get(base) if cons[j].distinct else (cons[j].stored if cons[j].num else None) for j in js)
-        single = len(js) == 1
+        nj = len(js)
+        counters_on = self.has_counters
+        cons_of: list[list[tuple[int, Fraction]]] = []
+        avail: list[Fraction | None] = []
+        cidx: list[tuple[tuple[str, str], str, str]] = []
+        C0: tuple[Fraction, ...] = ()
+        if counters_on:
+            cons_of, avail, cidx = self._counter_index()
+            for pool in self.pools:  # a charge is checked against every counter of its pool
+                if not pool.usable or not pool.counter_sets:
+                    continue
+                used = self.consumed.get(pool.key, {})
+                for sname, av in self._available(pool).items():
+                    if any(value < used.get(sname, {}).get(cname, Fraction(0)) for cname, value in av.items()):
+                        return None  # already over (other pods): only the plain search checks that
+            C0 = tuple(self.consumed.get(pk, {}).get(sn, {}).get(cn, Fraction(0)) for pk, sn, cn in cidx)
+        state0 = (*tuple(cons[j].values.get(base) if cons[j].distinct else cons[j].stored if cons[j].num else None for j in js), C0)
+        # a constraint's rejection of a device with counters leaves them charged (a side effect)
+        single = nj == 1 and not counters_on
         acc_cache: dict[tuple[Any, ...], int] = {}
         vm = [self._value_masks(ci, j) for j in js]
 
@@ -1011,11 +1028,24 @@ class _Search:
                 acc_cache[S] = got
             return got
 
-        def try_add(S: tuple[Any, ...], p: int) -> tuple[bool, tuple[Any, ...]]:
-            """``_allocate_device``'s constraint loop on state ``S``: accepted and the state for the
-            next slot, or rejected and the state left behind (earlier distincts forget the value)."""
+        def try_add(S: tuple[Any, ...], p: int) -> tuple[bool, tuple[Any, ...], bool]:
+            """``_allocate_device`` on state ``S`` (counters, then the constraints): accepted and the
+            state for the next slot, or rejected and the state left behind (earlier distincts forget
+            the value; counters a constraint's rejection leaves charged, the third item)."""
             new = list(S)
-            for i in range(len(js)):
+            C = S[nj]
+            charged = False
+            if counters_on and cons_of[p]:
+                c = list(C)
+                for i, a in cons_of[p]:
+                    c[i] += a
+                for i, _ in cons_of[p]:
+                    cap = avail[i]
+                    if cap is not None and cap < c[i]:
+                        return False, S, False
+                new[nj] = C = tuple(c)
+                charged = True
+            for i in range(nj):
                 v = vals[i][p]
                 u = S[i]
                 if kinds[i]:
@@ -1025,10 +1055,18 @@ class _Search:
                 else:
                     ok = v is not None and (u is None or (v[0] != "list" and v == u))
                 if not ok:
-                    return False, tuple(None if kinds[k] else S[k] for k in range(i)) + S[i:]
+                    return False, tuple(None if kinds[k] else S[k] for k in range(i)) + S[i:nj] + (C,), charged
                 if kinds[i] or u is None:
                     new[i] = v
-            return True, tuple(new)
+            return True, tuple(new), False
+
+        def uncharge(C: tuple[Fraction, ...], p: int) -> tuple[Fraction, ...]:
+            if not cons_of or not cons_of[p]:
+                return C
+            c = list(C)
+            for i, a in cons_of[p]:
+                c[i] -= a
+            return tuple(c)
 
         # memo: (slot, position, state) -> (calls, visits, checks) of the rest of a failing scan; kept
         # for the rest of the call per context: the devices free for this request (its own devices
@@ -1045,16 +1083,20 @@ class _Search:
             memo = self.last_memo[ctx] = {}
         reached_all = False
 
-        def call(d: int, s: int, S: tuple[Any, ...]) -> tuple[int, int, int, list[tuple[int, tuple[Any, ...]]] | None]:
-            """allocateOne at slot ``d`` from ``s`` (before completion): its work and the devices
-            chosen from here on with the constraint state each was accepted in (None: it fails)."""
+        def call(
+            d: int, s: int, S: tuple[Any, ...]
+        ) -> tuple[int, int, int, list[tuple[int, tuple[Any, ...]]] | None, tuple[Fraction, ...], int]:
+            """allocateOne at slot ``d`` from ``s`` (before completion): its work, the devices chosen
+            from here on with the state each was accepted in (None: it fails), the counters it
+            leaves charged and how many rejections leaked a charge."""
             nonlocal reached_all
             if d >= N:
-                return 0, 0, 0, []
+                return 0, 0, 0, [], S[nj], 0
             # the match state of this slot: no holder yet means nothing fixed
-            S = tuple(None if (not kinds[i] and match_num[i] + d - di <= 0) else S[i] for i in range(len(js)))
-            calls, visits, checks = 1, 0, 0
-            trail: list[tuple[tuple[int, int, tuple[Any, ...]], int, int, int]] = []
+            S = (*tuple(None if not kinds[i] and match_num[i] + d - di <= 0 else S[i] for i in range(nj)), S[nj])
+            calls, visits, checks, leaks = 1, 0, 0, 0
+            trail: list[tuple[tuple[int, int, tuple[Any, ...]], int, int, int, int]] = []
+            exit_c: tuple[Fraction, ...] = S[nj]
             pos = s
             path: list[tuple[int, tuple[Any, ...]]] | None = None
             while True:
@@ -1065,38 +1107,47 @@ class _Search:
                     calls += hit[0]
                     visits += hit[1]
                     checks += hit[2]
+                    exit_c = hit[3]
+                    leaks += hit[4]
                     break
-                trail.append((key, calls, visits, checks))
+                trail.append((key, calls, visits, checks, leaks))
                 rest = cand & ~((1 << pos) - 1)
                 nxt = rest & acc_mask(S) if single else rest
                 if not nxt:
                     visits += D - pos
                     checks += rest.bit_count()
                     reached_all = True
+                    exit_c = S[nj]
                     break
                 p = (nxt & -nxt).bit_length() - 1
                 visits += p + 1 - pos
                 checks += (rest & ((2 << p) - 1)).bit_count()
-                ok, S2 = try_add(S, p) if not single else (True, try_add(S, p)[1])
+                ok, S2, leaked = try_add(S, p)
                 if not ok:
                     S = S2
+                    leaks += leaked
                     pos = p + 1
                     continue
-                c2, v2, k2, sub = call(d + 1, p + 1, S2)
+                c2, v2, k2, sub, c_after, l2 = call(d + 1, p + 1, S2)
                 calls += c2
                 visits += v2
                 checks += k2
+                leaks += l2
                 if sub is not None:
                     path = [(p, S), *sub]
+                    exit_c = c_after
                     break
-                S = tuple(None if kinds[i] else S[i] for i in range(len(js)))
+                # removed again: distincts forget the value, its counters are given back
+                S = (*tuple(None if kinds[i] else S[i] for i in range(nj)), uncharge(c_after, p))
                 pos = p + 1
             if path is None:
-                for key, c0, v0, k0 in trail:
-                    memo[key] = (calls - c0, visits - v0, checks - k0)
-            return calls, visits, checks, path
+                for key, c0, v0, k0, l0 in trail:
+                    memo[key] = (calls - c0, visits - v0, checks - k0, exit_c, leaks - l0)
+            return calls, visits, checks, path, exit_c, leaks
 
-        calls, visits, checks, path = call(di, start, state0)
+        calls, visits, checks, path, exit_c, leaks = call(di, start, state0)
+        if leaks:
+            self.leaks += 1  # enclosing subtrees must not be remembered (as for the plain search)
         last = D if path is None or reached_all else (path[-1][0] + 1 if path else start)
         span = free & ((1 << last) - 1) & ~((1 << start) - 1)
         counted = self.counted.get(rkey, 0)
@@ -1109,6 +1160,7 @@ class _Search:
         self.stats.calls -= 1  # this call was counted on entry
         self.stats.pruned += 1
         if path is None:
+            self._set_counters(cidx, exit_c)
             self._bulk(calls, visits, checks)
             return False
         self._bulk(calls, visits, checks - len(path))  # the chosen devices are checked for real below
@@ -1121,11 +1173,38 @@ class _Search:
                         cons[j].values.pop(base, None)
                     else:
                         cons[j].values[base] = S[i]
+            self._set_counters(cidx, S[nj])  # including charges rejected devices left
             ok = self._allocate_device(ci, rd, self.cands[p], False)
             assert ok, "the solved path must be accepted"
         done = self._one(ci, ri, si, di + len(path), in_sub, path[-1][0] + 1)
         assert done
         return True
+
+    def _counter_index(self) -> tuple[list[list[tuple[int, Fraction]]], list[Fraction | None], list[tuple[tuple[str, str], str, str]]]:
+        """Counters as a flat vector for ``_solve_last``: per device position its consumption as
+        (index, amount), per index the amount available (None: not declared, never checked), and
+        what each index is (pool, counter set, counter)."""
+        if self.cindex is None:
+            where: dict[tuple[tuple[str, str], str, str], int] = {}
+            avail: list[Fraction | None] = []
+            cons_of: list[list[tuple[int, Fraction]]] = []
+            for c in self.cands:
+                row: list[tuple[int, Fraction]] = []
+                for cset, counters in c.device.consumes_counters:
+                    for cname, q in counters:
+                        k = (c.pool.key, cset, cname)
+                        i = where.get(k)
+                        if i is None:
+                            i = where[k] = len(avail)
+                            avail.append(self._available(c.pool).get(cset, {}).get(cname))
+                        row.append((i, q.amount))
+                cons_of.append(row)
+            self.cindex = (cons_of, avail, list(where))
+        return self.cindex
+
+    def _set_counters(self, cidx: list[tuple[tuple[str, str], str, str]], values: tuple[Fraction, ...]) -> None:
+        for (pk, sname, cname), v in zip(cidx, values, strict=True):
+            self.consumed.setdefault(pk, {}).setdefault(sname, {})[cname] = v
 
     def _canonical_constraints(self) -> list[list[int | None]]:
         """Per claim and request: a ``distinctAttribute`` that rejects, first and without side effect,
