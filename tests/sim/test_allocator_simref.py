@@ -175,8 +175,8 @@ def last_requests(draw: Any) -> dict[str, Any]:
         sets = draw(st.integers(1, 2))
         for d in devices:
             if draw(st.integers(0, 4)):
-                d["consumesCounters"] = [{"counterSet": f"set{draw(st.integers(0, sets - 1))}", "counters": {"n": {"value": str(draw(st.integers(1, 2)))}}}]
-        counters = [{"name": f"set{k}", "counters": {"n": {"value": str(draw(st.integers(1, 8)))}}} for k in range(sets)]
+                d["consumesCounters"] = [{"counterSet": f"set{draw(st.integers(0, sets - 1))}", "counters": {"n": {"value": draw(st.sampled_from(["1", "2", "500m", "1500m"]))}}}]
+        counters = [{"name": f"set{k}", "counters": {"n": {"value": draw(st.sampled_from(["1", "2", "2500m", "5", "8"]))}}} for k in range(sets)]
         slices = [slice_("s", "node-1", devices, pool="node-1", count=2), slice_("t", "node-1", [], pool="node-1", count=2, sharedCounters=counters)]
     claims = []
     if draw(st.booleans()):

@@ -29,6 +29,7 @@ remembers one value per request name.
 from __future__ import annotations
 
 import bisect
+import math
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -75,6 +76,7 @@ __all__ = [
     "allocation_of_claim",
 ]
 
+_ZERO = Fraction(0)
 _SHARE_NS = uuid.UUID("6f1d3c1e-8a7b-4e55-9a43-7d0c2b1e5f10")
 
 
@@ -548,7 +550,7 @@ class _Search:
         #: per request: the constraints ``_solve_last`` tracks (None: it does not apply)
         self.last_ok: dict[tuple[int, int, int], list[int] | None] = {}
         self.last_memo: dict[Any, dict[tuple[int, int, tuple[Any, ...]], tuple[int, int, int, Any, int]]] = {}
-        self.cindex: tuple[list[list[tuple[int, Fraction]]], list[Fraction | None], list[tuple[tuple[str, str], str, str]]] | None = None
+        self.cindex: tuple[list[list[tuple[int, int]]], list[int | None], list[tuple[tuple[str, str], str, str]], int] | None = None
 
     # ---- driver
     def run(self) -> list[ClaimAllocation] | None:
@@ -707,11 +709,11 @@ class _Search:
         for cset, consumption in cand.device.consumes_counters:
             u = used.setdefault(cset, {})
             for cname, q in consumption:
-                u[cname] = u.get(cname, Fraction(0)) + q.amount
+                u[cname] = u.get(cname, _ZERO) + q.amount
         for sname, available in avail.items():
             u = used.get(sname, {})
             for cname, value in available.items():
-                if value < u.get(cname, Fraction(0)):
+                if value < u.get(cname, _ZERO):
                     self._uncharge(cand)
                     return False
         return True
@@ -721,7 +723,7 @@ class _Search:
         for cset, counters in cand.device.consumes_counters:
             u = used.get(cset, {})
             for cname, q in counters:
-                u[cname] = u.get(cname, Fraction(0)) - q.amount
+                u[cname] = u.get(cname, _ZERO) - q.amount
 
     # ---- allocateDevice
     def _allocate_device(self, ci: int, rd: _ReqData, cand: _Cand, must: bool) -> bool:
@@ -991,12 +993,13 @@ class _Search:
         match_num = [cons[j].num for j in js]  # a matchAttribute's holders at slot ``di``
         nj = len(js)
         counters_on = self.has_counters
-        cons_of: list[list[tuple[int, Fraction]]] = []
-        avail: list[Fraction | None] = []
+        cons_of: list[list[tuple[int, int]]] = []
+        avail: list[int | None] = []
         cidx: list[tuple[tuple[str, str], str, str]] = []
-        C0: tuple[Fraction, ...] = ()
+        C0: tuple[int, ...] = ()
+        scale = 1
         if counters_on:
-            cons_of, avail, cidx = self._counter_index()
+            cons_of, avail, cidx, scale = self._counter_index()
             for pool in self.pools:  # a charge is checked against every counter of its pool
                 if not pool.usable or not pool.counter_sets:
                     continue
@@ -1004,7 +1007,10 @@ class _Search:
                 for sname, av in self._available(pool).items():
                     if any(value < used.get(sname, {}).get(cname, Fraction(0)) for cname, value in av.items()):
                         return None  # already over (other pods): only the plain search checks that
-            C0 = tuple(self.consumed.get(pk, {}).get(sn, {}).get(cn, Fraction(0)) for pk, sn, cn in cidx)
+            used_now = [self.consumed.get(pk, {}).get(sn, {}).get(cn, Fraction(0)) * scale for pk, sn, cn in cidx]
+            if any(u.denominator != 1 for u in used_now):
+                return None  # not a sum of these devices' amounts
+            C0 = tuple(int(u) for u in used_now)
         state0 = (*tuple(cons[j].values.get(base) if cons[j].distinct else cons[j].stored if cons[j].num else None for j in js), C0)
         # a constraint's rejection of a device with counters leaves them charged (a side effect)
         single = nj == 1 and not counters_on
@@ -1060,7 +1066,7 @@ class _Search:
                     new[i] = v
             return True, tuple(new), False
 
-        def uncharge(C: tuple[Fraction, ...], p: int) -> tuple[Fraction, ...]:
+        def uncharge(C: tuple[int, ...], p: int) -> tuple[int, ...]:
             if not cons_of or not cons_of[p]:
                 return C
             c = list(C)
@@ -1085,7 +1091,7 @@ class _Search:
 
         def call(
             d: int, s: int, S: tuple[Any, ...]
-        ) -> tuple[int, int, int, list[tuple[int, tuple[Any, ...]]] | None, tuple[Fraction, ...], int]:
+        ) -> tuple[int, int, int, list[tuple[int, tuple[Any, ...]]] | None, tuple[int, ...], int]:
             """allocateOne at slot ``d`` from ``s`` (before completion): its work, the devices chosen
             from here on with the state each was accepted in (None: it fails), the counters it
             leaves charged and how many rejections leaked a charge."""
@@ -1096,7 +1102,7 @@ class _Search:
             S = (*tuple(None if not kinds[i] and match_num[i] + d - di <= 0 else S[i] for i in range(nj)), S[nj])
             calls, visits, checks, leaks = 1, 0, 0, 0
             trail: list[tuple[tuple[int, int, tuple[Any, ...]], int, int, int, int]] = []
-            exit_c: tuple[Fraction, ...] = S[nj]
+            exit_c: tuple[int, ...] = S[nj]
             pos = s
             path: list[tuple[int, tuple[Any, ...]]] | None = None
             while True:
@@ -1160,7 +1166,7 @@ class _Search:
         self.stats.calls -= 1  # this call was counted on entry
         self.stats.pruned += 1
         if path is None:
-            self._set_counters(cidx, exit_c)
+            self._set_counters(cidx, exit_c, scale)
             self._bulk(calls, visits, checks)
             return False
         self._bulk(calls, visits, checks - len(path))  # the chosen devices are checked for real below
@@ -1173,21 +1179,22 @@ class _Search:
                         cons[j].values.pop(base, None)
                     else:
                         cons[j].values[base] = S[i]
-            self._set_counters(cidx, S[nj])  # including charges rejected devices left
+            self._set_counters(cidx, S[nj], scale)  # including charges rejected devices left
             ok = self._allocate_device(ci, rd, self.cands[p], False)
             assert ok, "the solved path must be accepted"
         done = self._one(ci, ri, si, di + len(path), in_sub, path[-1][0] + 1)
         assert done
         return True
 
-    def _counter_index(self) -> tuple[list[list[tuple[int, Fraction]]], list[Fraction | None], list[tuple[tuple[str, str], str, str]]]:
-        """Counters as a flat vector for ``_solve_last``: per device position its consumption as
-        (index, amount), per index the amount available (None: not declared, never checked), and
-        what each index is (pool, counter set, counter)."""
+    def _counter_index(self) -> tuple[list[list[tuple[int, int]]], list[int | None], list[tuple[tuple[str, str], str, str]], int]:
+        """Counters as a flat vector of whole numbers for ``_solve_last`` (amounts times ``scale``,
+        the common denominator of the devices' amounts: cheap to hash): per device position its
+        consumption as (index, amount), per index the amount available (None: not declared,
+        never checked), what each index is (pool, counter set, counter), and ``scale``."""
         if self.cindex is None:
             where: dict[tuple[tuple[str, str], str, str], int] = {}
-            avail: list[Fraction | None] = []
-            cons_of: list[list[tuple[int, Fraction]]] = []
+            avail_f: list[Fraction | None] = []
+            rows: list[list[tuple[int, Fraction]]] = []
             for c in self.cands:
                 row: list[tuple[int, Fraction]] = []
                 for cset, counters in c.device.consumes_counters:
@@ -1195,16 +1202,20 @@ class _Search:
                         k = (c.pool.key, cset, cname)
                         i = where.get(k)
                         if i is None:
-                            i = where[k] = len(avail)
-                            avail.append(self._available(c.pool).get(cset, {}).get(cname))
+                            i = where[k] = len(avail_f)
+                            avail_f.append(self._available(c.pool).get(cset, {}).get(cname))
                         row.append((i, q.amount))
-                cons_of.append(row)
-            self.cindex = (cons_of, avail, list(where))
+                rows.append(row)
+            scale = math.lcm(1, *(a.denominator for row in rows for _, a in row))
+            cons_of = [[(i, int(a * scale)) for i, a in row] for row in rows]
+            # used <= available  <=>  used * scale <= floor(available * scale), used * scale being whole
+            avail = [None if a is None else math.floor(a * scale) for a in avail_f]
+            self.cindex = (cons_of, avail, list(where), scale)
         return self.cindex
 
-    def _set_counters(self, cidx: list[tuple[tuple[str, str], str, str]], values: tuple[Fraction, ...]) -> None:
+    def _set_counters(self, cidx: list[tuple[tuple[str, str], str, str]], values: tuple[int, ...], scale: int) -> None:
         for (pk, sname, cname), v in zip(cidx, values, strict=True):
-            self.consumed.setdefault(pk, {}).setdefault(sname, {})[cname] = v
+            self.consumed.setdefault(pk, {}).setdefault(sname, {})[cname] = Fraction(v, scale)
 
     def _canonical_constraints(self) -> list[list[int | None]]:
         """Per claim and request: a ``distinctAttribute`` that rejects, first and without side effect,
