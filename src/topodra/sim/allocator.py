@@ -9,7 +9,7 @@ slice and list order; combinations, not permutations, inside a request;
 ``firstAvailable`` subrequests in order; exact rollback; the 32-result
 early-prune rule. The first solution wins, so the result is the scheduler's.
 
-Two things make it faster without changing the answer:
+What makes it faster without changing the answer:
 
 - selector results are cached across calls per (expression, device content),
   so identical devices on many nodes are evaluated once;
@@ -18,7 +18,10 @@ Two things make it faster without changing the answer:
   fixed) is decided by counting instead of searching. The counting also
   yields what the scheduler's own search would have done in that subtree
   (calls, devices visited, allocation checks), so ``SearchStats`` always
-  describes kube-scheduler's work, not ours.
+  describes kube-scheduler's work, not ours;
+- where counting does not apply, a mask scan, a memo of failing subtrees and,
+  for the last request, a dynamic program over (slot, position, constraint and
+  counter state) do the same work in fewer steps, with the same counts.
 
 Mirrored upstream details (kept on purpose so results match): counters
 charged by a device that is then rejected by a taint, a constraint or its
