@@ -144,6 +144,8 @@ def test_empty_sets_are_refused_everywhere() -> None:
         ContainerAdjustment(cpus=CPUSet())
     with pytest.raises(EmptyCPUSetError, match=r"ContainerUpdate\(c1\).mems"):
         ContainerUpdate("c1", mems=CPUSet())
+    with pytest.raises(EmptyCPUSetError, match=r"ContainerUpdate\(c1\).cpus"):
+        ContainerUpdate("c1", cpus=CPUSet(), mems=CPUSet({0}))
     sneaky = ContainerAdjustment(cpus=CPUSet({1}))
     object.__setattr__(sneaky, "cpus", CPUSet())
     with pytest.raises(EmptyCPUSetError, match="refusing to encode an empty set"):

@@ -253,6 +253,7 @@ class Agent:
         self._config_mtime = self._mtime()
         self.started = asyncio.Event()
         self.events: list[str] = []  # recent notable events, newest last (UI, /state)
+        self._log_backlog: list[str] = []  # notes not logged yet (written after the current step)
         self._deferred: set[str] = set()  # changes held for the next event reply (unsolicited off)
         # Start window: created, PostStartContainer not seen yet. An update reaching such a
         # container may be stored in its spec only (containerd), so it is sent again after the start.
@@ -283,9 +284,22 @@ class Agent:
             return None
 
     def _note(self, text: str) -> None:
+        """Record a notable event; its log line is written right after the current step (a
+        CreateContainer reply goes out before the ~30-80 us of formatting and writing)."""
         self.events.append(f"{time.strftime('%H:%M:%S')} {text}")
         del self.events[:-200]
-        log.info("%s", text)
+        self._log_backlog.append(text)
+        if len(self._log_backlog) > 1:
+            return  # a flush is already scheduled
+        try:
+            asyncio.get_running_loop().call_soon(self._flush_notes)
+        except RuntimeError:  # no loop: write it now
+            self._flush_notes()
+
+    def _flush_notes(self) -> None:
+        backlog, self._log_backlog = self._log_backlog, []
+        for text in backlog:
+            log.info("%s", text)
 
     # --- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -505,6 +519,7 @@ class Agent:
 
     async def stop(self) -> None:
         self._stop.set()
+        self._flush_notes()
         if self.stub is not None:
             with contextlib.suppress(Exception):
                 await self.stub.stop()
