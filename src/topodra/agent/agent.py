@@ -234,6 +234,7 @@ class Agent:
         self.policy = checked.policy
         self.lock = asyncio.Lock()
         self.metrics = AgentMetrics()
+        self._create_seconds = self.metrics.nri_event_seconds.labels("CreateContainer")  # looked up once
         self.pods: dict[str, Pod] = {}
         self.containers: dict[str, Container] = {}
         self.devices: list[Device] = checked.devices
@@ -749,7 +750,7 @@ class Agent:
         mine = changes.get(container.id)
         adjust = ContainerAdjustment(cpus=mine.cpus, mems=mine.mems or None) if mine is not None else None
         updates = self._with_deferred(self._updates(changes, exclude=container.id), container.id)
-        self.metrics.nri_event_seconds.labels("CreateContainer").observe(time.perf_counter() - t0)
+        self._create_seconds.observe(time.perf_counter() - t0)
         if mine is not None:
             extra = f" (+{len(updates)} moved)" if updates else ""
             self._note(f"placed {pod.namespace}/{pod.name}/{container.name} on CPUs {mine.cpus}{extra}")
