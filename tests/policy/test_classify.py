@@ -8,11 +8,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from topodra.policy import ContainerRequest, PolicyConfig, PolicyError, QoSClass
+from topodra.policy import ContainerRequest, Policy, PolicyConfig, PolicyError, QoSClass
 from topodra.policy.annotations import parse_bool, parse_preferences
 from topodra.policy.classify import GrantKind, Isolation, Need, classify
 from topodra.policy.config import CPUPriority, TopologyLevel
 from topodra.topology.model import CoreType, MemoryKind
+from topodra.topology.synthetic import synthetic_topology
 
 from .helpers import besteffort, burstable, guaranteed, request
 
@@ -208,3 +209,48 @@ def test_annotation_parsing_never_crashes(annotations: dict[str, str]) -> None:
     n = classify(req, PolicyConfig(), has_reserved=True, has_isolated=True)
     assert n.kind in set(GrantKind)
     assert prefs.hide_hyperthreads in (True, False)
+
+
+_POLICIES = [
+    Policy(synthetic_topology("1s1d1n1l2c2t"), PolicyConfig(reserved_cpu_count=1)),
+    Policy(synthetic_topology("1s1d1n1l2c2t"), PolicyConfig(prefer_shared_cpus=True, reserved_pool_namespaces=("sys-*",))),
+]
+
+
+@given(
+    policy=st.sampled_from(_POLICIES),
+    reqs=st.lists(
+        st.builds(
+            request,
+            cid=st.sampled_from(["a", "b", "c"]),
+            qos=st.sampled_from(list(QoSClass)),
+            cpu=st.sampled_from([0, 1, 500, 1000, 1500, 2000]),
+            limit=st.sampled_from([-1, None, 1000, 4000]),
+            memory=st.sampled_from([0, 1 << 20]),
+            namespace=st.sampled_from(["default", "kube-system", "sys-a"]),
+            name=st.sampled_from(["x", "y"]),
+            claims=st.sampled_from([(), ("k",)]),
+            annotations=st.sampled_from([None, {"team": "a"}, {f"hide-hyperthreads.{D}": "true", "team": "b"}]),
+        ),
+        max_size=12,
+    ),
+)
+def test_the_policy_reads_each_request_as_classify_does(policy: Policy, reqs: list[ContainerRequest]) -> None:
+    """The policy keeps one reading per distinct request without placement annotations: it is
+    always classify's."""
+    part = policy._part
+    for req in reqs:
+        assert policy._classify(req) == classify(
+            req, policy.config, has_reserved=part.reserved != 0, has_isolated=part.isolated != 0
+        )
+
+
+def test_parsed_annotations_are_reused_and_a_bad_one_fails_every_time() -> None:
+    ann = {f"hide-hyperthreads.{D}/container.db": "true", "team": "a"}
+    first = parse_preferences(ann, "db")
+    assert first.hide_hyperthreads is True
+    assert parse_preferences(dict(reversed(list(ann.items()))), "db") == first
+    assert parse_preferences(ann, "web").hide_hyperthreads is False  # the scope names the container
+    for _ in range(2):
+        with pytest.raises(PolicyError, match="not a boolean"):
+            parse_preferences({f"hide-hyperthreads.{D}": "maybe"}, "db")

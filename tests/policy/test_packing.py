@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from topodra.cpuset import CPUSet
 from topodra.policy import PolicyError
-from topodra.policy.groups import build_group_tree
+from topodra.policy.groups import GroupTree, build_group_tree
 from topodra.policy.packing import pack, pack_near
 from topodra.testing.kubelet_baseline import take_by_topology
 from topodra.topology.model import Topology
@@ -218,3 +218,29 @@ def test_whole_cores_is_the_per_core_rule(topo: Topology, data: st.DataObject) -
         if core & cand == core:
             want |= core
     assert tree.whole_cores(cand) == want
+
+
+def _descend(tree: GroupTree, mask: int, start: int) -> int:
+    """The definition: from ``start``, go down while a child holds all of ``mask``."""
+    g = start
+    while True:
+        for c in tree.groups[g].children:
+            if mask & tree.groups[c].mask == mask:
+                g = c
+                break
+        else:
+            return g
+
+
+_TREES = [
+    build_group_tree(synthetic_topology("2s1d2n2l2c2t"), synthetic_topology("2s1d2n2l2c2t").online),
+    build_group_tree(synthetic_topology("1s2d1n1l3c2t"), CPUSet.parse("0-5,7-11")),
+]
+
+
+@given(tree=st.sampled_from(_TREES), mask=st.integers(0, (1 << 20) - 1), start=st.integers(0, 30))
+def test_deepest_containing_is_where_a_descent_stops(tree: GroupTree, mask: int, start: int) -> None:
+    start %= len(tree.groups)
+    sparse = mask & (mask >> 7) & (mask >> 13)  # few CPUs too, as grants have
+    for m in (mask, sparse, mask & tree.groups[start].mask, sparse & tree.groups[start].mask):
+        assert tree.deepest_containing(m, start) == _descend(tree, m, start)

@@ -8,6 +8,7 @@ must not silently fall back to a default.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -108,8 +109,17 @@ def _memory_types(key: str, value: str) -> frozenset[MemoryKind]:
 
 def parse_preferences(annotations: Mapping[str, str], container: str) -> Preferences:
     """Read the placement annotations that apply to ``container`` (its name in the pod)."""
-    if not annotations or not any(DOMAIN in k for k in annotations):
+    if not annotations:
         return _NONE
+    ours = tuple((k, v) for k, v in annotations.items() if DOMAIN in k)
+    return _parse(container, ours) if ours else _NONE
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse(container: str, ours: tuple[tuple[str, str], ...]) -> Preferences:
+    """The reading of one container's placement annotations: pods of one workload carry the same
+    ones, so each distinct set is parsed once (a malformed one raises every time)."""
+    annotations = dict(ours)
 
     def get(key: str) -> tuple[str, str] | None:
         return _lookup(annotations, key, container)

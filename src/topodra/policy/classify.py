@@ -27,7 +27,10 @@ from topodra.policy.api import BadRequestError, ContainerRequest, QoSClass
 from topodra.policy.config import CPUPriority, PolicyConfig, TopologyLevel
 from topodra.topology.model import CoreType, MemoryKind
 
-__all__ = ["GrantKind", "Isolation", "Need", "classify", "validate_request", "core_types_for"]
+__all__ = [
+    "CLAIMED", "EXCLUSIVE", "ISOLATION_NO", "ISOLATION_REQUIRE", "MIXED", "PRESERVE", "RESERVED", "SHARED",
+    "GrantKind", "Isolation", "Need", "classify", "validate_request", "core_types_for",
+]
 
 
 class GrantKind(enum.StrEnum):
@@ -43,6 +46,14 @@ class Isolation(enum.StrEnum):
     NO = "no"
     PREFER = "prefer"
     REQUIRE = "require"
+
+
+# The members as module names: Python 3.11 reads an enum member through its class about 7x slower
+# than a global, and the hot paths compare kinds by identity several times per operation.
+SHARED, EXCLUSIVE, MIXED = GrantKind.SHARED, GrantKind.EXCLUSIVE, GrantKind.MIXED
+CLAIMED, RESERVED, PRESERVE = GrantKind.CLAIMED, GrantKind.RESERVED, GrantKind.PRESERVE
+ISOLATION_NO, ISOLATION_REQUIRE = Isolation.NO, Isolation.REQUIRE
+_BEST_EFFORT, _BURSTABLE = QoSClass.BEST_EFFORT, QoSClass.BURSTABLE
 
 
 @dataclass(slots=True)
@@ -133,27 +144,27 @@ def classify(
     hide, preserve = prefs.hide_hyperthreads, prefs.memory_preserve
 
     if req.claims and not ignore_claims:
-        return Need(GrantKind.CLAIMED, memory_kinds=kinds, memory_kinds_annotated=annotated, memory=memory,
+        return Need(CLAIMED, memory_kinds=kinds, memory_kinds_annotated=annotated, memory=memory,
                     hide_hyperthreads=hide, memory_preserve=preserve, claims=tuple(req.claims))
     if prefs.cpu_preserve:
-        return Need(GrantKind.PRESERVE, memory_kinds=kinds, memory_kinds_annotated=annotated, memory=memory,
+        return Need(PRESERVE, memory_kinds=kinds, memory_kinds_annotated=annotated, memory=memory,
                     hide_hyperthreads=hide, memory_preserve=preserve)
     wants_reserved = prefs.prefer_reserved is True or (
         prefs.prefer_reserved is None and config.reserved_namespace(req.namespace)
     )
     request = req.cpu_request_milli
     if wants_reserved and has_reserved:
-        return Need(GrantKind.RESERVED, milli=request, memory_kinds=kinds, memory_kinds_annotated=annotated,
+        return Need(RESERVED, milli=request, memory_kinds=kinds, memory_kinds_annotated=annotated,
                     memory=memory, hide_hyperthreads=hide, memory_preserve=preserve)
     qos = req.qos
-    if qos is QoSClass.BEST_EFFORT:
-        return Need(GrantKind.SHARED, memory_kinds=kinds, memory_kinds_annotated=annotated, memory=memory,
+    if qos is _BEST_EFFORT:
+        return Need(SHARED, memory_kinds=kinds, memory_kinds_annotated=annotated, memory=memory,
                     hide_hyperthreads=hide, memory_preserve=preserve)
-    if qos is QoSClass.BURSTABLE or request == 0:
+    if qos is _BURSTABLE or request == 0:
         limit = req.cpu_limit_milli
-        burstable = qos is QoSClass.BURSTABLE
+        burstable = qos is _BURSTABLE
         return Need(
-            GrantKind.SHARED,
+            SHARED,
             milli=request,
             memory_kinds=kinds,
             memory_kinds_annotated=annotated,
@@ -169,15 +180,15 @@ def classify(
     whole, fraction = divmod(request, 1000)
     prefer_shared = prefs.prefer_shared if prefs.prefer_shared is not None else config.prefer_shared_cpus
     if fraction and whole >= 1 and prefs.prefer_shared is False:
-        return Need(GrantKind.MIXED, exclusive=whole, milli=fraction, isolation=_isolation(prefs, default=False),
+        return Need(MIXED, exclusive=whole, milli=fraction, isolation=_isolation(prefs, default=False),
                     isolation_key=prefs.isolation_key, core_types=core_types_for(priority), memory_kinds=kinds,
                     memory_kinds_annotated=annotated, memory=memory, hide_hyperthreads=hide,
                     memory_preserve=preserve)
     if fraction or prefer_shared:
-        return Need(GrantKind.SHARED, milli=request, memory_kinds=kinds, memory_kinds_annotated=annotated,
+        return Need(SHARED, milli=request, memory_kinds=kinds, memory_kinds_annotated=annotated,
                     memory=memory, hide_hyperthreads=hide, memory_preserve=preserve)
     isolation = _isolation(prefs, default=whole <= 2 and config.prefer_isolated_cpus and has_isolated)
-    return Need(GrantKind.EXCLUSIVE, exclusive=whole, isolation=isolation, isolation_key=prefs.isolation_key,
+    return Need(EXCLUSIVE, exclusive=whole, isolation=isolation, isolation_key=prefs.isolation_key,
                 core_types=core_types_for(priority), memory_kinds=kinds, memory_kinds_annotated=annotated,
                 memory=memory, hide_hyperthreads=hide, memory_preserve=preserve)
 

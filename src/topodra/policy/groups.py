@@ -67,6 +67,7 @@ class GroupTree:
     singles: int = 0  # CPUs of one-thread cores
     pairs: tuple[tuple[int, int], ...] = ()  # (offset, low CPUs) of two-thread cores {c, c + offset}
     others: tuple[int, ...] = ()  # cores of three or more threads
+    leaf_of: dict[int, int] = field(default_factory=dict)  # CPU id -> the deepest group holding it
 
     def whole_cores(self, cand: int) -> int:
         """The CPUs of ``cand`` whose core's every usable thread is in ``cand``."""
@@ -85,6 +86,15 @@ class GroupTree:
 
     def deepest_containing(self, mask: int, start: int = 0) -> int:
         """Index of the deepest group under ``start`` whose CPUs include all of ``mask``."""
+        groups = self.groups
+        if mask and not mask & ~groups[start].mask:
+            g = self.leaf_of.get((mask & -mask).bit_length() - 1, -1)
+            if g >= 0:
+                # The groups holding a CPU are its deepest one's ancestors, nested: the deepest of them
+                # holding all of ``mask`` is where a descent from ``start`` stops (start holds it).
+                while mask & groups[g].mask != mask:
+                    g = groups[g].parent
+                return g
         g = start
         while True:
             for c in self.groups[g].children:
@@ -196,5 +206,9 @@ def build_group_tree(topology: Topology, allowed: CPUSet) -> GroupTree:
             pairs[off] = pairs.get(off, 0) | low
         else:
             others.append(m)
+    leaf_of: dict[int, int] = {}
+    for g in groups:  # parents first: a CPU's deepest group comes last
+        for c in CPUSet.from_mask(g.mask):
+            leaf_of[c] = g.index
     return GroupTree(groups=groups, notes=notes, core_of=core_of, max_threads=max_threads, singles=singles,
-                     pairs=tuple(sorted(pairs.items())), others=tuple(others))
+                     pairs=tuple(sorted(pairs.items())), others=tuple(others), leaf_of=leaf_of)

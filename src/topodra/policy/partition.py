@@ -51,6 +51,7 @@ class Partition:
     children: tuple[tuple[int, ...], ...]
     level_dist: dict[TopologyLevel, tuple[int, ...]]  # per level, per pool: how far the pool is from it
     node_of_cpu: dict[int, int]
+    pool_of_cpu: tuple[int, ...]  # CPU -> the deepest pool holding it (-1: none)
     _mem_size: dict[tuple[int, frozenset[MemoryKind]], int] = field(default_factory=dict)
     _missing: dict[frozenset[MemoryKind], tuple[int, ...]] = field(default_factory=dict)
     _lacks: dict[frozenset[MemoryKind], bool] = field(default_factory=dict)
@@ -61,16 +62,25 @@ class Partition:
         return self.pool_of_group[self.tree.deepest_containing(mask, start_group)]
 
     def pools_of(self, mask: int) -> list[int]:
-        """Every pool holding a CPU of ``mask``, parents before children (closed under ancestors)."""
-        pools, children = self.pools, self.children
-        if not pools[0].cpus & mask:
+        """Every pool holding a CPU of ``mask``, parents before children (closed under ancestors).
+
+        The pools holding a CPU are the path to the deepest one; one path per deepest pool hit
+        (its other CPUs are skipped), in index order, which is depth-first with parents first.
+        """
+        pools, pool_of_cpu = self.pools, self.pool_of_cpu
+        mask &= pools[0].cpus
+        if not mask:
             return []
-        out = [0]
-        for j in out:  # grows while it is walked: a breadth-first descent into the pools hit
-            for c in children[j]:
-                if pools[c].cpus & mask:
-                    out.append(c)
-        return out
+        deepest = pools[pool_of_cpu[(mask & -mask).bit_length() - 1]]
+        mask &= ~deepest.cpus
+        if not mask:
+            return list(deepest.path)
+        hit = set(deepest.path)
+        while mask:
+            deepest = pools[pool_of_cpu[(mask & -mask).bit_length() - 1]]
+            hit.update(deepest.path)
+            mask &= ~deepest.cpus
+        return sorted(hit)
 
     def missing_kinds(self, kinds: frozenset[MemoryKind]) -> tuple[int, ...]:
         """Per pool: how many of the wanted memory kinds this machine has but the pool lacks."""
@@ -196,6 +206,9 @@ def build_partition(topo: Topology, cfg: PolicyConfig) -> Partition:
     pool_of_group = [0] * len(tree.groups)
     for g in tree.groups:
         pool_of_group[g.index] = g.pool if g.pool >= 0 else pool_of_group[g.parent]
+    pool_of_cpu = [-1] * (max(topo.cpus, default=0) + 1)
+    for c in bits(allowed.mask):
+        pool_of_cpu[c] = pool_of_group[tree.deepest_containing(1 << c)]
     return Partition(
         topology=topo,
         tree=tree,
@@ -213,4 +226,5 @@ def build_partition(topo: Topology, cfg: PolicyConfig) -> Partition:
         children=tuple(p.children for p in pools),
         level_dist={lv: tuple(_level_distance(p, lv) for p in pools) for lv in TopologyLevel},
         node_of_cpu={c: info.node for c, info in topo.cpus.items()},
+        pool_of_cpu=tuple(pool_of_cpu),
     )

@@ -9,11 +9,21 @@ ancestor that has them and room for the request.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from topodra.policy.api import BadRequestError, ContainerRequest, NoFitError
-from topodra.policy.classify import GrantKind, Isolation, Need
+from topodra.policy.classify import (
+    CLAIMED,
+    EXCLUSIVE,
+    ISOLATION_NO,
+    ISOLATION_REQUIRE,
+    MIXED,
+    PRESERVE,
+    RESERVED,
+    SHARED,
+    Need,
+)
 from topodra.policy.config import PolicyConfig
 from topodra.policy.grants import Grant
 from topodra.policy.packing import clean_mask, pack, pack_near
@@ -46,6 +56,7 @@ class Placer:
         self.part = supply.part
         self.config = config
         self.mem_hints: dict[str, int] = {}  # during sync: the memory nodes containers run on
+        self._homes: dict[tuple[int, frozenset[MemoryKind]], tuple[int, int]] = {}  # memory_for without a size
 
     def place(
         self,
@@ -60,16 +71,18 @@ class Placer:
         """A grant for ``req``; ``NoFitError`` when nothing fits, ``BadRequestError`` for an unknown claim."""
         kind = need.kind
         hide, preserve = need.hide_hyperthreads, need.memory_preserve
-        if kind is GrantKind.SHARED:
+        if kind is SHARED:
             if hint is not None and hint_pool is None:
                 hint_pool = hint.pool
             pool = hint_pool if stay and hint_pool is not None else self.choose_shared(req, need, hint_pool)
             mem_pool, mems = self.memory_for(req, need, pool)
-            return Grant(request=req, kind=kind, pool=pool, milli=max(need.milli, 1), mem_pool=mem_pool, mems=mems,
-                         memory=need.memory, hide_hyperthreads=hide, memory_preserve=preserve)
-        if kind is GrantKind.PRESERVE:
+            # Positional, in field order (request, kind, pool, exclusive, isolated, milli, mem_pool, mems,
+            # memory, hide_hyperthreads, memory_preserve): binding keywords took longer than the fields.
+            return Grant(req, kind, pool, 0, False, need.milli if need.milli > 1 else 1, mem_pool, mems,
+                         need.memory, hide, preserve)
+        if kind is PRESERVE:
             return Grant(request=req, kind=kind, pool=0, hide_hyperthreads=hide, memory_preserve=preserve)
-        if kind is GrantKind.CLAIMED:
+        if kind is CLAIMED:
             claims = self.supply.claims
             cpus = 0
             for claim in need.claims:
@@ -83,7 +96,7 @@ class Placer:
             exact = self.part.nodes_near(cpus, mems)
             return Grant(request=req, kind=kind, pool=pool, mem_pool=mem_pool, mems=exact or mems, memory=need.memory,
                          claims=need.claims, hide_hyperthreads=hide, memory_preserve=preserve)
-        if kind is GrantKind.RESERVED:
+        if kind is RESERVED:
             mem_pool, mems = self.memory_for(req, need, 0)
             return Grant(request=req, kind=kind, pool=0, milli=need.milli, mem_pool=mem_pool, mems=mems,
                          memory=need.memory, hide_hyperthreads=hide, memory_preserve=preserve)
@@ -91,14 +104,20 @@ class Placer:
             hint_pool = hint.pool
         pool, mask, isolated = self.choose_exclusive(req, need, hint_pool, keep)
         mem_pool, mems = self.memory_for(req, need, pool)
-        return Grant(request=req, kind=kind, pool=pool, exclusive=mask, isolated=isolated,
-                     milli=need.milli if kind is GrantKind.MIXED else 0, mem_pool=mem_pool, mems=mems,
-                     memory=need.memory, hide_hyperthreads=hide, memory_preserve=preserve)
+        # Positional, in field order, as above.
+        return Grant(req, kind, pool, mask, isolated, need.milli if kind is MIXED else 0, mem_pool, mems,
+                     need.memory, hide, preserve)
 
     # --- memory ----------------------------------------------------------------------
     def memory_for(self, req: ContainerRequest, need: Need, pool: int) -> tuple[int, int]:
         """(memory pool, cpuset.mems): the pool's nodes of the wanted kinds, widened until it fits."""
         kinds = need.memory_kinds
+        hint = self.mem_hints.get(req.id) if self.mem_hints else None
+        unsized = need.memory <= 0 and not hint
+        if unsized:  # no request to fit, no nodes to keep: the answer is the pool's alone
+            home = self._homes.get((pool, kinds))
+            if home is not None:
+                return home
         pools = self.part.pools
         root = pools[0]
         if not root.nodes_of(kinds):
@@ -107,7 +126,6 @@ class Placer:
                 f"{where(req)}: memory type {', '.join(sorted(k.value for k in kinds))} requested but this "
                 f"node has only {', '.join(have) or 'no'} memory"
             )
-        hint = self.mem_hints.get(req.id)
         if hint:  # sync: a running container keeps its memory nodes if they are those of its pool or an ancestor
             on_line = self.mem_pool_of(pool, hint, kinds)
             if on_line is not None:
@@ -118,8 +136,13 @@ class Placer:
             if not nodes or missing[p]:
                 continue
             if need.memory <= 0 or self.supply.mem_free(p, kinds) >= need.memory:
-                return p, nodes
-        return 0, root.nodes_of(kinds)
+                home = (p, nodes)
+                break
+        else:
+            home = (0, root.nodes_of(kinds))
+        if unsized:
+            self._homes[(pool, kinds)] = home
+        return home
 
     def mem_pool_of(self, pool: int, mems: int, kinds: frozenset[MemoryKind]) -> int | None:
         """The deepest of ``pool`` and its ancestors whose memory nodes are exactly ``mems``."""
@@ -136,18 +159,43 @@ class Placer:
             return 2 * missing
         return 2 * missing + (0 if self.supply.mem_free(pool, need.memory_kinds) >= need.memory else 1)
 
+    def _mem_fitter(self, need: Need) -> Callable[[int], int]:
+        """``_mem_fit`` for the many pools one placement ranks: each pool's free memory (the least
+        along its path, as ``Supply.mem_free``) is worked out once, from its parent's."""
+        kinds, want = need.memory_kinds, need.memory
+        missing = self.part.missing_kinds(kinds)
+        if want <= 0:
+            return lambda i: 2 * missing[i]
+        size, mem, parents = self.part.mem_size, self.supply.mem, self.part.parents
+        room: dict[int, int] = {}
+
+        def room_of(i: int) -> int:
+            r = room.get(i)
+            if r is None:
+                r = size(i, kinds) - mem[i]
+                par = parents[i]
+                if par >= 0:
+                    up = room_of(par)
+                    if up < r:
+                        r = up
+                room[i] = r
+            return r
+
+        return lambda i: 2 * missing[i] + (0 if room_of(i) >= want else 1)
+
     # --- shared ----------------------------------------------------------------------
     def choose_shared(self, req: ContainerRequest, need: Need, hint_pool: int | None) -> int:
         """The pool for a shared container (docs/policy.md, "Choosing a pool"), criteria in order:
         the pool it ran in, memory, a limit's headroom, the level, colocation, depth, free room."""
-        cap = self.supply.capacity()
+        supply = self.supply
+        cap = supply.capacity()
         counts, free = cap.counts, cap.free
         milli = max(need.milli, 1)
         if hint_pool is not None and counts[hint_pool] and free[hint_pool] >= milli:
             return hint_pool  # stay where it ran (resize, restart) when it still fits
-        cfg = self.config
-        pods = self.supply.pod_pools.get(req.pod_uid) if cfg.colocate_pods else None
-        spaces = self.supply.ns_pools.get(req.namespace) if cfg.colocate_namespaces else None
+        # the supply counts pods and namespaces exactly when the config colocates them
+        pods = supply.pod_pools.get(req.pod_uid) if supply.count_pods else None
+        spaces = supply.ns_pools.get(req.namespace) if supply.count_namespaces else None
         limit = need.burst_limit
         if need.memory > 0 or self.part.lacks_kinds(need.memory_kinds) or pods or spaces:
             return self._choose_shared_by_steps(req, need, cap, pods or {}, spaces or {})
@@ -173,7 +221,8 @@ class Placer:
         if not fits:
             return self._overcommit(req, cap)
         if need.memory > 0 or self.part.lacks_kinds(need.memory_kinds):
-            fits = _best(fits, [self._mem_fit(i, need) for i in fits])
+            fit = self._mem_fitter(need)
+            fits = _best(fits, [fit(i) for i in fits])
         if need.burst_limit is not None:
             limit = need.burst_limit
             fits = [i for i in fits if free[i] >= limit] or fits
@@ -216,7 +265,7 @@ class Placer:
         """(pool, exclusive CPUs, isolated?) for an exclusive or mixed grant."""
         part = self.part
         n = need.exclusive
-        frac = need.milli if need.kind is GrantKind.MIXED else 0
+        frac = need.milli if need.kind is MIXED else 0
         used = self.supply.used
         pref_mask: int | None = None
         if need.core_types is not None:
@@ -232,14 +281,14 @@ class Placer:
             return self._search(_Ask(need, n, frac, cand, pref, hint, keep, isolated))
 
         key = need.isolation_key or "require-isolated-cpus"
-        if need.isolation is not Isolation.NO and part.isolated:
+        if need.isolation is not ISOLATION_NO and part.isolated:
             got = ask(part.isolated & ~used, True)
             if got is not None:
                 return got[0], got[1], True
-            if need.isolation is Isolation.REQUIRE:
+            if need.isolation is ISOLATION_REQUIRE:
                 raise NoFitError(f"{where(req)}: {key} needs {n} isolated CPUs in one pool; free isolated CPUs: "
                                  f"{fmt(part.isolated & ~used)}")
-        elif need.isolation is Isolation.REQUIRE:
+        elif need.isolation is ISOLATION_REQUIRE:
             raise NoFitError(f"{where(req)}: {key} but this node has no isolated CPUs the policy may use")
         got = ask(self.supply.shared_cpus, False)
         if got is not None:
@@ -250,7 +299,7 @@ class Placer:
         cap = self.supply.capacity()
         pools = self.part.pools
         held = (self.supply.milli[0] + 999) // 1000
-        what = f"{need.exclusive} exclusive CPUs" + (f" + {need.milli}m shared" if need.kind is GrantKind.MIXED else "")
+        what = f"{need.exclusive} exclusive CPUs" + (f" + {need.milli}m shared" if need.kind is MIXED else "")
         best = max(range(len(pools)), key=lambda i: (cap.reach[i], -i))
         return (
             f"{where(req)}: no pool can supply {what}: {pools[0].name} has {cap.counts[0]} shared CPUs of which "
@@ -314,11 +363,10 @@ class Placer:
         missing = self.part.missing_kinds(need.memory_kinds)
         groups: dict[tuple[int, ...], list[tuple[int, int, int, int]]] = {}
         all_cand, all_pref, any_pref = a.cand, a.pref, a.pref != a.cand
-        with_memory, hint = need.memory > 0, a.hint_pool
-        for p in pools:
-            i = p.index
-            if not isolated and reach[i] < n:
-                continue
+        mem_fit, hint = self._mem_fitter(need) if need.memory > 0 else None, a.hint_pool
+        # Most pools cannot give n CPUs at all: filter those out first, in one pass.
+        for i in range(len(pools)) if isolated else [i for i, r in enumerate(reach) if r >= n]:
+            p = pools[i]
             if frac and free[i] - (0 if isolated else 1000 * n) < frac:
                 continue
             cpus = p.cpus
@@ -333,7 +381,7 @@ class Placer:
                 kind_fit, use, clean = True, cand, clean_all & cpus
             half = (use & ~clean).bit_count()  # free threads of half-used cores
             lead = (
-                self._mem_fit(i, need) if with_memory else 2 * missing[i],
+                mem_fit(i) if mem_fit is not None else 2 * missing[i],
                 0 if i == hint else 1,
                 0 if kind_fit else 1,
                 0 if clean.bit_count() + (half if half < rem else rem) >= n else 1,  # fits on whole cores
@@ -378,7 +426,7 @@ class Placer:
         if not isolated and not supply.exclusive_ok(cpus, pool, 0):
             return None
         mem_pool, mems = self.memory_for(req, need, pool)
-        return Grant(request=req, kind=GrantKind.EXCLUSIVE, pool=pool, exclusive=cpus, isolated=bool(isolated),
+        return Grant(request=req, kind=EXCLUSIVE, pool=pool, exclusive=cpus, isolated=bool(isolated),
                      mem_pool=mem_pool, mems=mems, memory=need.memory, hide_hyperthreads=need.hide_hyperthreads,
                      memory_preserve=need.memory_preserve)
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from topodra.cpuset import CPUSet
 from topodra.policy import snapshot as snap_json
-from topodra.policy.annotations import Preferences, parse_preferences
+from topodra.policy.annotations import DOMAIN, Preferences, parse_preferences
 from topodra.policy.api import (
     Assignment,
     BadRequestError,
@@ -30,7 +30,17 @@ from topodra.policy.api import (
     PolicyError,
     SnapshotError,
 )
-from topodra.policy.classify import GrantKind, Need, classify
+from topodra.policy.classify import (
+    CLAIMED,
+    EXCLUSIVE,
+    MIXED,
+    PRESERVE,
+    RESERVED,
+    SHARED,
+    Need,
+    classify,
+    validate_request,
+)
 from topodra.policy.config import PolicyConfig
 from topodra.policy.grants import Grant
 from topodra.policy.packing import pack
@@ -61,6 +71,8 @@ class Policy:
         self._assignment_cache: dict[tuple[int, int], Assignment] = {}
         self._node_sets: dict[int, CPUSet] = {}  # memory node masks as sets: few, and in every Assignment
         self._default_kinds = frozenset(self._config.default_memory_types)
+        self._pin_cpu, self._pin_memory = self._config.pin_cpu, self._config.pin_memory  # read on every diff
+        self._needs: dict[tuple[object, ...], Need] = {}  # requests without annotations, by what classify reads
         # Machine changes (``follow``): the reserved CPUs as configured on the whole machine, and the
         # claims that hold CPUs gone offline, as claimed (the supply holds their online part only).
         self._base_reserved = self._part.reserved
@@ -336,11 +348,11 @@ class Policy:
         for req, cur in sorted(containers, key=lambda rc: rc[0].id):
             need, note = self._classify_for_sync(req)
             kind = need.kind
-            if kind is GrantKind.CLAIMED or kind is GrantKind.PRESERVE or kind is GrantKind.RESERVED:
+            if kind is CLAIMED or kind is PRESERVE or kind is RESERVED:
                 phase = 0
-            elif kind is GrantKind.SHARED:
+            elif kind is SHARED:
                 phase = 3
-            elif (kind is GrantKind.EXCLUSIVE and cur is not None and not need.hide_hyperthreads
+            elif (kind is EXCLUSIVE and cur is not None and not need.hide_hyperthreads
                   and len(cur.cpus) == need.exclusive):
                 phase = 1
             else:
@@ -360,7 +372,7 @@ class Policy:
             supply.put(req.id, _with_note(placer.place(req, need), note))
         # Exclusive grants come first but must leave a CPU for the shared containers that follow:
         # hold 1 milli-CPU for them in the root while the exclusive ones are placed.
-        phantom = 1 if phases[3] or any(n.kind is GrantKind.MIXED for _, n, _, _ in phases[2]) else 0
+        phantom = 1 if phases[3] or any(n.kind is MIXED for _, n, _, _ in phases[2]) else 0
         supply.hold(phantom)
         try:
             retry: _Phase = []
@@ -380,7 +392,7 @@ class Policy:
                     g = placer.place(req, need, keep=keep)
                 except PolicyError as e:
                     milli = max(need.milli, need.exclusive * 1000)
-                    shared = replace(need, kind=GrantKind.SHARED, exclusive=0, milli=milli)
+                    shared = replace(need, kind=SHARED, exclusive=0, milli=milli)
                     g = _with_note(placer.place(req, shared), f"placed on shared CPUs: {e}")
                 supply.put(req.id, _with_note(g, note))
         finally:
@@ -423,7 +435,7 @@ class Policy:
             if g.request.id in supply.grants:
                 raise SnapshotError(f"{what} is listed twice")
             problem = supply.grant_problem(g)
-            if problem is None and g.kind is not GrantKind.PRESERVE:
+            if problem is None and g.kind is not PRESERVE:
                 problem = self._mems_problem(g)
             if problem is not None:
                 raise SnapshotError(f"{what}: {problem}")
@@ -441,13 +453,26 @@ class Policy:
     def _mems_problem(self, g: Grant) -> str | None:
         """Why ``g``'s memory nodes break the rule (docs/policy.md, Memory), or None."""
         nodes = self._part.pools[g.mem_pool].nodes_of(self._classify_for_sync(g.request)[0].memory_kinds)
-        ok = (g.mems and not g.mems & ~nodes) if g.kind is GrantKind.CLAIMED else g.mems == nodes
+        ok = (g.mems and not g.mems & ~nodes) if g.kind is CLAIMED else g.mems == nodes
         return None if ok else f"mems {fmt(g.mems)} are not those of pool {self._part.pools[g.mem_pool].name}"
 
     # ============================================================ internals
     def _classify(self, req: ContainerRequest, *, ignore_claims: bool = False,
                   prefs: Preferences | None = None) -> Need:
         part = self._part
+        ann = req.annotations
+        if prefs is None and not ignore_claims and (not ann or not any(DOMAIN in k for k in ann)):
+            # Without placement annotations the reading depends on these fields and the config alone;
+            # a Need is never changed once made, so one serves every request that reads the same.
+            validate_request(req)
+            key = (req.qos, req.cpu_request_milli, req.cpu_limit_milli, req.memory_request, req.namespace, req.claims)
+            need = self._needs.get(key)
+            if need is None:
+                if len(self._needs) > 4096:
+                    self._needs.clear()
+                need = self._needs[key] = classify(req, self._config, has_reserved=part.reserved != 0,
+                                                   has_isolated=part.isolated != 0)
+            return need
         return classify(req, self._config, has_reserved=part.reserved != 0, has_isolated=part.isolated != 0,
                         ignore_claims=ignore_claims, prefs=prefs)
 
@@ -461,7 +486,7 @@ class Policy:
             notes.append(f"annotations ignored: {e}")
             prefs = Preferences()
         need = self._classify(req, prefs=prefs)
-        if need.kind is GrantKind.CLAIMED:
+        if need.kind is CLAIMED:
             claims = self._supply.claims
             missing = [c for c in need.claims if c not in claims]
             known = tuple(c for c in need.claims if c in claims)
@@ -486,7 +511,7 @@ class Policy:
         try:
             new = self._placer.place(g.request, need)
         except PolicyError:
-            new = self._placer.place(g.request, replace(need, kind=GrantKind.SHARED, exclusive=0, claims=()))
+            new = self._placer.place(g.request, replace(need, kind=SHARED, exclusive=0, claims=()))
         return replace(new, degraded=why)
 
     def _rebalance(self, what: str, taken: int) -> None:
@@ -521,7 +546,8 @@ class Policy:
         supply.begin()
         if len(self._assignment_cache) > 4096:
             self._assignment_cache.clear()
-        used_before, claimed_before = supply.used, supply.claimed
+        claimed_before = supply.claimed
+        used_before = supply.excl | claimed_before
         try:
             body()
             if reported is None:
@@ -549,20 +575,20 @@ class Policy:
         compared one by one."""
         supply, assigned, compute = self._supply, self._assigned, self._compute
         grants = supply.grants
-        pinned = self._config.pin_cpu
+        pinned = self._pin_cpu
         new: dict[str, Assignment] = {}
         # Shared sets changed exactly in the pools holding a sharable CPU that was taken or freed.
-        delta = (used_before ^ supply.used) & self._part.sharable
+        delta = (used_before ^ (supply.excl | supply.claimed)) & self._part.sharable
         if delta and pinned:
             for i in self._part.pools_of(delta):
                 for key, group in supply.followers[i].items():
                     if key >= FOLLOW_NO_MEMS:  # one assignment for the whole group
                         a = compute(grants[next(iter(group))])
                         assert a is not None
-                        new.update(dict.fromkeys(group, a))
+                        new.update(dict.fromkeys(supply.sorted_followers(i, key), a))
                         continue
                     if key == FOLLOW_MIXED:  # the shared set plus each one's own CPUs
-                        shared, pin_memory = supply.shared(i), self._config.pin_memory
+                        shared, pin_memory = supply.shared(i), self._pin_memory
                         for cid in group:
                             g = grants[cid]
                             mems = g.mems if pin_memory and not g.memory_preserve else 0
@@ -585,7 +611,7 @@ class Policy:
                 new.pop(cid, None)
                 if old is not None:
                     gone.append(cid)
-            elif a is old or a == old:
+            elif a is old or (old is not None and a == old):  # (None == a costs a reflected call)
                 new.pop(cid, None)
             else:
                 new[cid] = a
@@ -618,24 +644,24 @@ class Policy:
     def _compute(self, g: Grant) -> Assignment | None:
         """Where a grant runs now (docs/policy.md: shared set, claims, pin switches)."""
         kind = g.kind
-        if kind is GrantKind.PRESERVE:
+        if kind is PRESERVE:
             return None
         supply = self._supply
-        if kind is GrantKind.CLAIMED:
+        if kind is CLAIMED:
             cpus = 0
             for claim in g.claims:
                 cpus |= supply.claims[claim]
-        elif not self._config.pin_cpu:
+        elif not self._pin_cpu:
             cpus = self._part.allowed & ~supply.claimed
-        elif kind is GrantKind.RESERVED:
+        elif kind is RESERVED:
             cpus = self._part.reserved
-        elif kind is GrantKind.EXCLUSIVE:
+        elif kind is EXCLUSIVE:
             cpus = g.exclusive
         else:
             cpus = supply.shared(g.pool) | g.exclusive  # shared, or mixed: its own CPUs too
-        if g.hide_hyperthreads and kind is not GrantKind.CLAIMED:
+        if g.hide_hyperthreads and kind is not CLAIMED:
             cpus = self._part.thin(cpus)
-        return self._assignment(cpus, g.mems if self._config.pin_memory and not g.memory_preserve else 0, g)
+        return self._assignment(cpus, g.mems if self._pin_memory and not g.memory_preserve else 0, g)
 
     def _assignment(self, cpus: int, mems: int, g: Grant) -> Assignment:
         """The (shared, cached) ``Assignment`` for these masks; never one without CPUs."""

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from topodra.policy.api import ContainerRequest
-from topodra.policy.classify import GrantKind
+from topodra.policy.classify import MIXED, SHARED
 from topodra.policy.grants import Grant
 from topodra.policy.partition import Partition, bits, fmt
 from topodra.topology.model import MemoryKind
@@ -48,7 +48,7 @@ def follow_key(g: Grant) -> int:
     change when the shared set does."""
     if g.hide_hyperthreads:
         return FOLLOW_THINNED
-    if g.kind is GrantKind.MIXED:
+    if g.kind is MIXED:
         return FOLLOW_MIXED
     return FOLLOW_NO_MEMS if g.memory_preserve else g.mems
 
@@ -85,6 +85,7 @@ class Supply:
         self.mem = [0] * n  # memory bytes charged in each pool's subtree
         # who runs on each shared set, grouped by how their assignment follows it (``follow_key``)
         self.followers: list[dict[int, dict[str, None]]] = [{} for _ in range(n)]
+        self._sorted: dict[tuple[int, int], list[str]] = {}  # (pool, follow key) -> the group's ids, sorted
         self.members = [0] * n  # containers whose CPU pool is this one
         self.pod_pools: dict[str, dict[int, int]] = {}  # pod -> pool -> containers
         self.ns_pools: dict[str, dict[int, int]] = {}  # namespace -> pool -> containers
@@ -102,6 +103,12 @@ class Supply:
         self._free = [0] * n
         self._reach = [0] * n
         self._dirty: set[int] = set(range(n))
+        # Per pool, the most any child can have of its own free milli-CPU and slack (all its
+        # sharable CPUs, nothing charged: charges are never negative): a bound at or above these
+        # leaves every child's figures as they were.
+        sharable = [p.sharable.bit_count() for p in part.pools]
+        self._top_slack = [max((sharable[c] for c in kids), default=0) for kids in part.children]
+        self._top_free = [1000 * t for t in self._top_slack]
         self._capacity = Capacity(self._counts, self._free, self._slack, self._reach)
 
     # --- the rules -----------------------------------------------------------------
@@ -143,9 +150,9 @@ class Supply:
         self._dirty.update(path)
 
     def _settle(self) -> None:
-        """Bring the figures up to date: recount the pools holding CPUs taken or freed, then walk
-        down from the root into every touched pool, and into a side branch only where its
-        parent's bounds moved."""
+        """Bring the figures up to date: recount the pools holding CPUs taken or freed, then settle
+        every touched pool, parents first, and go down a side branch only where its parent's
+        bounds moved below what a child can have."""
         used = self.excl | self.claimed
         dirty = self._dirty
         counts, own, slack, milli = self._counts, self._own, self._slack, self.milli
@@ -160,23 +167,27 @@ class Supply:
             dirty.update(moved)
             self._counted = used
         free, reach, parents, children = self._free, self._reach, self.part.parents, self.part.children
-        todo = [0]  # dirty sets are closed under ancestors: they hold whole paths from the root
-        while todo:
-            j = todo.pop()
-            f, r = own[j], slack[j]
-            par = parents[j]
-            if par >= 0:
-                if free[par] < f:
-                    f = free[par]
-                if reach[par] < r:
-                    r = reach[par]
-            if f != free[j] or r != reach[j]:
-                free[j], reach[j] = f, r
-                todo.extend(children[j])
-            else:
-                for c in children[j]:
-                    if c in dirty:
-                        todo.append(c)
+        top_free, top_slack = self._top_free, self._top_slack
+        todo: list[int] = []
+        # Dirty sets are closed under ancestors; in index order a pool's parent is settled first.
+        for d in sorted(dirty):
+            todo.append(d)
+            while todo:
+                j = todo.pop()
+                f, r = own[j], slack[j]
+                par = parents[j]
+                if par >= 0:
+                    if free[par] < f:
+                        f = free[par]
+                    if reach[par] < r:
+                        r = reach[par]
+                was_f, was_r = free[j], reach[j]
+                if f != was_f or r != was_r:
+                    free[j], reach[j] = f, r
+                    # A child's figures are its own ones bounded by these: they move only where the
+                    # old or the new bound is below what a child can have (see ``_top_free``).
+                    if (f if f < was_f else was_f) < top_free[j] or (r if r < was_r else was_r) < top_slack[j]:
+                        todo.extend(children[j])
         dirty.clear()
 
     def exclusive_ok(self, mask: int, pool: int, frac: int) -> bool:
@@ -185,9 +196,9 @@ class Supply:
         counts = self.capacity().counts
         pools = self.part.pools
         path = pools[pool].path
-        touched = set(self.part.pools_of(mask & self.part.sharable))
+        touched: list[int] | set[int] = self.part.pools_of(mask & self.part.sharable)
         if frac:
-            touched.update(path)
+            touched = set(touched).union(path)
         for i in touched:
             t = (mask & pools[i].sharable).bit_count()
             extra = frac if i in path else 0
@@ -231,6 +242,14 @@ class Supply:
         if g.mem_pool not in part.pools[g.pool].path:
             return f"memory pool {part.pools[g.mem_pool].name} is not {part.pools[g.pool].name} or an ancestor"
         return None
+
+    def sorted_followers(self, pool: int, key: int) -> list[str]:
+        """One follower group's ids in order (kept until the group changes: an operation that
+        moves a shared set reports its followers sorted, and sorted runs merge cheaply)."""
+        got = self._sorted.get((pool, key))
+        if got is None:
+            got = self._sorted[(pool, key)] = sorted(self.followers[pool][key])
+        return got
 
     def followers_of(self, pool: int) -> list[str]:
         """The containers running on a pool's shared set."""
@@ -292,7 +311,7 @@ class Supply:
             self.claimed |= mask
 
     def _index(self, cid: str, g: Grant) -> None:
-        follows = g.kind is GrantKind.SHARED or g.kind is GrantKind.MIXED
+        follows = g.kind is SHARED or g.kind is MIXED
         if follows:
             groups = self.followers[g.pool]
             key = follow_key(g)
@@ -300,6 +319,8 @@ class Supply:
             if group is None:
                 group = groups[key] = {}
             group[cid] = None
+            if self._sorted:
+                self._sorted.pop((g.pool, key), None)
         if g.exclusive:
             self.excl |= g.exclusive
             for c in bits(g.exclusive):
@@ -309,7 +330,7 @@ class Supply:
         self._charge(g, 1, follows)
 
     def _unindex(self, cid: str, g: Grant) -> None:
-        follows = g.kind is GrantKind.SHARED or g.kind is GrantKind.MIXED
+        follows = g.kind is SHARED or g.kind is MIXED
         if follows:
             groups = self.followers[g.pool]
             key = follow_key(g)
@@ -317,6 +338,8 @@ class Supply:
             del group[cid]
             if not group:
                 del groups[key]
+            if self._sorted:
+                self._sorted.pop((g.pool, key), None)
         if g.exclusive:
             self.excl &= ~g.exclusive
             for c in bits(g.exclusive):
