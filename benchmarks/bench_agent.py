@@ -293,6 +293,8 @@ def _report(run: _Run, label: str, cpus: int, count: int, *, goals: bool) -> lis
         Result(f"bare_nri_p99{label}", bare99, "ms"),
         Result(f"create_exclusive_p50{label}", ex50, "ms", note=f"answers with updates of every shared container; x{ex50 / bare50:.2f} bare p50",
                goal=f"<= {GOAL_EXCLUSIVE_P50_MS} ms" if goals else None, met=(ex50 <= GOAL_EXCLUSIVE_P50_MS) if goals else None),
+        Result(f"create_exclusive_p50_vs_bare{label}", ex50 / bare50, "x",
+               note=f"exclusive round trip / bare NRI p50; the agent's own part: {median(exclusive_handler):.3f} ms"),
         Result(f"handler_p50{label}", median(handler), "ms", note="the agent's own time: request bytes in to reply bytes out"),
         Result(f"handler_p99{label}", percentile(handler, 99), "ms"),
         Result(f"handler_exclusive_p50{label}", median(exclusive_handler), "ms", note=f"{run.updates} updates in {count} replies"),

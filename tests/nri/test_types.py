@@ -144,6 +144,8 @@ def test_empty_sets_are_refused_everywhere() -> None:
         ContainerAdjustment(cpus=CPUSet())
     with pytest.raises(EmptyCPUSetError, match=r"ContainerUpdate\(c1\).mems"):
         ContainerUpdate("c1", mems=CPUSet())
+    with pytest.raises(EmptyCPUSetError, match=r"ContainerUpdate\(c1\).cpus"):
+        ContainerUpdate("c1", cpus=CPUSet(), mems=CPUSet({0}))
     sneaky = ContainerAdjustment(cpus=CPUSet({1}))
     object.__setattr__(sneaky, "cpus", CPUSet())
     with pytest.raises(EmptyCPUSetError, match="refusing to encode an empty set"):
@@ -238,3 +240,52 @@ def test_merge_rules() -> None:
     assert dict(out.annotations) == {"keep": "2", "new": "3"}
     assert out.env == ("A=9",)
     assert out.cpus == CPUSet({3})
+
+
+def test_resources_decoded_once_per_wire_form_equal_a_fresh_decode() -> None:
+    """The memo of decoded resources returns what decoding returns, per distinct bytes."""
+    seen = []
+    for shares in (2, 256, 2, 1024, 256):
+        pb = api_pb2.LinuxResources()
+        pb.cpu.shares.value = shares
+        pb.cpu.cpus = "0-3" if shares > 2 else ""
+        pb.memory.limit.value = shares << 20
+        got = convert.resources_from_proto(pb)
+        assert got == convert._decode_resources(pb, "resources")
+        assert got.cpu_shares == shares
+        assert got.memory_limit == shares << 20
+        seen.append(got)
+    assert seen[0] is seen[2]
+    assert seen[1] is seen[4]
+    assert len({id(r) for r in seen}) == 3
+
+
+def test_resources_memo_is_bounded_and_keeps_no_errors() -> None:
+    for i in range(convert._RESOURCES_SEEN_MAX + 10):
+        pb = api_pb2.LinuxResources()
+        pb.cpu.shares.value = 10_000 + i
+        assert convert.resources_from_proto(pb).cpu_shares == 10_000 + i
+        assert len(convert._RESOURCES_SEEN) <= convert._RESOURCES_SEEN_MAX
+    bad = api_pb2.LinuxResources()
+    bad.cpu.cpus = "0-x"
+    for who in ("container a", "container b"):  # each failure names its own object
+        with pytest.raises(ConversionError, match=f"{who}.cpu.cpus: invalid CPU list"):
+            convert.resources_from_proto(bad, who)
+
+
+def test_updates_sharing_resources_encode_as_each_one_alone() -> None:
+    cpus, other = CPUSet.parse("0-7,64-71"), CPUSet.parse("8-9")
+    updates = [
+        ContainerUpdate("a", cpus=cpus),
+        ContainerUpdate("b", cpus=other, mems=CPUSet({0})),
+        ContainerUpdate("c", cpus=cpus, ignore_failure=True),
+        ContainerUpdate("d", cpus=cpus, memory_limit=1 << 30),
+        ContainerUpdate("e", cpus=cpus),
+    ]
+    together = api_pb2.UpdateContainersRequest()
+    convert.updates_to_proto(updates, together.update)
+    alone = api_pb2.UpdateContainersRequest()
+    for u in updates:
+        alone.update.append(convert.update_to_proto(u))
+    assert together.SerializeToString() == alone.SerializeToString()
+    assert [convert.update_from_proto(pb) for pb in together.update] == updates

@@ -234,6 +234,7 @@ class Agent:
         self.policy = checked.policy
         self.lock = asyncio.Lock()
         self.metrics = AgentMetrics()
+        self._create_seconds = self.metrics.nri_event_seconds.labels("CreateContainer")  # looked up once
         self.pods: dict[str, Pod] = {}
         self.containers: dict[str, Container] = {}
         self.devices: list[Device] = checked.devices
@@ -253,6 +254,7 @@ class Agent:
         self._config_mtime = self._mtime()
         self.started = asyncio.Event()
         self.events: list[str] = []  # recent notable events, newest last (UI, /state)
+        self._log_backlog: list[str] = []  # notes not logged yet (written after the current step)
         self._deferred: set[str] = set()  # changes held for the next event reply (unsolicited off)
         # Start window: created, PostStartContainer not seen yet. An update reaching such a
         # container may be stored in its spec only (containerd), so it is sent again after the start.
@@ -283,9 +285,22 @@ class Agent:
             return None
 
     def _note(self, text: str) -> None:
+        """Record a notable event; its log line is written right after the current step (a
+        CreateContainer reply goes out before the ~30-80 us of formatting and writing)."""
         self.events.append(f"{time.strftime('%H:%M:%S')} {text}")
         del self.events[:-200]
-        log.info("%s", text)
+        self._log_backlog.append(text)
+        if len(self._log_backlog) > 1:
+            return  # a flush is already scheduled
+        try:
+            asyncio.get_running_loop().call_soon(self._flush_notes)
+        except RuntimeError:  # no loop: write it now
+            self._flush_notes()
+
+    def _flush_notes(self) -> None:
+        backlog, self._log_backlog = self._log_backlog, []
+        for text in backlog:
+            log.info("%s", text)
 
     # --- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -505,6 +520,7 @@ class Agent:
 
     async def stop(self) -> None:
         self._stop.set()
+        self._flush_notes()
         if self.stub is not None:
             with contextlib.suppress(Exception):
                 await self.stub.stop()
@@ -734,7 +750,7 @@ class Agent:
         mine = changes.get(container.id)
         adjust = ContainerAdjustment(cpus=mine.cpus, mems=mine.mems or None) if mine is not None else None
         updates = self._with_deferred(self._updates(changes, exclude=container.id), container.id)
-        self.metrics.nri_event_seconds.labels("CreateContainer").observe(time.perf_counter() - t0)
+        self._create_seconds.observe(time.perf_counter() - t0)
         if mine is not None:
             extra = f" (+{len(updates)} moved)" if updates else ""
             self._note(f"placed {pod.namespace}/{pod.name}/{container.name} on CPUs {mine.cpus}{extra}")

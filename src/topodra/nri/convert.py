@@ -83,8 +83,27 @@ _MEMORY_FIELDS: dict[str, str] = {
 }
 
 
+#: Decoded resources by their wire bytes. The containers of one workload carry the same
+#: resources, and decoding them (wrapper fields, a 22-field frozen dataclass) costs several
+#: times the lookup. The values are immutable (mappings typed read-only) and shared; decoding
+#: errors are not kept (the next call names its own object again).
+_RESOURCES_SEEN: dict[bytes, LinuxResources] = {}
+_RESOURCES_SEEN_MAX = 512
+
+
 def resources_from_proto(pb: api_pb2.LinuxResources, where: str = "resources") -> LinuxResources:
     """Only the fields the runtime set (``ListFields``): a create request carries a handful."""
+    key = pb.SerializeToString()
+    res = _RESOURCES_SEEN.get(key)
+    if res is None:
+        res = _decode_resources(pb, where)
+        if len(_RESOURCES_SEEN) >= _RESOURCES_SEEN_MAX:
+            _RESOURCES_SEEN.clear()
+        _RESOURCES_SEEN[key] = res
+    return res
+
+
+def _decode_resources(pb: api_pb2.LinuxResources, where: str) -> LinuxResources:
     kw: dict[str, object] = {}
     for fd, value in pb.ListFields():
         name = fd.name
@@ -389,13 +408,10 @@ def updates_to_proto(updates: Iterable[ContainerUpdate], out: RepeatedCompositeF
     """Append ``updates`` to a repeated field: the resources of each distinct (cpus, mems, ...)
     are encoded once and copied (an exclusive grant moves hundreds of shared containers to
     the same new set)."""
-    encoded: dict[tuple[object, ...], api_pb2.LinuxResources] = {}
+    encoded: dict[tuple[object, ...], api_pb2.LinuxContainerUpdate] = {}
     for update in updates:
         key = (update.cpus, update.mems, update.cpu_shares, update.cpu_quota, update.cpu_period, update.memory_limit)
-        resources = encoded.get(key)
-        if resources is None:
-            resources = encoded[key] = update_to_proto(update).linux.resources
-        pb = out.add()
-        pb.container_id = update.container_id
-        pb.linux.resources.CopyFrom(resources)
-        pb.ignore_failure = update.ignore_failure
+        linux = encoded.get(key)
+        if linux is None:
+            linux = encoded[key] = update_to_proto(update).linux
+        out.add(container_id=update.container_id, linux=linux, ignore_failure=update.ignore_failure)

@@ -238,8 +238,10 @@ class ContainerUpdate:
     def __post_init__(self) -> None:
         if not self.container_id:
             raise ValueError("ContainerUpdate.container_id must not be empty")
-        _refuse_empty(f"ContainerUpdate({self.container_id})", "cpus", self.cpus)
-        _refuse_empty(f"ContainerUpdate({self.container_id})", "mems", self.mems)
+        cpus, mems = self.cpus, self.mems
+        if (cpus is not None and not cpus) or (mems is not None and not mems):  # name it only when refusing
+            _refuse_empty(f"ContainerUpdate({self.container_id})", "cpus", cpus)
+            _refuse_empty(f"ContainerUpdate({self.container_id})", "mems", mems)
 
 
 @dataclass(frozen=True, slots=True)
