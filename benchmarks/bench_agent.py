@@ -306,6 +306,83 @@ def _report(run: _Run, label: str, cpus: int, count: int, *, goals: bool) -> lis
 def run(quick: bool) -> list[Result]:
     count = 150 if quick else 500
     results = _report(asyncio.run(_measure(MACHINE, count)), "", 256, count, goals=True)
+    results += _report_writes(asyncio.run(_measure_writes(MACHINE, 10 if quick else 30)), 256)
     if not quick:
         results += _report(asyncio.run(_measure(BIG_MACHINE, 2000)), "_1024cpu_2000", 1024, 2000, goals=False)
     return results
+
+
+# --- one slice write, seen from the event loop -----------------------------------------------------
+async def _loop_probe(gaps: list[float], stop: asyncio.Event) -> None:
+    """Yields to the loop back to back; every gap between two turns is time something else held it
+    (in this thread's CPU time: on a shared machine, wall gaps also hold the time the process
+    waited for a core)."""
+    last = time.thread_time()
+    while not stop.is_set():
+        await asyncio.sleep(0)
+        now = time.thread_time()
+        gaps.append(now - last)
+        last = now
+
+
+@dataclass
+class _Writes:
+    wall: list[float] = field(default_factory=list)  # one fast sync, start to end
+    blocked: list[float] = field(default_factory=list)  # the loop held by the sync, summed over its steps
+    longest: list[float] = field(default_factory=list)  # the longest single step
+
+
+async def _measure_writes(machine: str, writes: int) -> _Writes:
+    """The agent's slice write path in this process (a ``SliceReconciler`` fast sync after an offer
+    change: two CPUs withdrawn or offered again), the API server double in another, and a probe
+    task on this loop measuring how long each write keeps the loop from other work (a
+    CreateContainer waits that long)."""
+    from topodra.dra.devices import build_devices
+    from topodra.dra.reconciler import SliceReconciler
+    from topodra.kube.client import KubeClient
+    from topodra.topology.machine import load_machine
+
+    devices = build_devices(load_machine(f"synthetic:{machine}"))
+    out = _Writes()
+    log = Path(tempfile.gettempdir()) / "bench-agent-writes.log"
+    api = await _spawn(_API_PROCESS.format(src=str(ROOT / "src"), node=NODE), log)
+    try:
+        assert api.stdout is not None
+        url = (await asyncio.wait_for(api.stdout.readline(), 30)).decode().strip()
+        async with KubeClient.for_url(url) as client:
+            rec = SliceReconciler(client, NODE, devices)
+            await rec.sync()
+            for i in range(writes + 2):
+                held = {(2 * i) % len(devices), (2 * i + 1) % len(devices)}
+                rec.set_devices([d for k, d in enumerate(devices) if k not in held])
+                gaps: list[float] = []
+                stop = asyncio.Event()
+                probe = asyncio.create_task(_loop_probe(gaps, stop))
+                await asyncio.sleep(0)
+                t0 = time.perf_counter()
+                await rec.sync(fast=True)
+                took = time.perf_counter() - t0
+                stop.set()
+                await probe
+                if i < 2:
+                    continue  # warm-up: connections, caches
+                out.wall.append(took)
+                steps = [g for g in gaps if g > 20e-6]  # the probe's own turn is a few µs
+                out.blocked.append(sum(steps))
+                out.longest.append(max(steps, default=0.0))
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            api.terminate()
+        await api.wait()
+    return out
+
+
+def _report_writes(w: _Writes, cpus: int) -> list[Result]:
+    blocked, longest, wall = median(w.blocked) * 1000, median(w.longest) * 1000, median(w.wall) * 1000
+    return [
+        Result("slice_write_blocked_p50", blocked, "ms",
+               note=f"loop held per slice write ({cpus} CPUs, {len(w.wall)} writes); x{blocked / wall:.2f} of its wall time {wall:.3f} ms"),
+        Result("slice_write_blocked_max", max(w.blocked) * 1000, "ms"),
+        Result("slice_write_longest_step_p50", longest, "ms", note="the longest single loop step of a write"),
+        Result("slice_write_wall_p50", wall, "ms", note="one fast sync, API server double in another process"),
+    ]
