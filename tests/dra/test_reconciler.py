@@ -282,8 +282,8 @@ class Counting:
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._client, name)
-        if name in ("get", "list", "create", "replace", "delete"):
-            self.calls.append(name)
+        if name in ("get", "list", "create", "replace", "delete", "create_encoded", "replace_encoded"):
+            self.calls.append(name.removesuffix("_encoded"))  # a write is a write, however encoded
         return attr
 
 

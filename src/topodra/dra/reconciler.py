@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from topodra.dra.devices import DRIVER, Device
-from topodra.dra.slices import build_slices
+from topodra.dra.slices import build_slices, chunk_devices, encode_slice, read_answer
 from topodra.kube.client import NODES, RESOURCE_SLICES, KubeClient
 from topodra.kube.errors import ApiError
 
@@ -55,6 +56,28 @@ def _same(existing: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
     return existing.get("spec") == desired.get("spec") and (existing.get("metadata") or {}).get(
         "ownerReferences"
     ) == desired["metadata"].get("ownerReferences")
+
+
+async def _read_answer(answer: str, sent: Mapping[str, Any], devices: Sequence[Device]) -> dict[str, Any] | None:
+    """``slices.read_answer`` with the event loop free between its steps."""
+    steps = read_answer(answer, sent, devices)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            result: dict[str, Any] | None = done.value
+            return result
+        await asyncio.sleep(0)
+
+
+def _decoded(answer: str, name: str) -> dict[str, Any]:
+    try:
+        obj = json.loads(answer)
+    except ValueError as exc:
+        raise ApiError(500, "InternalError", f"the API server's answer for ResourceSlice {name} is not JSON: {exc}") from exc
+    if not isinstance(obj, dict):
+        raise ApiError(500, "InternalError", f"the API server's answer for ResourceSlice {name} is not an object")
+    return obj
 
 
 class SliceReconciler:
@@ -172,7 +195,12 @@ class SliceReconciler:
         self._published = None  # until this pass has written everything
         seen_gen = max((int((s["spec"].get("pool") or {}).get("generation", 0)) for s in existing.values()), default=0)
         generation = max(self._generation, seen_gen, 1)
-        desired = build_slices(self.node_name, self.devices(), generation=generation, node_uid=owner, driver=self._driver)
+        devices = self.devices()
+        chunks = chunk_devices(devices)
+        desired = build_slices(
+            self.node_name, devices, generation=generation, node_uid=owner, driver=self._driver, chunks=chunks
+        )
+        listed = dict(zip((d["metadata"]["name"] for d in desired), chunks, strict=True))
         names = {d["metadata"]["name"] for d in desired}
         stale += [s for name, s in existing.items() if name not in names]
         drift = any(d["metadata"]["name"] not in existing or not _same(existing[d["metadata"]["name"]], d) for d in desired)
@@ -195,23 +223,27 @@ class SliceReconciler:
         for d in desired:
             name = d["metadata"]["name"]
             have = existing.get(name)
+            # Encoded from the devices' cached JSON, the answer read device by device with the loop
+            # free between steps: the agent's NRI calls wait for no slice write.
             if have is None:
-                stored = await self._client.create(RESOURCE_SLICES, d)
+                answer = await self._client.create_encoded(RESOURCE_SLICES, encode_slice(d, listed[name]))
                 created.append(name)
             elif not _same(have, d):
                 body = {**d, "metadata": {**d["metadata"], "resourceVersion": have["metadata"]["resourceVersion"]}}
-                stored = await self._client.replace(RESOURCE_SLICES, body)
+                answer = await self._client.replace_encoded(RESOURCE_SLICES, name, encode_slice(body, listed[name]))
                 updated.append(name)
             else:
                 unchanged.append(name)
                 published[name] = have
                 continue
-            if _same(stored, d):
+            metadata = await _read_answer(answer, d, listed[name])
+            if metadata is not None:
                 # Stored as sent: keep what was sent (its device dicts are shared with the device
-                # list) under the server's metadata, not the decoded copy: one copy of the pool
+                # list) under the server's metadata, not a decoded copy: one copy of the pool
                 # in memory, not two (about 10 MiB at 1,024 CPUs).
-                published[name] = {**d, "metadata": stored.get("metadata") or {}}
+                published[name] = {**d, "metadata": metadata}
             else:
+                stored = _decoded(answer, name)
                 # The server dropped or changed fields (a feature gate off, e.g. DRAConsumableCapacity
                 # for grouped devices). Say so, and take its version as the published state so the
                 # watch does not re-sync forever.
