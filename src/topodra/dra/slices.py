@@ -30,6 +30,7 @@ __all__ = [
     "build_slices",
     "chunk_devices",
     "encode_slice",
+    "event_head",
     "read_answer",
     "slice_name",
 ]
@@ -286,3 +287,29 @@ def read_answer(
     if metadata.get("ownerReferences") != (sent.get("metadata") or {}).get("ownerReferences"):
         return None
     return metadata
+
+
+def event_head(line: str) -> tuple[str, dict[str, Any]] | None:
+    """A watch event's type and its object's metadata, read without decoding the rest (the spec
+    of a slice is most of it), or None when the line does not start that way ("type" first,
+    the object's "metadata" before its "spec", as the API server writes it): decode it whole."""
+    try:
+        outer = _members(line, 0)
+        key, i = next(outer)
+        if key != "type":
+            return None
+        kind, i = _DECODER.raw_decode(line, i)
+        key, i = outer.send(i)
+        if key != "object" or not isinstance(kind, str):
+            return None
+        inner = _members(line, i)
+        field_, j = next(inner)
+        while field_ != "metadata":
+            if field_ == "spec":
+                return None
+            _, j = _DECODER.raw_decode(line, j)
+            field_, j = inner.send(j)
+        metadata, _ = _DECODER.raw_decode(line, j)
+    except (_Differs, ValueError, IndexError, StopIteration):
+        return None
+    return (kind, metadata) if isinstance(metadata, dict) else None

@@ -19,6 +19,7 @@ import httpx2
 from lightkube import AsyncClient, KubeConfig
 from lightkube.core import resource as lk_resource
 from lightkube.core.exceptions import ApiError as LightkubeApiError
+from lightkube.core.selector import build_selector
 from lightkube.generic_resource import (
     GenericGlobalResource,
     GenericGlobalStatus,
@@ -219,6 +220,44 @@ class KubeClient:
         except Exception as exc:
             raise _translate(exc) from exc
 
+    async def watch_lines(
+        self,
+        resource: Resource,
+        *,
+        fields: Mapping[str, str] | None = None,
+        labels: Mapping[str, str] | None = None,
+        resource_version: str | None = None,
+        server_timeout: int | None = None,
+    ) -> AsyncIterator[str]:
+        """The event lines of one watch request (all namespaces), undecoded, until the server ends
+        it: a watcher of large objects decodes only the events it needs. The caller resumes from
+        the last resourceVersion it saw; an ERROR event is the caller's to raise."""
+        inner: Any = self._client._client
+        params: dict[str, str] = {"watch": "true"}
+        if labels:
+            params["labelSelector"] = build_selector(dict(labels))
+        if fields:
+            params["fieldSelector"] = build_selector(dict(fields), for_fields=True)
+        if resource_version:
+            params["resourceVersion"] = resource_version
+        if server_timeout is not None:
+            params["timeoutSeconds"] = str(server_timeout)
+        path = self._path(resource, None, None, every_namespace=True)
+        try:
+            request = inner._client.build_request("GET", path, params=params, timeout=inner._watch_timeout)
+            response = await inner.send(request, stream=True)
+            try:
+                if response.status_code >= 400:
+                    await response.aread()
+                    inner.raise_for_status(response)
+                async for line in response.aiter_lines():
+                    if line.strip():
+                        yield line
+            finally:
+                await response.aclose()
+        except Exception as exc:
+            raise _translate(exc) from exc
+
     async def create(self, resource: Resource, obj: Mapping[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
         body = _lk(resource)(_with_type(resource, obj))
         try:
@@ -256,9 +295,9 @@ class KubeClient:
         return await self._send_encoded("PUT", self._path(resource, name, namespace), body)
 
     @staticmethod
-    def _path(resource: Resource, name: str | None, namespace: str | None) -> str:
+    def _path(resource: Resource, name: str | None, namespace: str | None, *, every_namespace: bool = False) -> str:
         parts = ["apis", resource.group, resource.version] if resource.group else ["api", resource.version]
-        if resource.namespaced:
+        if resource.namespaced and not every_namespace:
             if not namespace:
                 raise ApiError(422, "Invalid", f"a namespaced {resource.kind} needs a namespace")
             parts += ["namespaces", namespace]
