@@ -325,6 +325,9 @@ class SliceReconciler:
         rv = self._list_rv
         while True:
             async for line in self._client.watch_lines(RESOURCE_SLICES, fields=self._fields(), resource_version=rv):
+                # The event of our own write can come before its answer has been read: decide once
+                # the sync under way (if any) is done.
+                await self._idle.wait()
                 head = event_head(line)
                 if head is not None and self._own_write(*head):
                     rv = str(head[1]["resourceVersion"])
@@ -335,12 +338,7 @@ class SliceReconciler:
                     raise ApiError(int(obj.get("code") or 500), str(obj.get("reason", "")), str(obj.get("message", "")))
                 metadata = obj.get("metadata") or {}
                 rv = str(metadata.get("resourceVersion") or rv)
-                if event_type == "BOOKMARK" or not self._drifted(event_type, obj):
-                    continue
-                # Our own write's event can come before its answer has been read: look again once
-                # the sync under way (if any) is done.
-                await self._idle.wait()
-                if self._own_write(event_type, metadata) or not self._drifted(event_type, obj):
+                if event_type == "BOOKMARK" or self._own_write(event_type, metadata) or not self._drifted(event_type, obj):
                     continue
                 log.info("slice %s %s: re-syncing pool %s", metadata.get("name"), event_type.lower(), self.node_name)
                 return

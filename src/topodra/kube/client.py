@@ -70,6 +70,7 @@ RESOURCE_CLAIM_TEMPLATES: Final = Resource(
 )
 
 _classes: dict[Resource, Any] = {}
+_JSON_BODY: Final = {"Content-Type": "application/json"}
 
 
 def _lk(resource: Resource) -> Any:
@@ -126,6 +127,7 @@ class KubeClient:
 
     def __init__(self, client: AsyncClient) -> None:
         self._client = client
+        self._urls: dict[str, httpx2.URL] = {}
 
     @classmethod
     def for_url(cls, url: str, *, token: str = "topodra", namespace: str = "default", timeout: float = 10.0) -> KubeClient:
@@ -308,14 +310,18 @@ class KubeClient:
 
     async def _send_encoded(self, method: str, path: str, body: bytes) -> str:
         inner: Any = self._client._client
-        params: dict[str, str] = {}  # as lightkube's own writes would carry
-        if inner._field_manager is not None:
-            params["fieldManager"] = inner._field_manager
-        if inner._dry_run is True:
-            params["dryRun"] = "All"
-        request = inner._client.build_request(
-            method, path, params=params or None, content=body, headers={"Content-Type": "application/json"}
-        )
+        url = self._urls.get(path)
+        if url is None:  # parsed once per object: the agent rewrites the same few slices
+            params: dict[str, str] = {}  # as lightkube's own writes would carry
+            if inner._field_manager is not None:
+                params["fieldManager"] = inner._field_manager
+            if inner._dry_run is True:
+                params["dryRun"] = "All"
+            url = inner._client._merge_url(path).copy_merge_params(params)
+            if len(self._urls) >= 256:
+                self._urls.clear()
+            self._urls[path] = url
+        request = inner._client.build_request(method, url, content=body, headers=_JSON_BODY)
         try:
             response = await inner.send(request)
             inner.raise_for_status(response)
