@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from topodra.cpuset import CPUSet
 from topodra.dra.devices import DeviceModelConfig, build_devices, offer_devices
-from topodra.dra.slices import build_slices, chunk_devices, encode_slice, read_answer
+from topodra.dra.slices import build_slices, chunk_devices, encode_slice, event_head, read_answer
 from topodra.kube.client import RESOURCE_SLICES, KubeClient
 from topodra.testing.apiserver import ApiServer
 from topodra.topology import synthetic_topology
@@ -115,3 +115,17 @@ def test_the_api_server_double_stores_the_joined_encoding() -> None:
                 assert _read(again, obj, chunk) is not None
 
     asyncio.run(main())
+
+
+def test_an_event_head_is_its_type_and_metadata() -> None:
+    (obj, _), *_ = _slices(("cpu", set(), 1, "uid-1", "node-a"))
+    obj = {**obj, "metadata": {**obj["metadata"], "resourceVersion": "7"}}
+    for line in (json.dumps({"type": "MODIFIED", "object": obj}), json.dumps({"type": "ADDED", "object": obj}, separators=(",", ":"))):
+        head = event_head(line)
+        assert head is not None
+        assert head[1] == obj["metadata"]
+        assert head[0] == json.loads(line)["type"]
+    # Not in the expected order, or not an event: decode it whole.
+    assert event_head(json.dumps({"object": obj, "type": "MODIFIED"})) is None
+    assert event_head(json.dumps({"type": "MODIFIED", "object": {"spec": obj["spec"], "metadata": obj["metadata"]}})) is None
+    assert event_head("not json") is None
