@@ -154,3 +154,77 @@ def test_memo_hit_that_completed_a_request_is_not_local() -> None:
     assert got is None
     assert want is None
     assert (stats.calls, stats.visits, stats.checks) == (ref.calls, ref.visits, ref.checks)
+
+
+@st.composite
+def last_requests(draw: Any) -> dict[str, Any]:
+    """The shapes the last-request solver is for: a multi-device last request under
+    ``distinctAttribute`` and ``matchAttribute`` in either order (a later constraint that rejects a
+    device makes an earlier distinct forget its value), with or without shared counters, after
+    earlier requests and claims it does not share a distinct with."""
+    groups = draw(st.integers(1, 4))
+    size = draw(st.integers(1, 4))
+    devices = [
+        device(f"d{i}", attrs(id=i, l3=draw(st.integers(0, groups - 1)) if draw(st.booleans()) else i // size, numa=draw(st.integers(0, 1)), kind="p" if i % 3 else "e"))
+        for i in range(groups * size + draw(st.integers(0, 2)))
+    ]
+    if draw(st.integers(0, 5)) == 0:
+        del devices[draw(st.integers(0, len(devices) - 1))]["attributes"]["l3"]
+    slices = [slice_("s", "node-1", devices)]
+    if draw(st.booleans()):  # shared counters: charged before the constraints, left charged when they reject
+        sets = draw(st.integers(1, 2))
+        for d in devices:
+            if draw(st.integers(0, 4)):
+                d["consumesCounters"] = [{"counterSet": f"set{draw(st.integers(0, sets - 1))}", "counters": {"n": {"value": draw(st.sampled_from(["1", "2", "500m", "1500m"]))}}}]
+        counters = [{"name": f"set{k}", "counters": {"n": {"value": draw(st.sampled_from(["1", "2", "2500m", "5", "8"]))}}} for k in range(sets)]
+        slices = [slice_("s", "node-1", devices, pool="node-1", count=2), slice_("t", "node-1", [], pool="node-1", count=2, sharedCounters=counters)]
+    claims = []
+    if draw(st.booleans()):
+        claims.append(claim("first", req("a", "cls", draw(st.integers(1, 2)))))
+    sel = draw(st.sampled_from(SELECTORS))
+    reqs = [req(f"r{r}", "cls", draw(st.integers(1, 2))) for r in range(draw(st.integers(0, 1)))]
+    reqs.append(req("last", draw(st.sampled_from(["cls", "even"])), draw(st.integers(1, 5)), *([sel] if sel else [])))
+    constraints: list[dict[str, Any]] = []
+    for kind, attr in draw(st.lists(st.sampled_from([("distinctAttribute", "l3"), ("matchAttribute", "numa"), ("matchAttribute", "l3"), ("distinctAttribute", "numa")]), min_size=1, max_size=3)):
+        scope = draw(st.sampled_from([[], ["last"]])) if kind == "matchAttribute" or not reqs[:-1] else ["last"]
+        constraints.append({kind: f"{DRIVER}/{attr}", **({"requests": scope} if scope else {})})
+    claims.append(claim("c", *reqs, constraints=constraints))
+    names = [d["name"] for d in devices]
+    in_use = {("node-1", n) for n in draw(st.sets(st.sampled_from(names), max_size=3))}
+    return {"slices": slices, "claims": claims, "in_use": in_use}
+
+
+@settings(max_examples=400, deadline=None)
+@given(last_requests())
+def test_last_request_solver_equals_reference(sc: dict[str, Any]) -> None:
+    """The last request solved by dynamic programming, entered at the top or from the middle of
+    plain scans: same devices, same failures, same calls/visits/checks as the reference, and the
+    same selector evaluations as the plain search."""
+    in_use = {(DRIVER, p, d) for p, d in sc["in_use"]}
+    want, ref = reference_allocate(sc["slices"], CLASSES, sc["claims"], in_use)
+    state = AllocatedState()
+    state.devices = set(in_use)
+    _, plain = Allocator(sc["slices"], CLASSES, state, budget=None, fast=False, prune=False).allocate_with_stats(NODE, sc["claims"])
+    for fast_after, solve_after in ((0, None), (5, 0), (5, 3), (64, None)):
+        got, stats = Allocator(sc["slices"], CLASSES, state, budget=None, fast_after=fast_after, solve_after=solve_after).allocate_with_stats(NODE, sc["claims"])
+        assert (None if got is None else [[(r.request, r.device) for r in c.results] for c in got]) == want
+        assert (stats.calls, stats.visits, stats.checks) == (ref.calls, ref.visits, ref.checks)
+        assert stats.cel_evals == plain.cel_evals
+
+
+def test_solver_replays_the_state_a_rejection_left() -> None:
+    """Found while writing the solver: slot 1 rejects d1, d2 (same L3 as d0), then d3-d5 pass the
+    distinct (storing their L3) and fail the numa match, which makes the distinct forget the value
+    again; so d6, on d0's L3, is taken. The solved path must be replayed in that state."""
+    l3 = [0, 0, 0, 1, 1, 1, 0, 2]
+    numa = [0, 0, 0, 1, 1, 1, 0, 0]
+    devices = [device(f"d{i}", attrs(id=i, l3=l3[i], numa=numa[i])) for i in range(len(l3))]
+    c = claim("c", req("r0", "cls", 2), constraints=[{"distinctAttribute": f"{DRIVER}/l3"}, {"matchAttribute": f"{DRIVER}/numa"}])
+    slices = [slice_("s", "node-1", devices)]
+    want, ref = reference_allocate(slices, CLASSES, [c])
+    assert want == [[("r0", "d0"), ("r0", "d6")]]
+    got, stats = Allocator(slices, CLASSES, budget=None, fast_after=0).allocate_with_stats(NODE, [c])
+    assert got is not None
+    assert [(r.request, r.device) for r in got[0].results] == want[0]
+    assert stats.pruned == 1  # decided by the solver
+    assert (stats.calls, stats.visits, stats.checks) == (ref.calls, ref.visits, ref.checks)

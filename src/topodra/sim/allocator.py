@@ -9,7 +9,7 @@ slice and list order; combinations, not permutations, inside a request;
 ``firstAvailable`` subrequests in order; exact rollback; the 32-result
 early-prune rule. The first solution wins, so the result is the scheduler's.
 
-Two things make it faster without changing the answer:
+What makes it faster without changing the answer:
 
 - selector results are cached across calls per (expression, device content),
   so identical devices on many nodes are evaluated once;
@@ -18,7 +18,10 @@ Two things make it faster without changing the answer:
   fixed) is decided by counting instead of searching. The counting also
   yields what the scheduler's own search would have done in that subtree
   (calls, devices visited, allocation checks), so ``SearchStats`` always
-  describes kube-scheduler's work, not ours.
+  describes kube-scheduler's work, not ours;
+- where counting does not apply, a mask scan, a memo of failing subtrees and,
+  for the last request, a dynamic program over (slot, position, constraint and
+  counter state) do the same work in fewer steps, with the same counts.
 
 Mirrored upstream details (kept on purpose so results match): counters
 charged by a device that is then rejected by a taint, a constraint or its
@@ -29,6 +32,7 @@ remembers one value per request name.
 from __future__ import annotations
 
 import bisect
+import math
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -75,6 +79,7 @@ __all__ = [
     "allocation_of_claim",
 ]
 
+_ZERO = Fraction(0)
 _SHARE_NS = uuid.UUID("6f1d3c1e-8a7b-4e55-9a43-7d0c2b1e5f10")
 
 
@@ -302,13 +307,16 @@ class Allocator:
         budget: FilterBudget | str | None = "default",
         fast: bool = True,
         fast_after: int = 64,
+        solve_after: int | None = None,
     ) -> None:
         """``budget``: the Filter timeout in counted work (``"default"``: the default cost
         model's; ``None``: no timeout). ``prune`` (decide hopeless subtrees by counting) and
         ``fast`` (memoised failing subtrees) change only our own effort; off,
         the search is the plain reference. ``max_calls`` caps our own effort (``SearchAborted``).
         ``fast_after``: executed calls of one Allocate before the mask scan and the dead-state
-        memo start (a first-fit search ends sooner and skips their set-up).
+        memo start (a first-fit search ends sooner and skips their set-up). ``solve_after``: the
+        same for solving the last request by dynamic programming (default 16, at most
+        ``fast_after``): it pays off sooner.
         """
         cache: DeviceCache = {}
         self.slices = [s if isinstance(s, Slice) else parse_slice(s, cache) for s in slices]
@@ -317,6 +325,7 @@ class Allocator:
         self.prune = prune
         self.fast = fast
         self.fast_after = fast_after
+        self.solve_after = min(fast_after, 16 if solve_after is None else solve_after)
         self.max_calls = max_calls
         if budget == "default":
             from topodra.sim.costmodel import DEFAULT_COSTS  # costmodel imports this module
@@ -541,6 +550,10 @@ class _Search:
         self.canon: list[list[int | None]] = []
         #: (request key, start, weight) of every mask scan inside the canonical subtrees being walked
         self.scan_log: list[tuple[tuple[int, int, int], int, int]] = []
+        #: per request: the constraints ``_solve_last`` tracks (None: it does not apply)
+        self.last_ok: dict[tuple[int, int, int], list[int] | None] = {}
+        self.last_memo: dict[Any, dict[tuple[int, int, tuple[Any, ...]], tuple[int, int, int, Any, int]]] = {}
+        self.cindex: tuple[list[list[tuple[int, int]]], list[int | None], list[tuple[tuple[str, str], str, str]], int] | None = None
 
     # ---- driver
     def run(self) -> list[ClaimAllocation] | None:
@@ -699,11 +712,11 @@ class _Search:
         for cset, consumption in cand.device.consumes_counters:
             u = used.setdefault(cset, {})
             for cname, q in consumption:
-                u[cname] = u.get(cname, Fraction(0)) + q.amount
+                u[cname] = u.get(cname, _ZERO) + q.amount
         for sname, available in avail.items():
             u = used.get(sname, {})
             for cname, value in available.items():
-                if value < u.get(cname, Fraction(0)):
+                if value < u.get(cname, _ZERO):
                     self._uncharge(cand)
                     return False
         return True
@@ -713,7 +726,7 @@ class _Search:
         for cset, counters in cand.device.consumes_counters:
             u = used.get(cset, {})
             for cname, q in counters:
-                u[cname] = u.get(cname, Fraction(0)) - q.amount
+                u[cname] = u.get(cname, _ZERO) - q.amount
 
     # ---- allocateDevice
     def _allocate_device(self, ci: int, rd: _ReqData, cand: _Cand, must: bool) -> bool:
@@ -851,6 +864,10 @@ class _Search:
             if not done:
                 self._deallocate(ci, rd, cand)
             return done
+        if self.a.fast and self.stats.our_calls > self.a.solve_after and self.constraints[ci]:
+            solved = self._solve_last(ci, ri, si, di, in_sub, start, rd, rkey)
+            if solved is not None:
+                return solved
         memo = (
             self.dead
             if self.a.fast and self.memo_on[ci] and not self.cons_leaks and self.stats.our_calls > self.a.fast_after
@@ -917,6 +934,291 @@ class _Search:
                 memo.clear()
             memo[local if self.completions == completions else full] = entry
         return done
+
+    # ---- the last request, solved by dynamic programming
+    def _last_ok(self, ci: int, ri: int, rd: _ReqData, rkey: tuple[int, int, int]) -> list[int] | None:
+        """The constraints ``_solve_last`` tracks for this request, or None when it does not apply.
+
+        It applies to the last ``exactly`` request of the last claim (a completed request is a
+        solution) under constraints, with no shared capacity, admin access, taints,
+        capacity rules or selector errors among its devices, and no enclosing memo that needs
+        a record of each scan (``_canonical_constraints``).
+        """
+        if rkey in self.last_ok:
+            return self.last_ok[rkey]
+        spec = rd.spec
+        out: list[int] | None = None
+        if (
+            ci == len(self.claims) - 1
+            and ri == len(self.claims[ci].requests) - 1
+            and rd.parent is None
+            and spec.mode == "ExactCount"
+            and not spec.admin_access
+            and not spec.capacity_requests
+            and not self.has_multi
+            and all(self.canon[ci][k] is None for k in range(ri))
+        ):
+            self._masks()
+            sel, err = self._sel_mask(rd, rkey)
+            if not err and not (sel & self.special_mask):
+                out = [j for j, c in enumerate(self.constraints[ci]) if c.applies(rd.base, rd.sub)] or None
+        self.last_ok[rkey] = out
+        return out
+
+    def _solve_last(self, ci: int, ri: int, si: int, di: int, in_sub: bool, start: int, rd: _ReqData, rkey: tuple[int, int, int]) -> bool | None:
+        """Decide the rest of the last request by dynamic programming over (slot, position,
+        constraint state) instead of walking it; None when it does not apply (``_last_ok``).
+
+        In the last request the devices in use do not change except by the request itself,
+        which only takes devices after ``start``, so a scan's outcome and the scheduler's work
+        in it depend only on the slot, the position reached and what the constraints hold:
+        for a ``distinctAttribute`` the value this request stored last (upstream forgets it when
+        a device is removed or a later constraint rejects one) and the fixed values of earlier
+        requests; for a ``matchAttribute`` its value once a device holds it. A failing
+        subtree's calls, visits and checks are added in bulk; a success walks only the chosen
+        devices for real (and then completes the search as the scheduler does).
+        """
+        js = self._last_ok(ci, ri, rd, rkey)
+        if js is None:
+            return None
+        cons = self.constraints[ci]
+        base = rd.base
+        N, D = rd.num_devices, self.D
+        busy = self.used_mask
+        for m in self.amask:
+            busy |= m
+        free = self.all_mask & ~busy
+        sel = self._sel_mask(rd, rkey)[0]
+        cand = free & sel  # fixed for the whole subtree (positions before ``start`` never matter)
+        vals = [self._values(ci, j) for j in js]
+        kinds = [cons[j].distinct for j in js]
+        others = [frozenset(v for k, v in cons[j].values.items() if k != base) if cons[j].distinct else frozenset() for j in js]
+        match_num = [cons[j].num for j in js]  # a matchAttribute's holders at slot ``di``
+        nj = len(js)
+        counters_on = self.has_counters
+        cons_of: list[list[tuple[int, int]]] = []
+        avail: list[int | None] = []
+        cidx: list[tuple[tuple[str, str], str, str]] = []
+        C0: tuple[int, ...] = ()
+        scale = 1
+        if counters_on:
+            cons_of, avail, cidx, scale = self._counter_index()
+            for pool in self.pools:  # a charge is checked against every counter of its pool
+                if not pool.usable or not pool.counter_sets:
+                    continue
+                used = self.consumed.get(pool.key, {})
+                for sname, av in self._available(pool).items():
+                    if any(value < used.get(sname, {}).get(cname, Fraction(0)) for cname, value in av.items()):
+                        return None  # already over (other pods): only the plain search checks that
+            used_now = [self.consumed.get(pk, {}).get(sn, {}).get(cn, Fraction(0)) * scale for pk, sn, cn in cidx]
+            if any(u.denominator != 1 for u in used_now):
+                return None  # not a sum of these devices' amounts
+            C0 = tuple(int(u) for u in used_now)
+        state0 = (*tuple(cons[j].values.get(base) if cons[j].distinct else cons[j].stored if cons[j].num else None for j in js), C0)
+        # a constraint's rejection of a device with counters leaves them charged (a side effect)
+        single = nj == 1 and not counters_on
+        acc_cache: dict[tuple[Any, ...], int] = {}
+        vm = [self._value_masks(ci, j) for j in js]
+
+        def acc_mask(S: tuple[Any, ...]) -> int:
+            """Positions the single constraint accepts in state ``S`` (its rejections have no side effect)."""
+            got = acc_cache.get(S)
+            if got is None:
+                has, lists, by = vm[0]
+                u = S[0]
+                if kinds[0]:
+                    got = has
+                    if u is not None or others[0]:
+                        got &= ~lists
+                        for v in ({u} if u is not None else set()) | others[0]:
+                            got &= ~by.get(v, 0)
+                else:
+                    got = has if u is None else (0 if u[0] == "list" else by.get(u, 0))
+                acc_cache[S] = got
+            return got
+
+        def try_add(S: tuple[Any, ...], p: int) -> tuple[bool, tuple[Any, ...], bool]:
+            """``_allocate_device`` on state ``S`` (counters, then the constraints): accepted and the
+            state for the next slot, or rejected and the state left behind (earlier distincts forget
+            the value; counters a constraint's rejection leaves charged, the third item)."""
+            new = list(S)
+            C = S[nj]
+            charged = False
+            if counters_on and cons_of[p]:
+                c = list(C)
+                for i, a in cons_of[p]:
+                    c[i] += a
+                for i, _ in cons_of[p]:
+                    cap = avail[i]
+                    if cap is not None and cap < c[i]:
+                        return False, S, False
+                new[nj] = C = tuple(c)
+                charged = True
+            for i in range(nj):
+                v = vals[i][p]
+                u = S[i]
+                if kinds[i]:
+                    ok = v is not None and (
+                        (u is None and not others[i]) if v[0] == "list" else (v != u and v not in others[i])
+                    )
+                else:
+                    ok = v is not None and (u is None or (v[0] != "list" and v == u))
+                if not ok:
+                    return False, tuple(None if kinds[k] else S[k] for k in range(i)) + S[i:nj] + (C,), charged
+                if kinds[i] or u is None:
+                    new[i] = v
+            return True, tuple(new), False
+
+        def uncharge(C: tuple[int, ...], p: int) -> tuple[int, ...]:
+            if not cons_of or not cons_of[p]:
+                return C
+            c = list(C)
+            for i, a in cons_of[p]:
+                c[i] -= a
+            return tuple(c)
+
+        # memo: (slot, position, state) -> (calls, visits, checks) of the rest of a failing scan; kept
+        # for the rest of the call per context: the devices free for this request (its own devices
+        # taken back: they lie before any position the memo is asked about) and what earlier
+        # requests fixed
+        own = 0
+        for r in self.results[ci][len(self.results[ci]) - di :]:
+            own |= 1 << r.cand.pos
+        ctx = (rkey, cand | own, tuple(others), tuple(n - di for n in match_num))
+        memo = self.last_memo.get(ctx)
+        if memo is None:
+            if len(self.last_memo) > 10_000:
+                self.last_memo.clear()
+            memo = self.last_memo[ctx] = {}
+        reached_all = False
+
+        def call(
+            d: int, s: int, S: tuple[Any, ...]
+        ) -> tuple[int, int, int, list[tuple[int, tuple[Any, ...]]] | None, tuple[int, ...], int]:
+            """allocateOne at slot ``d`` from ``s`` (before completion): its work, the devices chosen
+            from here on with the state each was accepted in (None: it fails), the counters it
+            leaves charged and how many rejections leaked a charge."""
+            nonlocal reached_all
+            if d >= N:
+                return 0, 0, 0, [], S[nj], 0
+            # the match state of this slot: no holder yet means nothing fixed
+            S = (*tuple(None if not kinds[i] and match_num[i] + d - di <= 0 else S[i] for i in range(nj)), S[nj])
+            calls, visits, checks, leaks = 1, 0, 0, 0
+            trail: list[tuple[tuple[int, int, tuple[Any, ...]], int, int, int, int]] = []
+            exit_c: tuple[int, ...] = S[nj]
+            pos = s
+            path: list[tuple[int, tuple[Any, ...]]] | None = None
+            while True:
+                key = (d, pos, S)
+                hit = memo.get(key)
+                if hit is not None:
+                    reached_all = True  # only failing scans are remembered
+                    calls += hit[0]
+                    visits += hit[1]
+                    checks += hit[2]
+                    exit_c = hit[3]
+                    leaks += hit[4]
+                    break
+                trail.append((key, calls, visits, checks, leaks))
+                rest = cand & ~((1 << pos) - 1)
+                nxt = rest & acc_mask(S) if single else rest
+                if not nxt:
+                    visits += D - pos
+                    checks += rest.bit_count()
+                    reached_all = True
+                    exit_c = S[nj]
+                    break
+                p = (nxt & -nxt).bit_length() - 1
+                visits += p + 1 - pos
+                checks += (rest & ((2 << p) - 1)).bit_count()
+                ok, S2, leaked = try_add(S, p)
+                if not ok:
+                    S = S2
+                    leaks += leaked
+                    pos = p + 1
+                    continue
+                c2, v2, k2, sub, c_after, l2 = call(d + 1, p + 1, S2)
+                calls += c2
+                visits += v2
+                checks += k2
+                leaks += l2
+                if sub is not None:
+                    path = [(p, S), *sub]
+                    exit_c = c_after
+                    break
+                # removed again: distincts forget the value, its counters are given back
+                S = (*tuple(None if kinds[i] else S[i] for i in range(nj)), uncharge(c_after, p))
+                pos = p + 1
+            if path is None:
+                for key, c0, v0, k0, l0 in trail:
+                    memo[key] = (calls - c0, visits - v0, checks - k0, exit_c, leaks - l0)
+            return calls, visits, checks, path, exit_c, leaks
+
+        calls, visits, checks, path, exit_c, leaks = call(di, start, state0)
+        if leaks:
+            self.leaks += 1  # enclosing subtrees must not be remembered (as for the plain search)
+        last = D if path is None or reached_all else (path[-1][0] + 1 if path else start)
+        span = free & ((1 << last) - 1) & ~((1 << start) - 1)
+        counted = self.counted.get(rkey, 0)
+        new = span & ~counted
+        while new:  # selectors reached for the first time in this call
+            low = new & -new
+            self._selectable(self.cands[low.bit_length() - 1], rd, rkey, True)
+            new ^= low
+        self.counted[rkey] = counted | span
+        self.stats.calls -= 1  # this call was counted on entry
+        self.stats.pruned += 1
+        if path is None:
+            self._set_counters(cidx, exit_c, scale)
+            self._bulk(calls, visits, checks)
+            return False
+        self._bulk(calls, visits, checks - len(path))  # the chosen devices are checked for real below
+        for p, S in path:
+            # the state rejected devices left behind (a distinct that accepted one and then saw a
+            # later constraint reject it forgot this request's value)
+            for i, j in enumerate(js):
+                if kinds[i]:
+                    if S[i] is None:
+                        cons[j].values.pop(base, None)
+                    else:
+                        cons[j].values[base] = S[i]
+            self._set_counters(cidx, S[nj], scale)  # including charges rejected devices left
+            ok = self._allocate_device(ci, rd, self.cands[p], False)
+            assert ok, "the solved path must be accepted"
+        done = self._one(ci, ri, si, di + len(path), in_sub, path[-1][0] + 1)
+        assert done
+        return True
+
+    def _counter_index(self) -> tuple[list[list[tuple[int, int]]], list[int | None], list[tuple[tuple[str, str], str, str]], int]:
+        """Counters as a flat vector of whole numbers for ``_solve_last`` (amounts times ``scale``,
+        the common denominator of the devices' amounts: cheap to hash): per device position its
+        consumption as (index, amount), per index the amount available (None: not declared,
+        never checked), what each index is (pool, counter set, counter), and ``scale``."""
+        if self.cindex is None:
+            where: dict[tuple[tuple[str, str], str, str], int] = {}
+            avail_f: list[Fraction | None] = []
+            rows: list[list[tuple[int, Fraction]]] = []
+            for c in self.cands:
+                row: list[tuple[int, Fraction]] = []
+                for cset, counters in c.device.consumes_counters:
+                    for cname, q in counters:
+                        k = (c.pool.key, cset, cname)
+                        i = where.get(k)
+                        if i is None:
+                            i = where[k] = len(avail_f)
+                            avail_f.append(self._available(c.pool).get(cset, {}).get(cname))
+                        row.append((i, q.amount))
+                rows.append(row)
+            scale = math.lcm(1, *(a.denominator for row in rows for _, a in row))
+            cons_of = [[(i, int(a * scale)) for i, a in row] for row in rows]
+            # used <= available  <=>  used * scale <= floor(available * scale), used * scale being whole
+            avail = [None if a is None else math.floor(a * scale) for a in avail_f]
+            self.cindex = (cons_of, avail, list(where), scale)
+        return self.cindex
+
+    def _set_counters(self, cidx: list[tuple[tuple[str, str], str, str]], values: tuple[int, ...], scale: int) -> None:
+        for (pk, sname, cname), v in zip(cidx, values, strict=True):
+            self.consumed.setdefault(pk, {}).setdefault(sname, {})[cname] = Fraction(v, scale)
 
     def _canonical_constraints(self) -> list[list[int | None]]:
         """Per claim and request: a ``distinctAttribute`` that rejects, first and without side effect,
@@ -1246,6 +1548,11 @@ class _Search:
             if done:
                 return True
             self._deallocate(ci, rd, cand)
+            if self.a.fast and self.stats.our_calls > self.a.solve_after and self.constraints[ci]:
+                # the rest of this loop, solved (the last request only)
+                solved = self._solve_last(ci, ri, si, di, in_sub, pos + 1, rd, rkey)
+                if solved is not None:
+                    return solved
             if reject is not None:
                 # upstream's distinctAttribute forgets the request's value on removal: state moved
                 reject = self._rejecter(ci, rd)
