@@ -306,6 +306,107 @@ def _report(run: _Run, label: str, cpus: int, count: int, *, goals: bool) -> lis
 def run(quick: bool) -> list[Result]:
     count = 150 if quick else 500
     results = _report(asyncio.run(_measure(MACHINE, count)), "", 256, count, goals=True)
+    results += _report_writes(asyncio.run(_measure_writes(MACHINE, 10 if quick else 30)), 256)
     if not quick:
         results += _report(asyncio.run(_measure(BIG_MACHINE, 2000)), "_1024cpu_2000", 1024, 2000, goals=False)
     return results
+
+
+# --- one slice write, seen from the event loop -----------------------------------------------------
+async def _loop_probe(gaps: list[float], stop: asyncio.Event) -> None:
+    """Yields to the loop back to back; every gap between two turns is time something else held it
+    (in this thread's CPU time: on a shared machine, wall gaps also hold the time the process
+    waited for a core)."""
+    last = time.thread_time()
+    while not stop.is_set():
+        await asyncio.sleep(0)
+        now = time.thread_time()
+        gaps.append(now - last)
+        last = now
+
+
+@dataclass
+class _Writes:
+    blocked: list[float] = field(default_factory=list)  # the loop held by a write, summed over its steps
+    longest: list[float] = field(default_factory=list)  # the longest single step
+    idle: list[float] = field(default_factory=list)  # the same sum over as long with nothing to do
+    wall: list[float] = field(default_factory=list)
+
+
+async def _probe(seconds: float) -> list[float]:
+    gaps: list[float] = []
+    stop = asyncio.Event()
+    probe = asyncio.create_task(_loop_probe(gaps, stop))
+    await asyncio.sleep(seconds)
+    stop.set()
+    await probe
+    return gaps
+
+
+def _steps(gaps: list[float]) -> list[float]:
+    return [g for g in gaps if g > 20e-6]  # the probe's own turn is a few µs
+
+
+async def _measure_writes(machine: str, writes: int) -> _Writes:
+    """The agent's slice publication in this process (a running ``SliceReconciler``, its watch
+    included, given a new offer: two CPUs withdrawn or offered again), the API server double in
+    another, and a probe task on this loop measuring how long each write keeps the loop from
+    other work (a CreateContainer waits that long), from the new offer until the write is out
+    and 50 ms more (the watch re-established); beside it, the same probe on the idle loop for
+    as long (the probe's own noise floor)."""
+    from topodra.dra.devices import build_devices
+    from topodra.dra.reconciler import SliceReconciler
+    from topodra.kube.client import KubeClient
+    from topodra.topology.machine import load_machine
+
+    devices = build_devices(load_machine(f"synthetic:{machine}"))
+    out = _Writes()
+    log = Path(tempfile.gettempdir()) / "bench-agent-writes.log"
+    api = await _spawn(_API_PROCESS.format(src=str(ROOT / "src"), node=NODE), log)
+    try:
+        assert api.stdout is not None
+        url = (await asyncio.wait_for(api.stdout.readline(), 30)).decode().strip()
+        async with KubeClient.for_url(url) as client:
+            rec = SliceReconciler(client, NODE, devices)
+            stop = asyncio.Event()
+            task = asyncio.create_task(rec.run(stop))
+            await rec.wait_written(30)
+            await asyncio.sleep(0.2)
+            for i in range(writes + 2):
+                held = {(2 * i) % len(devices), (2 * i + 1) % len(devices)}
+                gaps: list[float] = []
+                done = asyncio.Event()
+                probe = asyncio.create_task(_loop_probe(gaps, done))
+                await asyncio.sleep(0)
+                t0 = time.perf_counter()
+                rec.set_devices([d for k, d in enumerate(devices) if k not in held])
+                await rec.wait_written(30)
+                took = time.perf_counter() - t0
+                await asyncio.sleep(0.05)
+                done.set()
+                await probe
+                idle = await _probe(took + 0.05)
+                if i < 2:
+                    continue  # warm-up: connections, caches
+                out.wall.append(took)
+                out.blocked.append(sum(_steps(gaps)))
+                out.longest.append(max(_steps(gaps), default=0.0))
+                out.idle.append(sum(_steps(idle)))
+            stop.set()
+            await asyncio.wait_for(task, 10)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            api.terminate()
+        await api.wait()
+    return out
+
+
+def _report_writes(w: _Writes, cpus: int) -> list[Result]:
+    blocked, longest, idle = median(w.blocked) * 1000, median(w.longest) * 1000, median(w.idle) * 1000
+    return [
+        Result("slice_write_blocked_p50", blocked, "ms",
+               note=f"loop held per slice write incl. the watch ({cpus} CPUs, {len(w.wall)} writes); idle loop over as long: {idle:.3f} ms"),
+        Result("slice_write_blocked_max", max(w.blocked) * 1000, "ms"),
+        Result("slice_write_longest_step_p50", longest, "ms", note="the longest single loop step of a write"),
+        Result("slice_write_wall_p50", median(w.wall) * 1000, "ms", note="new offer to written, API server double in another process"),
+    ]

@@ -282,8 +282,8 @@ class Counting:
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._client, name)
-        if name in ("get", "list", "create", "replace", "delete"):
-            self.calls.append(name)
+        if name in ("get", "list", "create", "replace", "delete", "create_encoded", "replace_encoded"):
+            self.calls.append(name.removesuffix("_encoded"))  # a write is a write, however encoded
         return attr
 
 
@@ -362,6 +362,57 @@ def test_device_lists_are_written_at_most_once_per_publish_delay() -> None:
         await rec.wait_written(10)
         assert loop.time() - t0 < delay, "a change after a quiet spell goes out at once"
         assert built == [5, 6]
+        stop.set()
+        await asyncio.wait_for(task, 5)
+
+    scenario(body)
+
+
+class Watching(Counting):
+    """Counts the watch requests too."""
+
+    def __init__(self, client: KubeClient) -> None:
+        super().__init__(client)
+        self.watches = 0
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "watch_lines":
+            self.watches += 1
+        return super().__getattr__(name)
+
+
+def test_the_watch_stays_open_across_new_device_lists_and_still_sees_drift() -> None:
+    """The events of the reconciler's own writes are not drift (no re-sync, no new watch); a
+    change by someone else between two writes is repaired."""
+
+    async def body(c: KubeClient, server: ApiServer) -> None:
+        await c.create(NODES, {"metadata": {"name": "node-a"}})
+        watching = Watching(c)
+        rec = SliceReconciler(watching, "node-a", DEVICES, resync_delay=0.01)  # type: ignore[arg-type]
+        stop = asyncio.Event()
+        task = asyncio.create_task(rec.run(stop))
+        await rec.wait_written(10)
+
+        async def watches(n: int) -> bool:
+            return watching.watches == n
+
+        await eventually(lambda: watches(1))
+        for n in range(1, 4):
+            rec.set_devices(build_devices(TOPO, exclude=CPUSet(range(n))))
+            await rec.wait_written(10)
+        await asyncio.sleep(0.3)  # the events of those writes come back on the open watch
+        assert watching.watches == 1
+        assert rec.syncs == 4  # the first sync and three writes: no re-sync for our own events
+        first = (await ours(c))[0]
+        changed = copy.deepcopy(first)
+        changed["spec"]["devices"] = changed["spec"]["devices"][:5]
+        await c.replace(RESOURCE_SLICES, changed)
+
+        async def restored() -> bool:
+            return sum(len(s["spec"]["devices"]) for s in await ours(c)) == 256 - 3
+
+        await eventually(restored)
+        await eventually(lambda: watches(2))  # a full sync, and the watch opened again from its list
         stop.set()
         await asyncio.wait_for(task, 5)
 

@@ -303,3 +303,62 @@ def test_memoised_search_equals_plain_search(sc: dict[str, Any]) -> None:
         got.append((None if res is None else [a.to_api() for a in res], stats.calls, stats.visits, stats.checks, stats.cel_evals, stats.our_calls))
     assert got[0][:5] == got[1][:5]
     assert got[0][5] <= got[1][5]
+
+
+def test_memo_key_names_the_shareable_devices_held() -> None:
+    """Found by the property above: shareable (allowMultipleAllocations) devices held by earlier
+    requests are in no mask of the memo's key (they stay allocatable), so a remembered failing
+    subtree was replayed from a state it was not walked in (183 calls against the plain search's
+    171). The key now names them; the answer and the count must be the plain search's."""
+    taint = [{"key": "t", "value": "v", "effect": "NoSchedule"}]
+    tolerate = [{"key": "t", "operator": "Exists"}]
+    devices = [
+        device(f"d{i}", attrs(numa=0, kind="p"), None, **({"allowMultipleAllocations": True} if i in (1, 4) else {}), **({"taints": taint} if i not in (4, 6) else {}))
+        for i in range(7)
+    ]
+    sc = {
+        "slices": [slice_("s0", "node-1", devices, pool="p", count=1)],
+        "claims": [
+            claim(
+                "c",
+                first_available("r0", sub("a", "cls", 3, tolerations=tolerate, adminAccess=True), sub("b", "cls", 1)),
+                req("r1", "cls", None, allocationMode="All", tolerations=tolerate, adminAccess=True),
+                constraints=[{"matchAttribute": f"{DRIVER}/numa"}],
+            )
+        ],
+    }
+    node = {"metadata": {"name": "node-1"}}
+    outcomes = []
+    for fast in (True, False):
+        got, stats = Allocator(sc["slices"], CLASSES, prune=True, fast=fast, fast_after=0).allocate_with_stats(node, sc["claims"])
+        assert got is not None
+        outcomes.append(([a.to_api() for a in got], stats.calls, stats.visits, stats.checks))
+    assert outcomes[0] == outcomes[1]
+
+
+def test_memo_key_names_the_shareable_devices_held_under_distinct() -> None:
+    """The same gap under ``distinctAttribute`` with a first-available request (checks 59 against 61)."""
+    taint = [{"key": "t", "value": "v", "effect": "NoSchedule"}]
+    tolerate = [{"key": "t", "operator": "Exists"}]
+    devices = [
+        device("d0", attrs(numa=0, kind="p"), None, taints=taint),
+        device("d1", attrs(numa=1, kind="p"), None, taints=taint),
+        device("d2", attrs(numa=0, kind="p"), None, taints=taint),
+        device("d3", attrs(numa=0, kind="p"), None),
+        device("d4", attrs(numa=0, kind="p"), None, allowMultipleAllocations=True),
+    ]
+    slices = [slice_("s0", "node-1", devices, pool="p", count=1)]
+    claims = [
+        claim(
+            "c",
+            first_available("r0", sub("a", "cls", 1, tolerations=tolerate), sub("b", "cls", 1)),
+            req("r1", "cls", 2, tolerations=tolerate),
+            constraints=[{"distinctAttribute": f"{DRIVER}/numa"}],
+        )
+    ]
+    node = {"metadata": {"name": "node-1"}}
+    outcomes = []
+    for fast in (True, False):
+        got, stats = Allocator(slices, CLASSES, prune=True, fast=fast, fast_after=0).allocate_with_stats(node, claims)
+        outcomes.append((got, stats.calls, stats.visits, stats.checks))
+    assert outcomes[0] == outcomes[1]

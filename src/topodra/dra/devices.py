@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -239,6 +240,18 @@ class Device:
     def to_api(self) -> dict[str, Any]:
         """The resource.k8s.io/v1 ``Device`` JSON object (a new top-level dict; treat its values as read-only)."""
         return dict(self._api)
+
+    @functools.cached_property
+    def api_json(self) -> str:
+        """``to_api()`` as compact JSON, encoded once: a slice re-publication joins these
+        (``slices.encode_slice``) instead of encoding every device again."""
+        return json.dumps(self._api, separators=(",", ":"))
+
+    @functools.cached_property
+    def api_json_spaced(self) -> str:
+        """``to_api()`` as ``json.dumps`` writes it by default (", " and ": "): how a server written
+        in Python (the API server double) answers; checked against an answer before decoding it."""
+        return json.dumps(self._api)
 
     @functools.cached_property
     def _api(self) -> dict[str, Any]:

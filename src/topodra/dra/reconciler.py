@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from topodra.dra.devices import DRIVER, Device
-from topodra.dra.slices import build_slices
+from topodra.dra.slices import build_slices, chunk_devices, encode_slice, event_head, read_answer
 from topodra.kube.client import NODES, RESOURCE_SLICES, KubeClient
 from topodra.kube.errors import ApiError
 
@@ -55,6 +56,40 @@ def _same(existing: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
     return existing.get("spec") == desired.get("spec") and (existing.get("metadata") or {}).get(
         "ownerReferences"
     ) == desired["metadata"].get("ownerReferences")
+
+
+async def _read_answer(answer: str, sent: Mapping[str, Any], devices: Sequence[Device]) -> dict[str, Any] | None:
+    """``slices.read_answer`` with the event loop free between its steps."""
+    steps = read_answer(answer, sent, devices)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            result: dict[str, Any] | None = done.value
+            return result
+        await asyncio.sleep(0)
+
+
+def _decoded(text: str, what: str) -> dict[str, Any]:
+    try:
+        obj = json.loads(text)
+    except ValueError as exc:
+        raise ApiError(500, "InternalError", f"the API server's {what} is not JSON: {exc}") from exc
+    if not isinstance(obj, dict):
+        raise ApiError(500, "InternalError", f"the API server's {what} is not a JSON object")
+    return obj
+
+
+async def _end(box: list[asyncio.Task[None] | None]) -> None:
+    """Stop the watch task in ``box`` (saying why it ended, if it did)."""
+    task, box[0] = box[0], None
+    if task is None:
+        return
+    if task.done() and not task.cancelled() and task.exception() is not None:
+        log.info("slice watch ended: %s", task.exception())
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, ApiError):
+        await task
 
 
 class SliceReconciler:
@@ -91,6 +126,9 @@ class SliceReconciler:
         self._node_uid: str | None = None
         self._desired: dict[str, dict[str, Any]] = {}
         self._list_rv = ""
+        self._wrote: dict[str, str] = {}  # slice name -> resourceVersion of this reconciler's last write
+        self._idle = asyncio.Event()  # set while no sync is under way
+        self._idle.set()
         self._published: dict[str, dict[str, Any]] | None = None  # slices as last written (fast path base)
         self._wake = asyncio.Event()
         self.synced = asyncio.Event()
@@ -147,7 +185,7 @@ class SliceReconciler:
         reconciler last wrote, without reading the Node or listing; falls back to a full pass)."""
         if fast and self._published is not None:
             try:
-                return await self._sync(self._node_uid, dict(self._published), [])
+                return await self._synced(self._node_uid, dict(self._published), [])
             except ApiError as exc:
                 if not (exc.is_not_found or exc.code == 409):
                     raise
@@ -164,7 +202,16 @@ class SliceReconciler:
                 existing[s["metadata"]["name"]] = s
             else:
                 stale.append(s)
-        return await self._sync(owner, existing, stale)
+        return await self._synced(owner, existing, stale)
+
+    async def _synced(
+        self, owner: str | None, existing: dict[str, dict[str, Any]], stale: list[dict[str, Any]]
+    ) -> SyncReport:
+        self._idle.clear()
+        try:
+            return await self._sync(owner, existing, stale)
+        finally:
+            self._idle.set()
 
     async def _sync(
         self, owner: str | None, existing: dict[str, dict[str, Any]], stale: list[dict[str, Any]]
@@ -172,7 +219,12 @@ class SliceReconciler:
         self._published = None  # until this pass has written everything
         seen_gen = max((int((s["spec"].get("pool") or {}).get("generation", 0)) for s in existing.values()), default=0)
         generation = max(self._generation, seen_gen, 1)
-        desired = build_slices(self.node_name, self.devices(), generation=generation, node_uid=owner, driver=self._driver)
+        devices = self.devices()
+        chunks = chunk_devices(devices)
+        desired = build_slices(
+            self.node_name, devices, generation=generation, node_uid=owner, driver=self._driver, chunks=chunks
+        )
+        listed = dict(zip((d["metadata"]["name"] for d in desired), chunks, strict=True))
         names = {d["metadata"]["name"] for d in desired}
         stale += [s for name, s in existing.items() if name not in names]
         drift = any(d["metadata"]["name"] not in existing or not _same(existing[d["metadata"]["name"]], d) for d in desired)
@@ -195,23 +247,27 @@ class SliceReconciler:
         for d in desired:
             name = d["metadata"]["name"]
             have = existing.get(name)
+            # Encoded from the devices' cached JSON, the answer read device by device with the loop
+            # free between steps: the agent's NRI calls wait for no slice write.
             if have is None:
-                stored = await self._client.create(RESOURCE_SLICES, d)
+                answer = await self._client.create_encoded(RESOURCE_SLICES, encode_slice(d, listed[name]))
                 created.append(name)
             elif not _same(have, d):
                 body = {**d, "metadata": {**d["metadata"], "resourceVersion": have["metadata"]["resourceVersion"]}}
-                stored = await self._client.replace(RESOURCE_SLICES, body)
+                answer = await self._client.replace_encoded(RESOURCE_SLICES, name, encode_slice(body, listed[name]))
                 updated.append(name)
             else:
                 unchanged.append(name)
                 published[name] = have
                 continue
-            if _same(stored, d):
+            metadata = await _read_answer(answer, d, listed[name])
+            if metadata is not None:
                 # Stored as sent: keep what was sent (its device dicts are shared with the device
-                # list) under the server's metadata, not the decoded copy: one copy of the pool
+                # list) under the server's metadata, not a decoded copy: one copy of the pool
                 # in memory, not two (about 10 MiB at 1,024 CPUs).
-                published[name] = {**d, "metadata": stored.get("metadata") or {}}
+                published[name] = {**d, "metadata": metadata}
             else:
+                stored = _decoded(answer, f"answer for ResourceSlice {name}")
                 # The server dropped or changed fields (a feature gate off, e.g. DRAConsumableCapacity
                 # for grouped devices). Say so, and take its version as the published state so the
                 # watch does not re-sync forever.
@@ -223,6 +279,8 @@ class SliceReconciler:
                 )
                 self.dropped_fields.add(name)
                 self._desired[name] = {**d, "spec": stored.get("spec"), "metadata": {**d["metadata"]}}
+            # the watch, open across writes, skips this write's event by its resourceVersion
+            self._wrote[name] = str((published[name].get("metadata") or {}).get("resourceVersion", ""))
         self._generation = generation
         self._published = published
         # The watch resumes after our own writes, so it does not replay them as drift.
@@ -250,17 +308,53 @@ class SliceReconciler:
             return True  # a slice of our node and driver we do not want
         return not _same(obj, desired)
 
+    def _own_write(self, event_type: str, metadata: Mapping[str, Any]) -> bool:
+        """An event of this reconciler's last write of that slice, or of an older state."""
+        if event_type not in ("ADDED", "MODIFIED"):
+            return False
+        wrote = self._wrote.get(str(metadata.get("name", "")))
+        rv = str(metadata.get("resourceVersion", ""))
+        if wrote is None or not rv:
+            return False
+        return rv == wrote or (rv.isdigit() and wrote.isdigit() and int(rv) <= int(wrote))
+
     async def _watch_until_drift(self) -> None:
-        async for event_type, obj in self._client.watch(
-            RESOURCE_SLICES, fields=self._fields(), resource_version=self._list_rv
-        ):
-            if self._drifted(event_type, obj):
-                log.info("slice %s %s: re-syncing pool %s", obj.get("metadata", {}).get("name"), event_type.lower(), self.node_name)
+        """Until an event shows drift. The watch stays open across the fast path's writes: the
+        events of those writes are skipped on their metadata alone (``slices.event_head``), the
+        rest decoded and compared. Re-opened from the last event seen when the server ends it."""
+        rv = self._list_rv
+        while True:
+            async for line in self._client.watch_lines(RESOURCE_SLICES, fields=self._fields(), resource_version=rv):
+                # The event of our own write can come before its answer has been read: decide once
+                # the sync under way (if any) is done.
+                await self._idle.wait()
+                head = event_head(line)
+                if head is not None and self._own_write(*head):
+                    rv = str(head[1]["resourceVersion"])
+                    continue
+                event = _decoded(line, "ResourceSlice watch event")
+                event_type, obj = str(event.get("type", "")), event.get("object") or {}
+                if event_type == "ERROR":  # e.g. 410 Gone: our resourceVersion is too old
+                    raise ApiError(int(obj.get("code") or 500), str(obj.get("reason", "")), str(obj.get("message", "")))
+                metadata = obj.get("metadata") or {}
+                rv = str(metadata.get("resourceVersion") or rv)
+                if event_type == "BOOKMARK" or self._own_write(event_type, metadata) or not self._drifted(event_type, obj):
+                    continue
+                log.info("slice %s %s: re-syncing pool %s", metadata.get("name"), event_type.lower(), self.node_name)
                 return
+            await asyncio.sleep(0.1)  # the server ended the watch (its timeout): resume where it was
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Sync, watch, re-sync on drift, ``set_devices`` or every ``resync_period`` s; back off on API errors."""
         stop = stop or asyncio.Event()
+        box: list[asyncio.Task[None] | None] = [None]
+        try:
+            await self._run(stop, box)
+        finally:
+            await _end(box)
+
+    async def _run(self, stop: asyncio.Event, box: list[asyncio.Task[None] | None]) -> None:
+        """``run``'s loop; ``box[0]``: the watch task, kept across fast-path writes."""
         backoff = 0.5
         fast = False
         while not stop.is_set():
@@ -278,30 +372,35 @@ class SliceReconciler:
             except ApiError as exc:
                 self.last_error = str(exc)
                 log.warning("publishing slices for %s failed: %s (retry in %.1fs)", self.node_name, exc, backoff)
+                await _end(box)
+                fast = False
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(stop.wait(), backoff)
                 backoff = min(backoff * 2, self._max_backoff)
                 continue
-            watcher = asyncio.create_task(self._watch_until_drift())
+            watcher = box[0]
+            if watcher is None:
+                watcher = box[0] = asyncio.create_task(self._watch_until_drift())
             waker = asyncio.create_task(self._wake.wait())
             stopper = asyncio.create_task(stop.wait())
             try:
                 # a periodic full sync as well, like an informer's resync: catches what no event shows
                 # (a Node created after the slices, so the owner reference can now be set)
-                await asyncio.wait(
-                    {watcher, waker, stopper}, timeout=self._resync_period, return_when=asyncio.FIRST_COMPLETED
-                )
+                if not watcher.done():
+                    await asyncio.wait(
+                        {watcher, waker, stopper}, timeout=self._resync_period, return_when=asyncio.FIRST_COMPLETED
+                    )
             finally:
-                for t in (watcher, waker, stopper):
+                for t in (waker, stopper):
                     t.cancel()
-                for t in (watcher, waker, stopper):
-                    with contextlib.suppress(asyncio.CancelledError, ApiError):
+                for t in (waker, stopper):
+                    with contextlib.suppress(asyncio.CancelledError):
                         await t
-            if watcher.done() and not watcher.cancelled() and watcher.exception() is not None:
-                log.info("slice watch ended: %s", watcher.exception())
-            # Only a new device list (no drift seen, no periodic resync due): the fast path.
-            drifted = watcher.done() and not watcher.cancelled()
+            drifted = watcher.done()
             fast = self._wake.is_set() and not drifted
+            if not fast:  # a full sync next: it lists, and the watch starts again from that list
+                await _end(box)
+            # Only a new device list (no drift seen, no periodic resync due): the fast path.
             if fast:
                 # At most one write per publish delay: a change after a quiet spell goes out at once,
                 # the ones that follow it within the delay together at its end.

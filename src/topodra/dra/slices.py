@@ -5,12 +5,20 @@ name, so device ids never collide across nodes, unlike the prototype's
 ``pool0``), slices named ``<node>-native.cpu-<index>`` so a re-publish
 updates the same objects, every slice carrying the pool's generation and
 slice count.
+
+Writing: ``encode_slice`` joins each device's cached JSON instead of encoding the
+whole slice again (the agent re-publishes after every exclusive grant, and only
+the list of devices changes), and ``read_answer`` checks the server's answer
+against what was sent device by device, comparing bytes first and decoding only
+what differs, in steps between which the caller yields to its event loop.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+import json
+import re
+from collections.abc import Generator, Mapping, Sequence
 from typing import Any, Final
 
 from topodra.dra.attributes import is_dns_subdomain
@@ -21,6 +29,9 @@ __all__ = [
     "MAX_DEVICES_PER_SLICE_ADVANCED",
     "build_slices",
     "chunk_devices",
+    "encode_slice",
+    "event_head",
+    "read_answer",
     "slice_name",
 ]
 
@@ -66,8 +77,10 @@ def build_slices(
     generation: int = 1,
     node_uid: str | None = None,
     driver: str = DRIVER,
+    chunks: Sequence[Sequence[Device]] | None = None,
 ) -> list[dict[str, Any]]:
-    """The ResourceSlice objects (resource.k8s.io/v1) publishing ``devices`` for ``node_name``.
+    """The ResourceSlice objects (resource.k8s.io/v1) publishing ``devices`` for ``node_name``
+    (``chunks``: ``chunk_devices(devices)``, when the caller has it already).
 
     A node with no devices still gets one empty slice, so the pool exists and
     is complete. Raises ValueError for a bad node name, generation or
@@ -82,7 +95,8 @@ def build_slices(
         if d.name in seen:
             raise ValueError(f"device name {d.name!r} appears twice in pool {node_name!r}")
         seen.add(d.name)
-    chunks = chunk_devices(devices)
+    if chunks is None:
+        chunks = chunk_devices(devices)
     owner: list[dict[str, Any]] = []
     if node_uid:
         owner = [
@@ -107,3 +121,195 @@ def build_slices(
             }
         )
     return out
+
+
+_COMPACT: Final = (",", ":")
+#: Stands for the device list while the rest of a slice is encoded: a NUL cannot be in any
+#: field of a valid slice, so its encoding appears once, where the list goes.
+_MARK: Final = "\x00devices\x00"
+_MARK_JSON: Final = json.dumps(_MARK)
+
+
+def encode_slice(obj: Mapping[str, Any], devices: Sequence[Device]) -> bytes:
+    """``json.dumps(obj, separators=(",", ":"))`` as UTF-8, for a slice whose ``spec.devices`` is
+    ``[d.to_api() for d in devices]`` (as ``build_slices`` makes it): the device list is joined
+    from each device's cached encoding and only the fields around it are encoded."""
+    spec = obj["spec"]
+    listed = spec["devices"]
+    if len(listed) != len(devices) or (devices and (listed[0]["name"], listed[-1]["name"]) != (devices[0].name, devices[-1].name)):
+        raise ValueError("encode_slice: the slice does not list these devices")  # a cheap guard, not a proof
+    shell = json.dumps({**obj, "spec": {**spec, "devices": _MARK}}, separators=_COMPACT)
+    head, mark, tail = shell.partition(_MARK_JSON)
+    if not mark or _MARK_JSON in tail:  # not a slice of ours (a NUL in a field): the plain way
+        return json.dumps(obj, separators=_COMPACT).encode()
+    return "".join((head, "[", ",".join([d.api_json for d in devices]), "]", tail)).encode()
+
+
+_WS: Final = re.compile(r"[ \t\n\r]*")
+_DECODER: Final = json.JSONDecoder()
+_ABSENT: Final = object()
+_BLANKS: Final = frozenset(" \t\n\r")
+
+
+class _Differs(Exception):
+    """The answer is not what was sent (or not a JSON object): the caller decodes it whole."""
+
+
+def _skip(text: str, i: int) -> int:
+    m = _WS.match(text, i)
+    return m.end() if m else i
+
+
+def _members(text: str, i: int) -> Generator[tuple[str, int], int, None]:
+    """The members of the JSON object at ``text[i]``: yields (key, index of its value) and is sent
+    the index after that value; returns with the object read."""
+    i = _skip(text, i)
+    if not text.startswith("{", i):
+        raise _Differs
+    i = _skip(text, i + 1)
+    if text.startswith("}", i):
+        return
+    while True:
+        key, i = _DECODER.raw_decode(text, i)
+        i = _skip(text, i)
+        if not isinstance(key, str) or not text.startswith(":", i):
+            raise _Differs
+        i = _skip(text, (yield key, _skip(text, i + 1)))
+        if text.startswith(",", i):
+            i = _skip(text, i + 1)
+        elif text.startswith("}", i):
+            return
+        else:
+            raise _Differs
+
+
+def _devices_as_sent(
+    text: str, i: int, sent: Sequence[Mapping[str, Any]], devices: Sequence[Device], step: int
+) -> Generator[None, None, int]:
+    """Reads the device list at ``text[i]``, equal to ``sent`` (bytes first, then decoded); a pause
+    after every ``step`` devices. Returns the index after the list."""
+    if not text.startswith("[", i):
+        raise _Differs
+    i = _skip(text, i + 1)
+    if text.startswith("]", i):
+        if sent:
+            raise _Differs
+        return i + 1
+    count = len(sent)
+    n = 0
+    while True:
+        if n >= count:
+            raise _Differs
+        device = devices[n]
+        fragment = device.api_json
+        if text.startswith(fragment, i):  # stored as sent, byte for byte (a server writing compact JSON)
+            i += len(fragment)
+        elif text.startswith(spaced := device.api_json_spaced, i):  # a server writing json.dumps' default
+            i += len(spaced)
+        else:
+            value, i = _DECODER.raw_decode(text, i)
+            if value != sent[n]:
+                raise _Differs
+        n += 1
+        c = text[i : i + 1]
+        if c not in (",", "]"):
+            i = _skip(text, i)
+            c = text[i : i + 1]
+        if c == "]":
+            break
+        if c != ",":
+            raise _Differs
+        i += 1
+        if text.startswith(" ", i):  # ", " (json.dumps' default)
+            i += 1
+        if text[i : i + 1] in _BLANKS:
+            i = _skip(text, i)
+        if n % step == 0:
+            yield
+    if n != count:
+        raise _Differs
+    return i + 1
+
+
+def _spec_as_sent(
+    text: str, i: int, sent: Mapping[str, Any], devices: Sequence[Device], step: int
+) -> Generator[None, None, int]:
+    seen: set[str] = set()
+    members = _members(text, i)
+    try:
+        key, i = next(members)
+        while True:
+            if key in seen:
+                raise _Differs
+            seen.add(key)
+            if key == "devices":
+                i = yield from _devices_as_sent(text, i, sent.get("devices") or (), devices, step)
+            else:
+                value, i = _DECODER.raw_decode(text, i)
+                if value != sent.get(key, _ABSENT):
+                    raise _Differs
+            key, i = members.send(i)
+    except StopIteration:
+        pass
+    if seen != set(sent):
+        raise _Differs
+    return i
+
+
+def read_answer(
+    answer: str, sent: Mapping[str, Any], devices: Sequence[Device], *, step: int = 32
+) -> Generator[None, None, dict[str, Any] | None]:
+    """The server's answer to a write of ``sent`` (listing ``devices``, as for ``encode_slice``):
+    its metadata if it stored the spec and owner references as sent, else None (decode it whole
+    to see what changed). A generator: it pauses (yields) after every ``step`` devices, so a
+    caller on an event loop can let other work run between the steps."""
+    metadata: Any = _ABSENT
+    spec_read = False
+    members = _members(answer, 0)
+    try:
+        try:
+            key, i = next(members)
+            while True:
+                if key == "spec":
+                    i = yield from _spec_as_sent(answer, i, sent["spec"], devices, step)
+                    spec_read = True
+                else:
+                    value, i = _DECODER.raw_decode(answer, i)
+                    if key == "metadata":
+                        metadata = value
+                key, i = members.send(i)
+        except StopIteration:
+            pass
+    except (_Differs, ValueError, IndexError, KeyError):
+        return None
+    if not spec_read or not isinstance(metadata, dict):
+        return None
+    if metadata.get("ownerReferences") != (sent.get("metadata") or {}).get("ownerReferences"):
+        return None
+    return metadata
+
+
+def event_head(line: str) -> tuple[str, dict[str, Any]] | None:
+    """A watch event's type and its object's metadata, read without decoding the rest (the spec
+    of a slice is most of it), or None when the line does not start that way ("type" first,
+    the object's "metadata" before its "spec", as the API server writes it): decode it whole."""
+    try:
+        outer = _members(line, 0)
+        key, i = next(outer)
+        if key != "type":
+            return None
+        kind, i = _DECODER.raw_decode(line, i)
+        key, i = outer.send(i)
+        if key != "object" or not isinstance(kind, str):
+            return None
+        inner = _members(line, i)
+        field_, j = next(inner)
+        while field_ != "metadata":
+            if field_ == "spec":
+                return None
+            _, j = _DECODER.raw_decode(line, j)
+            field_, j = inner.send(j)
+        metadata, _ = _DECODER.raw_decode(line, j)
+    except (_Differs, ValueError, IndexError, StopIteration):
+        return None
+    return (kind, metadata) if isinstance(metadata, dict) else None

@@ -19,6 +19,7 @@ import httpx2
 from lightkube import AsyncClient, KubeConfig
 from lightkube.core import resource as lk_resource
 from lightkube.core.exceptions import ApiError as LightkubeApiError
+from lightkube.core.selector import build_selector
 from lightkube.generic_resource import (
     GenericGlobalResource,
     GenericGlobalStatus,
@@ -69,6 +70,7 @@ RESOURCE_CLAIM_TEMPLATES: Final = Resource(
 )
 
 _classes: dict[Resource, Any] = {}
+_JSON_BODY: Final = {"Content-Type": "application/json"}
 
 
 def _lk(resource: Resource) -> Any:
@@ -125,6 +127,7 @@ class KubeClient:
 
     def __init__(self, client: AsyncClient) -> None:
         self._client = client
+        self._urls: dict[str, httpx2.URL] = {}
 
     @classmethod
     def for_url(cls, url: str, *, token: str = "topodra", namespace: str = "default", timeout: float = 10.0) -> KubeClient:
@@ -219,6 +222,44 @@ class KubeClient:
         except Exception as exc:
             raise _translate(exc) from exc
 
+    async def watch_lines(
+        self,
+        resource: Resource,
+        *,
+        fields: Mapping[str, str] | None = None,
+        labels: Mapping[str, str] | None = None,
+        resource_version: str | None = None,
+        server_timeout: int | None = None,
+    ) -> AsyncIterator[str]:
+        """The event lines of one watch request (all namespaces), undecoded, until the server ends
+        it: a watcher of large objects decodes only the events it needs. The caller resumes from
+        the last resourceVersion it saw; an ERROR event is the caller's to raise."""
+        inner: Any = self._client._client
+        params: dict[str, str] = {"watch": "true"}
+        if labels:
+            params["labelSelector"] = build_selector(dict(labels))
+        if fields:
+            params["fieldSelector"] = build_selector(dict(fields), for_fields=True)
+        if resource_version:
+            params["resourceVersion"] = resource_version
+        if server_timeout is not None:
+            params["timeoutSeconds"] = str(server_timeout)
+        path = self._path(resource, None, None, every_namespace=True)
+        try:
+            request = inner._client.build_request("GET", path, params=params, timeout=inner._watch_timeout)
+            response = await inner.send(request, stream=True)
+            try:
+                if response.status_code >= 400:
+                    await response.aread()
+                    inner.raise_for_status(response)
+                async for line in response.aiter_lines():
+                    if line.strip():
+                        yield line
+            finally:
+                await response.aclose()
+        except Exception as exc:
+            raise _translate(exc) from exc
+
     async def create(self, resource: Resource, obj: Mapping[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
         body = _lk(resource)(_with_type(resource, obj))
         try:
@@ -242,6 +283,51 @@ class KubeClient:
         except Exception as exc:
             raise _translate(exc) from exc
         return _plain(out)
+
+    async def create_encoded(self, resource: Resource, body: bytes, *, namespace: str | None = None) -> str:
+        """POST an object already encoded as JSON; the server's answer undecoded (the caller reads
+        only what it needs: a ResourceSlice answer is as large as the slice)."""
+        return await self._send_encoded("POST", self._path(resource, None, namespace), body)
+
+    async def replace_encoded(
+        self, resource: Resource, name: str, body: bytes, *, namespace: str | None = None
+    ) -> str:
+        """PUT an object already encoded as JSON (with its resourceVersion: a stale one is
+        ApiError 409); the server's answer undecoded."""
+        return await self._send_encoded("PUT", self._path(resource, name, namespace), body)
+
+    @staticmethod
+    def _path(resource: Resource, name: str | None, namespace: str | None, *, every_namespace: bool = False) -> str:
+        parts = ["apis", resource.group, resource.version] if resource.group else ["api", resource.version]
+        if resource.namespaced and not every_namespace:
+            if not namespace:
+                raise ApiError(422, "Invalid", f"a namespaced {resource.kind} needs a namespace")
+            parts += ["namespaces", namespace]
+        parts.append(resource.plural)
+        if name is not None:
+            parts.append(name)
+        return "/".join(parts)
+
+    async def _send_encoded(self, method: str, path: str, body: bytes) -> str:
+        inner: Any = self._client._client
+        url = self._urls.get(path)
+        if url is None:  # parsed once per object: the agent rewrites the same few slices
+            params: dict[str, str] = {}  # as lightkube's own writes would carry
+            if inner._field_manager is not None:
+                params["fieldManager"] = inner._field_manager
+            if inner._dry_run is True:
+                params["dryRun"] = "All"
+            url = inner._client._merge_url(path).copy_merge_params(params)
+            if len(self._urls) >= 256:
+                self._urls.clear()
+            self._urls[path] = url
+        request = inner._client.build_request(method, url, content=body, headers=_JSON_BODY)
+        try:
+            response = await inner.send(request)
+            inner.raise_for_status(response)
+        except Exception as exc:
+            raise _translate(exc) from exc
+        return str(response.text)
 
     async def apply(
         self, resource: Resource, obj: Mapping[str, Any], *, field_manager: str, force: bool = False, status: bool = False

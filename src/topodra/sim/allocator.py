@@ -1311,6 +1311,8 @@ class _Search:
         return (
             len(self.results[ci]),
             tuple(sorted((k, tuple(sorted(v.items()))) for k, v in self.allocating_cap.items())) if self.has_multi else None,
+            # shareable devices held now are in no mask (they stay allocatable): name them
+            tuple(r.cand.pos for c in range(ci + 1) for r in self.results[c] if r.cand.device.allow_multiple) if self.has_multi else None,
             self._counter_key() if self.has_counters else None,
         )
 
@@ -1841,4 +1843,5 @@ def _violates(value: Quantity, cap: Capacity) -> bool:
     if pol.valid_values:
         return all(value != v for v in pol.valid_values)
     return False
+
 
