@@ -2,9 +2,11 @@
 
 N nodes x 256 per-CPU devices, 2N pods of the ``p-cores`` workload, every node half full
 with one of N random fill patterns (``--fill 0.5 --fill-patterns N``), each size in a fresh
-interpreter (its own peak RSS). The peer is the same cluster with empty nodes, measured
-in the same run: the ratio is what filling every node differently costs. Goals (issue 14
-item 6): 50,000 nodes in <= 120 s filled differently, <= 60 s and <= 4 GiB empty.
+interpreter (its own peak RSS). Two peers measured in the same run: the same filled cluster
+with the first-fit shortcut off (``Scheduler.first_fit = False``: the allocator for every
+Filter evaluation, as before it), and the same cluster with empty nodes (what filling every
+node differently costs). Goals (issue 14 item 6): 50,000 nodes in <= 120 s filled
+differently, <= 60 s and <= 4 GiB empty.
 Writes ``benchmarks/out/sim_fill.png``.
 """
 
@@ -23,14 +25,31 @@ GOAL_NODES = 50_000
 def run(quick: bool) -> list[Result]:
     sizes = (500, 1_000, 2_000) if quick else (5_000, 10_000, 20_000, 50_000)
     rows: list[tuple[int, dict[str, float], dict[str, float]]] = []
-    print(f"\n{'nodes':>8}{'pods':>9}  {'filled: total s':>16}{'build s':>9}{'sched s':>9}{'RSS MiB':>9}  {'empty: total s':>15}{'RSS MiB':>9}")
+    general: dict[int, dict[str, float]] = {}
+    print(
+        f"\n{'nodes':>8}{'pods':>9}  {'filled: total s':>16}{'build s':>9}{'sched s':>9}{'RSS MiB':>9}"
+        f"  {'no first fit: total s':>22}{'sched s':>9}{'RSS MiB':>9}  {'empty: total s':>15}{'RSS MiB':>9}"
+    )
     for n in sizes:
         filled = _scale_point(n, 2 * n, fill=0.5, patterns=n)
+        g = general[n] = _scale_point(n, 2 * n, fill=0.5, patterns=n, first_fit=False)
         empty = _scale_point(n, 2 * n)
         rows.append((n, filled, empty))
-        print(f"{n:>8}{2 * n:>9}  {filled['total']:>16.1f}{filled['build']:>9.1f}{filled['sim']:>9.1f}{filled['rss_mib']:>9.0f}  {empty['total']:>15.1f}{empty['rss_mib']:>9.0f}")
+        print(
+            f"{n:>8}{2 * n:>9}  {filled['total']:>16.1f}{filled['build']:>9.1f}{filled['sim']:>9.1f}{filled['rss_mib']:>9.0f}"
+            f"  {g['total']:>22.1f}{g['sim']:>9.1f}{g['rss_mib']:>9.0f}  {empty['total']:>15.1f}{empty['rss_mib']:>9.0f}"
+        )
     out: list[Result] = []
     for n, f, e in rows:
+        g = general[n]
+        out.append(
+            Result(
+                f"fill {n}x256 filled differently: scheduling with first fit vs the allocator for every Filter",
+                g["sim"] / f["sim"],
+                "x",
+                note=f"scheduling {f['sim']:.1f} s vs {g['sim']:.1f} s (total {f['total']:.1f} s vs {g['total']:.1f} s, peak RSS {f['rss_mib']:.0f} vs {g['rss_mib']:.0f} MiB) in the same run",
+            )
+        )
         at_goal = n == GOAL_NODES
         out.append(
             Result(

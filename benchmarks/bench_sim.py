@@ -430,7 +430,9 @@ def run(quick: bool) -> list[Result]:
 _SCALE_CHILD = """
 import json, resource, sys, time
 from topodra.sim.run import RunConfig, run_simulation
+from topodra.sim.scheduler import Scheduler
 nodes, pods, fill, patterns = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+Scheduler.first_fit = sys.argv[5] == "1"
 t = time.perf_counter()
 s, _ = run_simulation(RunConfig(nodes=nodes, machines={"256": 1.0}, model="cpu", workload="p-cores", pods=pods, fill=fill, fill_patterns=patterns))
 # VmHWM is this process's own peak; ru_maxrss would carry the parent's peak over from the fork
@@ -440,13 +442,14 @@ print(json.dumps({"total": time.perf_counter() - t, "build": s.build_seconds, "s
 """
 
 
-def _scale_point(nodes: int, pods: int, fill: float = 0.0, patterns: int = 16) -> dict[str, float]:
-    """One run in a fresh interpreter, so that its peak RSS is its own."""
+def _scale_point(nodes: int, pods: int, fill: float = 0.0, patterns: int = 16, first_fit: bool = True) -> dict[str, float]:
+    """One run in a fresh interpreter, so that its peak RSS is its own (``first_fit``: False
+    runs the allocator for every Filter evaluation, the peer of ``Scheduler.first_fit``)."""
     import json
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-c", _SCALE_CHILD, str(nodes), str(pods), str(fill), str(patterns)], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", _SCALE_CHILD, str(nodes), str(pods), str(fill), str(patterns), "1" if first_fit else "0"], capture_output=True, text=True, check=True)
     point: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
     return point
 

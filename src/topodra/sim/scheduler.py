@@ -19,6 +19,8 @@ numpy; a class is evaluated only where the scan first reaches it. Device
 positions come from ``layout`` (tables per shared device list, not per
 device) and the devices in use are a flat bitmap. The chosen node is always
 allocated for real. The memo is off when any slice is shared between nodes.
+Plain first-fit requests are answered from the in-use bitmap without the
+allocator's search (``firstfit``), with the same result and counted work.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from topodra.sim.allocator import (
 )
 from topodra.sim.api import Claim, DeviceID, Node, parse_claim, parse_node
 from topodra.sim.costmodel import DEFAULT_COSTS, CostModel, num_feasible_nodes_to_find
+from topodra.sim.firstfit import FirstFit, Fit, plain_specs
 from topodra.sim.layout import NodeLayouts
 
 __all__ = ["Pod", "PodResult", "Scheduler"]
@@ -104,6 +107,7 @@ class _Entry:
     kind: str | None = None
     plan: tuple[int, list[ClaimAllocation]] | None = None  # (node it was found on, its allocation)
     positions: list[list[int]] | None = None  # the plan's device positions per claim (filled on first use)
+    fit: tuple[int, Fit] | None = None  # a first fit not yet built into ``plan``
 
 
 @dataclass
@@ -124,6 +128,9 @@ class Scheduler:
     #: Take the per-pod fast scan when it applies (False: every pod takes the general memoised
     #: scan; the benchmark and the tests compare the two).
     fast_scan: bool = True
+    #: Answer plain requests (first fit, no constraints) from the in-use bitmap instead of an
+    #: allocator call (``firstfit``; False: always the allocator, for tests and benchmarks).
+    first_fit: bool = True
 
     def __init__(
         self,
@@ -169,6 +176,10 @@ class Scheduler:
         self._held_order: dict[int, dict[int, DeviceID]] = {}  # nodes with shareable devices: position -> device
         self._pool_nodes: dict[tuple[str, str], list[tuple[int, int, dict[tuple[int, str], int]]]] = {}  # pool_positions, looked up once
         self._sums_kept = 0  # window sums kept by the fast scan, over all signatures
+        self._firstfit = FirstFit(self.allocator)
+        #: claim signature -> [plain requests per claim, allocation config per claim (from the
+        #: first allocator answer)], or None when some request is not plain
+        self._plain: dict[str, list[Any] | None] = {}
 
     # ---- public API
     @property
@@ -338,11 +349,15 @@ class Scheduler:
                     statuses.append(status)
                     break
                 # evaluate the classes of the next nodes the scan must reach, in scan order
-                for j in range(upto, min(size, upto + max(1, want - found - have))):
-                    if status[j] != _UNKNOWN:
+                # (only the positions without an answer: with every node its own class, the
+                # range is mostly answered nodes and a Python step per node cost more than
+                # the evaluations)
+                hi = min(size, upto + max(1, want - found - have))
+                for j in (upto + (status[upto:hi] == _UNKNOWN).nonzero()[0]).tolist():
+                    if status[j] != _UNKNOWN:  # answered by an evaluation of the same class just now
                         continue
                     k = int(kids[j])
-                    code = memo.put(k, self._evaluate((start + stop + j) % N, claims), self.costs.timeout_s)
+                    code = memo.put(k, self._evaluate((start + stop + j) % N, claims, sig), self.costs.timeout_s)
                     evaluated += 1
                     status[kids == k] = code
                     if code == _ERROR:
@@ -570,6 +585,13 @@ class Scheduler:
 
     def _replay(self, entry: _Entry, node: int, claims: list[Claim]) -> list[ClaimAllocation] | None:
         """The memoised allocation moved to an equivalent node (same positions, that node's names)."""
+        if entry.plan is None and entry.fit is not None:
+            made_on, fit = entry.fit
+            entry.fit = None
+            allocs = fit.build(claims)
+            entry.plan, entry.positions = (made_on, allocs), fit.positions()
+            if made_on == node:  # the usual case: built for this node and these claims already
+                return allocs
         if entry.plan is None:
             return None
         _, allocs = entry.plan
@@ -703,10 +725,29 @@ class Scheduler:
                 parts.append((pos, tuple(sorted((k, str(v)) for k, v in amounts.items())), len(self.state.shared.get(did, ()))))
         return (self._template_of[i], held.astype(np.uint32).tobytes(), tuple(parts))
 
-    def _evaluate(self, i: int, claims: list[Claim]) -> _Entry:
-        """Filter on node ``i`` for real: the allocator's answer and the predicted cost."""
+    def _evaluate(self, i: int, claims: list[Claim], sig: str | None = None) -> _Entry:
+        """Filter on node ``i`` for real: the allocator's answer and the predicted cost.
+        With the claims' signature (memoised scan), plain requests take ``firstfit``."""
         self.memo_misses += 1
         node = self.nodes[i]
+        plain = None
+        if sig is not None and self.first_fit:
+            plain = self._plain.get(sig, _UNSET)
+            if plain is _UNSET:
+                specs = plain_specs(claims, self.allocator.classes)
+                plain = self._plain[sig] = None if specs is None else [specs, None]
+            if plain is not None and plain[1] is not None:
+                off, end = int(self._offset[i]), int(self._offset[i + 1])
+                layout = self._layout
+                got = self._firstfit.fit(
+                    self._template_of[i], node, self._held[off:end], claims, plain[0], plain[1], lambda p: layout.device_at(i, p)
+                )
+                if got is not None:
+                    fit, stats = got
+                    entry = self._entry(fit is not None, stats)
+                    if fit is not None:
+                        entry.fit = (i, fit)  # built into ``plan`` if the node is chosen
+                    return entry
         try:
             res, stats = self.allocator.allocate_with_stats(node, claims)
         except FilterTimeout as e:
@@ -725,6 +766,8 @@ class Scheduler:
             entry = self._entry(res is not None, stats, score=_score(claims, res) if res is not None else 0)
             if res is not None and self.memo_enabled:
                 entry.plan = (i, res)
+            if res is not None and plain is not None and plain[1] is None:
+                plain[1] = tuple(a.config for a in res)  # the config depends on the claim specs only
         return entry
 
     def _entry(self, feasible: bool, s: SearchStats, *, score: int = 0, error: str | None = None, kind: str | None = None) -> _Entry:
@@ -732,6 +775,7 @@ class Scheduler:
 
 
 _UNKNOWN, _FEASIBLE, _INFEASIBLE, _ERROR, _INVALID = 0, 1, 2, 3, 4
+_UNSET: Any = object()
 _UNKNOWN_BYTE, _FEASIBLE_BYTE, _ERROR_BYTE = bytes([_UNKNOWN]), bytes([_FEASIBLE]), bytes([_ERROR])
 _SUMS_LIMIT = 4096  # window sums kept (over all claim signatures)
 _SUMS_CLASSES = 512  # ... while a signature has answers for at most this many classes (keys of <= 4 KiB)
