@@ -87,17 +87,24 @@ sys.path.insert(0, {src!r})
 out = {out!r}
 slow, gcs, pending = [], [], {{}}
 run = asyncio.events.Handle._run
+def _where(task):
+    coro, at = task.get_coro(), ""
+    while coro is not None and getattr(coro, "cr_frame", None) is not None:
+        at = coro.cr_code.co_name + ":" + str(coro.cr_frame.f_lineno)
+        coro = coro.cr_await
+    return at
 def _run(self):
+    task = getattr(self._callback, "__self__", None)
+    at = _where(task) if isinstance(task, asyncio.Task) else ""
     t0, c0 = time.perf_counter(), time.thread_time()
     run(self)
     t1 = time.perf_counter()
     if t1 - t0 > 2e-4:
         cpu = time.thread_time() - c0
-        task = getattr(self._callback, "__self__", None)
         what = repr(self)
         if isinstance(task, asyncio.Task):
             coro = task.get_coro()
-            what = task.get_name() + " " + getattr(coro, "__qualname__", repr(coro))
+            what = task.get_name() + " " + getattr(coro, "__qualname__", repr(coro)) + " from " + at
         slow.append((t0, t1, cpu, what[:160]))
 asyncio.events.Handle._run = _run
 def _gc(phase, info):
@@ -127,14 +134,16 @@ def _trace_report(run: _Run, path: Path, worst: int = 12) -> None:
           f"(gen2: {sum(1 for g in gcs if g[2] == 2)}) during the run", file=sys.stderr)
     by_kind: dict[str, list[float]] = {}
     for _, _, cpu, what in slow:
-        by_kind.setdefault(what.split(" ", 1)[-1][:60], []).append(cpu * 1000)
+        by_kind.setdefault(what.split(" ", 1)[-1][:90], []).append(cpu * 1000)
     for what, cpus in sorted(by_kind.items(), key=lambda kv: -max(kv[1])):
         print(f"  {len(cpus):4d} x {what}: CPU max {max(cpus):.2f} ms, median {median(cpus):.2f} ms", file=sys.stderr)
     order = sorted(range(len(run.agent)), key=lambda i: -run.agent[i])[:worst]
     for i in order:
         t0, t1 = run.spans[i]
         hand = run.handler[i] * 1000 if i < len(run.handler) else float("nan")
-        print(f"#{i}: round trip {run.agent[i] * 1000:.2f} ms, handler {hand:.2f} ms", file=sys.stderr)
+        cpu = sum(c for a, b, c, _ in slow if b >= t0 and a <= t1) * 1000
+        print(f"#{i}: round trip {run.agent[i] * 1000:.2f} ms, handler {hand:.2f} ms, "
+              f"agent CPU in the steps overlapping it {cpu:.2f} ms", file=sys.stderr)
         for a, b, cpu, what in slow:
             if b >= t0 and a <= t1:
                 print(f"    step {(b - a) * 1000:6.2f} ms ({cpu * 1000:5.2f} ms CPU) at +{(a - t0) * 1000:6.2f}: {what}",
