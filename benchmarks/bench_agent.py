@@ -77,6 +77,82 @@ asyncio.run(Stub(Bare(), socket_path={sock!r}, name="bare", idx="50", env={{}}, 
 """
 
 
+#: ``BENCH_AGENT_TRACE=1``: the agent runs under this tracer, which notes (in CLOCK_MONOTONIC
+#: time, the same clock as this process's ``perf_counter``) every loop callback over 0.2 ms and
+#: every collection, and writes them out at exit; the slowest round trips are then printed with
+#: what the agent's loop and collector were doing meanwhile.
+_TRACED_AGENT = """
+import asyncio, asyncio.events, atexit, gc, json, sys, time
+sys.path.insert(0, {src!r})
+out = {out!r}
+slow, gcs, pending = [], [], {{}}
+run = asyncio.events.Handle._run
+def _where(task):
+    coro, at = task.get_coro(), ""
+    while coro is not None and getattr(coro, "cr_frame", None) is not None:
+        at = coro.cr_code.co_name + ":" + str(coro.cr_frame.f_lineno)
+        coro = coro.cr_await
+    return at
+def _run(self):
+    task = getattr(self._callback, "__self__", None)
+    at = _where(task) if isinstance(task, asyncio.Task) else ""
+    t0, c0 = time.perf_counter(), time.thread_time()
+    run(self)
+    t1 = time.perf_counter()
+    if t1 - t0 > 2e-4:
+        cpu = time.thread_time() - c0
+        what = repr(self)
+        if isinstance(task, asyncio.Task):
+            coro = task.get_coro()
+            what = task.get_name() + " " + getattr(coro, "__qualname__", repr(coro)) + " from " + at
+        slow.append((t0, t1, cpu, what[:160]))
+asyncio.events.Handle._run = _run
+def _gc(phase, info):
+    if phase == "start":
+        pending["t"] = time.perf_counter()
+    else:
+        gcs.append((pending.pop("t", 0.0), time.perf_counter(), info["generation"], info["collected"]))
+gc.callbacks.append(_gc)
+atexit.register(lambda: open(out, "w").write(json.dumps({{"slow": slow, "gc": gcs}})))
+sys.argv = ["topodra", *{argv!r}]
+from topodra.cli import main
+main()
+"""
+
+
+def _trace_report(run: _Run, path: Path, worst: int = 12) -> None:
+    """The slowest agent round trips, each with the agent's slow loop steps and collections
+    that overlapped it (to stderr: a diagnosis, not a figure)."""
+    if not path.exists():
+        print(f"trace: the agent wrote no {path}", file=sys.stderr)
+        return
+    trace = json.loads(path.read_text())
+    t_lo, t_hi = run.spans[0][0], run.spans[-1][1]
+    slow = [s for s in trace["slow"] if s[1] >= t_lo and s[0] <= t_hi]
+    gcs = [g for g in trace["gc"] if g[1] >= t_lo and g[0] <= t_hi]
+    print(f"trace: {len(slow)} loop steps > 0.2 ms and {len(gcs)} collections "
+          f"(gen2: {sum(1 for g in gcs if g[2] == 2)}) during the run", file=sys.stderr)
+    by_kind: dict[str, list[float]] = {}
+    for _, _, cpu, what in slow:
+        by_kind.setdefault(what.split(" ", 1)[-1][:90], []).append(cpu * 1000)
+    for what, cpus in sorted(by_kind.items(), key=lambda kv: -max(kv[1])):
+        print(f"  {len(cpus):4d} x {what}: CPU max {max(cpus):.2f} ms, median {median(cpus):.2f} ms", file=sys.stderr)
+    order = sorted(range(len(run.agent)), key=lambda i: -run.agent[i])[:worst]
+    for i in order:
+        t0, t1 = run.spans[i]
+        hand = run.handler[i] * 1000 if i < len(run.handler) else float("nan")
+        cpu = sum(c for a, b, c, _ in slow if b >= t0 and a <= t1) * 1000
+        print(f"#{i}: round trip {run.agent[i] * 1000:.2f} ms, handler {hand:.2f} ms, "
+              f"agent CPU in the steps overlapping it {cpu:.2f} ms", file=sys.stderr)
+        for a, b, cpu, what in slow:
+            if b >= t0 and a <= t1:
+                print(f"    step {(b - a) * 1000:6.2f} ms ({cpu * 1000:5.2f} ms CPU) at +{(a - t0) * 1000:6.2f}: {what}",
+                      file=sys.stderr)
+        for a, b, gen, n in gcs:
+            if b >= t0 and a <= t1:
+                print(f"    gc gen{gen} {(b - a) * 1000:6.2f} ms at +{(a - t0) * 1000:6.2f} ({n} collected)", file=sys.stderr)
+
+
 def _resources(i: int) -> tuple[str, LinuxResources]:
     if i % 10 == 0:
         return "", LinuxResources(cpu_shares=2048, cpu_quota=200_000, cpu_period=100_000, memory_limit=256 << 20)
@@ -110,6 +186,7 @@ class _Runtime:
         self._writer: asyncio.StreamWriter | None = None
         self._server: asyncio.Server | None = None
         self._pump: asyncio.Task[None] | None = None
+        self.t0 = 0.0
 
     async def start(self) -> None:
         self._server = await asyncio.start_unix_server(self._accept, path=self.path)
@@ -140,7 +217,7 @@ class _Runtime:
 
     async def call(self, method: str, payload: bytes) -> tuple[bytes, float]:
         assert self._writer is not None
-        t0 = time.perf_counter()
+        t0 = self.t0 = time.perf_counter()
         sid = self.session.start_request(PLUGIN_SERVICE, method, payload, timeout_nano=2_000_000_000)
         fut = self._answers[sid] = asyncio.get_running_loop().create_future()
         self._writer.write(self.session.data_to_send())
@@ -170,6 +247,7 @@ class _Run:
     handler: list[float] = field(default_factory=list)
     rss_kib: int = 0
     updates: int = 0
+    spans: list[tuple[float, float]] = field(default_factory=list)  # each agent call, perf_counter
 
 
 async def _spawn(script: str, log: Path) -> asyncio.subprocess.Process:
@@ -178,7 +256,9 @@ async def _spawn(script: str, log: Path) -> asyncio.subprocess.Process:
     )
 
 
-async def _start_agent(base: Path, machine: str, api_url: str, log: Path) -> tuple[asyncio.subprocess.Process, int]:
+async def _start_agent(
+    base: Path, machine: str, api_url: str, log: Path, trace: Path | None = None
+) -> tuple[asyncio.subprocess.Process, int]:
     import socket
 
     with socket.socket() as s:
@@ -201,8 +281,12 @@ async def _start_agent(base: Path, machine: str, api_url: str, log: Path) -> tup
     path.write_text(json.dumps(cfg))
     path.chmod(0o600)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH", "")) if p)}
+    argv = ["agent", "--config", str(path)]
+    command = ["-m", "topodra", *argv]
+    if trace is not None:
+        command = ["-c", _TRACED_AGENT.format(src=str(ROOT / "src"), out=str(trace), argv=argv)]
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "topodra", "agent", "--config", str(path),
+        sys.executable, *command,
         env=env, stdout=asyncio.subprocess.DEVNULL, stderr=open(log, "ab"),  # noqa: SIM115
     )
     return proc, port
@@ -215,6 +299,7 @@ async def _measure(machine: str, count: int) -> _Run:
     with tempfile.TemporaryDirectory(prefix="bench-agent-", dir="/tmp") as tmp:
         base = Path(tmp)
         log = base / "peers.log"
+        trace = base / "trace.json" if os.environ.get("BENCH_AGENT_TRACE") else None
         try:
             api = await _spawn(_API_PROCESS.format(src=str(ROOT / "src"), node=NODE), log)
             procs.append(api)
@@ -224,7 +309,7 @@ async def _measure(machine: str, count: int) -> _Run:
             runtimes += [agent_rt, bare_rt]
             await agent_rt.start()
             await bare_rt.start()
-            agent, port = await _start_agent(base, machine, api_url, base / "agent.log")
+            agent, port = await _start_agent(base, machine, api_url, base / "agent.log", trace)
             procs.append(agent)
             procs.append(await _spawn(_BARE_PLUGIN_PROCESS.format(src=str(ROOT / "src"), sock=bare_rt.path), log))
             try:
@@ -239,6 +324,7 @@ async def _measure(machine: str, count: int) -> _Run:
             for i, payload in enumerate(payloads):
                 reply, took = await agent_rt.call("CreateContainer", payload)
                 run.agent.append(took)
+                run.spans.append((agent_rt.t0, agent_rt.t0 + took))
                 _, took = await bare_rt.call("CreateContainer", payload)
                 run.bare.append(took)
                 answer = api_pb2.CreateContainerResponse.FromString(reply)
@@ -261,6 +347,8 @@ async def _measure(machine: str, count: int) -> _Run:
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
                 await proc.wait()
+        if trace is not None and run.spans:
+            _trace_report(run, trace)
     return run
 
 

@@ -234,6 +234,9 @@ class SliceReconciler:
                 d["spec"]["pool"] = {**d["spec"]["pool"], "generation": generation}
         self._desired = {d["metadata"]["name"]: d for d in desired}
         published: dict[str, dict[str, Any]] = {}
+        # The loop is free between building the slices, encoding each and sending it: three short
+        # steps, not one long one, for an NRI call that arrives meanwhile.
+        await asyncio.sleep(0)
 
         deleted, created, updated, unchanged = [], [], [], []
         for s in stale:  # obsolete slices go first, only if they are still what we saw
@@ -250,11 +253,15 @@ class SliceReconciler:
             # Encoded from the devices' cached JSON, the answer read device by device with the loop
             # free between steps: the agent's NRI calls wait for no slice write.
             if have is None:
-                answer = await self._client.create_encoded(RESOURCE_SLICES, encode_slice(d, listed[name]))
+                encoded = encode_slice(d, listed[name])
+                await asyncio.sleep(0)
+                answer = await self._client.create_encoded(RESOURCE_SLICES, encoded)
                 created.append(name)
             elif not _same(have, d):
                 body = {**d, "metadata": {**d["metadata"], "resourceVersion": have["metadata"]["resourceVersion"]}}
-                answer = await self._client.replace_encoded(RESOURCE_SLICES, name, encode_slice(body, listed[name]))
+                encoded = encode_slice(body, listed[name])
+                await asyncio.sleep(0)
+                answer = await self._client.replace_encoded(RESOURCE_SLICES, name, encoded)
                 updated.append(name)
             else:
                 unchanged.append(name)
