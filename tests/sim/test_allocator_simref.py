@@ -77,7 +77,7 @@ def node_and_claims(draw: Any) -> dict[str, Any]:
 
 def _fast(sc: dict[str, Any], fast_after: int = 0) -> tuple[Any, Any]:
     """The fast allocator; ``fast_after=0``: mask scan and memo from the first call (the default
-    waits 64 calls, which most small cases never reach), so both are exercised on every case."""
+    waits 16 calls, which many small cases never reach), so both are exercised on every case."""
     state = AllocatedState()
     state.devices = {(DRIVER, p, d) for p, d in sc["in_use"]}
     got, stats = Allocator(sc["slices"], CLASSES, state, budget=None, fast_after=fast_after).allocate_with_stats(NODE, sc["claims"])
@@ -122,10 +122,26 @@ def distinct_groups(draw: Any) -> dict[str, Any]:
 @given(distinct_groups())
 def test_distinct_searches_equal_reference(sc: dict[str, Any]) -> None:
     want, ref = reference_allocate(sc["slices"], CLASSES, sc["claims"], {(DRIVER, p, d) for p, d in sc["in_use"]})
-    for fast_after in (0, 5, 64):
+    for fast_after in (0, 5, 16, 64):
         got, stats = _fast(sc, fast_after)
         assert got == want
         assert (stats.calls, stats.visits, stats.checks) == (ref.calls, ref.visits, ref.checks)
+
+
+def test_default_switch_point_on_the_benchmark_row() -> None:
+    """Four one-CPU requests on distinct L3 groups of a node with three groups of four: the search
+    fails after 985 scheduler calls, and the default allocator (mask scan and memo switched on in the
+    middle of the walk) counts exactly the reference's work while executing far fewer calls."""
+    devices = [device(f"d{i}", attrs(id=i, l3=i // 4)) for i in range(12)]
+    c = claim("c", *(req(f"r{r}", "cls", 1) for r in range(4)), constraints=[{"distinctAttribute": f"{DRIVER}/l3"}])
+    slices = [slice_("s", "node-1", devices)]
+    want, ref = reference_allocate(slices, CLASSES, [c], set())
+    got, stats = Allocator(slices, CLASSES, budget=None).allocate_with_stats(NODE, [c])
+    assert want is None
+    assert got is None
+    assert (stats.calls, stats.visits, stats.checks) == (ref.calls, ref.visits, ref.checks)
+    assert ref.calls == 985
+    assert stats.our_calls < 200
 
 
 def test_reference_counts_a_known_search() -> None:
