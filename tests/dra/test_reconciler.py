@@ -400,7 +400,11 @@ def test_the_watch_stays_open_across_new_device_lists_and_still_sees_drift() -> 
         for n in range(1, 4):
             rec.set_devices(build_devices(TOPO, exclude=CPUSet(range(n))))
             await rec.wait_written(10)
-        await asyncio.sleep(0.3)  # the events of those writes come back on the open watch
+
+        async def own_events_seen() -> bool:  # the events of those writes come back on the open watch
+            return rec.own_events >= 3 * len(await ours(c))
+
+        await eventually(own_events_seen)
         assert watching.watches == 1
         assert rec.syncs == 4  # the first sync and three writes: no re-sync for our own events
         first = (await ours(c))[0]

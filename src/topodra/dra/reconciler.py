@@ -133,6 +133,8 @@ class SliceReconciler:
         self._wake = asyncio.Event()
         self.synced = asyncio.Event()
         self.syncs = 0
+        #: watch events recognised as this reconciler's own writes (skipped, not compared)
+        self.own_events = 0
         self.last_error = ""
         #: slices the API server stored differently from what was sent (see sync())
         self.dropped_fields: set[str] = set()
@@ -338,6 +340,7 @@ class SliceReconciler:
                 head = event_head(line)
                 if head is not None and self._own_write(*head):
                     rv = str(head[1]["resourceVersion"])
+                    self.own_events += 1
                     continue
                 event = _decoded(line, "ResourceSlice watch event")
                 event_type, obj = str(event.get("type", "")), event.get("object") or {}
@@ -345,7 +348,12 @@ class SliceReconciler:
                     raise ApiError(int(obj.get("code") or 500), str(obj.get("reason", "")), str(obj.get("message", "")))
                 metadata = obj.get("metadata") or {}
                 rv = str(metadata.get("resourceVersion") or rv)
-                if event_type == "BOOKMARK" or self._own_write(event_type, metadata) or not self._drifted(event_type, obj):
+                if event_type == "BOOKMARK":
+                    continue
+                if self._own_write(event_type, metadata):
+                    self.own_events += 1
+                    continue
+                if not self._drifted(event_type, obj):
                     continue
                 log.info("slice %s %s: re-syncing pool %s", metadata.get("name"), event_type.lower(), self.node_name)
                 return
