@@ -34,7 +34,7 @@ from __future__ import annotations
 import bisect
 import math
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -77,6 +77,7 @@ __all__ = [
     "write_allocation",
     "share_id",
     "allocation_of_claim",
+    "hopeless_group_work",
 ]
 
 _ZERO = Fraction(0)
@@ -1674,17 +1675,10 @@ class _Search:
         D = self.D
         calls, visits, checks = 1, D - start, checks_from(start)
         for positions in groups.values():
-            s_calls = s_visits = s_checks = 0
-            for a in reversed(positions):
-                g_calls = 1 + s_calls
-                g_visits = (D - a - 1) + s_visits
-                g_checks = checks_from(a + 1) + s_checks
-                s_calls += g_calls
-                s_visits += g_visits
-                s_checks += g_checks
-            calls += s_calls
-            visits += s_visits
-            checks += s_checks
+            g_calls, g_visits, g_checks = hopeless_group_work(positions, checks_from, D)
+            calls += g_calls
+            visits += g_visits
+            checks += g_checks
         self.stats.calls -= 1  # this call was counted on entry
         self.stats.pruned += 1
         self._bulk(calls, visits, checks)
@@ -1846,3 +1840,18 @@ def _violates(value: Quantity, cap: Capacity) -> bool:
     return False
 
 
+def hopeless_group_work(positions: Sequence[int], checks_from: Callable[[int], int], D: int) -> tuple[int, int, int]:
+    """The scheduler's calls, visits and checks for trying every choice among ``positions`` (the
+    accepted devices of one group, ascending) when none can complete the request: each position
+    starts a subtree that visits the devices after it and tries the later positions in turn.
+    ``checks_from(t)``: how many checked positions are at ``t`` or later; ``D``: devices in all.
+    One formula for ``_prune`` and the first-fit shortcut (``sim/firstfit.py``)."""
+    s_calls = s_visits = s_checks = 0
+    for a in reversed(positions):
+        g_calls = 1 + s_calls
+        g_visits = (D - a - 1) + s_visits
+        g_checks = checks_from(a + 1) + s_checks
+        s_calls += g_calls
+        s_visits += g_visits
+        s_checks += g_checks
+    return s_calls, s_visits, s_checks

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from topodra.sim.allocator import Allocator, ClaimAllocation, DeviceResult, SearchStats
+from topodra.sim.allocator import Allocator, ClaimAllocation, DeviceResult, SearchStats, hopeless_group_work
 from topodra.sim.api import MAX_RESULTS, Claim, Device, DeviceClass, DeviceID, Node, RequestSpec
 from topodra.sim.cel import CelError, compile_selector
 
@@ -239,14 +239,7 @@ def _unfillable(D: int, checked: list[int], evals: int, need: int, devices: int)
         return len(checked) - bisect.bisect_left(checked, p)
 
     calls, visits, checks = 1, D, checks_from(0)
-    s_calls = s_visits = s_checks = 0
-    for a in reversed(checked):
-        g_calls = 1 + s_calls
-        g_visits = (D - a - 1) + s_visits
-        g_checks = checks_from(a + 1) + s_checks
-        s_calls += g_calls
-        s_visits += g_visits
-        s_checks += g_checks
+    s_calls, s_visits, s_checks = hopeless_group_work(checked, checks_from, D)
     return SearchStats(calls=calls + s_calls, visits=visits + s_visits, checks=checks + s_checks, cel_evals=evals, devices=devices)
 
 
