@@ -108,6 +108,7 @@ class _Entry:
     plan: tuple[int, list[ClaimAllocation]] | None = None  # (node it was found on, its allocation)
     positions: list[list[int]] | None = None  # the plan's device positions per claim (filled on first use)
     fit: tuple[int, Fit] | None = None  # a first fit not yet built into ``plan``
+    exclusive: bool = False  # the plan takes whole devices only (no admin access, no shares): see _touch_added
 
 
 @dataclass
@@ -131,6 +132,10 @@ class Scheduler:
     #: Answer plain requests (first fit, no constraints) from the in-use bitmap instead of an
     #: allocator call (``firstfit``; False: always the allocator, for tests and benchmarks).
     first_fit: bool = True
+    #: After binding whole devices on a node without shareable devices, take the node's new
+    #: class and free share from the (class, positions taken) step seen before
+    #: (``_touch_added``; False: rescan the node's bitmap every time, for tests and benchmarks).
+    fast_bind: bool = True
 
     def __init__(
         self,
@@ -173,6 +178,16 @@ class Scheduler:
         counts = [self._layout.device_count(i) for i in range(len(self.nodes))]
         self._offset = np.concatenate(([0], np.cumsum(counts, dtype=np.int64)))  # node -> first flat position
         self._held = np.zeros(int(self._offset[-1]), dtype=bool)  # flat position -> device in use
+        self._offset_at: list[int] = self._offset.tolist()  # the same as Python ints (no numpy scalar per lookup)
+        #: nodes whose class follows from their positions in use alone (no shareable devices) and
+        #: whose pools no other node lists: _touch_added may update them
+        self._plain_node = [not self._layout.multi_positions(i) for i in range(len(self.nodes))]
+        for pool in {(sl.driver, sl.pool) for sl in self.allocator.slices}:
+            listed = self._layout.pool_positions(pool)
+            if len(listed) > 1:  # a device name there names a device on each: _touch decides which
+                for n, _, _ in listed:
+                    self._plain_node[n] = False
+        self._steps: dict[tuple[int, ...], tuple[int, float]] = {}  # (class, positions taken) -> (class, free share)
         self._held_order: dict[int, dict[int, DeviceID]] = {}  # nodes with shareable devices: position -> device
         self._pool_nodes: dict[tuple[str, str], list[tuple[int, int, dict[tuple[int, str], int]]]] = {}  # pool_positions, looked up once
         self._sums_kept = 0  # window sums kept by the fast scan, over all signatures
@@ -234,6 +249,16 @@ class Scheduler:
             memo.grow(len(self._key_ids))
         start = self.next_start
         want = self.want
+        n_classes = len(memo.entries)
+        if n_classes <= 4 * want + 1024:
+            # The usual case tested on the class histogram of the first ``want`` nodes (which the
+            # sums need anyway): every class there known feasible. One bincount and one dot
+            # product instead of a gather and byte searches over the window.
+            end = start + want
+            seen = self._kid[start:end] if end <= N else self._rotated(start, want)
+            counts = np.bincount(seen, minlength=n_classes)
+            if not counts @ memo.bad:
+                return self._quick_answer(memo, seen, counts, start, want)
         size = min(N, SCAN_CHUNK or want + want // 4 + 64)
         feas: np.ndarray[Any, np.dtype[np.intp]] | None = None  # None: the first ``stop`` nodes, all feasible
         while True:
@@ -300,6 +325,42 @@ class Scheduler:
         found = stop if feas is None else int(feas.size)
         total_s, calls, visits, checks, evals, slowest = sums
         return ([((start + best) % N, entry)], found, stop, total_s, slowest, calls, visits, checks, evals, 0, None, False)
+
+    def _quick_answer(
+        self, memo: _SigMemo, seen: np.ndarray[Any, np.dtype[np.int64]], counts: np.ndarray[Any, np.dtype[np.int64]], start: int, stop: int
+    ) -> tuple[Any, ...]:
+        """``_quick_scan``'s answer when the first ``stop`` nodes from ``start`` (classes ``seen``,
+        histogram ``counts``) are all feasible: the sums and the choice exactly as it makes them."""
+        N = len(self.nodes)
+        key = counts.tobytes() if len(memo.entries) <= _SUMS_CLASSES else b""
+        sums = memo.sums.get(key) if key else None
+        if sums is None:
+            classes = counts.nonzero()[0]
+            sums = _sums(counts[classes], memo.stats[classes])
+            if key:
+                if self._sums_kept >= _SUMS_LIMIT:  # bound the memory over every claim signature
+                    for m in self._memo.values():
+                        m.sums.clear()
+                    self._sums_kept = 0
+                memo.sums[key] = sums
+                self._sums_kept += 1
+        if memo.scored:
+            fidx = np.arange(stop)
+            scores = memo.scores[seen] * 2.0
+            if self.scoring == "least-allocated":
+                scores = scores + self._free[(start + fidx) % N]
+            best = int(np.argmax(scores))
+        elif self.scoring == "least-allocated":  # every score 0: 0 * 2 + free == free, and argmax keeps the first of equals
+            end = start + stop
+            best = int((self._free[start:end] if end <= N else self._free[(start + np.arange(stop)) % N]).argmax())
+        else:
+            best = 0
+        entry = memo.entries[int(seen[best])]
+        assert entry is not None
+        self.memo_hits += stop
+        self.next_start = (start + stop) % N
+        total_s, calls, visits, checks, evals, slowest = sums
+        return ([((start + best) % N, entry)], stop, stop, total_s, slowest, calls, visits, checks, evals, 0, None, False)
 
     def _filter_scan(self, claims: list[Claim], sig: str) -> tuple[Any, ...]:
         """The filter loop over node classes: numpy for the scan, one evaluation per class not yet seen.
@@ -479,23 +540,9 @@ class Scheduler:
         invalid_only: bool,
     ) -> PodResult:
         N = len(self.nodes)
+        # positional: a keyword call of 16 fields is a measurable share of a fast-scan pod
         result = PodResult(
-            pod=pod.name,
-            template=pod.template,
-            node=None,
-            allocations=[],
-            failure=None,
-            failure_kind=None,
-            nodes_filtered=processed,
-            feasible_found=found,
-            calls=calls,
-            visits=visits,
-            checks=checks,
-            cel_evals=evals,
-            filter_cpu_s=total_s,
-            slowest_node_s=slowest,
-            predicted_s=self.costs.pod_seconds(total_s, slowest),
-            timeouts=timeouts,
+            pod.name, pod.template, None, [], None, None, processed, found, calls, visits, checks, evals, total_s, slowest, self.costs.pod_seconds(total_s, slowest), timeouts
         )
         if failure is not None:
             result.failure_kind, result.failure = failure
@@ -512,12 +559,17 @@ class Scheduler:
             # max keeps the first of equal scores
             best_i, best = max(feasible, key=lambda t: t[1].score * 2.0 + (float(self._free[t[0]]) if least else 0.0))
         allocs = self._replay(best, best_i, claims) if self.memo_enabled else None
+        moved = allocs is not None
         if allocs is None:
             allocs = self.allocator.allocate(self.nodes[best_i], claims)
         assert allocs is not None, "memoised feasibility disagrees with a fresh allocation"
         for a in allocs:
             self.state.add(a)
-        self._touch(allocs)
+        if moved and best.exclusive and self.fast_bind and self._plain_node[best_i]:
+            assert best.positions is not None
+            self._touch_added(best_i, best.positions)
+        else:
+            self._touch(allocs)
         self._bound[pod.name] = _Bound(best_i, allocs, list(pod.claims))
         result.node = self.nodes[best_i].name
         result.allocations = allocs
@@ -590,6 +642,7 @@ class Scheduler:
             entry.fit = None
             allocs = fit.build(claims)
             entry.plan, entry.positions = (made_on, allocs), fit.positions()
+            entry.exclusive = _exclusive(allocs)
             if made_on == node:  # the usual case: built for this node and these claims already
                 return allocs
         if entry.plan is None:
@@ -606,17 +659,30 @@ class Scheduler:
                     assert w is not None, f"memoised device {r.id} is on no node"
                     at.append(w[1])
                 positions.append(at)
+            entry.exclusive = _exclusive(allocs)
         out = []
+        device_at = layout.device_at
         for claim, a, at in zip(claims, allocs, positions, strict=True):
+            if len(at) == 1 and a.results[0].share_id is None:  # one whole device (the usual claim): no loop
+                r = a.results[0]
+                driver, pool, device = device_at(node, at[0])
+                one = DeviceResult(
+                    r.request, driver, pool, device, r.admin_access, r.tolerations, r.binding_conditions, r.binding_failure_conditions, None, r.consumed_capacity
+                )
+                sel = a.node_selector
+                if sel is not None:
+                    sel = {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [self.nodes[node].name]}]}]}
+                out.append(ClaimAllocation(claim.key, (one,), a.config, sel))
+                continue
             results = []
             for n, (r, pos) in enumerate(zip(a.results, at, strict=True)):
-                did = layout.device_at(node, pos)
+                driver, pool, device = did = device_at(node, pos)
                 results.append(
                     DeviceResult(
                         r.request,
-                        did[0],
-                        did[1],
-                        did[2],
+                        driver,
+                        pool,
+                        device,
                         r.admin_access,
                         r.tolerations,
                         r.binding_conditions,
@@ -684,6 +750,34 @@ class Scheduler:
             self._kid[i] = kid
             total = layout.device_count(i)
             self._free[i] = max(0.0, 1.0 - float(held.size) / total) if total else 0.0
+
+    def _touch_added(self, i: int, positions: list[list[int]]) -> None:
+        """What ``_touch`` does after whole devices at ``positions`` of node ``i`` were taken, on a
+        node without shareable devices whose pools no other node lists (``_plain_node``).
+
+        Such a node's class is its template and the positions in use, so the class after the
+        change and the free share follow from the class before and the positions taken: both
+        are kept per (class, positions), and a repeat costs a dictionary lookup instead of a
+        scan of the node's bitmap."""
+        off = self._offset_at[i]
+        bitmap = self._held
+        taken: list[int] = []
+        for at in positions:
+            taken.extend(at)
+        for p in taken:
+            bitmap[off + p] = True
+        key = (int(self._kid[i]), *taken)
+        step = self._steps.get(key)
+        if step is None:
+            held = bitmap[off : self._offset_at[i + 1]].nonzero()[0]
+            t = self._template_of[i]
+            cls: tuple[Any, ...] = (t, held.astype(np.uint32).tobytes(), ()) if held.size else (t, ())
+            total = self._layout.device_count(i)
+            step = (self._key_id(cls), max(0.0, 1.0 - float(held.size) / total) if total else 0.0)
+            if len(self._steps) >= _STEPS_LIMIT:
+                self._steps.clear()
+            self._steps[key] = step
+        self._kid[i], self._free[i] = step
 
     def _key_id(self, key: tuple[Any, ...]) -> int:
         kid = self._key_ids.get(key)
@@ -779,6 +873,7 @@ _UNSET: Any = object()
 _UNKNOWN_BYTE, _FEASIBLE_BYTE, _ERROR_BYTE = bytes([_UNKNOWN]), bytes([_FEASIBLE]), bytes([_ERROR])
 _SUMS_LIMIT = 4096  # window sums kept (over all claim signatures)
 _SUMS_CLASSES = 512  # ... while a signature has answers for at most this many classes (keys of <= 4 KiB)
+_STEPS_LIMIT = 200_000  # class changes kept by _touch_added
 
 
 def _sums(per: np.ndarray[Any, Any], rows: np.ndarray[Any, Any]) -> tuple[float, int, int, int, int, float]:
@@ -796,6 +891,7 @@ class _SigMemo:
         self.status = np.zeros(0, dtype=np.int8)
         self.stats = np.zeros((0, 5))  # seconds, calls, visits, checks, CEL evaluations
         self.scores = np.zeros(0)
+        self.bad = np.zeros(0, dtype=np.int64)  # 1 where a class is not known feasible (the fast scan's test)
         self.scored = False  # some answer has a non-zero score
         self.sums: dict[bytes, tuple[float, int, int, int, int, float]] = {}  # class histogram -> window sums
 
@@ -807,6 +903,7 @@ class _SigMemo:
         self.status = np.concatenate((self.status, np.zeros(extra, dtype=np.int8)))
         self.stats = np.concatenate((self.stats, np.zeros((extra, 5))))
         self.scores = np.concatenate((self.scores, np.zeros(extra)))
+        self.bad = np.concatenate((self.bad, np.ones(extra, dtype=np.int64)))
 
     def put(self, kid: int, e: _Entry, timeout_s: float) -> int:
         """Store the answer of class ``kid``; returns its status code."""
@@ -820,8 +917,14 @@ class _SigMemo:
         self.status[kid] = code
         self.stats[kid] = (e.seconds, e.calls, e.visits, e.checks, e.cel_evals)
         self.scores[kid] = e.score
+        self.bad[kid] = code != _FEASIBLE
         self.scored = self.scored or e.score != 0
         return code
+
+
+def _exclusive(allocs: Sequence[ClaimAllocation]) -> bool:
+    """Every result takes its device whole: the device is in use after the allocation is added."""
+    return all(not r.admin_access and r.share_id is None for a in allocs for r in a.results)
 
 
 def _score(claims: Sequence[Claim], allocs: Sequence[ClaimAllocation]) -> int:
