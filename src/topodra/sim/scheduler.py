@@ -251,14 +251,19 @@ class Scheduler:
         want = self.want
         n_classes = len(memo.entries)
         if n_classes <= 4 * want + 1024:
-            # The usual case tested on the class histogram of the first ``want`` nodes (which the
-            # sums need anyway): every class there known feasible. One bincount and one dot
-            # product instead of a gather and byte searches over the window.
+            # The usual case, tested on the class histogram of the first ``want`` nodes (which
+            # the sums are kept by anyway): every class there known feasible. A histogram seen
+            # before was all feasible then and is now (a class's answer never changes), so a
+            # repeat costs one bincount and a dictionary lookup.
             end = start + want
             seen = self._kid[start:end] if end <= N else self._rotated(start, want)
             counts = np.bincount(seen, minlength=n_classes)
-            if not counts @ memo.bad:
-                return self._quick_answer(memo, seen, counts, start, want)
+            key = b"u" + counts.tobytes() if n_classes <= _SUMS_CLASSES else b""  # "u": not a key of the window sums below
+            sums = memo.sums.get(key) if key else None
+            if sums is None and not counts @ memo.bad:
+                sums = self._class_sums(memo, counts, key)
+            if sums is not None:
+                return self._quick_answer(memo, seen, sums, start, want)
         size = min(N, SCAN_CHUNK or want + want // 4 + 64)
         feas: np.ndarray[Any, np.dtype[np.intp]] | None = None  # None: the first ``stop`` nodes, all feasible
         while True:
@@ -326,24 +331,29 @@ class Scheduler:
         total_s, calls, visits, checks, evals, slowest = sums
         return ([((start + best) % N, entry)], found, stop, total_s, slowest, calls, visits, checks, evals, 0, None, False)
 
+    def _class_sums(self, memo: _SigMemo, counts: np.ndarray[Any, np.dtype[np.int64]], key: bytes) -> tuple[float, int, int, int, int, float]:
+        """The window sums from its class histogram, as ``_sums`` and the general scan compute
+        them (the same floats), kept under ``key`` (unless empty) within ``_SUMS_LIMIT``."""
+        classes = counts.nonzero()[0]
+        total_s, calls, visits, checks, evals = (counts[classes] @ memo.stats.take(classes, axis=0)).tolist()
+        entries = memo.entries
+        slowest = max(e.seconds for e in map(entries.__getitem__, classes.tolist()) if e is not None)  # = the column's max
+        sums = (total_s, int(calls), int(visits), int(checks), int(evals), slowest)
+        if key:
+            if self._sums_kept >= _SUMS_LIMIT:  # bound the memory over every claim signature
+                for m in self._memo.values():
+                    m.sums.clear()
+                self._sums_kept = 0
+            memo.sums[key] = sums
+            self._sums_kept += 1
+        return sums
+
     def _quick_answer(
-        self, memo: _SigMemo, seen: np.ndarray[Any, np.dtype[np.int64]], counts: np.ndarray[Any, np.dtype[np.int64]], start: int, stop: int
+        self, memo: _SigMemo, seen: np.ndarray[Any, np.dtype[np.int64]], sums: tuple[float, int, int, int, int, float], start: int, stop: int
     ) -> tuple[Any, ...]:
-        """``_quick_scan``'s answer when the first ``stop`` nodes from ``start`` (classes ``seen``,
-        histogram ``counts``) are all feasible: the sums and the choice exactly as it makes them."""
+        """``_quick_scan``'s answer when the first ``stop`` nodes from ``start`` (classes ``seen``)
+        are all feasible: the choice exactly as it makes it."""
         N = len(self.nodes)
-        key = counts.tobytes() if len(memo.entries) <= _SUMS_CLASSES else b""
-        sums = memo.sums.get(key) if key else None
-        if sums is None:
-            classes = counts.nonzero()[0]
-            sums = _sums(counts[classes], memo.stats[classes])
-            if key:
-                if self._sums_kept >= _SUMS_LIMIT:  # bound the memory over every claim signature
-                    for m in self._memo.values():
-                        m.sums.clear()
-                    self._sums_kept = 0
-                memo.sums[key] = sums
-                self._sums_kept += 1
         if memo.scored:
             fidx = np.arange(stop)
             scores = memo.scores[seen] * 2.0
