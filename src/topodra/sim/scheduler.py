@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -111,11 +111,11 @@ class _Entry:
     exclusive: bool = False  # the plan takes whole devices only (no admin access, no shares): see _touch_added
 
 
-@dataclass
+@dataclass(slots=True)
 class _Bound:
     node: int
     allocations: list[ClaimAllocation]
-    claims: list[Mapping[str, Any]] = field(default_factory=list)
+    claims: Sequence[Mapping[str, Any]] = ()
 
 
 def _claim_signature(claims: Sequence[Mapping[str, Any]]) -> str:
@@ -188,6 +188,7 @@ class Scheduler:
                 for n, _, _ in listed:
                     self._plain_node[n] = False
         self._steps: dict[tuple[int, ...], tuple[int, float]] = {}  # (class, positions taken) -> (class, free share)
+        self._selectors: dict[int, Mapping[str, Any]] = {}  # node -> the node selector of its allocations
         self._held_order: dict[int, dict[int, DeviceID]] = {}  # nodes with shareable devices: position -> device
         self._pool_nodes: dict[tuple[str, str], list[tuple[int, int, dict[tuple[int, str], int]]]] = {}  # pool_positions, looked up once
         self._sums_kept = 0  # window sums kept by the fast scan, over all signatures
@@ -580,7 +581,7 @@ class Scheduler:
             self._touch_added(best_i, best.positions)
         else:
             self._touch(allocs)
-        self._bound[pod.name] = _Bound(best_i, allocs, list(pod.claims))
+        self._bound[pod.name] = _Bound(best_i, allocs, pod.claims)
         result.node = self.nodes[best_i].name
         result.allocations = allocs
         return result
@@ -679,10 +680,7 @@ class Scheduler:
                 one = DeviceResult(
                     r.request, driver, pool, device, r.admin_access, r.tolerations, r.binding_conditions, r.binding_failure_conditions, None, r.consumed_capacity
                 )
-                sel = a.node_selector
-                if sel is not None:
-                    sel = {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [self.nodes[node].name]}]}]}
-                out.append(ClaimAllocation(claim.key, (one,), a.config, sel))
+                out.append(ClaimAllocation(claim.key, (one,), a.config, None if a.node_selector is None else self._node_selector(node)))
                 continue
             results = []
             for n, (r, pos) in enumerate(zip(a.results, at, strict=True)):
@@ -701,12 +699,18 @@ class Scheduler:
                         r.consumed_capacity,
                     )
                 )
-            sel = a.node_selector
-            if sel is not None:
-                name = self.nodes[node].name
-                sel = {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [name]}]}]}
-            out.append(ClaimAllocation(claim.key, tuple(results), a.config, sel))
+            out.append(ClaimAllocation(claim.key, tuple(results), a.config, None if a.node_selector is None else self._node_selector(node)))
         return out
+
+    def _node_selector(self, node: int) -> Mapping[str, Any]:
+        """The node selector of an allocation on node-local devices, one per node: allocations
+        hold it read-only, and five containers fewer per bound pod is less for the cyclic
+        collector to trace."""
+        sel = self._selectors.get(node)
+        if sel is None:
+            name = self.nodes[node].name
+            sel = self._selectors[node] = {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [name]}]}]}
+        return sel
 
     def bound_pods(self) -> list[str]:
         return list(self._bound)
@@ -771,9 +775,12 @@ class Scheduler:
         scan of the node's bitmap."""
         off = self._offset_at[i]
         bitmap = self._held
-        taken: list[int] = []
-        for at in positions:
-            taken.extend(at)
+        if len(positions) == 1:
+            taken = positions[0]
+        else:
+            taken = []
+            for at in positions:
+                taken.extend(at)
         for p in taken:
             bitmap[off + p] = True
         key = (int(self._kid[i]), *taken)
