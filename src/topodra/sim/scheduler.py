@@ -111,13 +111,6 @@ class _Entry:
     exclusive: bool = False  # the plan takes whole devices only (no admin access, no shares): see _touch_added
 
 
-@dataclass(slots=True)
-class _Bound:
-    node: int
-    allocations: list[ClaimAllocation]
-    claims: Sequence[Mapping[str, Any]] = ()
-
-
 def _claim_signature(claims: Sequence[Mapping[str, Any]]) -> str:
     specs = [c.get("spec") for c in claims]
     return hashlib.blake2b(json.dumps(specs, sort_keys=True, default=str).encode(), digest_size=12).hexdigest()
@@ -165,7 +158,7 @@ class Scheduler:
         self.memo_enabled = memo and all(s.node_name for s in self.allocator.slices)
         self._memo: dict[str, _SigMemo] = {}  # claim signature -> results per node class
         self._memo_size = 0
-        self._bound: dict[str, _Bound] = {}
+        self._bound: dict[str, list[ClaimAllocation]] = {}  # bound pod -> its allocations (what delete frees)
         self._spec_cache: dict[tuple[int, ...], tuple[list[Any], list[Claim], str]] = {}
         self.memo_hits = 0
         self.memo_misses = 0
@@ -581,7 +574,7 @@ class Scheduler:
             self._touch_added(best_i, best.positions)
         else:
             self._touch(allocs)
-        self._bound[pod.name] = _Bound(best_i, allocs, pod.claims)
+        self._bound[pod.name] = allocs
         result.node = self.nodes[best_i].name
         result.allocations = allocs
         return result
@@ -641,9 +634,9 @@ class Scheduler:
         bound = self._bound.pop(pod_name, None)
         if bound is None:
             return False
-        for a in bound.allocations:
+        for a in bound:
             self.state.remove(a)
-        self._touch(bound.allocations)
+        self._touch(bound)
         return True
 
     def _replay(self, entry: _Entry, node: int, claims: list[Claim]) -> list[ClaimAllocation] | None:
