@@ -14,6 +14,7 @@ import dataclasses
 import itertools
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -216,3 +217,30 @@ def test_the_bind_shortcut_is_taken_only_where_it_holds() -> None:
     assert s._plain_node == [True, False, False, False]
     s.schedule(_pod("one"))
     assert len(s._steps) == 1  # node a's step: nothing held -> d0 held
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 40), st.floats(0.0, 20.0), st.integers(0, 10**6)), min_size=1, max_size=40))
+def test_class_sums_loop_and_product_agree(rows: list[tuple[int, float, int]]) -> None:
+    """The window sums in Python (few classes) and as one numpy product (many): the same counts,
+    slowest node and timeouts, and the same seconds up to rounding."""
+    import topodra.sim.scheduler as scheduler_module
+    from topodra.sim.scheduler import _class_sums, _Entry, _SigMemo
+
+    memo = _SigMemo()
+    memo.grow(len(rows))
+    counts = np.zeros(len(memo.entries), dtype=np.int64)
+    for k, (count, secs, calls) in enumerate(rows):
+        memo.put(k, _Entry(True, secs, calls, calls // 2, calls // 3, calls // 5), timeout_s=10.0)
+        counts[k] = count
+    if not counts.any():
+        counts[0] = 1
+    loop = _class_sums(memo, counts, 10.0)
+    saved = scheduler_module._LOOP_CLASSES
+    scheduler_module._LOOP_CLASSES = -1  # every histogram takes the product
+    try:
+        product = _class_sums(memo, counts, 10.0)
+    finally:
+        scheduler_module._LOOP_CLASSES = saved
+    assert loop[1:] == product[1:]
+    assert loop[0] == pytest.approx(product[0], rel=1e-12, abs=1e-12)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -255,7 +256,7 @@ class Scheduler:
             key = b"u" + counts.tobytes() if n_classes <= _SUMS_CLASSES else b""  # "u": not a key of the window sums below
             sums = memo.sums.get(key) if key else None
             if sums is None and not counts @ memo.bad:
-                sums = self._class_sums(memo, counts, key)
+                sums = self._kept_sums(memo, counts, key)
             if sums is not None:
                 return self._quick_answer(memo, seen, sums, start, want)
         size = min(N, SCAN_CHUNK or want + want // 4 + 64)
@@ -293,8 +294,7 @@ class Scheduler:
             key = counts.tobytes() if len(memo.entries) <= _SUMS_CLASSES else b""
             sums = memo.sums.get(key) if key else None
             if sums is None:
-                classes = counts.nonzero()[0]
-                sums = _sums(counts[classes], memo.stats[classes])
+                sums = _class_sums(memo, counts, self.costs.timeout_s)[:6]
                 if key:
                     if self._sums_kept >= _SUMS_LIMIT:  # bound the memory over every claim signature
                         for m in self._memo.values():
@@ -325,14 +325,11 @@ class Scheduler:
         total_s, calls, visits, checks, evals, slowest = sums
         return ([((start + best) % N, entry)], found, stop, total_s, slowest, calls, visits, checks, evals, 0, None, False)
 
-    def _class_sums(self, memo: _SigMemo, counts: np.ndarray[Any, np.dtype[np.int64]], key: bytes) -> tuple[float, int, int, int, int, float]:
-        """The window sums from its class histogram, as ``_sums`` and the general scan compute
-        them (the same floats), kept under ``key`` (unless empty) within ``_SUMS_LIMIT``."""
-        classes = counts.nonzero()[0]
-        total_s, calls, visits, checks, evals = (counts[classes] @ memo.stats.take(classes, axis=0)).tolist()
-        entries = memo.entries
-        slowest = max(e.seconds for e in map(entries.__getitem__, classes.tolist()) if e is not None)  # = the column's max
-        sums = (total_s, int(calls), int(visits), int(checks), int(evals), slowest)
+    def _kept_sums(self, memo: _SigMemo, counts: np.ndarray[Any, np.dtype[np.int64]], key: bytes) -> tuple[float, int, int, int, int, float]:
+        """The window sums from its class histogram (``_class_sums``, as the general scan
+        sums), kept under ``key`` (unless empty) within ``_SUMS_LIMIT``."""
+        total_s, calls, visits, checks, evals, slowest, _ = _class_sums(memo, counts, self.costs.timeout_s)
+        sums = (total_s, calls, visits, checks, evals, slowest)
         if key:
             if self._sums_kept >= _SUMS_LIMIT:  # bound the memory over every claim signature
                 for m in self._memo.values():
@@ -437,14 +434,13 @@ class Scheduler:
         if stop:
             if len(memo.entries) <= 4 * stop + 1024:  # few classes: sum per class
                 counts = np.bincount(seen, minlength=len(memo.entries))
-                classes = counts.nonzero()[0]
-                per, rows = counts[classes], memo.stats[classes]
+                total_s, calls, visits, checks, evals, slowest, timeouts = _class_sums(memo, counts, self.costs.timeout_s)
             else:
                 per, rows = np.ones(stop, dtype=np.int64), np.take(memo.stats, seen, axis=0)
-            total_s, calls, visits, checks, evals = (per @ rows).tolist()
-            secs = rows[:, 0]
-            slowest = float(secs.max())
-            timeouts = int(per[secs >= self.costs.timeout_s].sum())
+                total_s, calls, visits, checks, evals = (per @ rows).tolist()
+                secs = rows[:, 0]
+                slowest = float(secs.max())
+                timeouts = int(per[secs >= self.costs.timeout_s].sum())
         seen_status = statuses[0] if len(statuses) == 1 else np.concatenate(statuses) if statuses else memo.status[seen]
         invalid_only = bool(stop) and bool((seen_status == _INVALID).all())
         failure: tuple[str, str] | None = None
@@ -883,7 +879,41 @@ _UNSET: Any = object()
 _UNKNOWN_BYTE, _FEASIBLE_BYTE, _ERROR_BYTE = bytes([_UNKNOWN]), bytes([_FEASIBLE]), bytes([_ERROR])
 _SUMS_LIMIT = 4096  # window sums kept (over all claim signatures)
 _SUMS_CLASSES = 512  # ... while a signature has answers for at most this many classes (keys of <= 4 KiB)
+_LOOP_CLASSES = 16  # _class_sums sums up to this many classes in Python
 _STEPS_LIMIT = 200_000  # class changes kept by _touch_added
+
+
+def _class_sums(memo: _SigMemo, counts: np.ndarray[Any, np.dtype[np.int64]], timeout_s: float) -> tuple[float, int, int, int, int, float, int]:
+    """Seconds, calls, visits, checks and CEL evaluations over a window, its slowest node and
+    the nodes at the timeout, from the window's class histogram ``counts``: every scan sums a
+    window this way, so a window gives the same floats whichever scan took it.
+
+    Up to ``_LOOP_CLASSES`` classes are summed in Python in class order (a window usually
+    holds two or three classes: a numpy gather and product cost three times as much there),
+    more with one product."""
+    classes = counts.nonzero()[0]
+    if classes.size <= _LOOP_CLASSES:
+        entries = memo.entries
+        total_s, calls, visits, checks, evals, timeouts = 0.0, 0, 0, 0, 0, 0
+        slowest = -math.inf
+        for k, m in zip(classes.tolist(), counts[classes].tolist(), strict=True):
+            e = entries[k]
+            assert e is not None
+            secs = e.seconds
+            total_s += m * secs
+            calls += m * e.calls
+            visits += m * e.visits
+            checks += m * e.checks
+            evals += m * e.cel_evals
+            if secs > slowest:
+                slowest = secs
+            if secs >= timeout_s:
+                timeouts += m
+        return total_s, calls, visits, checks, evals, slowest, timeouts
+    per, rows = counts[classes], memo.stats[classes]
+    total, c, v, ch, ev = (per @ rows).tolist()
+    col = rows[:, 0]
+    return total, int(c), int(v), int(ch), int(ev), float(col.max()), int(per[col >= timeout_s].sum())
 
 
 def _sums(per: np.ndarray[Any, Any], rows: np.ndarray[Any, Any]) -> tuple[float, int, int, int, int, float]:
