@@ -176,11 +176,14 @@ class Scheduler:
         #: nodes whose class follows from their positions in use alone (no shareable devices) and
         #: whose pools no other node lists: _touch_added may update them
         self._plain_node = [not self._layout.multi_positions(i) for i in range(len(self.nodes))]
-        for pool in {(sl.driver, sl.pool) for sl in self.allocator.slices}:
-            listed = self._layout.pool_positions(pool)
-            if len(listed) > 1:  # a device name there names a device on each: _touch decides which
-                for n, _, _ in listed:
-                    self._plain_node[n] = False
+        owner: dict[tuple[str, str], str] = {}
+        shared: set[tuple[str, str]] = set()
+        for sl in self.allocator.slices:
+            if owner.setdefault((sl.driver, sl.pool), sl.node_name) != sl.node_name:
+                shared.add((sl.driver, sl.pool))
+        for pool in shared:  # a device name there names a device on each node: _touch decides which
+            for n, _, _ in self._layout.pool_positions(pool):
+                self._plain_node[n] = False
         self._steps: dict[tuple[int, ...], tuple[int, float]] = {}  # (class, positions taken) -> (class, free share)
         self._selectors: dict[int, Mapping[str, Any]] = {}  # node -> the node selector of its allocations
         self._held_order: dict[int, dict[int, DeviceID]] = {}  # nodes with shareable devices: position -> device
