@@ -234,10 +234,12 @@ class Scheduler:
         them a Filter error, and at least one node is feasible; the general scan takes the rest.
 
         Same answer as ``_filter_scan`` (same node, same sums to the last bit) with a handful of
-        numpy calls: one gather of the statuses over a window, C-level byte searches for the
-        first class without an answer, the first error and the feasible nodes, and the per-class
-        sums computed as the general scan does them, kept per class histogram (windows of
-        different nodes often hold the same classes the same number of times).
+        numpy calls. The usual case (the first ``want`` nodes all feasible) is decided on their
+        class histogram alone; otherwise one gather of the statuses over a window and C-level
+        byte searches find the first class without an answer, the first error and the feasible
+        nodes. The per-class sums are computed as the general scan does them and kept per class
+        histogram (windows of different nodes often hold the same classes the same number of
+        times).
         """
         memo = self._memo.get(sig)
         if memo is None:
