@@ -137,3 +137,28 @@ def test_plain_conversion_gives_what_typer_gives(chunk: list[list[str]]) -> None
     assert plain == full
     assert [code for code, _ in plain].count(0) >= 3  # some cases convert, some fail: both compared
     assert any(code != 0 for code, _ in plain)
+
+
+def test_cel_message_types_match_descriptor_pb2() -> None:
+    """The serialised proto the CEL runtime loads is the one ``descriptor_pb2`` builds, and its
+    classes are what ``message_factory`` would make (same fields, same values)."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    from topodra.sim import cel
+
+    fdp = descriptor_pb2.FileDescriptorProto(name="topodra/sim/cel_types.proto", package="topodra.cel", syntax="proto3")
+    q = fdp.message_type.add(name="Quantity")
+    q.field.add(name="amount", number=1, type=descriptor_pb2.FieldDescriptorProto.TYPE_STRING, label=1)
+    s = fdp.message_type.add(name="Semver")
+    for i, name in enumerate(("major", "minor", "patch"), start=1):
+        s.field.add(name=name, number=i, type=descriptor_pb2.FieldDescriptorProto.TYPE_INT64, label=1)
+    s.field.add(name="pre", number=4, type=descriptor_pb2.FieldDescriptorProto.TYPE_STRING, label=1)
+    assert descriptor_pb2.FileDescriptorProto.FromString(cel.CEL_TYPES_PROTO) == fdp
+
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    _, quantity, semver = cel._message_types()
+    for ours, name, fields in ((quantity, "Quantity", {"amount": "3/2"}), (semver, "Semver", {"major": 1, "minor": 2, "patch": 3, "pre": "rc.1"})):
+        theirs = message_factory.GetMessageClass(pool.FindMessageTypeByName(f"topodra.cel.{name}"))
+        assert ours.DESCRIPTOR.full_name == theirs.DESCRIPTOR.full_name == f"topodra.cel.{name}"
+        assert ours(**fields).SerializeToString() == theirs(**fields).SerializeToString() != b""
