@@ -90,9 +90,8 @@ def split_qualified_name(name: str, driver: str) -> tuple[str, str]:
 
 #: ``topodra/sim/cel_types.proto`` serialised: ``topodra.cel.Quantity {string amount = 1}`` and
 #: ``topodra.cel.Semver {int64 major = 1; int64 minor = 2; int64 patch = 3; string pre = 4}``
-#: (proto3). Written out because building it with ``descriptor_pb2`` imports protobuf's
-#: pure-Python descriptor machinery, a tenth of a small ``sim run``; a test rebuilds it with
-#: ``descriptor_pb2`` and compares.
+#: (proto3). Written out because building it with ``descriptor_pb2`` costs that module's
+#: import on every run's first compile; a test rebuilds it with ``descriptor_pb2`` and compares.
 CEL_TYPES_PROTO = (
     b'\n\x1btopodra/sim/cel_types.proto\x12\x0btopodra.cel"\x1a\n\x08Quantity\x12\x0e\n\x06amount\x18\x01 \x01(\t"B'
     b"\n\x06Semver\x12\r\n\x05major\x18\x01 \x01(\x03\x12\r\n\x05minor\x18\x02 \x01(\x03\x12\r\n\x05patch\x18\x03 \x01(\x03"
@@ -101,36 +100,14 @@ CEL_TYPES_PROTO = (
 
 
 def _message_types() -> tuple[Any, Any, Any]:
-    """The descriptor pool with :data:`CEL_TYPES_PROTO`, and the Quantity and Semver classes.
+    """The descriptor pool with :data:`CEL_TYPES_PROTO`, and the Quantity and Semver classes."""
+    from google.protobuf import descriptor_pool, message_factory
 
-    With protobuf's C implementation (upb, the default) the pool and classes are made as
-    ``descriptor_pool.DescriptorPool()`` and ``message_factory.GetMessageClass`` make them,
-    without importing those modules (they load the pure-Python descriptor code, ~10 ms of a
-    small run's start); with any other implementation, through those modules.
-    """
-    from google.protobuf import message
-    from google.protobuf.internal import api_implementation
-
-    if api_implementation.Type() != "python":
-        from google.protobuf.pyext import cpp_message  # type: ignore[import-not-found]
-
-        pool = cpp_message._message.DescriptorPool()
-        meta = cpp_message.GeneratedProtocolMessageType
-
-        def message_class(name: str) -> Any:
-            desc = pool.FindMessageTypeByName(f"topodra.cel.{name}")
-            return meta(name, (message.Message,), {"DESCRIPTOR": desc, "__module__": None})
-
-    else:  # pragma: no cover - the pure-Python protobuf
-        from google.protobuf import descriptor_pool, message_factory
-
-        pool = descriptor_pool.DescriptorPool()
-
-        def message_class(name: str) -> Any:
-            return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"topodra.cel.{name}"))
-
+    pool = descriptor_pool.DescriptorPool()
     pool.AddSerializedFile(CEL_TYPES_PROTO)
-    return pool, message_class("Quantity"), message_class("Semver")
+    quantity = message_factory.GetMessageClass(pool.FindMessageTypeByName("topodra.cel.Quantity"))
+    semver = message_factory.GetMessageClass(pool.FindMessageTypeByName("topodra.cel.Semver"))
+    return pool, quantity, semver
 
 
 class _Runtime:
