@@ -106,6 +106,42 @@ def test_plain_summary_has_every_figure_of_the_table() -> None:
     assert "8 scheduled, 0 unschedulable, 0 timeout, 0 error" in plain.output
 
 
+def _sim_commands(app: typer.Typer) -> list[str | None]:
+    (group,) = app.registered_groups
+    assert group.typer_instance is not None
+    return [c.name for c in group.typer_instance.registered_commands]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sim", "run", "--help"],
+        ["sim", "run", "--bogus"],
+        ["sim", "run", "--nodes", "0"],
+        ["sim", "workloads"],
+        ["sim", "allocate"],
+        ["sim", "run", "--model", "bogus"],
+    ],
+)
+def test_group_with_one_subcommand_answers_as_the_full_group(argv: list[str]) -> None:
+    """``topodra sim NAME`` builds a ``sim`` group holding only NAME; its help, errors and
+    output are the full command line's, word for word."""
+    runner = CliRunner()
+    lean_app = make_app("sim", argv[1])
+    assert _sim_commands(lean_app) == [argv[1]]
+    lean = runner.invoke(lean_app, argv, terminal_width=200)
+    full = runner.invoke(make_app(), argv, terminal_width=200)
+    assert (lean.exit_code, lean.output) == (full.exit_code, full.output)
+
+
+def test_unknown_subcommand_gets_the_full_group() -> None:
+    app = make_app("sim", "bogus")
+    assert len(_sim_commands(app)) > 1
+    r = CliRunner().invoke(app, ["sim", "bogus"])
+    assert r.exit_code == 2
+    assert "No such command 'bogus'" in r.output
+
+
 def test_listing_matches_the_full_command_line() -> None:
     """``topodra --help`` from the listing is word for word the full command line's."""
     runner = CliRunner()

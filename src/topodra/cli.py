@@ -48,15 +48,23 @@ def _new_app() -> typer.Typer:
     return app
 
 
-def make_app(command: str | None = None) -> typer.Typer:
+def make_app(command: str | None = None, subcommand: str | None = None) -> typer.Typer:
     """The command line with every command, or with only ``command`` (then running the agent
-    loads no simulator or playground module)."""
+    loads no simulator or playground module). A group whose module has
+    ``register_subcommand(app, name)`` holds only ``subcommand`` when that names one of its
+    commands: typer builds every option of every command of a group before running one
+    (a third of ``sim``'s command-line set-up went to the five commands not run)."""
     import importlib
 
     app = _new_app()
-    modules = [_COMMANDS[command][0]] if command in _COMMANDS else list(dict.fromkeys(m for m, _ in _COMMANDS.values()))
-    for module in modules:
-        importlib.import_module(module).register(app)
+    if command in _COMMANDS:
+        module = importlib.import_module(_COMMANDS[command][0])
+        one = getattr(module, "register_subcommand", None)
+        if subcommand is None or one is None or not one(app, subcommand):
+            module.register(app)
+        return app
+    for name in dict.fromkeys(m for m, _ in _COMMANDS.values()):
+        importlib.import_module(name).register(app)
     return app
 
 
@@ -176,9 +184,12 @@ def _fast_coercion() -> None:
 
 
 def main() -> None:
-    named = next((a for a in sys.argv[1:] if not a.startswith("-")), None)
+    words = [a for a in sys.argv[1:] if not a.startswith("-")]
+    named = words[0] if words else None
     _fast_coercion()
-    app = make_app(named) if named in _COMMANDS else listing_app()
+    # the subcommand of a group: the next word, unless an option came between (a value, maybe)
+    sub = words[1] if len(words) > 1 and sys.argv[1:].index(words[1]) == sys.argv[1:].index(words[0]) + 1 else None
+    app = make_app(named, sub) if named in _COMMANDS else listing_app()
     try:
         app()
     except ModuleNotFoundError as err:

@@ -10,7 +10,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
-__all__ = ["register"]
+__all__ = ["register", "register_subcommand"]
 
 sim_app = typer.Typer(
     name="sim",
@@ -22,6 +22,18 @@ sim_app = typer.Typer(
 
 def register(app: typer.Typer) -> None:
     app.add_typer(sim_app, name="sim")
+
+
+def register_subcommand(app: typer.Typer, name: str) -> bool:
+    """Add ``sim`` holding only the command ``name`` (False, nothing added, if there is none):
+    what ``topodra sim NAME ...`` runs, without typer building the other commands' options."""
+    chosen = [c for c in sim_app.registered_commands if c.name == name]
+    if not chosen:
+        return False
+    lean = typer.Typer(name="sim", help=sim_app.info.help, no_args_is_help=True, rich_markup_mode="rich")
+    lean.registered_commands = chosen
+    app.add_typer(lean, name="sim")
+    return True
 
 
 def _ints(text: str, what: str) -> list[int]:
