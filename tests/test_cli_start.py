@@ -88,6 +88,28 @@ def test_small_sim_run_into_a_pipe_stays_off_the_heavy_modules(tmp_path: Path) -
     assert _present(loaded, SMALL_RUN_NEVER) == []
 
 
+_THREADS = """
+import os, sys
+sys.argv = ["topodra", "sim", "run", "-n", "2", "--cpus", "16", "--pods", "2", "--json"]
+from topodra.cli import main
+try:
+    main()
+except SystemExit:
+    pass
+print(os.environ.get("OPENBLAS_NUM_THREADS"), len(os.listdir("/proc/self/task")), file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize(("preset", "expected"), [(None, "1 1"), ("2", "2 ")])
+def test_sim_starts_no_blas_threads_unless_asked(preset: str | None, expected: str) -> None:
+    """``topodra sim`` runs numpy's OpenBLAS on one thread (no spinning workers: the process
+    has only its main thread after a run); an explicit OPENBLAS_NUM_THREADS is kept."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    env.update({"PYTHONPATH": str(SRC)} | ({} if preset is None else {"OPENBLAS_NUM_THREADS": preset}))
+    done = subprocess.run([sys.executable, "-c", _THREADS], env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120, check=True)
+    assert done.stderr.strip().splitlines()[-1].startswith(expected)
+
+
 def test_plain_summary_has_every_figure_of_the_table() -> None:
     """Out of a terminal the summary is plain lines: one per row of the table, label then value."""
     from topodra.sim.cli import _summary_rows

@@ -9,6 +9,7 @@ building were a third of a small run's start.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -186,6 +187,12 @@ def _fast_coercion() -> None:
 def main() -> None:
     words = [a for a in sys.argv[1:] if not a.startswith("-")]
     named = words[0] if words else None
+    if named == "sim":
+        # numpy's OpenBLAS starts a worker thread per core when numpy is imported, and each
+        # spins for work for a while: ~0.1 s of CPU on this 2-core machine, a third of a small
+        # run's. The simulator's only BLAS call is a (nodes x 5) product, single-threaded
+        # below ~1,800 nodes anyway. An explicit setting wins.
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     _fast_coercion()
     # the subcommand of a group: the next word, unless an option came between (a value, maybe)
     sub = words[1] if len(words) > 1 and sys.argv[1:].index(words[1]) == sys.argv[1:].index(words[0]) + 1 else None
