@@ -70,12 +70,14 @@ def test_small_sim_run_imports_no_plotting_progress_or_pydantic(tmp_path: Path) 
 
 
 #: What a small ``sim run`` into a pipe does without (each was on its path once): the rich
-#: summary table (plain lines when stdout is not a terminal), protobuf's ``descriptor_pb2``
+#: summary table (plain lines when stdout is not a terminal), the YAML parser (built-in
+#: workloads come parsed, from ``workloads/builtin.json``), protobuf's ``descriptor_pb2``
 #: (the CEL types load from their serialised descriptor; the CEL runtime itself needs
 #: ``message_factory``), and the topology package's sysfs reader and serialiser (its names
 #: load on first use).
 SMALL_RUN_NEVER = (
     "rich",
+    "yaml",
     "google.protobuf.descriptor_pb2",
     "topodra.topology.sysfs",
     "topodra.topology.serialize",
@@ -252,3 +254,37 @@ def test_cel_message_types_match_descriptor_pb2() -> None:
     _, quantity, semver = cel._message_types()
     assert quantity(amount="3/2").amount == "3/2"
     assert semver(major=1, pre="rc.1").SerializeToString() != b""
+
+
+def test_builtin_workload_index_is_fresh() -> None:
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, str(root / "scripts" / "genworkloads.py"), "--check"], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_builtin_workloads_from_the_index_equal_their_yaml() -> None:
+    from importlib import resources
+
+    from topodra.sim.workload import builtin_workloads, load_workload, parse_workload
+
+    root = resources.files("topodra.sim") / "workloads"
+    for name in builtin_workloads():
+        assert load_workload(name) == parse_workload((root / f"{name}.yaml").read_text(), name), name
+
+
+def test_a_builtin_edited_since_the_index_is_read_from_its_yaml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The index is a cache: a built-in whose YAML changed (or no index at all) is parsed."""
+    import shutil
+    from importlib import resources
+
+    from topodra.sim import workload
+
+    shutil.copytree(Path(str(resources.files("topodra.sim") / "workloads")), tmp_path / "workloads")
+    proto = tmp_path / "workloads" / "prototype.yaml"
+    assert "    pcore: 2\n" in proto.read_text()
+    proto.write_text(proto.read_text().replace("    pcore: 2\n", "    pcore: 3\n"))
+    monkeypatch.setattr(resources, "files", lambda package: tmp_path)
+    assert workload.load_workload("prototype").mix["pcore"] == 3.0
+    assert workload.load_workload("p-cores") == workload.parse_workload((tmp_path / "workloads" / "p-cores.yaml").read_text(), "p-cores")
+    (tmp_path / "workloads" / workload.BUILTIN_INDEX).unlink()
+    assert workload.load_workload("prototype").mix["pcore"] == 3.0
