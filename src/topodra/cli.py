@@ -34,6 +34,8 @@ def paused_gc() -> Iterator[None]:
             gc.enable()
 
 
+# typer's import is a fifth of a small run's; importing this module therefore freezes what
+# is loaded so far (harmless for a command line, and the agent freezes its start-up anyway).
 with paused_gc():
     import typer
 
