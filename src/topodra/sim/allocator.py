@@ -32,7 +32,9 @@ remembers one value per request name.
 from __future__ import annotations
 
 import bisect
+import functools
 import math
+import re
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -78,6 +80,7 @@ __all__ = [
     "share_id",
     "allocation_of_claim",
     "hopeless_group_work",
+    "reads_only_driver",
 ]
 
 _ZERO = Fraction(0)
@@ -375,7 +378,7 @@ class Allocator:
 
     # -- selector evaluation with the cross-call cache
     def _eval(self, expression: str, device: Device, stats: SearchStats) -> bool:
-        key = (expression, device.fingerprint)
+        key = (expression, device.driver if reads_only_driver(expression) else device.fingerprint)
         hit = self._sel_cache.get(key)
         if hit is None:
             stats.engine_evals += 1
@@ -389,6 +392,33 @@ class Allocator:
         if isinstance(hit, CelError):
             raise hit
         return hit
+
+
+# --- selectors that read only the driver ------------------------------------------------------
+
+#: string literals without escapes (triple-quoted first, as CEL's lexer reads them), left to right
+_LITERAL = re.compile(r"'''.*?'''|\"\"\".*?\"\"\"|'[^'\n]*'|\"[^\"\n]*\"", re.S)
+#: the identifier ``device`` (also root-scoped, ``.device``), not a part of a longer name
+_DEVICE_WORD = re.compile(r"(?<!\w)device(?!\w)")
+_DRIVER_FIELD = re.compile(r"\s*\.\s*driver(?!\w)")
+
+
+@functools.lru_cache(maxsize=1024)
+def reads_only_driver(expression: str) -> bool:
+    """Whether a selector's result (or error) is a function of ``device.driver`` alone: every use of
+    the ``device`` variable, the only one in the DRA environment, is ``device.driver``. Such a
+    selector is evaluated once per driver instead of once per device content (a class like
+    ``device.driver == "native.cpu"`` costs one evaluation for the whole node, not one per CPU).
+
+    Conservative: an expression with an escape, a backtick-quoted field or a comment, or whose
+    string literals do not blank out cleanly, does not qualify and is evaluated per device.
+    """
+    if "\\" in expression or "`" in expression:
+        return False
+    bare = _LITERAL.sub(" 0 ", expression)
+    if "//" in bare or "'" in bare or '"' in bare:
+        return False
+    return all(_DRIVER_FIELD.match(bare, m.end()) for m in _DEVICE_WORD.finditer(bare))
 
 
 # --- one Allocate call --------------------------------------------------------------------------
