@@ -584,7 +584,8 @@ class _Search:
         self.scan_log: list[tuple[tuple[int, int, int], int, int]] = []
         #: per request: the constraints ``_solve_last`` tracks (None: it does not apply)
         self.last_ok: dict[tuple[int, int, int], list[int] | None] = {}
-        self.last_memo: dict[Any, dict[tuple[int, int, tuple[Any, ...]], tuple[int, int, int, Any, int]]] = {}
+        #: per context: the last request's dynamic program with its memo (``_solver``)
+        self.solvers: dict[Any, Any] = {}
         self.cindex: tuple[list[list[tuple[int, int]]], list[int | None], list[tuple[tuple[str, str], str, str]], int] | None = None
 
     # ---- driver
@@ -1015,42 +1016,103 @@ class _Search:
             return None
         cons = self.constraints[ci]
         base = rd.base
-        N, D = rd.num_devices, self.D
+        D = self.D
         busy = self.used_mask
         for m in self.amask:
             busy |= m
         free = self.all_mask & ~busy
         sel = self._sel_mask(rd, rkey)[0]
-        cand = free & sel  # fixed for the whole subtree (positions before ``start`` never matter)
-        vals = [self._values(ci, j) for j in js]
-        kinds = [cons[j].distinct for j in js]
-        others = [frozenset(v for k, v in cons[j].values.items() if k != base) if cons[j].distinct else frozenset() for j in js]
-        match_num = [cons[j].num for j in js]  # a matchAttribute's holders at slot ``di``
-        nj = len(js)
-        counters_on = self.has_counters
-        cons_of: list[list[tuple[int, int]]] = []
-        avail: list[int | None] = []
         cidx: list[tuple[tuple[str, str], str, str]] = []
         C0: tuple[int, ...] = ()
         scale = 1
-        if counters_on:
-            cons_of, avail, cidx, scale = self._counter_index()
+        if self.has_counters:
+            _, _, cidx, scale = self._counter_index()
             for pool in self.pools:  # a charge is checked against every counter of its pool
                 if not pool.usable or not pool.counter_sets:
                     continue
                 used = self.consumed.get(pool.key, {})
                 for sname, av in self._available(pool).items():
-                    if any(value < used.get(sname, {}).get(cname, Fraction(0)) for cname, value in av.items()):
+                    if any(value < used.get(sname, {}).get(cname, 0) for cname, value in av.items()):
                         return None  # already over (other pods): only the plain search checks that
-            used_now = [self.consumed.get(pk, {}).get(sn, {}).get(cn, Fraction(0)) * scale for pk, sn, cn in cidx]
-            if any(u.denominator != 1 for u in used_now):
+            used_now = [self.consumed.get(pk, {}).get(sn, {}).get(cn, 0) * scale for pk, sn, cn in cidx]
+            if any(Fraction(u).denominator != 1 for u in used_now):
                 return None  # not a sum of these devices' amounts
             C0 = tuple(int(u) for u in used_now)
         state0 = (*tuple(cons[j].values.get(base) if cons[j].distinct else cons[j].stored if cons[j].num else None for j in js), C0)
+        # the solver (and its memo) is kept for the rest of the call per context: the devices free
+        # for this request (its own devices taken back: they lie before any position it is asked
+        # about) and what earlier requests fixed
+        own = 0
+        for r in self.results[ci][len(self.results[ci]) - di :]:
+            own |= 1 << r.cand.pos
+        others = tuple(frozenset(v for k, v in cons[j].values.items() if k != base) if cons[j].distinct else frozenset() for j in js)
+        ctx = (rkey, (free & sel) | own, others, tuple(cons[j].num - di for j in js))
+        solver = self.solvers.get(ctx)
+        if solver is None:
+            if len(self.solvers) > 10_000:
+                self.solvers.clear()
+            solver = self.solvers[ctx] = self._solver(ci, rd, js, ctx[1], others, ctx[3])
+        calls, visits, checks, path, exit_c, leaks, reached_all = solver(di, start, state0)
+        if leaks:
+            self.leaks += 1  # enclosing subtrees must not be remembered (as for the plain search)
+        last = D if path is None or reached_all else (path[-1][0] + 1 if path else start)
+        span = free & ((1 << last) - 1) & ~((1 << start) - 1)
+        counted = self.counted.get(rkey, 0)
+        new = span & ~counted
+        while new:  # selectors reached for the first time in this call
+            low = new & -new
+            self._selectable(self.cands[low.bit_length() - 1], rd, rkey, True)
+            new ^= low
+        self.counted[rkey] = counted | span
+        self.stats.calls -= 1  # this call was counted on entry
+        self.stats.pruned += 1
+        if path is None:
+            self._set_counters(cidx, exit_c, scale)
+            self._bulk(calls, visits, checks)
+            return False
+        self._bulk(calls, visits, checks - len(path))  # the chosen devices are checked for real below
+        for p, S in path:
+            # the state rejected devices left behind (a distinct that accepted one and then saw a
+            # later constraint reject it forgot this request's value)
+            for i, j in enumerate(js):
+                if cons[j].distinct:
+                    if S[i] is None:
+                        cons[j].values.pop(base, None)
+                    else:
+                        cons[j].values[base] = S[i]
+            self._set_counters(cidx, S[-1], scale)  # including charges rejected devices left
+            ok = self._allocate_device(ci, rd, self.cands[p], False)
+            assert ok, "the solved path must be accepted"
+        done = self._one(ci, ri, si, di + len(path), in_sub, path[-1][0] + 1)
+        assert done
+        return True
+
+    def _solver(
+        self, ci: int, rd: _ReqData, js: list[int], cand: int, others: tuple[frozenset[Any], ...], mnd: tuple[int, ...]
+    ) -> Callable[[int, int, tuple[Any, ...]], tuple[int, int, int, list[tuple[int, tuple[Any, ...]]] | None, tuple[int, ...], int, bool]]:
+        """The dynamic program of ``_solve_last`` for one context (``cand``: the positions free and
+        selected for the request; ``others``: per tracked distinct, the values earlier requests
+        hold; ``mnd``: per tracked constraint, its holders minus the request's slot), with its memo.
+        Returns ``solve(slot, start, state)``: the scheduler's calls, visits and checks, the devices
+        chosen with the state each was accepted in (None: it fails), the counters left charged, how
+        many rejections leaked a charge, and whether the scan reached the last device."""
+        cons = self.constraints[ci]
+        N, D = rd.num_devices, self.D
+        nj = len(js)
+        vals = [self._values(ci, j) for j in js]
+        kinds = [cons[j].distinct for j in js]
+        match_is = [i for i in range(nj) if not kinds[i]]
+        nones = (None,) * nj
+        counters_on = self.has_counters
+        cons_of: list[list[tuple[int, int]]] = []
+        avail: list[int | None] = []
+        if counters_on:
+            cons_of, avail, _, _ = self._counter_index()
         # a constraint's rejection of a device with counters leaves them charged (a side effect)
         single = nj == 1 and not counters_on
         acc_cache: dict[tuple[Any, ...], int] = {}
         vm = [self._value_masks(ci, j) for j in js]
+        vals0, kind0 = vals[0], kinds[0]
 
         def acc_mask(S: tuple[Any, ...]) -> int:
             """Positions the single constraint accepts in state ``S`` (its rejections have no side effect)."""
@@ -1101,6 +1163,12 @@ class _Search:
                     new[i] = v
             return True, tuple(new), False
 
+        def forget(S: tuple[Any, ...], C: tuple[int, ...]) -> tuple[Any, ...]:
+            """The state after removing a device: distincts forget the value, matches keep theirs."""
+            if not match_is:
+                return (*nones, C)
+            return (*tuple(None if kinds[i] else S[i] for i in range(nj)), C)
+
         def uncharge(C: tuple[int, ...], p: int) -> tuple[int, ...]:
             if not cons_of or not cons_of[p]:
                 return C
@@ -1109,20 +1177,10 @@ class _Search:
                 c[i] -= a
             return tuple(c)
 
-        # memo: (slot, position, state) -> (calls, visits, checks) of the rest of a failing scan; kept
-        # for the rest of the call per context: the devices free for this request (its own devices
-        # taken back: they lie before any position the memo is asked about) and what earlier
-        # requests fixed
-        own = 0
-        for r in self.results[ci][len(self.results[ci]) - di :]:
-            own |= 1 << r.cand.pos
-        ctx = (rkey, cand | own, tuple(others), tuple(n - di for n in match_num))
-        memo = self.last_memo.get(ctx)
-        if memo is None:
-            if len(self.last_memo) > 10_000:
-                self.last_memo.clear()
-            memo = self.last_memo[ctx] = {}
-        reached_all = False
+        # memo: (slot, position, state) -> (calls, visits, checks, counters left, leaks) of the rest
+        # of a failing scan
+        memo: dict[tuple[int, int, tuple[Any, ...]], tuple[int, int, int, Any, int]] = {}
+        reached = [False]
 
         def call(
             d: int, s: int, S: tuple[Any, ...]
@@ -1130,11 +1188,12 @@ class _Search:
             """allocateOne at slot ``d`` from ``s`` (before completion): its work, the devices chosen
             from here on with the state each was accepted in (None: it fails), the counters it
             leaves charged and how many rejections leaked a charge."""
-            nonlocal reached_all
             if d >= N:
                 return 0, 0, 0, [], S[nj], 0
             # the match state of this slot: no holder yet means nothing fixed
-            S = (*tuple(None if not kinds[i] and match_num[i] + d - di <= 0 else S[i] for i in range(nj)), S[nj])
+            for i in match_is:
+                if mnd[i] + d <= 0 and S[i] is not None:
+                    S = (*S[:i], None, *S[i + 1 :])
             calls, visits, checks, leaks = 1, 0, 0, 0
             trail: list[tuple[tuple[int, int, tuple[Any, ...]], int, int, int, int]] = []
             exit_c: tuple[int, ...] = S[nj]
@@ -1144,7 +1203,7 @@ class _Search:
                 key = (d, pos, S)
                 hit = memo.get(key)
                 if hit is not None:
-                    reached_all = True  # only failing scans are remembered
+                    reached[0] = True  # only failing scans are remembered
                     calls += hit[0]
                     visits += hit[1]
                     checks += hit[2]
@@ -1157,18 +1216,22 @@ class _Search:
                 if not nxt:
                     visits += D - pos
                     checks += rest.bit_count()
-                    reached_all = True
+                    reached[0] = True
                     exit_c = S[nj]
                     break
                 p = (nxt & -nxt).bit_length() - 1
                 visits += p + 1 - pos
                 checks += (rest & ((2 << p) - 1)).bit_count()
-                ok, S2, leaked = try_add(S, p)
-                if not ok:
-                    S = S2
-                    leaks += leaked
-                    pos = p + 1
-                    continue
+                if single:
+                    # accepted (``acc_mask``): a distinct stores the value, a match keeps a fixed one
+                    S2 = (vals0[p], S[1]) if kind0 or S[0] is None else S
+                else:
+                    ok, S2, leaked = try_add(S, p)
+                    if not ok:
+                        S = S2
+                        leaks += leaked
+                        pos = p + 1
+                        continue
                 c2, v2, k2, sub, c_after, l2 = call(d + 1, p + 1, S2)
                 calls += c2
                 visits += v2
@@ -1179,47 +1242,20 @@ class _Search:
                     exit_c = c_after
                     break
                 # removed again: distincts forget the value, its counters are given back
-                S = (*tuple(None if kinds[i] else S[i] for i in range(nj)), uncharge(c_after, p))
+                S = forget(S, uncharge(c_after, p))
                 pos = p + 1
             if path is None:
                 for key, c0, v0, k0, l0 in trail:
                     memo[key] = (calls - c0, visits - v0, checks - k0, exit_c, leaks - l0)
             return calls, visits, checks, path, exit_c, leaks
 
-        calls, visits, checks, path, exit_c, leaks = call(di, start, state0)
-        if leaks:
-            self.leaks += 1  # enclosing subtrees must not be remembered (as for the plain search)
-        last = D if path is None or reached_all else (path[-1][0] + 1 if path else start)
-        span = free & ((1 << last) - 1) & ~((1 << start) - 1)
-        counted = self.counted.get(rkey, 0)
-        new = span & ~counted
-        while new:  # selectors reached for the first time in this call
-            low = new & -new
-            self._selectable(self.cands[low.bit_length() - 1], rd, rkey, True)
-            new ^= low
-        self.counted[rkey] = counted | span
-        self.stats.calls -= 1  # this call was counted on entry
-        self.stats.pruned += 1
-        if path is None:
-            self._set_counters(cidx, exit_c, scale)
-            self._bulk(calls, visits, checks)
-            return False
-        self._bulk(calls, visits, checks - len(path))  # the chosen devices are checked for real below
-        for p, S in path:
-            # the state rejected devices left behind (a distinct that accepted one and then saw a
-            # later constraint reject it forgot this request's value)
-            for i, j in enumerate(js):
-                if kinds[i]:
-                    if S[i] is None:
-                        cons[j].values.pop(base, None)
-                    else:
-                        cons[j].values[base] = S[i]
-            self._set_counters(cidx, S[nj], scale)  # including charges rejected devices left
-            ok = self._allocate_device(ci, rd, self.cands[p], False)
-            assert ok, "the solved path must be accepted"
-        done = self._one(ci, ri, si, di + len(path), in_sub, path[-1][0] + 1)
-        assert done
-        return True
+        def solve(
+            di: int, start: int, state0: tuple[Any, ...]
+        ) -> tuple[int, int, int, list[tuple[int, tuple[Any, ...]]] | None, tuple[int, ...], int, bool]:
+            reached[0] = False
+            return (*call(di, start, state0), reached[0])
+
+        return solve
 
     def _counter_index(self) -> tuple[list[list[tuple[int, int]]], list[int | None], list[tuple[tuple[str, str], str, str]], int]:
         """Counters as a flat vector of whole numbers for ``_solve_last`` (amounts times ``scale``,
