@@ -312,6 +312,7 @@ class Allocator:
         fast: bool = True,
         fast_after: int = 16,
         solve_after: int | None = None,
+        solve_on_backtrack: bool = True,
     ) -> None:
         """``budget``: the Filter timeout in counted work (``"default"``: the default cost
         model's; ``None``: no timeout). ``prune`` (decide hopeless subtrees by counting) and
@@ -321,7 +322,9 @@ class Allocator:
         memo start (a first-fit search ends sooner and skips their set-up; 16 rather than 64 saves
         a third of the walked calls on small multi-request searches). ``solve_after``: the
         same for solving the last request by dynamic programming (default 16, at most
-        ``fast_after``).
+        ``fast_after``). ``solve_on_backtrack``: also solve it as soon as one of its devices under
+        a ``distinctAttribute`` is taken back (the search is past first fit; counting cannot
+        decide such subtrees).
         """
         cache: DeviceCache = {}
         self.slices = [s if isinstance(s, Slice) else parse_slice(s, cache) for s in slices]
@@ -331,6 +334,7 @@ class Allocator:
         self.fast = fast
         self.fast_after = fast_after
         self.solve_after = min(fast_after, 16 if solve_after is None else solve_after)
+        self.solve_on_backtrack = solve_on_backtrack
         self.max_calls = max_calls
         if budget == "default":
             from topodra.sim.costmodel import DEFAULT_COSTS  # costmodel imports this module
@@ -586,6 +590,9 @@ class _Search:
         self.last_ok: dict[tuple[int, int, int], list[int] | None] = {}
         #: per context: the last request's dynamic program with its memo (``_solver``)
         self.solvers: dict[Any, Any] = {}
+        #: the solver has taken over a scan: later scans of the last request start in it too
+        self.solving = False
+        self.distinct_req: dict[tuple[int, int, int], bool] = {}
         self.cindex: tuple[list[list[tuple[int, int]]], list[int | None], list[tuple[tuple[str, str], str, str]], int] | None = None
 
     # ---- driver
@@ -897,7 +904,7 @@ class _Search:
             if not done:
                 self._deallocate(ci, rd, cand)
             return done
-        if self.a.fast and self.stats.our_calls > self.a.solve_after and self.constraints[ci]:
+        if self.a.fast and self.constraints[ci] and (self.solving or self.stats.our_calls > self.a.solve_after):
             solved = self._solve_last(ci, ri, si, di, in_sub, start, rd, rkey)
             if solved is not None:
                 return solved
@@ -1256,6 +1263,16 @@ class _Search:
             return (*call(di, start, state0), reached[0])
 
         return solve
+
+    def _backtrack_solves(self, ci: int, rd: _ReqData, rkey: tuple[int, int, int]) -> bool:
+        """Whether a device taken back in this request hands the rest of its scan to the solver
+        (``solve_on_backtrack``): a ``distinctAttribute`` applies to it."""
+        if not self.a.solve_on_backtrack:
+            return False
+        got = self.distinct_req.get(rkey)
+        if got is None:
+            got = self.distinct_req[rkey] = any(c.distinct and c.applies(rd.base, rd.sub) for c in self.constraints[ci])
+        return got
 
     def _counter_index(self) -> tuple[list[list[tuple[int, int]]], list[int | None], list[tuple[tuple[str, str], str, str]], int]:
         """Counters as a flat vector of whole numbers for ``_solve_last`` (amounts times ``scale``,
@@ -1618,10 +1635,11 @@ class _Search:
             if done:
                 return True
             self._deallocate(ci, rd, cand)
-            if self.a.fast and self.stats.our_calls > self.a.solve_after and self.constraints[ci]:
+            if self.a.fast and self.constraints[ci] and (self.stats.our_calls > self.a.solve_after or self._backtrack_solves(ci, rd, rkey)):
                 # the rest of this loop, solved (the last request only)
                 solved = self._solve_last(ci, ri, si, di, in_sub, pos + 1, rd, rkey)
                 if solved is not None:
+                    self.solving = True  # later scans of the request go to the solver from their start
                     return solved
             if reject is not None:
                 # upstream's distinctAttribute forgets the request's value on removal: state moved
