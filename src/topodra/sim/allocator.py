@@ -592,6 +592,8 @@ class _Search:
         self.solvers: dict[Any, Any] = {}
         #: the solver has taken over a scan: later scans of the last request start in it too
         self.solving = False
+        #: a device was taken back under a distinctAttribute: the mask scan and memo start (``_backtracking``)
+        self.backtracked = False
         self.distinct_req: dict[tuple[int, int, int], bool] = {}
         self.cindex: tuple[list[list[tuple[int, int]]], list[int | None], list[tuple[tuple[str, str], str, str]], int] | None = None
 
@@ -910,7 +912,7 @@ class _Search:
                 return solved
         memo = (
             self.dead
-            if self.a.fast and self.memo_on[ci] and not self.cons_leaks and self.stats.our_calls > self.a.fast_after
+            if self.a.fast and self.memo_on[ci] and not self.cons_leaks and (self.backtracked or self.stats.our_calls > self.a.fast_after)
             else None
         )
         if memo is None:
@@ -1264,14 +1266,18 @@ class _Search:
 
         return solve
 
-    def _backtrack_solves(self, ci: int, rd: _ReqData, rkey: tuple[int, int, int]) -> bool:
-        """Whether a device taken back in this request hands the rest of its scan to the solver
-        (``solve_on_backtrack``): a ``distinctAttribute`` applies to it."""
+    def _backtracking(self, ci: int, rd: _ReqData, rkey: tuple[int, int, int]) -> bool:
+        """A device of this request was taken back: whether the search is past first fit for the
+        fast paths (``solve_on_backtrack``): a ``distinctAttribute`` applies to the request (counting
+        decides no subtree under one). If so the mask scan and the memo start now, and the rest of
+        this scan goes to the solver (when it applies)."""
         if not self.a.solve_on_backtrack:
             return False
         got = self.distinct_req.get(rkey)
         if got is None:
             got = self.distinct_req[rkey] = any(c.distinct and c.applies(rd.base, rd.sub) for c in self.constraints[ci])
+        if got:
+            self.backtracked = True
         return got
 
     def _counter_index(self) -> tuple[list[list[tuple[int, int]]], list[int | None], list[tuple[tuple[str, str], str, str]], int]:
@@ -1438,7 +1444,7 @@ class _Search:
         spec = rd.spec
         if (
             self.a.fast
-            and self.stats.our_calls > self.a.fast_after
+            and (self.backtracked or self.stats.our_calls > self.a.fast_after)
             and self.constraints[ci]
             and not self.has_counters
             and not self.has_multi
@@ -1635,7 +1641,7 @@ class _Search:
             if done:
                 return True
             self._deallocate(ci, rd, cand)
-            if self.a.fast and self.constraints[ci] and (self.stats.our_calls > self.a.solve_after or self._backtrack_solves(ci, rd, rkey)):
+            if self.a.fast and self.constraints[ci] and (self.stats.our_calls > self.a.solve_after or self._backtracking(ci, rd, rkey)):
                 # the rest of this loop, solved (the last request only)
                 solved = self._solve_last(ci, ri, si, di, in_sub, pos + 1, rd, rkey)
                 if solved is not None:
