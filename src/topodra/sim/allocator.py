@@ -595,6 +595,7 @@ class _Search:
         #: a device was taken back under a distinctAttribute: the mask scan and memo start (``_backtracking``)
         self.backtracked = False
         self.distinct_req: dict[tuple[int, int, int], bool] = {}
+        self.dead_masks: dict[tuple[int, int, frozenset[Any], int], int] = {}
         self.cindex: tuple[list[list[tuple[int, int]]], list[int | None], list[tuple[tuple[str, str], str, str]], int] | None = None
 
     # ---- driver
@@ -906,7 +907,12 @@ class _Search:
             if not done:
                 self._deallocate(ci, rd, cand)
             return done
-        if self.a.fast and self.constraints[ci] and (self.solving or self.stats.our_calls > self.a.solve_after):
+        if (
+            self.a.fast
+            and self.constraints[ci]
+            and (self.solving or self.stats.our_calls > self.a.solve_after)
+            and self.last_ok.get(rkey, ()) is not None  # known not to apply: skip the call
+        ):
             solved = self._solve_last(ci, ri, si, di, in_sub, start, rd, rkey)
             if solved is not None:
                 return solved
@@ -1273,11 +1279,16 @@ class _Search:
         this scan goes to the solver (when it applies)."""
         if not self.a.solve_on_backtrack:
             return False
+        got = self._distinct_applies(ci, rd, rkey)
+        if got:
+            self.backtracked = True
+        return got
+
+    def _distinct_applies(self, ci: int, rd: _ReqData, rkey: tuple[int, int, int]) -> bool:
+        """Whether a ``distinctAttribute`` of the claim applies to this request (fixed per request)."""
         got = self.distinct_req.get(rkey)
         if got is None:
             got = self.distinct_req[rkey] = any(c.distinct and c.applies(rd.base, rd.sub) for c in self.constraints[ci])
-        if got:
-            self.backtracked = True
         return got
 
     def _counter_index(self) -> tuple[list[list[tuple[int, int]]], list[int | None], list[tuple[tuple[str, str], str, str]], int]:
@@ -1345,14 +1356,19 @@ class _Search:
         """Positions constraint ``j`` rejects for every request after ``base``: no value, a list value
         or a value earlier requests hold; without taints, capacity rules or selector errors."""
         c = self.constraints[ci][j]
-        has, lists, by = self._value_masks(ci, j)
-        dead = self.all_mask & ~has
-        others = [v for k, v in c.values.items() if k != base]
-        if others:
-            dead |= lists
-            for v in others:
-                dead |= by.get(v, 0)
-        return dead & ~self.special_mask & ~self.errs.get(ci, 0)
+        others = frozenset(v for k, v in c.values.items() if k != base)
+        errs = self.errs.get(ci, 0)
+        key = (ci, j, others, errs)
+        got = self.dead_masks.get(key)
+        if got is None:
+            has, lists, by = self._value_masks(ci, j)
+            dead = self.all_mask & ~has
+            if others:
+                dead |= lists
+                for v in others:
+                    dead |= by.get(v, 0)
+            got = self.dead_masks[key] = dead & ~self.special_mask & ~errs
+        return got
 
     def _dead_checks(self, hist: tuple[tuple[tuple[int, int, int], int, int], ...], deadfree: int, rd: _ReqData | None) -> int:
         """Checks the scans of ``hist`` make on the free dead devices (selected, from their start on).
@@ -1702,11 +1718,9 @@ class _Search:
     # ---- pruning by counting
     def _prune(self, ci: int, rd: _ReqData, rkey: tuple[int, int, int], start: int, need: int) -> bool:
         """Decide a subtree that cannot fill ``need`` more slots; add the scheduler's work for it."""
-        if self.has_counters:
+        if self.has_counters or self._distinct_applies(ci, rd, rkey):
             return False
         cons = [c for c in self.constraints[ci] if c.applies(rd.base, rd.sub)]
-        if any(c.distinct for c in cons):
-            return False
         unfixed = [c for c in cons if c.num == 0]
         fixed = [c for c in cons if c.num > 0]
         spec = rd.spec
