@@ -925,7 +925,8 @@ class _Search:
             if self.a.prune and self._prune(ci, rd, rkey, start, rd.num_devices - di):
                 return False
             return self._scan(ci, ri, si, di, in_sub, start, rd, rkey)
-        where = (ci, ri, si, di, start, in_sub, self._constraint_key(ci, rd.base), *self._use_key(ci))
+        ckey = self._constraint_key(ci, rd.base)
+        where = (ci, ri, si, di, start, in_sub, ckey, *self._use_key(ci))
         cj = self.canon[ci][ri]
         deadfree = 0
         if cj is None:
@@ -939,7 +940,8 @@ class _Search:
             for m in self.amask:
                 busy |= m
             free = self.all_mask & ~busy
-            dead = self._dead_mask(ci, cj, rd.base)
+            held = ckey[cj]  # the distinct's (value of this request, values of earlier ones)
+            dead = self._dead_mask(ci, cj, held[1] if held is not None else frozenset())
             deadfree = free & dead
             nd = free & ~dead
             local = (where, nd >> start, True)
@@ -1352,11 +1354,10 @@ class _Search:
             out.append(row)
         return out
 
-    def _dead_mask(self, ci: int, j: int, base: str) -> int:
-        """Positions constraint ``j`` rejects for every request after ``base``: no value, a list value
-        or a value earlier requests hold; without taints, capacity rules or selector errors."""
-        c = self.constraints[ci][j]
-        others = frozenset(v for k, v in c.values.items() if k != base)
+    def _dead_mask(self, ci: int, j: int, others: frozenset[Any]) -> int:
+        """Positions constraint ``j`` rejects for every request after the current one: no value, a list
+        value or a value ``others`` (earlier requests) hold; without taints, capacity rules or
+        selector errors."""
         errs = self.errs.get(ci, 0)
         key = (ci, j, others, errs)
         got = self.dead_masks.get(key)
@@ -1373,10 +1374,13 @@ class _Search:
     def _dead_checks(self, hist: tuple[tuple[tuple[int, int, int], int, int], ...], deadfree: int, rd: _ReqData | None) -> int:
         """Checks the scans of ``hist`` make on the free dead devices (selected, from their start on).
         With ``rd`` (a memo hit) the selectors of dead devices reached for the first time are counted."""
+        if not deadfree:
+            return 0  # no dead device is free: no checks, no selectors reached
         n = 0
         first: dict[tuple[int, int, int], int] = {}
         for rk, s0, w in hist:
-            sel = self._sel_mask(self.req[rk], rk)[0]
+            got = self.sel_masks.get(rk)
+            sel = (got if got is not None else self._sel_mask(self.req[rk], rk))[0]
             n += w * (deadfree & sel & ~((1 << s0) - 1)).bit_count()
             if rd is not None and (rk not in first or s0 < first[rk]):
                 first[rk] = s0
