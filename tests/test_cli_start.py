@@ -18,18 +18,20 @@ from topodra.cli import _COMMANDS, listing_app, make_app
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
-#: Run the real entry point with ARGV, then write the names of every loaded module to a file.
+#: Run the real entry point with ARGV, then write the names of every loaded module to a file
+#: (from an exit handler: ``main`` may end the process itself).
 _CHILD = """
-import json, sys
+import atexit, json, sys
 out, argv = sys.argv[1], sys.argv[2:]
 sys.argv = ["topodra", *argv]
+
+def dump():
+    with open(out, "w") as f:
+        json.dump(sorted(sys.modules), f)
+
+atexit.register(dump)
 from topodra.cli import main
-try:
-    main()
-except SystemExit:
-    pass
-with open(out, "w") as f:
-    json.dump(sorted(sys.modules), f)
+main()
 """
 
 
@@ -91,14 +93,11 @@ def test_small_sim_run_into_a_pipe_stays_off_the_heavy_modules(tmp_path: Path) -
 
 
 _THREADS = """
-import os, sys
+import atexit, os, sys
 sys.argv = ["topodra", "sim", "run", "-n", "2", "--cpus", "16", "--pods", "2", "--json"]
+atexit.register(lambda: print(os.environ.get("OPENBLAS_NUM_THREADS"), len(os.listdir("/proc/self/task")), file=sys.stderr))
 from topodra.cli import main
-try:
-    main()
-except SystemExit:
-    pass
-print(os.environ.get("OPENBLAS_NUM_THREADS"), len(os.listdir("/proc/self/task")), file=sys.stderr)
+main()
 """
 
 
@@ -110,6 +109,62 @@ def test_sim_starts_no_blas_threads_unless_asked(preset: str | None, expected: s
     env.update({"PYTHONPATH": str(SRC)} | ({} if preset is None else {"OPENBLAS_NUM_THREADS": preset}))
     done = subprocess.run([sys.executable, "-c", _THREADS], env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120, check=True)
     assert done.stderr.strip().splitlines()[-1].startswith(expected)
+
+
+#: The real entry point with ARGV, reporting a call of ``os._exit`` (the exit without the
+#: interpreter's tear-down); with "handler", an exit handler registered first.
+_TEARDOWN = """
+import atexit, os, sys
+mode, argv = sys.argv[1], sys.argv[2:]
+sys.argv = ["topodra", *argv]
+real_exit = os._exit
+
+def reporting_exit(code):
+    sys.stderr.write(f"quick exit {code}\\n")
+    sys.stderr.flush()
+    real_exit(code)
+
+os._exit = reporting_exit
+if mode == "handler":
+    atexit.register(lambda: print("handler ran", file=sys.stderr))
+from topodra.cli import main
+main()
+"""
+
+
+def _teardown_child(mode: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(SRC), "COLUMNS": "100"}
+    return subprocess.run([sys.executable, "-c", _TEARDOWN, mode, *argv], env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120, check=False)
+
+
+SMALL_RUN = ("sim", "run", "--nodes", "4", "--cpus", "16", "--pods", "8", "--json")
+
+
+def test_sim_command_ends_without_teardown_and_loses_no_output() -> None:
+    """A ``sim`` command ends with ``os._exit`` after flushing, with its whole output and its
+    exit status; what it prints equals the in-process run's."""
+    quick = _teardown_child("plain", *SMALL_RUN)
+    assert (quick.returncode, quick.stderr) == (0, "quick exit 0\n")
+    row = json.loads(quick.stdout)
+    same = json.loads(CliRunner().invoke(make_app("sim"), list(SMALL_RUN)).output)
+    assert row["scheduled"] == same["scheduled"] == 8
+    timings = {"sim_seconds", "sim_pods_per_s", "build_seconds", "node_filter_p50_ms", "node_filter_max_ms"}  # measured
+    assert row.keys() == same.keys()
+    assert {k: v for k, v in row.items() if k not in timings} == {k: v for k, v in same.items() if k not in timings}
+    bad = _teardown_child("plain", "sim", "run", "--nodes", "0")
+    assert bad.returncode == 2
+    assert "Invalid value for '--nodes'" in bad.stderr
+    assert bad.stderr.endswith("quick exit 2\n")
+
+
+@pytest.mark.parametrize(("mode", "argv"), [("handler", SMALL_RUN), ("handler", ("sim", "--help")), ("plain", ("--help",)), ("plain", ("--version",))])
+def test_exit_handlers_and_other_commands_get_the_usual_exit(mode: str, argv: tuple[str, ...]) -> None:
+    """With an exit handler registered (it must run), or outside ``sim``, the process exits
+    as usual."""
+    done = _teardown_child(mode, *argv)
+    assert done.returncode == 0
+    assert "quick exit" not in done.stderr
+    assert ("handler ran" in done.stderr) == (mode == "handler")
 
 
 def test_plain_summary_has_every_figure_of_the_table() -> None:
