@@ -136,6 +136,8 @@ class Fill:
 
 @dataclass
 class Cluster:
+    """A built cluster: nodes, ResourceSlices and DeviceClasses as API objects, and where each came from."""
+
     spec: ClusterSpec
     nodes: list[dict[str, Any]]
     slices: list[dict[str, Any]]

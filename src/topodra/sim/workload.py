@@ -41,6 +41,8 @@ class WorkloadError(ValueError):
 
 @dataclass
 class Workload:
+    """A workload: claim templates, claims, device classes and the pods that use them."""
+
     name: str
     templates: dict[str, Mapping[str, Any]]  # ResourceClaimTemplate name -> claim spec
     claims: dict[str, Mapping[str, Any]]  # ResourceClaim name -> claim spec
