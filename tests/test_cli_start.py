@@ -75,14 +75,18 @@ def test_small_sim_run_imports_no_plotting_progress_or_pydantic(tmp_path: Path) 
 #: summary table (plain lines when stdout is not a terminal), the YAML parser (built-in
 #: workloads come parsed, from ``workloads/builtin.json``), protobuf's ``descriptor_pb2``
 #: (the CEL types load from their serialised descriptor; the CEL runtime itself needs
-#: ``message_factory``), and the topology package's sysfs reader and serialiser (its names
-#: load on first use).
+#: ``message_factory``), the topology package's sysfs reader and serialiser (its names
+#: load on first use), and ``importlib.resources`` with its readers and ``zipfile`` (the
+#: built-in workloads are read beside ``sim.workload``).
 SMALL_RUN_NEVER = (
     "rich",
     "yaml",
     "google.protobuf.descriptor_pb2",
     "topodra.topology.sysfs",
     "topodra.topology.serialize",
+    "importlib.resources",
+    "importlib.readers",
+    "zipfile",
 )
 
 
@@ -327,6 +331,21 @@ def test_builtin_workloads_from_the_index_equal_their_yaml() -> None:
         assert load_workload(name) == parse_workload((root / f"{name}.yaml").read_text(), name), name
 
 
+def test_builtin_workloads_are_read_where_importlib_resources_finds_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Beside the module when the package is files; through ``importlib.resources`` otherwise."""
+    from importlib import resources
+
+    from topodra.sim import workload
+
+    packaged = Path(str(resources.files("topodra.sim") / "workloads"))
+    assert Path(str(workload._builtin_root())) == packaged
+    monkeypatch.setattr(workload, "__file__", str(tmp_path / "workload.py"))  # no directory beside it
+    root = workload._builtin_root()
+    assert Path(str(root)) == packaged
+    assert (root / "prototype.yaml").read_text() == (packaged / "prototype.yaml").read_text()
+    assert workload.builtin_workloads() == sorted(p.stem for p in packaged.glob("*.yaml"))
+
+
 def test_a_builtin_edited_since_the_index_is_read_from_its_yaml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The index is a cache: a built-in whose YAML changed (or no index at all) is parsed."""
     import shutil
@@ -338,7 +357,7 @@ def test_a_builtin_edited_since_the_index_is_read_from_its_yaml(tmp_path: Path, 
     proto = tmp_path / "workloads" / "prototype.yaml"
     assert "    pcore: 2\n" in proto.read_text()
     proto.write_text(proto.read_text().replace("    pcore: 2\n", "    pcore: 3\n"))
-    monkeypatch.setattr(resources, "files", lambda package: tmp_path)
+    monkeypatch.setattr(workload, "_builtin_root", lambda: tmp_path / "workloads")
     assert workload.load_workload("prototype").mix["pcore"] == 3.0
     assert workload.load_workload("p-cores") == workload.parse_workload((tmp_path / "workloads" / "p-cores.yaml").read_text(), "p-cores")
     (tmp_path / "workloads" / workload.BUILTIN_INDEX).unlink()
