@@ -77,7 +77,8 @@ def test_small_sim_run_imports_no_plotting_progress_or_pydantic(tmp_path: Path) 
 #: (the CEL types load from their serialised descriptor; the CEL runtime itself needs
 #: ``message_factory``), the topology package's sysfs reader and serialiser (its names
 #: load on first use), and ``importlib.resources`` with its readers and ``zipfile`` (the
-#: built-in workloads are read beside ``sim.workload``).
+#: built-in workloads are read beside ``sim.workload``), and ``random`` (only the grouped
+#: model's fill draws with it).
 SMALL_RUN_NEVER = (
     "rich",
     "yaml",
@@ -87,6 +88,7 @@ SMALL_RUN_NEVER = (
     "importlib.resources",
     "importlib.readers",
     "zipfile",
+    "random",
 )
 
 
