@@ -174,53 +174,55 @@ def _create_request(i: int) -> bytes:
     return req.SerializeToString()
 
 
-class _Runtime:
+class _Runtime(asyncio.Protocol):
     """The runtime end of one plugin's socket: answers RegisterPlugin and UpdateContainers,
-    times the calls it makes."""
+    times the calls it makes. The socket's protocol itself, so a reply is timed in the read
+    callback that receives it (no reader task between the socket and the clock)."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.session = Session(Role.RUNTIME)
         self._answers: dict[int, asyncio.Future[tuple[ResponseReceived, float]]] = {}
         self._accepted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._writer: asyncio.StreamWriter | None = None
+        self._transport: asyncio.Transport | None = None
         self._server: asyncio.Server | None = None
-        self._pump: asyncio.Task[None] | None = None
+        self._empty_updates = api_pb2.UpdateContainersResponse().SerializeToString()
         self.t0 = 0.0
 
     async def start(self) -> None:
-        self._server = await asyncio.start_unix_server(self._accept, path=self.path)
+        self._server = await asyncio.get_running_loop().create_unix_server(self._protocol, path=self.path)
 
-    def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self._accepted.done():
-            writer.close()
-            return
-        self._writer = writer
-        self._pump = asyncio.get_running_loop().create_task(self._read(reader, writer))
+    def _protocol(self) -> asyncio.Protocol:
+        return asyncio.Protocol() if self._accepted.done() else self  # one plugin per socket
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
         self._accepted.set_result(None)
 
-    async def _read(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        empty_updates = api_pb2.UpdateContainersResponse().SerializeToString()
-        while data := await reader.read(256 * 1024):
-            for ev in self.session.receive_data(data):
-                if isinstance(ev, ResponseReceived):
-                    fut = self._answers.pop(ev.stream_id, None)
-                    if fut is not None and not fut.done():
-                        fut.set_result((ev, time.perf_counter()))
-                elif isinstance(ev, RequestReceived):  # RegisterPlugin, UpdateContainers
-                    payload = empty_updates if ev.request.method == "UpdateContainers" else b""
-                    self.session.send_response(ev.stream_id, payload)
-            writer.write(self.session.data_to_send())
+    def data_received(self, data: bytes) -> None:
+        now = time.perf_counter()
+        assert self._transport is not None
+        for ev in self.session.receive_data(data):
+            if isinstance(ev, ResponseReceived):
+                fut = self._answers.pop(ev.stream_id, None)
+                if fut is not None and not fut.done():
+                    fut.set_result((ev, now))
+            elif isinstance(ev, RequestReceived):  # RegisterPlugin, UpdateContainers
+                payload = self._empty_updates if ev.request.method == "UpdateContainers" else b""
+                self.session.send_response(ev.stream_id, payload)
+        if out := self.session.data_to_send():
+            self._transport.write(out)
 
     async def connected(self, timeout: float) -> None:
         await asyncio.wait_for(self._accepted, timeout)
 
     async def call(self, method: str, payload: bytes) -> tuple[bytes, float]:
-        assert self._writer is not None
+        assert self._transport is not None
         t0 = self.t0 = time.perf_counter()
         sid = self.session.start_request(PLUGIN_SERVICE, method, payload, timeout_nano=2_000_000_000)
         fut = self._answers[sid] = asyncio.get_running_loop().create_future()
-        self._writer.write(self.session.data_to_send())
+        self._transport.write(self.session.data_to_send())
         reply, t1 = await asyncio.wait_for(fut, 10)
         if not reply.status.ok:
             raise RuntimeError(f"{method} failed: {reply.status}")
@@ -232,10 +234,8 @@ class _Runtime:
         await self.call("Synchronize", b"")
 
     async def stop(self) -> None:
-        if self._pump is not None:
-            self._pump.cancel()
-        if self._writer is not None:
-            self._writer.close()
+        if self._transport is not None:
+            self._transport.close()
         if self._server is not None:
             self._server.close()
 

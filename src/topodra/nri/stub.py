@@ -41,7 +41,7 @@ from topodra.nri.errors import (
 from topodra.nri.plugin import Plugin
 from topodra.nri.proto import api_pb2
 from topodra.nri.session import RequestReceived, Role, Session
-from topodra.nri.transport import Connection, Reply
+from topodra.nri.transport import Connection, Reply, connect_unix
 from topodra.nri.ttrpc import Code, Request, Status
 from topodra.nri.types import (
     Container,
@@ -279,15 +279,16 @@ class Stub:
         delay = self.backoff_initial
         try:
             while not self._stopping:
+                link = self._new_link()
                 try:
-                    reader, writer = await self._open()
+                    await self._open(link)
                 except OSError as exc:
                     self.last_error = f"cannot connect to {self.socket_path}: {exc}"
                     if not self.reconnect:
                         raise ConnectionClosed(self.last_error) from exc
                     log.info("%s; retrying in %.1f s", self.last_error, delay)
                 else:
-                    registered = await self._serve(reader, writer)
+                    registered = await self._serve(link)
                     if registered:
                         delay = self.backoff_initial
                     if self._stopping or not self.reconnect:
@@ -309,29 +310,34 @@ class Stub:
         if link is not None:
             await self._close_link(link, "stub stopped")
 
-    async def _open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        self._set_state(StubState.CONNECTING)
-        if self.launched_fd is not None:
-            sock = socket.socket(fileno=self.launched_fd)
-            self.launched_fd = None  # the socket object owns the fd now
-            return await asyncio.open_unix_connection(sock=sock)
-        return await asyncio.open_unix_connection(self.socket_path)
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
-        """One connection's life; returns whether registration succeeded."""
-        self.connections += 1
+    def _new_link(self) -> _Link:
+        """A fresh connection (not open yet) and its per-connection state."""
         link: _Link
         conn = Connection(
-            reader,
-            writer,
             Session(Role.PLUGIN),
             lambda event: self._dispatch(link, event),
             name=f"{self.idx}-{self.name}",
             on_reply_sent=lambda _sid: self._reply_sent(link),
         )
         link = _Link(conn)
+        return link
+
+    async def _open(self, link: _Link) -> None:
+        self._set_state(StubState.CONNECTING)
+        assert link.conn is not None
+        if self.launched_fd is not None:
+            sock = socket.socket(fileno=self.launched_fd)
+            self.launched_fd = None  # the socket object owns the fd now
+            await connect_unix(link.conn, sock=sock)
+        else:
+            await connect_unix(link.conn, self.socket_path)
+
+    async def _serve(self, link: _Link) -> bool:
+        """One connection's life; returns whether registration succeeded."""
+        self.connections += 1
+        conn = link.conn
+        assert conn is not None
         self._link = link
-        conn.start()
         link.sender = asyncio.get_running_loop().create_task(self._send_updates(link))
         self._set_state(StubState.REGISTERING)
         registered = False
