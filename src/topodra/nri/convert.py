@@ -406,12 +406,31 @@ def updates_from_proto(pbs: Iterable[api_pb2.ContainerUpdate]) -> list[Container
 
 def updates_to_proto(updates: Iterable[ContainerUpdate], out: RepeatedCompositeFieldContainer[api_pb2.ContainerUpdate]) -> None:
     """Append ``updates`` to a repeated field: the resources of each distinct (cpus, mems, ...)
-    are encoded once and copied (an exclusive grant moves hundreds of shared containers to
-    the same new set)."""
+    are encoded once and copied (an exclusive grant moves every shared container of a pool to
+    the same new set). Consecutive updates carrying the very same values (the policy hands out
+    one shared ``Assignment``) are recognised by identity, without hashing their sets."""
     encoded: dict[tuple[object, ...], api_pb2.LinuxContainerUpdate] = {}
+    last: ContainerUpdate | None = None
+    linux: api_pb2.LinuxContainerUpdate | None = None
+    add = out.add
     for update in updates:
-        key = (update.cpus, update.mems, update.cpu_shares, update.cpu_quota, update.cpu_period, update.memory_limit)
-        linux = encoded.get(key)
-        if linux is None:
-            linux = encoded[key] = update_to_proto(update).linux
-        out.add(container_id=update.container_id, linux=linux, ignore_failure=update.ignore_failure)
+        if (
+            last is None
+            or update.cpus is not last.cpus
+            or update.mems is not last.mems
+            or update.cpu_shares != last.cpu_shares
+            or update.cpu_quota != last.cpu_quota
+            or update.cpu_period != last.cpu_period
+            or update.memory_limit != last.memory_limit
+        ):
+            key = (update.cpus, update.mems, update.cpu_shares, update.cpu_quota, update.cpu_period, update.memory_limit)
+            linux = encoded.get(key)
+            if linux is None:
+                linux = encoded[key] = update_to_proto(update).linux
+            last = update
+        assert linux is not None
+        item = add()
+        item.container_id = update.container_id
+        item.linux.CopyFrom(linux)
+        if update.ignore_failure:
+            item.ignore_failure = True

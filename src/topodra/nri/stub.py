@@ -484,8 +484,8 @@ class Stub:
         deadline = asyncio.timeout(budget)
         self._handler_tasks.add(task)
         try:
-            async with deadline:
-                reply = await self._locked(run, self, link, message)
+            async with deadline, self._handler_lock:
+                reply = await run(self, link, message)
         except TimeoutError as exc:
             if deadline.expired():
                 log.error("%s handler still running after %.2f s: cancelled, answering DEADLINE_EXCEEDED", req.method, budget)
@@ -524,10 +524,6 @@ class Stub:
         else:
             total = DEFAULT_REQUEST_TIMEOUT
         return max(0.001, total - max(0.005, min(0.25, total * 0.1)))
-
-    async def _locked(self, run: _Run, stub: Stub, link: _Link, message: Any) -> Message:
-        async with self._handler_lock:
-            return await run(stub, link, message)
 
     # ---------------------------------------------------------------- handlers
     async def _on_configure(self, link: _Link, req: api_pb2.ConfigureRequest) -> Message:
