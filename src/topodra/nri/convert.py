@@ -206,15 +206,18 @@ def resources_to_proto(res: LinuxResources, out: api_pb2.LinuxResources, where: 
 
 # ---------------------------------------------------------------- pods and containers
 def pod_from_proto(pb: api_pb2.PodSandbox) -> Pod:
+    """Empty maps and lists are tested before they are copied: copying an empty protobuf map
+    costs ten times asking whether it is empty."""
     linux = pb.linux
     where = f"pod {pb.id or '?'}"
+    labels, annotations, ips = pb.labels, pb.annotations, pb.ips
     return Pod(
         id=pb.id,
         name=pb.name,
         uid=pb.uid,
         namespace=pb.namespace,
-        labels=dict(pb.labels),
-        annotations=dict(pb.annotations),
+        labels=dict(labels) if labels else {},
+        annotations=dict(annotations) if annotations else {},
         runtime_handler=pb.runtime_handler,
         cgroup_parent=linux.cgroup_parent,
         cgroups_path=linux.cgroups_path,
@@ -225,7 +228,7 @@ def pod_from_proto(pb: api_pb2.PodSandbox) -> Pod:
         if linux.HasField("pod_overhead")
         else None,
         pid=pb.pid,
-        ips=tuple(pb.ips),
+        ips=tuple(ips) if ips else (),
     )
 
 
@@ -326,7 +329,8 @@ def container_to_proto(ctr: Container, out: api_pb2.Container | None = None) -> 
 def adjustment_to_proto(adj: ContainerAdjustment, out: api_pb2.ContainerAdjustment) -> None:
     """Fill ``out`` (marking it present even when ``adj`` changes nothing)."""
     out.SetInParent()
-    out.annotations.update(adj.annotations)
+    if adj.annotations:
+        out.annotations.update(adj.annotations)
     for key, value in adj.env.items():
         out.env.add(key=key, value=value)
     if any(
