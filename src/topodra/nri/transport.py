@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import socket
-from collections.abc import Awaitable, Callable
-from typing import TypeAlias
+from collections.abc import Awaitable, Callable, Coroutine, Generator
+from typing import Any, TypeAlias
 
 from topodra.nri.errors import ConnectionClosed, ProtocolError, RpcError
 from topodra.nri.session import (
@@ -187,10 +188,10 @@ class Connection(asyncio.Protocol):
     # ---------------------------------------------------------------- receiving
     def _on_event(self, event: object) -> None:
         if isinstance(event, RequestReceived):
-            reply = self._dispatch(event)
-            task = asyncio.get_running_loop().create_task(self._answer(event, reply))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            task = _start_eagerly(self._answer(event, self._dispatch(event)))
+            if not task.done():
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
         elif isinstance(event, ResponseReceived):
             fut = self._calls.get(event.stream_id)
             if fut is not None and not fut.done():
@@ -224,6 +225,71 @@ class Connection(asyncio.Protocol):
         if self._on_reply_sent is not None:
             self._on_reply_sent(event.stream_id)
         await self._drain()
+
+
+class _Eager(Coroutine[Any, Any, None]):
+    """A coroutine whose first step already ran (``start``) when its task takes it over.
+
+    A call's answer starts in the read callback that received it, as its task (the task is
+    current there, so ``asyncio.timeout``, ``current_task`` and cancellation work as in any
+    task): a handler that never waits has its reply written before the callback returns,
+    without the loop turn a new task waits for. The task's own first step then finds it
+    finished, or suspended on what it awaits, and goes on from there as ``yield from`` would.
+    """
+
+    __slots__ = ("_coro", "_first", "_handed", "_outcome")
+
+    def __init__(self, coro: Coroutine[Any, Any, None]) -> None:
+        self._coro = coro
+        self._first: Any = None  # what the first step waits on
+        self._handed = True  # the first step's wait was given to the task (or there is none)
+        self._outcome: BaseException | None = None  # StopIteration if it finished, or its error
+
+    def start(self, task: asyncio.Task[None]) -> None:
+        loop = task.get_loop()
+        asyncio.tasks._enter_task(loop, task)
+        try:
+            self._first = self._coro.send(None)
+            self._handed = False
+        except BaseException as exc:  # the task raises it at its first step, as if it ran there
+            self._outcome = exc
+        finally:
+            asyncio.tasks._leave_task(loop, task)
+
+    def send(self, value: Any) -> Any:
+        if self._outcome is not None:
+            outcome, self._outcome = self._outcome, None
+            raise outcome
+        if not self._handed:
+            self._handed = True
+            first, self._first = self._first, None
+            return first
+        return self._coro.send(value)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        self._handed, self._first, self._outcome = True, None, None
+        if val is None and tb is None:
+            return self._coro.throw(typ)
+        return self._coro.throw(typ, val, tb)
+
+    def close(self) -> None:
+        self._coro.close()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        raise TypeError("an eagerly started answer is only run by its task")
+
+
+def _start_eagerly(coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+    """A task for ``coro`` whose first step runs now, in the caller's turn of the loop (a plain
+    task when called from inside one: a step cannot run within another task's)."""
+    loop = asyncio.get_running_loop()
+    if asyncio.current_task(loop) is not None:
+        return loop.create_task(coro)
+    eager = _Eager(coro)
+    context = contextvars.copy_context()
+    task = loop.create_task(eager, context=context)
+    context.run(eager.start, task)
+    return task
 
 
 async def connect_unix(
