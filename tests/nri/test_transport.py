@@ -158,3 +158,31 @@ def test_closing_cancels_a_waiting_handler_at_its_wait() -> None:
         assert _answers(runtime, transport) == []
 
     run(main())
+
+
+def test_an_answer_cancelled_before_its_task_ran_ends_cancelled() -> None:
+    async def dispatch(event: RequestReceived) -> Reply:
+        return b"done", None
+
+    async def main() -> None:
+        runtime, transport = Session(Role.RUNTIME), _Transport()
+        conn = Connection(Session(Role.PLUGIN), dispatch)
+        conn.connection_made(transport)
+        runtime.start_request(PLUGIN_SERVICE, "CreateContainer", b"")
+        loop = asyncio.get_running_loop()
+        tasks: list[asyncio.Task[None]] = []
+
+        def callback() -> None:
+            _feed(conn, transport, runtime.data_to_send())
+            tasks.extend(conn._tasks)
+            for task in tasks:
+                task.cancel()  # before the task's own first step
+
+        loop.call_soon(callback)
+        await asyncio.sleep(0.01)
+        assert _answers(runtime, transport) == [(b"done", True)]  # answered already
+        assert len(tasks) == 1
+        assert tasks[0].cancelled()
+        await conn.close()
+
+    run(main())

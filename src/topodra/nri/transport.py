@@ -267,7 +267,10 @@ class _Eager(Coroutine[Any, Any, None]):
         return self._coro.send(value)
 
     def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
-        self._handed, self._first, self._outcome = True, None, None
+        if self._outcome is not None:  # it finished in its first step: the task ends with this
+            self._outcome = None
+            raise typ if val is None else val
+        self._handed, self._first = True, None
         if val is None and tb is None:
             return self._coro.throw(typ)
         return self._coro.throw(typ, val, tb)
