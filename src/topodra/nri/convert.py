@@ -152,9 +152,11 @@ def _fill_cpu_memory(
     rt_period: int | None = None,
     memory: Mapping[str, int | bool | None] | None = None,
 ) -> None:
-    cpus_text = _format_set(cpus, f"{where}.cpus")
-    mems_text = _format_set(mems, f"{where}.mems")
-    if cpus_text or mems_text or any(v is not None for v in (shares, quota, period, rt_runtime, rt_period)):
+    # Explicit tests rather than any(<generator>): this runs for every reply and update.
+    cpus_text = "" if cpus is None else _format_set(cpus, f"{where}.cpus")
+    mems_text = "" if mems is None else _format_set(mems, f"{where}.mems")
+    scalars = shares is not None or quota is not None or period is not None
+    if scalars or rt_runtime is not None or rt_period is not None:
         cpu = out.cpu
         cpu.SetInParent()
         _set_optional(cpu, "shares", shares)
@@ -162,6 +164,10 @@ def _fill_cpu_memory(
         _set_optional(cpu, "period", period)
         _set_optional(cpu, "realtime_runtime", rt_runtime)
         _set_optional(cpu, "realtime_period", rt_period)
+        cpu.cpus = cpus_text
+        cpu.mems = mems_text
+    elif cpus_text or mems_text:
+        cpu = out.cpu
         cpu.cpus = cpus_text
         cpu.mems = mems_text
     if memory and any(v is not None for v in memory.values()):
@@ -333,8 +339,13 @@ def adjustment_to_proto(adj: ContainerAdjustment, out: api_pb2.ContainerAdjustme
         out.annotations.update(adj.annotations)
     for key, value in adj.env.items():
         out.env.add(key=key, value=value)
-    if any(
-        v is not None for v in (adj.cpus, adj.mems, adj.cpu_shares, adj.cpu_quota, adj.cpu_period, adj.memory_limit)
+    if (
+        adj.cpus is not None
+        or adj.mems is not None
+        or adj.cpu_shares is not None
+        or adj.cpu_quota is not None
+        or adj.cpu_period is not None
+        or adj.memory_limit is not None
     ):
         resources = out.linux.resources
         resources.SetInParent()
