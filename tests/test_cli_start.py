@@ -69,6 +69,103 @@ def test_small_sim_run_imports_no_plotting_progress_or_pydantic(tmp_path: Path) 
     assert _present(loaded, ("matplotlib", "pydantic", "typer._adapters", "rich.progress", "topodra.sim.sweep", "topodra.policy", "topodra.agent")) == []
 
 
+#: What a small ``sim run`` into a pipe does without (each was on its path once): the rich
+#: summary table (plain lines when stdout is not a terminal), the YAML parser (built-in
+#: workloads come parsed, from ``workloads/builtin.json``), protobuf's ``descriptor_pb2``
+#: (the CEL types load from their serialised descriptor; the CEL runtime itself needs
+#: ``message_factory``), and the topology package's sysfs reader and serialiser (its names
+#: load on first use).
+SMALL_RUN_NEVER = (
+    "rich",
+    "yaml",
+    "google.protobuf.descriptor_pb2",
+    "topodra.topology.sysfs",
+    "topodra.topology.serialize",
+)
+
+
+def test_small_sim_run_into_a_pipe_stays_off_the_heavy_modules(tmp_path: Path) -> None:
+    loaded = _loaded(tmp_path, "sim", "run", "--nodes", "4", "--cpus", "16", "--pods", "8")
+    assert {"topodra.sim.scheduler", "cel_expr_python.cel", "google.protobuf.message"} <= loaded  # it ran, CEL included
+    assert _present(loaded, SMALL_RUN_NEVER) == []
+
+
+_THREADS = """
+import os, sys
+sys.argv = ["topodra", "sim", "run", "-n", "2", "--cpus", "16", "--pods", "2", "--json"]
+from topodra.cli import main
+try:
+    main()
+except SystemExit:
+    pass
+print(os.environ.get("OPENBLAS_NUM_THREADS"), len(os.listdir("/proc/self/task")), file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize(("preset", "expected"), [(None, "1 1"), ("2", "2 ")])
+def test_sim_starts_no_blas_threads_unless_asked(preset: str | None, expected: str) -> None:
+    """``topodra sim`` runs numpy's OpenBLAS on one thread (no spinning workers: the process
+    has only its main thread after a run); an explicit OPENBLAS_NUM_THREADS is kept."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    env.update({"PYTHONPATH": str(SRC)} | ({} if preset is None else {"OPENBLAS_NUM_THREADS": preset}))
+    done = subprocess.run([sys.executable, "-c", _THREADS], env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120, check=True)
+    assert done.stderr.strip().splitlines()[-1].startswith(expected)
+
+
+def test_plain_summary_has_every_figure_of_the_table() -> None:
+    """Out of a terminal the summary is plain lines: one per row of the table, label then value."""
+    from topodra.sim.cli import _summary_rows
+
+    app = make_app("sim")
+    args = ["sim", "run", "--nodes", "4", "--cpus", "16", "--pods", "8"]
+    plain = CliRunner().invoke(app, args)
+    as_json = CliRunner().invoke(app, [*args, "--json"])
+    assert plain.exit_code == as_json.exit_code == 0
+    lines = plain.output.splitlines()
+    assert lines[0] == "topodra sim run"
+    rows = _summary_rows(json.loads(as_json.output))
+    assert [line.split("  ")[0] for line in lines[1:]] == [k for k, _ in rows]
+    timing_free = [v for k, v in rows if k not in ("simulator",)]  # the simulator's own speed differs per run
+    assert all(any(line.endswith("  " + v) for line in lines) for v in timing_free)
+    assert "8 scheduled, 0 unschedulable, 0 timeout, 0 error" in plain.output
+
+
+def _sim_commands(app: typer.Typer) -> list[str | None]:
+    (group,) = app.registered_groups
+    assert group.typer_instance is not None
+    return [c.name for c in group.typer_instance.registered_commands]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sim", "run", "--help"],
+        ["sim", "run", "--bogus"],
+        ["sim", "run", "--nodes", "0"],
+        ["sim", "workloads"],
+        ["sim", "allocate"],
+        ["sim", "run", "--model", "bogus"],
+    ],
+)
+def test_group_with_one_subcommand_answers_as_the_full_group(argv: list[str]) -> None:
+    """``topodra sim NAME`` builds a ``sim`` group holding only NAME; its help, errors and
+    output are the full command line's, word for word."""
+    runner = CliRunner()
+    lean_app = make_app("sim", argv[1])
+    assert _sim_commands(lean_app) == [argv[1]]
+    lean = runner.invoke(lean_app, argv, terminal_width=200)
+    full = runner.invoke(make_app(), argv, terminal_width=200)
+    assert (lean.exit_code, lean.output) == (full.exit_code, full.output)
+
+
+def test_unknown_subcommand_gets_the_full_group() -> None:
+    app = make_app("sim", "bogus")
+    assert len(_sim_commands(app)) > 1
+    r = CliRunner().invoke(app, ["sim", "bogus"])
+    assert r.exit_code == 2
+    assert "No such command 'bogus'" in r.output
+
+
 def test_listing_matches_the_full_command_line() -> None:
     """``topodra --help`` from the listing is word for word the full command line's."""
     runner = CliRunner()
@@ -137,3 +234,57 @@ def test_plain_conversion_gives_what_typer_gives(chunk: list[list[str]]) -> None
     assert plain == full
     assert [code for code, _ in plain].count(0) >= 3  # some cases convert, some fail: both compared
     assert any(code != 0 for code, _ in plain)
+
+
+def test_cel_message_types_match_descriptor_pb2() -> None:
+    """The serialised proto the CEL runtime loads is the one ``descriptor_pb2`` builds."""
+    from google.protobuf import descriptor_pb2
+
+    from topodra.sim import cel
+
+    fdp = descriptor_pb2.FileDescriptorProto(name="topodra/sim/cel_types.proto", package="topodra.cel", syntax="proto3")
+    q = fdp.message_type.add(name="Quantity")
+    q.field.add(name="amount", number=1, type=descriptor_pb2.FieldDescriptorProto.TYPE_STRING, label=1)
+    s = fdp.message_type.add(name="Semver")
+    for i, name in enumerate(("major", "minor", "patch"), start=1):
+        s.field.add(name=name, number=i, type=descriptor_pb2.FieldDescriptorProto.TYPE_INT64, label=1)
+    s.field.add(name="pre", number=4, type=descriptor_pb2.FieldDescriptorProto.TYPE_STRING, label=1)
+    assert descriptor_pb2.FileDescriptorProto.FromString(cel.CEL_TYPES_PROTO) == fdp
+
+    _, quantity, semver = cel._message_types()
+    assert quantity(amount="3/2").amount == "3/2"
+    assert semver(major=1, pre="rc.1").SerializeToString() != b""
+
+
+def test_builtin_workload_index_is_fresh() -> None:
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, str(root / "scripts" / "genworkloads.py"), "--check"], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_builtin_workloads_from_the_index_equal_their_yaml() -> None:
+    from importlib import resources
+
+    from topodra.sim.workload import builtin_workloads, load_workload, parse_workload
+
+    root = resources.files("topodra.sim") / "workloads"
+    for name in builtin_workloads():
+        assert load_workload(name) == parse_workload((root / f"{name}.yaml").read_text(), name), name
+
+
+def test_a_builtin_edited_since_the_index_is_read_from_its_yaml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The index is a cache: a built-in whose YAML changed (or no index at all) is parsed."""
+    import shutil
+    from importlib import resources
+
+    from topodra.sim import workload
+
+    shutil.copytree(Path(str(resources.files("topodra.sim") / "workloads")), tmp_path / "workloads")
+    proto = tmp_path / "workloads" / "prototype.yaml"
+    assert "    pcore: 2\n" in proto.read_text()
+    proto.write_text(proto.read_text().replace("    pcore: 2\n", "    pcore: 3\n"))
+    monkeypatch.setattr(resources, "files", lambda package: tmp_path)
+    assert workload.load_workload("prototype").mix["pcore"] == 3.0
+    assert workload.load_workload("p-cores") == workload.parse_workload((tmp_path / "workloads" / "p-cores.yaml").read_text(), "p-cores")
+    (tmp_path / "workloads" / workload.BUILTIN_INDEX).unlink()
+    assert workload.load_workload("prototype").mix["pcore"] == 3.0

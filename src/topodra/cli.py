@@ -9,14 +9,37 @@ building were a third of a small run's start.
 
 from __future__ import annotations
 
+import gc
+import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
-import typer
 
-from topodra import __version__
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """The cyclic collector off for a block of imports, then as it was, with what the block
+    built frozen (``gc.freeze``: left out of later collections). Imports build many
+    long-lived objects and almost no garbage, and the collector's passes over them were
+    ~10 % of a small ``sim run``; without the freeze the next collection pays them at once."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        if collecting:
+            gc.enable()
+
+
+# typer's import is a fifth of a small run's; importing this module therefore freezes what
+# is loaded so far (harmless for a command line, and the agent freezes its start-up anyway).
+with paused_gc():
+    import typer
+
+    from topodra import __version__
 
 _HELP = "Topology-aware CPU and memory placement for Kubernetes, with Dynamic Resource Allocation."
 
@@ -48,15 +71,23 @@ def _new_app() -> typer.Typer:
     return app
 
 
-def make_app(command: str | None = None) -> typer.Typer:
+def make_app(command: str | None = None, subcommand: str | None = None) -> typer.Typer:
     """The command line with every command, or with only ``command`` (then running the agent
-    loads no simulator or playground module)."""
+    loads no simulator or playground module). A group whose module has
+    ``register_subcommand(app, name)`` holds only ``subcommand`` when that names one of its
+    commands: typer builds every option of every command of a group before running one
+    (a third of ``sim``'s command-line set-up went to the five commands not run)."""
     import importlib
 
     app = _new_app()
-    modules = [_COMMANDS[command][0]] if command in _COMMANDS else list(dict.fromkeys(m for m, _ in _COMMANDS.values()))
-    for module in modules:
-        importlib.import_module(module).register(app)
+    if command in _COMMANDS:
+        module = importlib.import_module(_COMMANDS[command][0])
+        one = getattr(module, "register_subcommand", None)
+        if subcommand is None or one is None or not one(app, subcommand):
+            module.register(app)
+        return app
+    for name in dict.fromkeys(m for m, _ in _COMMANDS.values()):
+        importlib.import_module(name).register(app)
     return app
 
 
@@ -176,9 +207,19 @@ def _fast_coercion() -> None:
 
 
 def main() -> None:
-    named = next((a for a in sys.argv[1:] if not a.startswith("-")), None)
-    _fast_coercion()
-    app = make_app(named) if named in _COMMANDS else listing_app()
+    words = [a for a in sys.argv[1:] if not a.startswith("-")]
+    named = words[0] if words else None
+    if named == "sim":
+        # numpy's OpenBLAS starts a worker thread per core when numpy is imported, and each
+        # spins for work for a while: ~0.1 s of CPU on this 2-core machine, a third of a small
+        # run's. The simulator's only BLAS call is a (nodes x 5) product, single-threaded
+        # below ~1,800 nodes anyway. An explicit setting wins.
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    # the subcommand of a group: the next word, unless an option came between (a value, maybe)
+    sub = words[1] if len(words) > 1 and sys.argv[1:].index(words[1]) == sys.argv[1:].index(words[0]) + 1 else None
+    with paused_gc():
+        _fast_coercion()
+        app = make_app(named, sub) if named in _COMMANDS else listing_app()
     try:
         app()
     except ModuleNotFoundError as err:

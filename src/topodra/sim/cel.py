@@ -88,25 +88,36 @@ def split_qualified_name(name: str, driver: str) -> tuple[str, str]:
 # --- the runtime: protobuf types and library functions --------------------------------------
 
 
+#: ``topodra/sim/cel_types.proto`` serialised: ``topodra.cel.Quantity {string amount = 1}`` and
+#: ``topodra.cel.Semver {int64 major = 1; int64 minor = 2; int64 patch = 3; string pre = 4}``
+#: (proto3). Written out because building it with ``descriptor_pb2`` costs that module's
+#: import on every run's first compile; a test rebuilds it with ``descriptor_pb2`` and compares.
+CEL_TYPES_PROTO = (
+    b'\n\x1btopodra/sim/cel_types.proto\x12\x0btopodra.cel"\x1a\n\x08Quantity\x12\x0e\n\x06amount\x18\x01 \x01(\t"B'
+    b"\n\x06Semver\x12\r\n\x05major\x18\x01 \x01(\x03\x12\r\n\x05minor\x18\x02 \x01(\x03\x12\r\n\x05patch\x18\x03 \x01(\x03"
+    b"\x12\x0b\n\x03pre\x18\x04 \x01(\tb\x06proto3"
+)
+
+
+def _message_types() -> tuple[Any, Any, Any]:
+    """The descriptor pool with :data:`CEL_TYPES_PROTO`, and the Quantity and Semver classes."""
+    from google.protobuf import descriptor_pool, message_factory
+
+    pool = descriptor_pool.DescriptorPool()
+    pool.AddSerializedFile(CEL_TYPES_PROTO)
+    quantity = message_factory.GetMessageClass(pool.FindMessageTypeByName("topodra.cel.Quantity"))
+    semver = message_factory.GetMessageClass(pool.FindMessageTypeByName("topodra.cel.Semver"))
+    return pool, quantity, semver
+
+
 class _Runtime:
     """The cel-expr-python environment with the Kubernetes libraries (built once)."""
 
     def __init__(self) -> None:
         from cel_expr_python import cel  # type: ignore[import-untyped]
         from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings  # type: ignore[import-untyped]
-        from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-        fdp = descriptor_pb2.FileDescriptorProto(name="topodra/sim/cel_types.proto", package="topodra.cel", syntax="proto3")
-        q = fdp.message_type.add(name="Quantity")
-        q.field.add(name="amount", number=1, type=descriptor_pb2.FieldDescriptorProto.TYPE_STRING, label=1)
-        s = fdp.message_type.add(name="Semver")
-        for i, fname in enumerate(("major", "minor", "patch"), start=1):
-            s.field.add(name=fname, number=i, type=descriptor_pb2.FieldDescriptorProto.TYPE_INT64, label=1)
-        s.field.add(name="pre", number=4, type=descriptor_pb2.FieldDescriptorProto.TYPE_STRING, label=1)
-        pool = descriptor_pool.DescriptorPool()
-        pool.Add(fdp)
-        self.QuantityMsg: Any = message_factory.GetMessageClass(pool.FindMessageTypeByName("topodra.cel.Quantity"))
-        self.SemverMsg: Any = message_factory.GetMessageClass(pool.FindMessageTypeByName("topodra.cel.Semver"))
+        pool, self.QuantityMsg, self.SemverMsg = _message_types()
         self.cel = cel
         T = cel.Type
         QT = T("topodra.cel.Quantity")

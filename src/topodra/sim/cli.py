@@ -10,7 +10,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
-__all__ = ["register"]
+__all__ = ["register", "register_subcommand"]
 
 sim_app = typer.Typer(
     name="sim",
@@ -22,6 +22,18 @@ sim_app = typer.Typer(
 
 def register(app: typer.Typer) -> None:
     app.add_typer(sim_app, name="sim")
+
+
+def register_subcommand(app: typer.Typer, name: str) -> bool:
+    """Add ``sim`` holding only the command ``name`` (False, nothing added, if there is none):
+    what ``topodra sim NAME ...`` runs, without typer building the other commands' options."""
+    chosen = [c for c in sim_app.registered_commands if c.name == name]
+    if not chosen:
+        return False
+    lean = typer.Typer(name="sim", help=sim_app.info.help, no_args_is_help=True, rich_markup_mode="rich")
+    lean.registered_commands = chosen
+    app.add_typer(lean, name="sim")
+    return True
 
 
 def _ints(text: str, what: str) -> list[int]:
@@ -96,10 +108,13 @@ def run_cmd(
     Exit codes: 0 every pod scheduled, 1 some pod could not be scheduled
     (unschedulable, timeout or error), 2 bad input.
     """
-    from topodra.sim.cluster import ClusterError
-    from topodra.sim.costmodel import DEFAULT_COSTS
-    from topodra.sim.run import RunConfig, parse_models, run_simulation
-    from topodra.sim.workload import WorkloadError
+    from topodra.cli import paused_gc
+
+    with paused_gc():
+        from topodra.sim.cluster import ClusterError
+        from topodra.sim.costmodel import DEFAULT_COSTS
+        from topodra.sim.run import RunConfig, parse_models, run_simulation
+        from topodra.sim.workload import WorkloadError
 
     try:
         (mod, group), = parse_models([model])
@@ -156,14 +171,9 @@ def run_cmd(
         raise typer.Exit(1)
 
 
-def _print_summary(row: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    t = Table(title="topodra sim run", show_header=False)
-    t.add_column("figure", style="bold")
-    t.add_column("value")
-    labels = [
+def _summary_rows(row: dict[str, Any]) -> list[tuple[str, str]]:
+    """The summary as (label, text) rows, the same on a terminal and in a pipe."""
+    rows = [
         ("cluster", f"{row['nodes']} nodes x {row['cpus_per_node']:g} CPUs ({row['machines']}), model {row['model']}"),
         ("workload", f"{row['workload']}: {row['pods']} pods"),
         ("outcome", f"{row['scheduled']} scheduled, {row['failed_unschedulable']} unschedulable, {row['failed_timeout']} timeout, {row['failed_error']} error"),
@@ -174,10 +184,28 @@ def _print_summary(row: dict[str, Any]) -> None:
         ("search work", f"{row['cel_evals']} CEL evaluations, {row['devices_visited']} devices visited, {row['allocate_calls']} allocateOne calls, {row['nodes_filtered_mean']:.0f} nodes filtered per pod"),
         ("API footprint", f"{row['resource_slices']} ResourceSlices, {row['api_bytes'] / 2**20:.1f} MiB, {row['devices_per_node']:g} devices per node"),
     ]
-    for k, v in labels:
-        t.add_row(k, v)
     if row.get("failure_reasons"):
-        t.add_row("failures", str(row["failure_reasons"]))
+        rows.append(("failures", str(row["failure_reasons"])))
+    return rows
+
+
+def _print_summary(row: dict[str, Any]) -> None:
+    """A rich table on a terminal; plain aligned lines otherwise (a pipe, a file, a script),
+    which keeps rich, a tenth of a small run's start, out of non-interactive runs."""
+    rows = _summary_rows(row)
+    if not sys.stdout.isatty():
+        width = max(len(k) for k, _ in rows)
+        lines = ["topodra sim run", *(f"{k:<{width}}  {v}".rstrip() for k, v in rows)]
+        typer.echo("\n".join(lines))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title="topodra sim run", show_header=False)
+    t.add_column("figure", style="bold")
+    t.add_column("value")
+    for k, v in rows:
+        t.add_row(k, v)
     Console().print(t)
 
 

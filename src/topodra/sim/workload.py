@@ -20,13 +20,13 @@ per-CPU, per-core and grouped variants of the same request.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from topodra.sim.scheduler import Pod
 
@@ -112,34 +112,66 @@ def builtin_workloads() -> list[str]:
     return sorted(p.name[: -len(".yaml")] for p in root.iterdir() if p.name.endswith(".yaml"))
 
 
+#: The built-in workloads parsed ahead of time (``scripts/genworkloads.py`` writes it, a test
+#: checks it): name -> the SHA-256 of its YAML and its documents. A run of a built-in then
+#: needs no YAML parser (its import and parse were ~5 % of a small ``sim run``); a built-in
+#: whose YAML no longer matches its hash is parsed from the YAML.
+BUILTIN_INDEX = "builtin.json"
+
+
 def load_workload(source: str | Path) -> Workload:
     """Load a workload from a file path or a built-in name."""
     path = Path(source)
     if path.is_file():
         text, name = path.read_text(), path.stem
     else:
-        res = resources.files("topodra.sim") / "workloads" / f"{source}.yaml"
+        root = resources.files("topodra.sim") / "workloads"
+        res = root / f"{source}.yaml"
         if not res.is_file():
             raise WorkloadError(f"no workload file {str(source)!r} and no built-in workload of that name (built-in: {', '.join(builtin_workloads())})")
         text, name = res.read_text(), str(source)
+        index = root / BUILTIN_INDEX
+        entry = json.loads(index.read_text()).get(name) if index.is_file() else None
+        if entry is not None and entry["sha256"] == hashlib.sha256(text.encode()).hexdigest():
+            return _workload(name, text, docs=entry["documents"])
     return parse_workload(text, name)
+
+
+def builtin_index() -> dict[str, Any]:
+    """What :data:`BUILTIN_INDEX` holds, computed from the built-in YAML files."""
+    root = resources.files("topodra.sim") / "workloads"
+    out: dict[str, Any] = {}
+    for name in builtin_workloads():
+        text = (root / f"{name}.yaml").read_text()
+        out[name] = {"sha256": hashlib.sha256(text.encode()).hexdigest(), "documents": _yaml_documents(text, name)}
+    return out
 
 
 def parse_workload(text: str, name: str = "workload") -> Workload:
     """Parse a multi-document manifest; any malformed part raises ``WorkloadError``."""
+    return _workload(name, text)
+
+
+def _workload(name: str, text: str, docs: list[Any] | None = None) -> Workload:
+    """The workload of ``docs``, else of the YAML ``text``; malformed: ``WorkloadError``."""
     try:
-        return _parse_workload(text, name)
+        return _parse_workload(_yaml_documents(text, name) if docs is None else docs, name)
     except WorkloadError:
         raise
     except (AttributeError, TypeError, KeyError, ValueError, IndexError) as e:
         raise WorkloadError(f"workload {name}: malformed manifest ({type(e).__name__}: {e})") from None
 
 
-def _parse_workload(text: str, name: str) -> Workload:
+def _yaml_documents(text: str, name: str) -> list[Any]:
+    import yaml
+
     try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        return [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as e:
         raise WorkloadError(f"workload {name}: not valid YAML: {e}") from None
+
+
+def _parse_workload(docs: list[Any], name: str) -> Workload:
     wl = Workload(name=name, templates={}, claims={}, classes=[], pods=[])
     for i, doc in enumerate(docs):
         where = f"workload {name}: document {i + 1}"
