@@ -186,3 +186,36 @@ def test_an_answer_cancelled_before_its_task_ran_ends_cancelled() -> None:
         await conn.close()
 
     run(main())
+
+
+def test_cancelling_an_answer_before_its_task_ran_cancels_what_the_handler_awaits() -> None:
+    inner: list[asyncio.Task[bool]] = []
+
+    async def dispatch(event: RequestReceived) -> Reply:
+        inner.append(asyncio.get_running_loop().create_task(asyncio.Event().wait()))
+        await inner[0]
+        return b"", None
+
+    async def main() -> None:
+        runtime, transport = Session(Role.RUNTIME), _Transport()
+        conn = Connection(Session(Role.PLUGIN), dispatch)
+        conn.connection_made(transport)
+        runtime.start_request(PLUGIN_SERVICE, "CreateContainer", b"")
+        loop = asyncio.get_running_loop()
+        answers: list[asyncio.Task[None]] = []
+
+        def callback() -> None:
+            _feed(conn, transport, runtime.data_to_send())
+            answers.extend(conn._tasks)
+            for task in answers:
+                task.cancel()  # before the answer task's own first step, as a task waits
+
+        loop.call_soon(callback)
+        await asyncio.sleep(0.01)
+        assert len(inner) == 1
+        assert inner[0].cancelled()  # as a task cancels what it waits on
+        assert len(answers) == 1
+        assert answers[0].done()
+        await conn.close()
+
+    run(main())

@@ -7,8 +7,10 @@ task between the socket and the session (a ``StreamReader`` costs one more loop
 turn per message on both sides of every round trip). All protocol decisions
 live in ``Session``; all NRI semantics live in the stub and the runtime. The
 dispatcher is called synchronously on receipt (so callers can do bookkeeping
-in arrival order) and returns an awaitable reply that runs as its own task, so
-a slow handler never stalls the reader: answers to our calls keep flowing.
+in arrival order) and returns an awaitable reply that runs as its own task,
+started right there (``_start_eagerly``: a handler that never waits is answered
+within the read callback), so a slow handler never stalls the reader: answers
+to our calls keep flowing.
 
 Open one with ``connect_unix`` (a path or a connected socket) or hand
 ``Connection`` instances to ``loop.create_unix_server`` as the protocol.
@@ -270,7 +272,10 @@ class _Eager(Coroutine[Any, Any, None]):
         if self._outcome is not None:  # it finished in its first step: the task ends with this
             self._outcome = None
             raise typ if val is None else val
-        self._handed, self._first = True, None
+        first, self._first = self._first, None
+        if not self._handed and isinstance(first, asyncio.Future):
+            first.cancel()  # as a task cancels what it waits on
+        self._handed = True
         if val is None and tb is None:
             return self._coro.throw(typ)
         return self._coro.throw(typ, val, tb)
