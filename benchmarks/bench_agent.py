@@ -9,9 +9,10 @@ Three processes besides this one, so no peer's work lands inside another's figur
 * a bare NRI plugin: our ``Stub`` with a plugin that changes nothing.
 
 This process plays the runtime for both plugins with the same minimal code (a
-``Session`` over a unix socket, requests encoded before the clock starts) and
-alternates the calls: container ``i`` to the agent, then to the bare plugin. A
-round trip runs from the request written to the reply frame decoded. The mix:
+``Session`` as the unix socket's protocol, requests encoded before the clock
+starts) and alternates the calls: container ``i`` to the agent, then to the bare
+plugin. A round trip runs from the request written to the reply frame decoded
+(in the read callback that receives it). The mix:
 one Guaranteed 2-CPU container (exclusive) per ten, the rest Burstable or
 BestEffort on the shared CPUs, so every exclusive grant answers with updates of
 every shared container. The agent's own time per call (request bytes in to reply
