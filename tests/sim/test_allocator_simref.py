@@ -75,12 +75,12 @@ def node_and_claims(draw: Any) -> dict[str, Any]:
     return {"slices": slices, "claims": claims, "in_use": in_use}
 
 
-def _fast(sc: dict[str, Any], fast_after: int = 0) -> tuple[Any, Any]:
+def _fast(sc: dict[str, Any], fast_after: int = 0, backtrack: bool = True) -> tuple[Any, Any]:
     """The fast allocator; ``fast_after=0``: mask scan and memo from the first call (the default
     waits 16 calls, which many small cases never reach), so both are exercised on every case."""
     state = AllocatedState()
     state.devices = {(DRIVER, p, d) for p, d in sc["in_use"]}
-    got, stats = Allocator(sc["slices"], CLASSES, state, budget=None, fast_after=fast_after).allocate_with_stats(NODE, sc["claims"])
+    got, stats = Allocator(sc["slices"], CLASSES, state, budget=None, fast_after=fast_after, solve_on_backtrack=backtrack).allocate_with_stats(NODE, sc["claims"])
     return (None if got is None else [[(r.request, r.device) for r in c.results] for c in got]), stats
 
 
@@ -126,6 +126,32 @@ def test_distinct_searches_equal_reference(sc: dict[str, Any]) -> None:
         got, stats = _fast(sc, fast_after)
         assert got == want
         assert (stats.calls, stats.visits, stats.checks) == (ref.calls, ref.visits, ref.checks)
+    got, stats = _fast(sc, 64, backtrack=False)
+    assert got == want
+    assert (stats.calls, stats.visits, stats.checks) == (ref.calls, ref.visits, ref.checks)
+
+
+def test_solver_takes_over_at_the_first_device_taken_back() -> None:
+    """One request of five CPUs on distinct L3 groups of a node with four groups of four (the
+    benchmark row): the search fails after 625 scheduler calls. The solver takes over when the
+    deepest scan first fails (the first five calls walk down to it), not after 16 calls; the
+    counted work is the reference's either way. A search that takes nothing back never starts it."""
+    devices = [device(f"d{i}", attrs(id=i, l3=i // 4)) for i in range(16)]
+    slices = [slice_("s", "node-1", devices)]
+    c = claim("c", req("r", "cls", 5), constraints=[{"distinctAttribute": f"{DRIVER}/l3"}])
+    want, ref = reference_allocate(slices, CLASSES, [c])
+    assert want is None
+    assert ref.calls == 625
+    for backtrack, walked in ((True, 5), (False, 17)):
+        got, stats = Allocator(slices, CLASSES, budget=None, solve_on_backtrack=backtrack).allocate_with_stats(NODE, [c])
+        assert got is None
+        assert (stats.calls, stats.visits, stats.checks) == (ref.calls, ref.visits, ref.checks)
+        assert stats.our_calls == walked
+    fits = claim("c", req("r", "cls", 4), constraints=[{"distinctAttribute": f"{DRIVER}/l3"}])
+    got, stats = Allocator(slices, CLASSES, budget=None).allocate_with_stats(NODE, [fits])
+    assert got is not None
+    assert [r.device for r in got[0].results] == ["d0", "d4", "d8", "d12"]
+    assert stats.pruned == 0  # no subtree decided by the solver
 
 
 def test_default_switch_point_on_the_benchmark_row() -> None:
@@ -214,15 +240,16 @@ def last_requests(draw: Any) -> dict[str, Any]:
 @given(last_requests())
 def test_last_request_solver_equals_reference(sc: dict[str, Any]) -> None:
     """The last request solved by dynamic programming, entered at the top or from the middle of
-    plain scans: same devices, same failures, same calls/visits/checks as the reference, and the
+    plain scans (after some calls or at the first device taken back): same devices, same failures, same calls/visits/checks as the reference, and the
     same selector evaluations as the plain search."""
     in_use = {(DRIVER, p, d) for p, d in sc["in_use"]}
     want, ref = reference_allocate(sc["slices"], CLASSES, sc["claims"], in_use)
     state = AllocatedState()
     state.devices = set(in_use)
     _, plain = Allocator(sc["slices"], CLASSES, state, budget=None, fast=False, prune=False).allocate_with_stats(NODE, sc["claims"])
-    for fast_after, solve_after in ((0, None), (5, 0), (5, 3), (64, None)):
-        got, stats = Allocator(sc["slices"], CLASSES, state, budget=None, fast_after=fast_after, solve_after=solve_after).allocate_with_stats(NODE, sc["claims"])
+    for fast_after, solve_after, backtrack in ((0, None, True), (5, 0, True), (5, 3, False), (64, None, True), (64, None, False), (64, 64, True)):
+        alloc = Allocator(sc["slices"], CLASSES, state, budget=None, fast_after=fast_after, solve_after=solve_after, solve_on_backtrack=backtrack)
+        got, stats = alloc.allocate_with_stats(NODE, sc["claims"])
         assert (None if got is None else [[(r.request, r.device) for r in c.results] for c in got]) == want
         assert (stats.calls, stats.visits, stats.checks) == (ref.calls, ref.visits, ref.checks)
         assert stats.cel_evals == plain.cel_evals

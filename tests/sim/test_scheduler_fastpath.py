@@ -14,6 +14,7 @@ import dataclasses
 import itertools
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -67,6 +68,7 @@ def _run_side_by_side(nodes: list[dict[str, Any]], slices: list[dict[str, Any]],
     fast = _Counting(nodes, slices, [CLS], scoring=scoring)
     general = Scheduler(nodes, slices, [CLS], scoring=scoring)
     general.fast_scan = False
+    general.fast_bind = False
     live: list[str] = []
     pods = 0
     for kind, k in ops:
@@ -145,3 +147,100 @@ def test_window_sums_kept_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
         assert dataclasses.asdict(fast.schedule(p)) == dataclasses.asdict(general.schedule(p))
         assert fast._sums_kept <= 3
         assert sum(len(m.sums) for m in fast._memo.values()) <= 3
+
+
+@st.composite
+def _mixed_clusters(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Nodes the bind shortcut may take (whole devices, pools of their own) beside nodes it must
+    leave to ``_touch``: devices that allow multiple allocations, a pool name two nodes list."""
+    n = draw(st.integers(2, 40))
+    nodes = [{"metadata": {"name": f"node-{i:03d}"}} for i in range(n)]
+    slices = []
+    for i in range(n):
+        kind = draw(st.sampled_from(["plain", "plain", "multi", "twin"]))
+        size = draw(st.integers(1, 5))
+        if kind == "multi":
+            # a whole device first: plain pods take it before sharing the others
+            devs = [device("w", attrs(kind="e", numa=0))]
+            devs += [device(f"m{k}", attrs(kind="p", numa=k // 2), {"cpu": 4}, allowMultipleAllocations=True) for k in range(size)]
+            slices.append(slice_(f"s-{i}", f"node-{i:03d}", devs))
+        else:
+            devs = [device(f"d{k}", attrs(kind=draw(st.sampled_from("pe")), numa=k // 2)) for k in range(size)]
+            # "twin": the pool is named after the pair of nodes, so two nodes list it
+            slices.append(slice_(f"s-{i}", f"node-{i:03d}", devs, pool=f"twin-{i // 2}" if kind == "twin" else None))
+    return nodes, slices
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    _mixed_clusters(),
+    st.lists(st.tuples(st.sampled_from(["one", "two-p", "pair", "fa", "del"]), st.integers(0, 60)), min_size=1, max_size=40),
+    st.sampled_from(["least-allocated", "first"]),
+)
+def test_bind_shortcut_is_transparent(cluster: tuple[list[dict[str, Any]], list[dict[str, Any]]], ops: list[tuple[str, int]], scoring: str) -> None:
+    """``_touch_added`` (the node's next class and free share from the step seen before) against
+    rescanning the node's bitmap after every bind: the same pods, classes, free shares and bitmap."""
+    nodes, slices = cluster
+    quick = Scheduler(nodes, slices, [CLS], scoring=scoring)
+    plain = Scheduler(nodes, slices, [CLS], scoring=scoring)
+    plain.fast_bind = False
+    live: list[str] = []
+    for kind, k in ops:
+        if kind == "del":
+            if live:
+                name = live.pop(k % len(live))
+                assert quick.delete(name) == plain.delete(name)
+            continue
+        for _ in range(k % 5 + 1):
+            p = _pod(kind)
+            a, b = quick.schedule(p), plain.schedule(p)
+            assert dataclasses.asdict(a) == dataclasses.asdict(b)
+            if a.node:
+                live.append(p.name)
+        assert (quick._kid == plain._kid).all()
+        assert (quick._free == plain._free).all()
+        assert (quick._held == plain._held).all()
+    assert quick.state.devices == plain.state.devices
+    assert quick.state.shared == plain.state.shared
+
+
+def test_the_bind_shortcut_is_taken_only_where_it_holds() -> None:
+    """Nodes with shareable devices and nodes whose pool another node lists are left to ``_touch``."""
+    nodes = [{"metadata": {"name": n}} for n in ("a", "b", "c", "d")]
+    slices = [
+        slice_("s-a", "a", [device("d0")]),
+        slice_("s-b", "b", [device("m0", capacity={"cpu": 4}, allowMultipleAllocations=True)]),
+        slice_("s-c", "c", [device("d0")], pool="twin"),
+        slice_("s-d", "d", [device("d0")], pool="twin"),
+    ]
+    s = Scheduler(nodes, slices, [CLS])
+    assert s._plain_node == [True, False, False, False]
+    s.schedule(_pod("one"))
+    assert len(s._steps) == 1  # node a's step: nothing held -> d0 held
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 40), st.floats(0.0, 20.0), st.integers(0, 10**6)), min_size=1, max_size=40))
+def test_class_sums_loop_and_product_agree(rows: list[tuple[int, float, int]]) -> None:
+    """The window sums in Python (few classes) and as one numpy product (many): the same counts,
+    slowest node and timeouts, and the same seconds up to rounding."""
+    import topodra.sim.scheduler as scheduler_module
+    from topodra.sim.scheduler import _class_sums, _Entry, _SigMemo
+
+    memo = _SigMemo()
+    memo.grow(len(rows))
+    counts = np.zeros(len(memo.entries), dtype=np.int64)
+    for k, (count, secs, calls) in enumerate(rows):
+        memo.put(k, _Entry(True, secs, calls, calls // 2, calls // 3, calls // 5), timeout_s=10.0)
+        counts[k] = count
+    if not counts.any():
+        counts[0] = 1
+    loop = _class_sums(memo, counts, 10.0)
+    saved = scheduler_module._LOOP_CLASSES
+    scheduler_module._LOOP_CLASSES = -1  # every histogram takes the product
+    try:
+        product = _class_sums(memo, counts, 10.0)
+    finally:
+        scheduler_module._LOOP_CLASSES = saved
+    assert loop[1:] == product[1:]
+    assert loop[0] == pytest.approx(product[0], rel=1e-12, abs=1e-12)

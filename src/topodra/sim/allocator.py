@@ -32,7 +32,9 @@ remembers one value per request name.
 from __future__ import annotations
 
 import bisect
+import functools
 import math
+import re
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -78,6 +80,7 @@ __all__ = [
     "share_id",
     "allocation_of_claim",
     "hopeless_group_work",
+    "reads_only_driver",
 ]
 
 _ZERO = Fraction(0)
@@ -309,6 +312,7 @@ class Allocator:
         fast: bool = True,
         fast_after: int = 16,
         solve_after: int | None = None,
+        solve_on_backtrack: bool = True,
     ) -> None:
         """``budget``: the Filter timeout in counted work (``"default"``: the default cost
         model's; ``None``: no timeout). ``prune`` (decide hopeless subtrees by counting) and
@@ -318,7 +322,9 @@ class Allocator:
         memo start (a first-fit search ends sooner and skips their set-up; 16 rather than 64 saves
         a third of the walked calls on small multi-request searches). ``solve_after``: the
         same for solving the last request by dynamic programming (default 16, at most
-        ``fast_after``).
+        ``fast_after``). ``solve_on_backtrack``: also solve it as soon as one of its devices under
+        a ``distinctAttribute`` is taken back (the search is past first fit; counting cannot
+        decide such subtrees).
         """
         cache: DeviceCache = {}
         self.slices = [s if isinstance(s, Slice) else parse_slice(s, cache) for s in slices]
@@ -328,6 +334,7 @@ class Allocator:
         self.fast = fast
         self.fast_after = fast_after
         self.solve_after = min(fast_after, 16 if solve_after is None else solve_after)
+        self.solve_on_backtrack = solve_on_backtrack
         self.max_calls = max_calls
         if budget == "default":
             from topodra.sim.costmodel import DEFAULT_COSTS  # costmodel imports this module
@@ -375,7 +382,7 @@ class Allocator:
 
     # -- selector evaluation with the cross-call cache
     def _eval(self, expression: str, device: Device, stats: SearchStats) -> bool:
-        key = (expression, device.fingerprint)
+        key = (expression, device.driver if reads_only_driver(expression) else device.fingerprint)
         hit = self._sel_cache.get(key)
         if hit is None:
             stats.engine_evals += 1
@@ -389,6 +396,33 @@ class Allocator:
         if isinstance(hit, CelError):
             raise hit
         return hit
+
+
+# --- selectors that read only the driver ------------------------------------------------------
+
+#: string literals without escapes (triple-quoted first, as CEL's lexer reads them), left to right
+_LITERAL = re.compile(r"'''.*?'''|\"\"\".*?\"\"\"|'[^'\n]*'|\"[^\"\n]*\"", re.S)
+#: the identifier ``device`` (also root-scoped, ``.device``), not a part of a longer name
+_DEVICE_WORD = re.compile(r"(?<!\w)device(?!\w)")
+_DRIVER_FIELD = re.compile(r"\s*\.\s*driver(?!\w)")
+
+
+@functools.lru_cache(maxsize=1024)
+def reads_only_driver(expression: str) -> bool:
+    """Whether a selector's result (or error) is a function of ``device.driver`` alone: every use of
+    the ``device`` variable, the only one in the DRA environment, is ``device.driver``. Such a
+    selector is evaluated once per driver instead of once per device content (a class like
+    ``device.driver == "native.cpu"`` costs one evaluation for the whole node, not one per CPU).
+
+    Conservative: an expression with an escape, a backtick-quoted field or a comment, or whose
+    string literals do not blank out cleanly, does not qualify and is evaluated per device.
+    """
+    if "\\" in expression or "`" in expression:
+        return False
+    bare = _LITERAL.sub(" 0 ", expression)
+    if "//" in bare or "'" in bare or '"' in bare:
+        return False
+    return all(_DRIVER_FIELD.match(bare, m.end()) for m in _DEVICE_WORD.finditer(bare))
 
 
 # --- one Allocate call --------------------------------------------------------------------------
@@ -554,7 +588,14 @@ class _Search:
         self.scan_log: list[tuple[tuple[int, int, int], int, int]] = []
         #: per request: the constraints ``_solve_last`` tracks (None: it does not apply)
         self.last_ok: dict[tuple[int, int, int], list[int] | None] = {}
-        self.last_memo: dict[Any, dict[tuple[int, int, tuple[Any, ...]], tuple[int, int, int, Any, int]]] = {}
+        #: per context: the last request's dynamic program with its memo (``_solver``)
+        self.solvers: dict[Any, Any] = {}
+        #: the solver has taken over a scan: later scans of the last request start in it too
+        self.solving = False
+        #: a device was taken back under a distinctAttribute: the mask scan and memo start (``_backtracking``)
+        self.backtracked = False
+        self.distinct_req: dict[tuple[int, int, int], bool] = {}
+        self.dead_masks: dict[tuple[int, int, frozenset[Any], int], int] = {}
         self.cindex: tuple[list[list[tuple[int, int]]], list[int | None], list[tuple[tuple[str, str], str, str]], int] | None = None
 
     # ---- driver
@@ -866,20 +907,26 @@ class _Search:
             if not done:
                 self._deallocate(ci, rd, cand)
             return done
-        if self.a.fast and self.stats.our_calls > self.a.solve_after and self.constraints[ci]:
+        if (
+            self.a.fast
+            and self.constraints[ci]
+            and (self.solving or self.stats.our_calls > self.a.solve_after)
+            and self.last_ok.get(rkey, ()) is not None  # known not to apply: skip the call
+        ):
             solved = self._solve_last(ci, ri, si, di, in_sub, start, rd, rkey)
             if solved is not None:
                 return solved
         memo = (
             self.dead
-            if self.a.fast and self.memo_on[ci] and not self.cons_leaks and self.stats.our_calls > self.a.fast_after
+            if self.a.fast and self.memo_on[ci] and not self.cons_leaks and (self.backtracked or self.stats.our_calls > self.a.fast_after)
             else None
         )
         if memo is None:
             if self.a.prune and self._prune(ci, rd, rkey, start, rd.num_devices - di):
                 return False
             return self._scan(ci, ri, si, di, in_sub, start, rd, rkey)
-        where = (ci, ri, si, di, start, in_sub, self._constraint_key(ci, rd.base), *self._use_key(ci))
+        ckey = self._constraint_key(ci, rd.base)
+        where = (ci, ri, si, di, start, in_sub, ckey, *self._use_key(ci))
         cj = self.canon[ci][ri]
         deadfree = 0
         if cj is None:
@@ -893,7 +940,8 @@ class _Search:
             for m in self.amask:
                 busy |= m
             free = self.all_mask & ~busy
-            dead = self._dead_mask(ci, cj, rd.base)
+            held = ckey[cj]  # the distinct's (value of this request, values of earlier ones)
+            dead = self._dead_mask(ci, cj, held[1] if held is not None else frozenset())
             deadfree = free & dead
             nd = free & ~dead
             local = (where, nd >> start, True)
@@ -985,42 +1033,103 @@ class _Search:
             return None
         cons = self.constraints[ci]
         base = rd.base
-        N, D = rd.num_devices, self.D
+        D = self.D
         busy = self.used_mask
         for m in self.amask:
             busy |= m
         free = self.all_mask & ~busy
         sel = self._sel_mask(rd, rkey)[0]
-        cand = free & sel  # fixed for the whole subtree (positions before ``start`` never matter)
-        vals = [self._values(ci, j) for j in js]
-        kinds = [cons[j].distinct for j in js]
-        others = [frozenset(v for k, v in cons[j].values.items() if k != base) if cons[j].distinct else frozenset() for j in js]
-        match_num = [cons[j].num for j in js]  # a matchAttribute's holders at slot ``di``
-        nj = len(js)
-        counters_on = self.has_counters
-        cons_of: list[list[tuple[int, int]]] = []
-        avail: list[int | None] = []
         cidx: list[tuple[tuple[str, str], str, str]] = []
         C0: tuple[int, ...] = ()
         scale = 1
-        if counters_on:
-            cons_of, avail, cidx, scale = self._counter_index()
+        if self.has_counters:
+            _, _, cidx, scale = self._counter_index()
             for pool in self.pools:  # a charge is checked against every counter of its pool
                 if not pool.usable or not pool.counter_sets:
                     continue
                 used = self.consumed.get(pool.key, {})
                 for sname, av in self._available(pool).items():
-                    if any(value < used.get(sname, {}).get(cname, Fraction(0)) for cname, value in av.items()):
+                    if any(value < used.get(sname, {}).get(cname, 0) for cname, value in av.items()):
                         return None  # already over (other pods): only the plain search checks that
-            used_now = [self.consumed.get(pk, {}).get(sn, {}).get(cn, Fraction(0)) * scale for pk, sn, cn in cidx]
-            if any(u.denominator != 1 for u in used_now):
+            used_now = [self.consumed.get(pk, {}).get(sn, {}).get(cn, 0) * scale for pk, sn, cn in cidx]
+            if any(Fraction(u).denominator != 1 for u in used_now):
                 return None  # not a sum of these devices' amounts
             C0 = tuple(int(u) for u in used_now)
         state0 = (*tuple(cons[j].values.get(base) if cons[j].distinct else cons[j].stored if cons[j].num else None for j in js), C0)
+        # the solver (and its memo) is kept for the rest of the call per context: the devices free
+        # for this request (its own devices taken back: they lie before any position it is asked
+        # about) and what earlier requests fixed
+        own = 0
+        for r in self.results[ci][len(self.results[ci]) - di :]:
+            own |= 1 << r.cand.pos
+        others = tuple(frozenset(v for k, v in cons[j].values.items() if k != base) if cons[j].distinct else frozenset() for j in js)
+        ctx = (rkey, (free & sel) | own, others, tuple(cons[j].num - di for j in js))
+        solver = self.solvers.get(ctx)
+        if solver is None:
+            if len(self.solvers) > 10_000:
+                self.solvers.clear()
+            solver = self.solvers[ctx] = self._solver(ci, rd, js, ctx[1], others, ctx[3])
+        calls, visits, checks, path, exit_c, leaks, reached_all = solver(di, start, state0)
+        if leaks:
+            self.leaks += 1  # enclosing subtrees must not be remembered (as for the plain search)
+        last = D if path is None or reached_all else (path[-1][0] + 1 if path else start)
+        span = free & ((1 << last) - 1) & ~((1 << start) - 1)
+        counted = self.counted.get(rkey, 0)
+        new = span & ~counted
+        while new:  # selectors reached for the first time in this call
+            low = new & -new
+            self._selectable(self.cands[low.bit_length() - 1], rd, rkey, True)
+            new ^= low
+        self.counted[rkey] = counted | span
+        self.stats.calls -= 1  # this call was counted on entry
+        self.stats.pruned += 1
+        if path is None:
+            self._set_counters(cidx, exit_c, scale)
+            self._bulk(calls, visits, checks)
+            return False
+        self._bulk(calls, visits, checks - len(path))  # the chosen devices are checked for real below
+        for p, S in path:
+            # the state rejected devices left behind (a distinct that accepted one and then saw a
+            # later constraint reject it forgot this request's value)
+            for i, j in enumerate(js):
+                if cons[j].distinct:
+                    if S[i] is None:
+                        cons[j].values.pop(base, None)
+                    else:
+                        cons[j].values[base] = S[i]
+            self._set_counters(cidx, S[-1], scale)  # including charges rejected devices left
+            ok = self._allocate_device(ci, rd, self.cands[p], False)
+            assert ok, "the solved path must be accepted"
+        done = self._one(ci, ri, si, di + len(path), in_sub, path[-1][0] + 1)
+        assert done
+        return True
+
+    def _solver(
+        self, ci: int, rd: _ReqData, js: list[int], cand: int, others: tuple[frozenset[Any], ...], mnd: tuple[int, ...]
+    ) -> Callable[[int, int, tuple[Any, ...]], tuple[int, int, int, list[tuple[int, tuple[Any, ...]]] | None, tuple[int, ...], int, bool]]:
+        """The dynamic program of ``_solve_last`` for one context (``cand``: the positions free and
+        selected for the request; ``others``: per tracked distinct, the values earlier requests
+        hold; ``mnd``: per tracked constraint, its holders minus the request's slot), with its memo.
+        Returns ``solve(slot, start, state)``: the scheduler's calls, visits and checks, the devices
+        chosen with the state each was accepted in (None: it fails), the counters left charged, how
+        many rejections leaked a charge, and whether the scan reached the last device."""
+        cons = self.constraints[ci]
+        N, D = rd.num_devices, self.D
+        nj = len(js)
+        vals = [self._values(ci, j) for j in js]
+        kinds = [cons[j].distinct for j in js]
+        match_is = [i for i in range(nj) if not kinds[i]]
+        nones = (None,) * nj
+        counters_on = self.has_counters
+        cons_of: list[list[tuple[int, int]]] = []
+        avail: list[int | None] = []
+        if counters_on:
+            cons_of, avail, _, _ = self._counter_index()
         # a constraint's rejection of a device with counters leaves them charged (a side effect)
         single = nj == 1 and not counters_on
         acc_cache: dict[tuple[Any, ...], int] = {}
         vm = [self._value_masks(ci, j) for j in js]
+        vals0, kind0 = vals[0], kinds[0]
 
         def acc_mask(S: tuple[Any, ...]) -> int:
             """Positions the single constraint accepts in state ``S`` (its rejections have no side effect)."""
@@ -1071,6 +1180,12 @@ class _Search:
                     new[i] = v
             return True, tuple(new), False
 
+        def forget(S: tuple[Any, ...], C: tuple[int, ...]) -> tuple[Any, ...]:
+            """The state after removing a device: distincts forget the value, matches keep theirs."""
+            if not match_is:
+                return (*nones, C)
+            return (*tuple(None if kinds[i] else S[i] for i in range(nj)), C)
+
         def uncharge(C: tuple[int, ...], p: int) -> tuple[int, ...]:
             if not cons_of or not cons_of[p]:
                 return C
@@ -1079,20 +1194,10 @@ class _Search:
                 c[i] -= a
             return tuple(c)
 
-        # memo: (slot, position, state) -> (calls, visits, checks) of the rest of a failing scan; kept
-        # for the rest of the call per context: the devices free for this request (its own devices
-        # taken back: they lie before any position the memo is asked about) and what earlier
-        # requests fixed
-        own = 0
-        for r in self.results[ci][len(self.results[ci]) - di :]:
-            own |= 1 << r.cand.pos
-        ctx = (rkey, cand | own, tuple(others), tuple(n - di for n in match_num))
-        memo = self.last_memo.get(ctx)
-        if memo is None:
-            if len(self.last_memo) > 10_000:
-                self.last_memo.clear()
-            memo = self.last_memo[ctx] = {}
-        reached_all = False
+        # memo: (slot, position, state) -> (calls, visits, checks, counters left, leaks) of the rest
+        # of a failing scan
+        memo: dict[tuple[int, int, tuple[Any, ...]], tuple[int, int, int, Any, int]] = {}
+        reached = [False]
 
         def call(
             d: int, s: int, S: tuple[Any, ...]
@@ -1100,11 +1205,12 @@ class _Search:
             """allocateOne at slot ``d`` from ``s`` (before completion): its work, the devices chosen
             from here on with the state each was accepted in (None: it fails), the counters it
             leaves charged and how many rejections leaked a charge."""
-            nonlocal reached_all
             if d >= N:
                 return 0, 0, 0, [], S[nj], 0
             # the match state of this slot: no holder yet means nothing fixed
-            S = (*tuple(None if not kinds[i] and match_num[i] + d - di <= 0 else S[i] for i in range(nj)), S[nj])
+            for i in match_is:
+                if mnd[i] + d <= 0 and S[i] is not None:
+                    S = (*S[:i], None, *S[i + 1 :])
             calls, visits, checks, leaks = 1, 0, 0, 0
             trail: list[tuple[tuple[int, int, tuple[Any, ...]], int, int, int, int]] = []
             exit_c: tuple[int, ...] = S[nj]
@@ -1114,7 +1220,7 @@ class _Search:
                 key = (d, pos, S)
                 hit = memo.get(key)
                 if hit is not None:
-                    reached_all = True  # only failing scans are remembered
+                    reached[0] = True  # only failing scans are remembered
                     calls += hit[0]
                     visits += hit[1]
                     checks += hit[2]
@@ -1127,18 +1233,22 @@ class _Search:
                 if not nxt:
                     visits += D - pos
                     checks += rest.bit_count()
-                    reached_all = True
+                    reached[0] = True
                     exit_c = S[nj]
                     break
                 p = (nxt & -nxt).bit_length() - 1
                 visits += p + 1 - pos
                 checks += (rest & ((2 << p) - 1)).bit_count()
-                ok, S2, leaked = try_add(S, p)
-                if not ok:
-                    S = S2
-                    leaks += leaked
-                    pos = p + 1
-                    continue
+                if single:
+                    # accepted (``acc_mask``): a distinct stores the value, a match keeps a fixed one
+                    S2 = (vals0[p], S[1]) if kind0 or S[0] is None else S
+                else:
+                    ok, S2, leaked = try_add(S, p)
+                    if not ok:
+                        S = S2
+                        leaks += leaked
+                        pos = p + 1
+                        continue
                 c2, v2, k2, sub, c_after, l2 = call(d + 1, p + 1, S2)
                 calls += c2
                 visits += v2
@@ -1149,47 +1259,39 @@ class _Search:
                     exit_c = c_after
                     break
                 # removed again: distincts forget the value, its counters are given back
-                S = (*tuple(None if kinds[i] else S[i] for i in range(nj)), uncharge(c_after, p))
+                S = forget(S, uncharge(c_after, p))
                 pos = p + 1
             if path is None:
                 for key, c0, v0, k0, l0 in trail:
                     memo[key] = (calls - c0, visits - v0, checks - k0, exit_c, leaks - l0)
             return calls, visits, checks, path, exit_c, leaks
 
-        calls, visits, checks, path, exit_c, leaks = call(di, start, state0)
-        if leaks:
-            self.leaks += 1  # enclosing subtrees must not be remembered (as for the plain search)
-        last = D if path is None or reached_all else (path[-1][0] + 1 if path else start)
-        span = free & ((1 << last) - 1) & ~((1 << start) - 1)
-        counted = self.counted.get(rkey, 0)
-        new = span & ~counted
-        while new:  # selectors reached for the first time in this call
-            low = new & -new
-            self._selectable(self.cands[low.bit_length() - 1], rd, rkey, True)
-            new ^= low
-        self.counted[rkey] = counted | span
-        self.stats.calls -= 1  # this call was counted on entry
-        self.stats.pruned += 1
-        if path is None:
-            self._set_counters(cidx, exit_c, scale)
-            self._bulk(calls, visits, checks)
+        def solve(
+            di: int, start: int, state0: tuple[Any, ...]
+        ) -> tuple[int, int, int, list[tuple[int, tuple[Any, ...]]] | None, tuple[int, ...], int, bool]:
+            reached[0] = False
+            return (*call(di, start, state0), reached[0])
+
+        return solve
+
+    def _backtracking(self, ci: int, rd: _ReqData, rkey: tuple[int, int, int]) -> bool:
+        """A device of this request was taken back: whether the search is past first fit for the
+        fast paths (``solve_on_backtrack``): a ``distinctAttribute`` applies to the request (counting
+        decides no subtree under one). If so the mask scan and the memo start now, and the rest of
+        this scan goes to the solver (when it applies)."""
+        if not self.a.solve_on_backtrack:
             return False
-        self._bulk(calls, visits, checks - len(path))  # the chosen devices are checked for real below
-        for p, S in path:
-            # the state rejected devices left behind (a distinct that accepted one and then saw a
-            # later constraint reject it forgot this request's value)
-            for i, j in enumerate(js):
-                if kinds[i]:
-                    if S[i] is None:
-                        cons[j].values.pop(base, None)
-                    else:
-                        cons[j].values[base] = S[i]
-            self._set_counters(cidx, S[nj], scale)  # including charges rejected devices left
-            ok = self._allocate_device(ci, rd, self.cands[p], False)
-            assert ok, "the solved path must be accepted"
-        done = self._one(ci, ri, si, di + len(path), in_sub, path[-1][0] + 1)
-        assert done
-        return True
+        got = self._distinct_applies(ci, rd, rkey)
+        if got:
+            self.backtracked = True
+        return got
+
+    def _distinct_applies(self, ci: int, rd: _ReqData, rkey: tuple[int, int, int]) -> bool:
+        """Whether a ``distinctAttribute`` of the claim applies to this request (fixed per request)."""
+        got = self.distinct_req.get(rkey)
+        if got is None:
+            got = self.distinct_req[rkey] = any(c.distinct and c.applies(rd.base, rd.sub) for c in self.constraints[ci])
+        return got
 
     def _counter_index(self) -> tuple[list[list[tuple[int, int]]], list[int | None], list[tuple[tuple[str, str], str, str]], int]:
         """Counters as a flat vector of whole numbers for ``_solve_last`` (amounts times ``scale``,
@@ -1252,26 +1354,33 @@ class _Search:
             out.append(row)
         return out
 
-    def _dead_mask(self, ci: int, j: int, base: str) -> int:
-        """Positions constraint ``j`` rejects for every request after ``base``: no value, a list value
-        or a value earlier requests hold; without taints, capacity rules or selector errors."""
-        c = self.constraints[ci][j]
-        has, lists, by = self._value_masks(ci, j)
-        dead = self.all_mask & ~has
-        others = [v for k, v in c.values.items() if k != base]
-        if others:
-            dead |= lists
-            for v in others:
-                dead |= by.get(v, 0)
-        return dead & ~self.special_mask & ~self.errs.get(ci, 0)
+    def _dead_mask(self, ci: int, j: int, others: frozenset[Any]) -> int:
+        """Positions constraint ``j`` rejects for every request after the current one: no value, a list
+        value or a value ``others`` (earlier requests) hold; without taints, capacity rules or
+        selector errors."""
+        errs = self.errs.get(ci, 0)
+        key = (ci, j, others, errs)
+        got = self.dead_masks.get(key)
+        if got is None:
+            has, lists, by = self._value_masks(ci, j)
+            dead = self.all_mask & ~has
+            if others:
+                dead |= lists
+                for v in others:
+                    dead |= by.get(v, 0)
+            got = self.dead_masks[key] = dead & ~self.special_mask & ~errs
+        return got
 
     def _dead_checks(self, hist: tuple[tuple[tuple[int, int, int], int, int], ...], deadfree: int, rd: _ReqData | None) -> int:
         """Checks the scans of ``hist`` make on the free dead devices (selected, from their start on).
         With ``rd`` (a memo hit) the selectors of dead devices reached for the first time are counted."""
+        if not deadfree:
+            return 0  # no dead device is free: no checks, no selectors reached
         n = 0
         first: dict[tuple[int, int, int], int] = {}
         for rk, s0, w in hist:
-            sel = self._sel_mask(self.req[rk], rk)[0]
+            got = self.sel_masks.get(rk)
+            sel = (got if got is not None else self._sel_mask(self.req[rk], rk))[0]
             n += w * (deadfree & sel & ~((1 << s0) - 1)).bit_count()
             if rd is not None and (rk not in first or s0 < first[rk]):
                 first[rk] = s0
@@ -1355,7 +1464,7 @@ class _Search:
         spec = rd.spec
         if (
             self.a.fast
-            and self.stats.our_calls > self.a.fast_after
+            and (self.backtracked or self.stats.our_calls > self.a.fast_after)
             and self.constraints[ci]
             and not self.has_counters
             and not self.has_multi
@@ -1552,10 +1661,11 @@ class _Search:
             if done:
                 return True
             self._deallocate(ci, rd, cand)
-            if self.a.fast and self.stats.our_calls > self.a.solve_after and self.constraints[ci]:
+            if self.a.fast and self.constraints[ci] and (self.stats.our_calls > self.a.solve_after or self._backtracking(ci, rd, rkey)):
                 # the rest of this loop, solved (the last request only)
                 solved = self._solve_last(ci, ri, si, di, in_sub, pos + 1, rd, rkey)
                 if solved is not None:
+                    self.solving = True  # later scans of the request go to the solver from their start
                     return solved
             if reject is not None:
                 # upstream's distinctAttribute forgets the request's value on removal: state moved
@@ -1612,11 +1722,9 @@ class _Search:
     # ---- pruning by counting
     def _prune(self, ci: int, rd: _ReqData, rkey: tuple[int, int, int], start: int, need: int) -> bool:
         """Decide a subtree that cannot fill ``need`` more slots; add the scheduler's work for it."""
-        if self.has_counters:
+        if self.has_counters or self._distinct_applies(ci, rd, rkey):
             return False
         cons = [c for c in self.constraints[ci] if c.applies(rd.base, rd.sub)]
-        if any(c.distinct for c in cons):
-            return False
         unfixed = [c for c in cons if c.num == 0]
         fixed = [c for c in cons if c.num > 0]
         spec = rd.spec

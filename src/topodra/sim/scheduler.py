@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -108,13 +109,7 @@ class _Entry:
     plan: tuple[int, list[ClaimAllocation]] | None = None  # (node it was found on, its allocation)
     positions: list[list[int]] | None = None  # the plan's device positions per claim (filled on first use)
     fit: tuple[int, Fit] | None = None  # a first fit not yet built into ``plan``
-
-
-@dataclass
-class _Bound:
-    node: int
-    allocations: list[ClaimAllocation]
-    claims: list[Mapping[str, Any]] = field(default_factory=list)
+    exclusive: bool = False  # the plan takes whole devices only (no admin access, no shares): see _touch_added
 
 
 def _claim_signature(claims: Sequence[Mapping[str, Any]]) -> str:
@@ -131,6 +126,10 @@ class Scheduler:
     #: Answer plain requests (first fit, no constraints) from the in-use bitmap instead of an
     #: allocator call (``firstfit``; False: always the allocator, for tests and benchmarks).
     first_fit: bool = True
+    #: After binding whole devices on a node without shareable devices, take the node's new
+    #: class and free share from the (class, positions taken) step seen before
+    #: (``_touch_added``; False: rescan the node's bitmap every time, for tests and benchmarks).
+    fast_bind: bool = True
 
     def __init__(
         self,
@@ -160,7 +159,7 @@ class Scheduler:
         self.memo_enabled = memo and all(s.node_name for s in self.allocator.slices)
         self._memo: dict[str, _SigMemo] = {}  # claim signature -> results per node class
         self._memo_size = 0
-        self._bound: dict[str, _Bound] = {}
+        self._bound: dict[str, list[ClaimAllocation]] = {}  # bound pod -> its allocations (what delete frees)
         self._spec_cache: dict[tuple[int, ...], tuple[list[Any], list[Claim], str]] = {}
         self.memo_hits = 0
         self.memo_misses = 0
@@ -173,6 +172,20 @@ class Scheduler:
         counts = [self._layout.device_count(i) for i in range(len(self.nodes))]
         self._offset = np.concatenate(([0], np.cumsum(counts, dtype=np.int64)))  # node -> first flat position
         self._held = np.zeros(int(self._offset[-1]), dtype=bool)  # flat position -> device in use
+        self._offset_at: list[int] = self._offset.tolist()  # the same as Python ints (no numpy scalar per lookup)
+        #: nodes whose class follows from their positions in use alone (no shareable devices) and
+        #: whose pools no other node lists: _touch_added may update them
+        self._plain_node = [not self._layout.multi_positions(i) for i in range(len(self.nodes))]
+        owner: dict[tuple[str, str], str] = {}
+        shared: set[tuple[str, str]] = set()
+        for sl in self.allocator.slices:
+            if owner.setdefault((sl.driver, sl.pool), sl.node_name) != sl.node_name:
+                shared.add((sl.driver, sl.pool))
+        for pool in shared:  # a device name there names a device on each node: _touch decides which
+            for n, _, _ in self._layout.pool_positions(pool):
+                self._plain_node[n] = False
+        self._steps: dict[tuple[int, ...], tuple[int, float]] = {}  # (class, positions taken) -> (class, free share)
+        self._selectors: dict[int, Mapping[str, Any]] = {}  # node -> the node selector of its allocations
         self._held_order: dict[int, dict[int, DeviceID]] = {}  # nodes with shareable devices: position -> device
         self._pool_nodes: dict[tuple[str, str], list[tuple[int, int, dict[tuple[int, str], int]]]] = {}  # pool_positions, looked up once
         self._sums_kept = 0  # window sums kept by the fast scan, over all signatures
@@ -221,10 +234,12 @@ class Scheduler:
         them a Filter error, and at least one node is feasible; the general scan takes the rest.
 
         Same answer as ``_filter_scan`` (same node, same sums to the last bit) with a handful of
-        numpy calls: one gather of the statuses over a window, C-level byte searches for the
-        first class without an answer, the first error and the feasible nodes, and the per-class
-        sums computed as the general scan does them, kept per class histogram (windows of
-        different nodes often hold the same classes the same number of times).
+        numpy calls. The usual case (the first ``want`` nodes all feasible) is decided on their
+        class histogram alone; otherwise one gather of the statuses over a window and C-level
+        byte searches find the first class without an answer, the first error and the feasible
+        nodes. The per-class sums are computed as the general scan does them and kept per class
+        histogram (windows of different nodes often hold the same classes the same number of
+        times).
         """
         memo = self._memo.get(sig)
         if memo is None:
@@ -234,6 +249,21 @@ class Scheduler:
             memo.grow(len(self._key_ids))
         start = self.next_start
         want = self.want
+        n_classes = len(memo.entries)
+        if n_classes <= 4 * want + 1024:
+            # The usual case, tested on the class histogram of the first ``want`` nodes (which
+            # the sums are kept by anyway): every class there known feasible. A histogram seen
+            # before was all feasible then and is now (a class's answer never changes), so a
+            # repeat costs one bincount and a dictionary lookup.
+            end = start + want
+            seen = self._kid[start:end] if end <= N else self._rotated(start, want)
+            counts = np.bincount(seen, minlength=n_classes)
+            key = b"u" + counts.tobytes() if n_classes <= _SUMS_CLASSES else b""  # "u": not a key of the window sums below
+            sums = memo.sums.get(key) if key else None
+            if sums is None and not counts @ memo.bad:
+                sums = self._kept_sums(memo, counts, key)
+            if sums is not None:
+                return self._quick_answer(memo, seen, sums, start, want)
         size = min(N, SCAN_CHUNK or want + want // 4 + 64)
         feas: np.ndarray[Any, np.dtype[np.intp]] | None = None  # None: the first ``stop`` nodes, all feasible
         while True:
@@ -269,8 +299,7 @@ class Scheduler:
             key = counts.tobytes() if len(memo.entries) <= _SUMS_CLASSES else b""
             sums = memo.sums.get(key) if key else None
             if sums is None:
-                classes = counts.nonzero()[0]
-                sums = _sums(counts[classes], memo.stats[classes])
+                sums = _class_sums(memo, counts, self.costs.timeout_s)[:6]
                 if key:
                     if self._sums_kept >= _SUMS_LIMIT:  # bound the memory over every claim signature
                         for m in self._memo.values():
@@ -300,6 +329,44 @@ class Scheduler:
         found = stop if feas is None else int(feas.size)
         total_s, calls, visits, checks, evals, slowest = sums
         return ([((start + best) % N, entry)], found, stop, total_s, slowest, calls, visits, checks, evals, 0, None, False)
+
+    def _kept_sums(self, memo: _SigMemo, counts: np.ndarray[Any, np.dtype[np.int64]], key: bytes) -> tuple[float, int, int, int, int, float]:
+        """The window sums from its class histogram (``_class_sums``, as the general scan
+        sums), kept under ``key`` (unless empty) within ``_SUMS_LIMIT``."""
+        total_s, calls, visits, checks, evals, slowest, _ = _class_sums(memo, counts, self.costs.timeout_s)
+        sums = (total_s, calls, visits, checks, evals, slowest)
+        if key:
+            if self._sums_kept >= _SUMS_LIMIT:  # bound the memory over every claim signature
+                for m in self._memo.values():
+                    m.sums.clear()
+                self._sums_kept = 0
+            memo.sums[key] = sums
+            self._sums_kept += 1
+        return sums
+
+    def _quick_answer(
+        self, memo: _SigMemo, seen: np.ndarray[Any, np.dtype[np.int64]], sums: tuple[float, int, int, int, int, float], start: int, stop: int
+    ) -> tuple[Any, ...]:
+        """``_quick_scan``'s answer when the first ``stop`` nodes from ``start`` (classes ``seen``)
+        are all feasible: the choice exactly as it makes it."""
+        N = len(self.nodes)
+        if memo.scored:
+            fidx = np.arange(stop)
+            scores = memo.scores[seen] * 2.0
+            if self.scoring == "least-allocated":
+                scores = scores + self._free[(start + fidx) % N]
+            best = int(np.argmax(scores))
+        elif self.scoring == "least-allocated":  # every score 0: 0 * 2 + free == free, and argmax keeps the first of equals
+            end = start + stop
+            best = int((self._free[start:end] if end <= N else self._free[(start + np.arange(stop)) % N]).argmax())
+        else:
+            best = 0
+        entry = memo.entries[int(seen[best])]
+        assert entry is not None
+        self.memo_hits += stop
+        self.next_start = (start + stop) % N
+        total_s, calls, visits, checks, evals, slowest = sums
+        return ([((start + best) % N, entry)], stop, stop, total_s, slowest, calls, visits, checks, evals, 0, None, False)
 
     def _filter_scan(self, claims: list[Claim], sig: str) -> tuple[Any, ...]:
         """The filter loop over node classes: numpy for the scan, one evaluation per class not yet seen.
@@ -372,14 +439,13 @@ class Scheduler:
         if stop:
             if len(memo.entries) <= 4 * stop + 1024:  # few classes: sum per class
                 counts = np.bincount(seen, minlength=len(memo.entries))
-                classes = counts.nonzero()[0]
-                per, rows = counts[classes], memo.stats[classes]
+                total_s, calls, visits, checks, evals, slowest, timeouts = _class_sums(memo, counts, self.costs.timeout_s)
             else:
                 per, rows = np.ones(stop, dtype=np.int64), np.take(memo.stats, seen, axis=0)
-            total_s, calls, visits, checks, evals = (per @ rows).tolist()
-            secs = rows[:, 0]
-            slowest = float(secs.max())
-            timeouts = int(per[secs >= self.costs.timeout_s].sum())
+                total_s, calls, visits, checks, evals = (per @ rows).tolist()
+                secs = rows[:, 0]
+                slowest = float(secs.max())
+                timeouts = int(per[secs >= self.costs.timeout_s].sum())
         seen_status = statuses[0] if len(statuses) == 1 else np.concatenate(statuses) if statuses else memo.status[seen]
         invalid_only = bool(stop) and bool((seen_status == _INVALID).all())
         failure: tuple[str, str] | None = None
@@ -479,23 +545,9 @@ class Scheduler:
         invalid_only: bool,
     ) -> PodResult:
         N = len(self.nodes)
+        # positional: a keyword call of 16 fields is a measurable share of a fast-scan pod
         result = PodResult(
-            pod=pod.name,
-            template=pod.template,
-            node=None,
-            allocations=[],
-            failure=None,
-            failure_kind=None,
-            nodes_filtered=processed,
-            feasible_found=found,
-            calls=calls,
-            visits=visits,
-            checks=checks,
-            cel_evals=evals,
-            filter_cpu_s=total_s,
-            slowest_node_s=slowest,
-            predicted_s=self.costs.pod_seconds(total_s, slowest),
-            timeouts=timeouts,
+            pod.name, pod.template, None, [], None, None, processed, found, calls, visits, checks, evals, total_s, slowest, self.costs.pod_seconds(total_s, slowest), timeouts
         )
         if failure is not None:
             result.failure_kind, result.failure = failure
@@ -512,13 +564,18 @@ class Scheduler:
             # max keeps the first of equal scores
             best_i, best = max(feasible, key=lambda t: t[1].score * 2.0 + (float(self._free[t[0]]) if least else 0.0))
         allocs = self._replay(best, best_i, claims) if self.memo_enabled else None
+        moved = allocs is not None
         if allocs is None:
             allocs = self.allocator.allocate(self.nodes[best_i], claims)
         assert allocs is not None, "memoised feasibility disagrees with a fresh allocation"
         for a in allocs:
             self.state.add(a)
-        self._touch(allocs)
-        self._bound[pod.name] = _Bound(best_i, allocs, list(pod.claims))
+        if moved and best.exclusive and self.fast_bind and self._plain_node[best_i]:
+            assert best.positions is not None
+            self._touch_added(best_i, best.positions)
+        else:
+            self._touch(allocs)
+        self._bound[pod.name] = allocs
         result.node = self.nodes[best_i].name
         result.allocations = allocs
         return result
@@ -578,9 +635,9 @@ class Scheduler:
         bound = self._bound.pop(pod_name, None)
         if bound is None:
             return False
-        for a in bound.allocations:
+        for a in bound:
             self.state.remove(a)
-        self._touch(bound.allocations)
+        self._touch(bound)
         return True
 
     def _replay(self, entry: _Entry, node: int, claims: list[Claim]) -> list[ClaimAllocation] | None:
@@ -590,6 +647,7 @@ class Scheduler:
             entry.fit = None
             allocs = fit.build(claims)
             entry.plan, entry.positions = (made_on, allocs), fit.positions()
+            entry.exclusive = _exclusive(allocs)
             if made_on == node:  # the usual case: built for this node and these claims already
                 return allocs
         if entry.plan is None:
@@ -606,17 +664,27 @@ class Scheduler:
                     assert w is not None, f"memoised device {r.id} is on no node"
                     at.append(w[1])
                 positions.append(at)
+            entry.exclusive = _exclusive(allocs)
         out = []
+        device_at = layout.device_at
         for claim, a, at in zip(claims, allocs, positions, strict=True):
+            if len(at) == 1 and a.results[0].share_id is None:  # one whole device (the usual claim): no loop
+                r = a.results[0]
+                driver, pool, device = device_at(node, at[0])
+                one = DeviceResult(
+                    r.request, driver, pool, device, r.admin_access, r.tolerations, r.binding_conditions, r.binding_failure_conditions, None, r.consumed_capacity
+                )
+                out.append(ClaimAllocation(claim.key, (one,), a.config, None if a.node_selector is None else self._node_selector(node)))
+                continue
             results = []
             for n, (r, pos) in enumerate(zip(a.results, at, strict=True)):
-                did = layout.device_at(node, pos)
+                driver, pool, device = did = device_at(node, pos)
                 results.append(
                     DeviceResult(
                         r.request,
-                        did[0],
-                        did[1],
-                        did[2],
+                        driver,
+                        pool,
+                        device,
                         r.admin_access,
                         r.tolerations,
                         r.binding_conditions,
@@ -625,12 +693,18 @@ class Scheduler:
                         r.consumed_capacity,
                     )
                 )
-            sel = a.node_selector
-            if sel is not None:
-                name = self.nodes[node].name
-                sel = {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [name]}]}]}
-            out.append(ClaimAllocation(claim.key, tuple(results), a.config, sel))
+            out.append(ClaimAllocation(claim.key, tuple(results), a.config, None if a.node_selector is None else self._node_selector(node)))
         return out
+
+    def _node_selector(self, node: int) -> Mapping[str, Any]:
+        """The node selector of an allocation on node-local devices, one per node: allocations
+        hold it read-only, and five containers fewer per bound pod is less for the cyclic
+        collector to trace."""
+        sel = self._selectors.get(node)
+        if sel is None:
+            name = self.nodes[node].name
+            sel = self._selectors[node] = {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [name]}]}]}
+        return sel
 
     def bound_pods(self) -> list[str]:
         return list(self._bound)
@@ -684,6 +758,37 @@ class Scheduler:
             self._kid[i] = kid
             total = layout.device_count(i)
             self._free[i] = max(0.0, 1.0 - float(held.size) / total) if total else 0.0
+
+    def _touch_added(self, i: int, positions: list[list[int]]) -> None:
+        """What ``_touch`` does after whole devices at ``positions`` of node ``i`` were taken, on a
+        node without shareable devices whose pools no other node lists (``_plain_node``).
+
+        Such a node's class is its template and the positions in use, so the class after the
+        change and the free share follow from the class before and the positions taken: both
+        are kept per (class, positions), and a repeat costs a dictionary lookup instead of a
+        scan of the node's bitmap."""
+        off = self._offset_at[i]
+        bitmap = self._held
+        if len(positions) == 1:
+            taken = positions[0]
+        else:
+            taken = []
+            for at in positions:
+                taken.extend(at)
+        for p in taken:
+            bitmap[off + p] = True
+        key = (int(self._kid[i]), *taken)
+        step = self._steps.get(key)
+        if step is None:
+            held = bitmap[off : self._offset_at[i + 1]].nonzero()[0]
+            t = self._template_of[i]
+            cls: tuple[Any, ...] = (t, held.astype(np.uint32).tobytes(), ()) if held.size else (t, ())
+            total = self._layout.device_count(i)
+            step = (self._key_id(cls), max(0.0, 1.0 - float(held.size) / total) if total else 0.0)
+            if len(self._steps) >= _STEPS_LIMIT:
+                self._steps.clear()
+            self._steps[key] = step
+        self._kid[i], self._free[i] = step
 
     def _key_id(self, key: tuple[Any, ...]) -> int:
         kid = self._key_ids.get(key)
@@ -779,6 +884,41 @@ _UNSET: Any = object()
 _UNKNOWN_BYTE, _FEASIBLE_BYTE, _ERROR_BYTE = bytes([_UNKNOWN]), bytes([_FEASIBLE]), bytes([_ERROR])
 _SUMS_LIMIT = 4096  # window sums kept (over all claim signatures)
 _SUMS_CLASSES = 512  # ... while a signature has answers for at most this many classes (keys of <= 4 KiB)
+_LOOP_CLASSES = 16  # _class_sums sums up to this many classes in Python
+_STEPS_LIMIT = 200_000  # class changes kept by _touch_added
+
+
+def _class_sums(memo: _SigMemo, counts: np.ndarray[Any, np.dtype[np.int64]], timeout_s: float) -> tuple[float, int, int, int, int, float, int]:
+    """Seconds, calls, visits, checks and CEL evaluations over a window, its slowest node and
+    the nodes at the timeout, from the window's class histogram ``counts``: every scan sums a
+    window this way, so a window gives the same floats whichever scan took it.
+
+    Up to ``_LOOP_CLASSES`` classes are summed in Python in class order (a window usually
+    holds two or three classes: a numpy gather and product cost three times as much there),
+    more with one product."""
+    classes = counts.nonzero()[0]
+    if classes.size <= _LOOP_CLASSES:
+        entries = memo.entries
+        total_s, calls, visits, checks, evals, timeouts = 0.0, 0, 0, 0, 0, 0
+        slowest = -math.inf
+        for k, m in zip(classes.tolist(), counts[classes].tolist(), strict=True):
+            e = entries[k]
+            assert e is not None
+            secs = e.seconds
+            total_s += m * secs
+            calls += m * e.calls
+            visits += m * e.visits
+            checks += m * e.checks
+            evals += m * e.cel_evals
+            if secs > slowest:
+                slowest = secs
+            if secs >= timeout_s:
+                timeouts += m
+        return total_s, calls, visits, checks, evals, slowest, timeouts
+    per, rows = counts[classes], memo.stats[classes]
+    total, c, v, ch, ev = (per @ rows).tolist()
+    col = rows[:, 0]
+    return total, int(c), int(v), int(ch), int(ev), float(col.max()), int(per[col >= timeout_s].sum())
 
 
 def _sums(per: np.ndarray[Any, Any], rows: np.ndarray[Any, Any]) -> tuple[float, int, int, int, int, float]:
@@ -796,6 +936,7 @@ class _SigMemo:
         self.status = np.zeros(0, dtype=np.int8)
         self.stats = np.zeros((0, 5))  # seconds, calls, visits, checks, CEL evaluations
         self.scores = np.zeros(0)
+        self.bad = np.zeros(0, dtype=np.int64)  # 1 where a class is not known feasible (the fast scan's test)
         self.scored = False  # some answer has a non-zero score
         self.sums: dict[bytes, tuple[float, int, int, int, int, float]] = {}  # class histogram -> window sums
 
@@ -807,6 +948,7 @@ class _SigMemo:
         self.status = np.concatenate((self.status, np.zeros(extra, dtype=np.int8)))
         self.stats = np.concatenate((self.stats, np.zeros((extra, 5))))
         self.scores = np.concatenate((self.scores, np.zeros(extra)))
+        self.bad = np.concatenate((self.bad, np.ones(extra, dtype=np.int64)))
 
     def put(self, kid: int, e: _Entry, timeout_s: float) -> int:
         """Store the answer of class ``kid``; returns its status code."""
@@ -820,8 +962,14 @@ class _SigMemo:
         self.status[kid] = code
         self.stats[kid] = (e.seconds, e.calls, e.visits, e.checks, e.cel_evals)
         self.scores[kid] = e.score
+        self.bad[kid] = code != _FEASIBLE
         self.scored = self.scored or e.score != 0
         return code
+
+
+def _exclusive(allocs: Sequence[ClaimAllocation]) -> bool:
+    """Every result takes its device whole: the device is in use after the allocation is added."""
+    return all(not r.admin_access and r.share_id is None for a in allocs for r in a.results)
 
 
 def _score(claims: Sequence[Claim], allocs: Sequence[ClaimAllocation]) -> int:
