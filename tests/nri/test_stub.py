@@ -11,6 +11,7 @@ import struct
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -439,5 +440,93 @@ def test_handle_answers_a_call_without_a_socket() -> None:
         _, status = await stub.handle("Nope")
         assert status is not None
         assert status.code == Code.UNIMPLEMENTED
+
+    run(main())
+
+
+class _Sleepy(Plugin):
+    """CreateContainer sleeps ``delay`` seconds (or swallows its cancellation, ``stubborn``)."""
+
+    def __init__(self) -> None:
+        self.delay = 0.0
+        self.stubborn = False
+        self.cancelled = 0
+
+    async def create_container(self, pod: Pod, container: Container) -> ContainerAdjustment:
+        try:
+            await asyncio.sleep(self.delay)
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            if not self.stubborn:
+                raise
+        return ContainerAdjustment(cpus=CPUSet({1}))
+
+
+def test_handler_deadline_cancels_only_the_late_call_and_leaves_the_task_clean() -> None:
+    async def main() -> None:
+        plugin = _Sleepy()
+        stub = Stub(plugin, name="t", idx="42", env={})
+        req = _create_request().SerializeToString()
+        task = asyncio.current_task()
+        assert task is not None
+        plugin.delay = 10.0
+        _, status = await stub.handle("CreateContainer", req, timeout_nano=60_000_000)  # 60 ms: 55 ms budget
+        assert status is not None
+        assert status.code == Code.DEADLINE_EXCEEDED, status
+        assert plugin.cancelled == 1
+        assert task.cancelling() == 0  # our cancellation was taken back: the caller goes on
+        # a handler that ignores the cancellation and answers is answered; the task stays clean
+        plugin.stubborn = True
+        payload, status = await stub.handle("CreateContainer", req, timeout_nano=60_000_000)
+        assert status is None
+        assert plugin.cancelled == 2
+        assert api_pb2.CreateContainerResponse.FromString(payload).adjust.linux.resources.cpu.cpus == "1"
+        assert task.cancelling() == 0
+        # fast calls after a slow one: none is cancelled by a deadline left over from before
+        plugin.delay, plugin.stubborn = 0.0, False
+        for _ in range(5):
+            _, status = await stub.handle("CreateContainer", req, timeout_nano=60_000_000)
+            assert status is None
+        await asyncio.sleep(0.1)  # past every earlier deadline
+        assert plugin.cancelled == 2
+        assert task.cancelling() == 0
+
+    run(main())
+
+
+def test_outside_cancellation_of_a_handler_is_not_a_deadline() -> None:
+    async def main() -> None:
+        plugin = _Sleepy()
+        plugin.delay = 10.0
+        stub = Stub(plugin, name="t", idx="42", env={})
+        call = asyncio.create_task(stub.handle("CreateContainer", _create_request().SerializeToString()))
+        await asyncio.sleep(0.05)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        assert plugin.cancelled == 1
+
+    run(main())
+
+
+def test_back_to_back_calls_share_one_deadline_timer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A timer per call would sit cancelled in the loop's heap for the whole budget (seconds)."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        armed: list[float] = []
+        call_at = loop.call_at
+
+        def counting(when: float, callback: Any, *args: Any, **kw: Any) -> asyncio.TimerHandle:
+            armed.append(when)
+            return call_at(when, callback, *args, **kw)
+
+        monkeypatch.setattr(loop, "call_at", counting)
+        stub = Stub(_Sleepy(), name="t", idx="42", env={})
+        req = _create_request().SerializeToString()
+        for _ in range(50):
+            _, status = await stub.handle("CreateContainer", req, timeout_nano=2_000_000_000)
+            assert status is None
+        assert len(armed) == 1
 
     run(main())

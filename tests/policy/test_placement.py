@@ -40,5 +40,6 @@ def test_memory_fit_for_many_pools_is_the_rule_for_each(
     need = policy._classify(req)
     placer = policy._placer
     fit = placer._mem_fitter(need)
-    for i in range(len(policy.pools)):
-        assert fit(i) == placer._mem_fit(i, need)
+    rule = [placer._mem_fit(i, need) for i in range(len(policy.pools))]
+    assert [fit(i) for i in range(len(policy.pools))] == rule
+    assert placer._mem_fits(need) == rule  # the table _ranked reads

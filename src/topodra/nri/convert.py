@@ -152,9 +152,11 @@ def _fill_cpu_memory(
     rt_period: int | None = None,
     memory: Mapping[str, int | bool | None] | None = None,
 ) -> None:
-    cpus_text = _format_set(cpus, f"{where}.cpus")
-    mems_text = _format_set(mems, f"{where}.mems")
-    if cpus_text or mems_text or any(v is not None for v in (shares, quota, period, rt_runtime, rt_period)):
+    # Explicit tests rather than any(<generator>): this runs for every reply and update.
+    cpus_text = "" if cpus is None else _format_set(cpus, f"{where}.cpus")
+    mems_text = "" if mems is None else _format_set(mems, f"{where}.mems")
+    scalars = shares is not None or quota is not None or period is not None
+    if scalars or rt_runtime is not None or rt_period is not None:
         cpu = out.cpu
         cpu.SetInParent()
         _set_optional(cpu, "shares", shares)
@@ -162,6 +164,10 @@ def _fill_cpu_memory(
         _set_optional(cpu, "period", period)
         _set_optional(cpu, "realtime_runtime", rt_runtime)
         _set_optional(cpu, "realtime_period", rt_period)
+        cpu.cpus = cpus_text
+        cpu.mems = mems_text
+    elif cpus_text or mems_text:
+        cpu = out.cpu
         cpu.cpus = cpus_text
         cpu.mems = mems_text
     if memory and any(v is not None for v in memory.values()):
@@ -206,15 +212,18 @@ def resources_to_proto(res: LinuxResources, out: api_pb2.LinuxResources, where: 
 
 # ---------------------------------------------------------------- pods and containers
 def pod_from_proto(pb: api_pb2.PodSandbox) -> Pod:
+    """Empty maps and lists are tested before they are copied: copying an empty protobuf map
+    costs ten times asking whether it is empty."""
     linux = pb.linux
     where = f"pod {pb.id or '?'}"
+    labels, annotations, ips = pb.labels, pb.annotations, pb.ips
     return Pod(
         id=pb.id,
         name=pb.name,
         uid=pb.uid,
         namespace=pb.namespace,
-        labels=dict(pb.labels),
-        annotations=dict(pb.annotations),
+        labels=dict(labels) if labels else {},
+        annotations=dict(annotations) if annotations else {},
         runtime_handler=pb.runtime_handler,
         cgroup_parent=linux.cgroup_parent,
         cgroups_path=linux.cgroups_path,
@@ -225,7 +234,7 @@ def pod_from_proto(pb: api_pb2.PodSandbox) -> Pod:
         if linux.HasField("pod_overhead")
         else None,
         pid=pb.pid,
-        ips=tuple(pb.ips),
+        ips=tuple(ips) if ips else (),
     )
 
 
@@ -326,11 +335,17 @@ def container_to_proto(ctr: Container, out: api_pb2.Container | None = None) -> 
 def adjustment_to_proto(adj: ContainerAdjustment, out: api_pb2.ContainerAdjustment) -> None:
     """Fill ``out`` (marking it present even when ``adj`` changes nothing)."""
     out.SetInParent()
-    out.annotations.update(adj.annotations)
+    if adj.annotations:
+        out.annotations.update(adj.annotations)
     for key, value in adj.env.items():
         out.env.add(key=key, value=value)
-    if any(
-        v is not None for v in (adj.cpus, adj.mems, adj.cpu_shares, adj.cpu_quota, adj.cpu_period, adj.memory_limit)
+    if (
+        adj.cpus is not None
+        or adj.mems is not None
+        or adj.cpu_shares is not None
+        or adj.cpu_quota is not None
+        or adj.cpu_period is not None
+        or adj.memory_limit is not None
     ):
         resources = out.linux.resources
         resources.SetInParent()
@@ -406,12 +421,31 @@ def updates_from_proto(pbs: Iterable[api_pb2.ContainerUpdate]) -> list[Container
 
 def updates_to_proto(updates: Iterable[ContainerUpdate], out: RepeatedCompositeFieldContainer[api_pb2.ContainerUpdate]) -> None:
     """Append ``updates`` to a repeated field: the resources of each distinct (cpus, mems, ...)
-    are encoded once and copied (an exclusive grant moves hundreds of shared containers to
-    the same new set)."""
+    are encoded once and copied (an exclusive grant moves every shared container of a pool to
+    the same new set). Consecutive updates carrying the very same values (the policy hands out
+    one shared ``Assignment``) are recognised by identity, without hashing their sets."""
     encoded: dict[tuple[object, ...], api_pb2.LinuxContainerUpdate] = {}
+    last: ContainerUpdate | None = None
+    linux: api_pb2.LinuxContainerUpdate | None = None
+    add = out.add
     for update in updates:
-        key = (update.cpus, update.mems, update.cpu_shares, update.cpu_quota, update.cpu_period, update.memory_limit)
-        linux = encoded.get(key)
-        if linux is None:
-            linux = encoded[key] = update_to_proto(update).linux
-        out.add(container_id=update.container_id, linux=linux, ignore_failure=update.ignore_failure)
+        if (
+            last is None
+            or update.cpus is not last.cpus
+            or update.mems is not last.mems
+            or update.cpu_shares != last.cpu_shares
+            or update.cpu_quota != last.cpu_quota
+            or update.cpu_period != last.cpu_period
+            or update.memory_limit != last.memory_limit
+        ):
+            key = (update.cpus, update.mems, update.cpu_shares, update.cpu_quota, update.cpu_period, update.memory_limit)
+            linux = encoded.get(key)
+            if linux is None:
+                linux = encoded[key] = update_to_proto(update).linux
+            last = update
+        assert linux is not None
+        item = add()
+        item.container_id = update.container_id
+        item.linux.CopyFrom(linux)
+        if update.ignore_failure:
+            item.ignore_failure = True

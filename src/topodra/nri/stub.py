@@ -41,7 +41,7 @@ from topodra.nri.errors import (
 from topodra.nri.plugin import Plugin
 from topodra.nri.proto import api_pb2
 from topodra.nri.session import RequestReceived, Role, Session
-from topodra.nri.transport import Connection, Reply
+from topodra.nri.transport import Connection, Reply, connect_unix
 from topodra.nri.ttrpc import Code, Request, Status
 from topodra.nri.types import (
     Container,
@@ -163,6 +163,68 @@ class _Link:
         self.idle.set()
 
 
+class _Expired(Exception):
+    """A handler ran out of its budget and was cancelled."""
+
+
+class _Watchdog:
+    """Cancels handler tasks that run past their deadline, with one timer for all of them.
+
+    ``asyncio.timeout`` schedules a timer per call and leaves it, cancelled, in the loop's heap
+    until its time (seconds): at hundreds of calls a second that heap is what every loop turn
+    works through. Here a call only notes its deadline; the one timer is armed for the earliest
+    and, when it fires, cancels what is overdue and re-arms for the next.
+    """
+
+    __slots__ = ("_at", "_due", "_expired", "_loop", "_timer")
+
+    def __init__(self) -> None:
+        self._due: dict[asyncio.Task[Any], float] = {}
+        self._expired: set[asyncio.Task[Any]] = set()
+        self._timer: asyncio.TimerHandle | None = None
+        self._at = float("inf")
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def watch(self, task: asyncio.Task[Any], budget: float) -> None:
+        """Cancel ``task`` if it is still watched ``budget`` seconds from now."""
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:  # first use, or a new loop: the old one's timer is gone
+            self._loop, self._timer, self._at = loop, None, float("inf")
+        when = loop.time() + budget
+        self._due[task] = when
+        if when < self._at:
+            self._arm(loop, when)
+
+    def release(self, task: asyncio.Task[Any]) -> bool:
+        """Stop watching ``task``; whether its deadline had passed (and it was cancelled)."""
+        self._due.pop(task, None)
+        if task in self._expired:
+            self._expired.discard(task)
+            return True
+        return False
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = loop.call_at(when, self._fire)
+        self._at = when
+
+    def _fire(self) -> None:
+        self._timer, self._at = None, float("inf")
+        assert self._loop is not None
+        now = self._loop.time()
+        nearest = float("inf")
+        for task, when in list(self._due.items()):
+            if when <= now:
+                del self._due[task]
+                self._expired.add(task)
+                task.cancel()
+            elif when < nearest:
+                nearest = when
+        if nearest < float("inf"):
+            self._arm(self._loop, nearest)
+
+
 class Stub:
     """Runs a ``Plugin`` against a runtime; see the module docstring."""
 
@@ -219,6 +281,7 @@ class Stub:
         self._offline: _Link | None = None
         self._handler_lock = asyncio.Lock()
         self._handler_tasks: set[asyncio.Task[Any]] = set()
+        self._watchdog = _Watchdog()
         self._stopping = False
         self._wake = asyncio.Event()
         self._state_changed = asyncio.Event()
@@ -279,15 +342,16 @@ class Stub:
         delay = self.backoff_initial
         try:
             while not self._stopping:
+                link = self._new_link()
                 try:
-                    reader, writer = await self._open()
+                    await self._open(link)
                 except OSError as exc:
                     self.last_error = f"cannot connect to {self.socket_path}: {exc}"
                     if not self.reconnect:
                         raise ConnectionClosed(self.last_error) from exc
                     log.info("%s; retrying in %.1f s", self.last_error, delay)
                 else:
-                    registered = await self._serve(reader, writer)
+                    registered = await self._serve(link)
                     if registered:
                         delay = self.backoff_initial
                     if self._stopping or not self.reconnect:
@@ -309,29 +373,34 @@ class Stub:
         if link is not None:
             await self._close_link(link, "stub stopped")
 
-    async def _open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        self._set_state(StubState.CONNECTING)
-        if self.launched_fd is not None:
-            sock = socket.socket(fileno=self.launched_fd)
-            self.launched_fd = None  # the socket object owns the fd now
-            return await asyncio.open_unix_connection(sock=sock)
-        return await asyncio.open_unix_connection(self.socket_path)
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
-        """One connection's life; returns whether registration succeeded."""
-        self.connections += 1
+    def _new_link(self) -> _Link:
+        """A fresh connection (not open yet) and its per-connection state."""
         link: _Link
         conn = Connection(
-            reader,
-            writer,
             Session(Role.PLUGIN),
             lambda event: self._dispatch(link, event),
             name=f"{self.idx}-{self.name}",
             on_reply_sent=lambda _sid: self._reply_sent(link),
         )
         link = _Link(conn)
+        return link
+
+    async def _open(self, link: _Link) -> None:
+        self._set_state(StubState.CONNECTING)
+        assert link.conn is not None
+        if self.launched_fd is not None:
+            sock = socket.socket(fileno=self.launched_fd)
+            self.launched_fd = None  # the socket object owns the fd now
+            await connect_unix(link.conn, sock=sock)
+        else:
+            await connect_unix(link.conn, self.socket_path)
+
+    async def _serve(self, link: _Link) -> bool:
+        """One connection's life; returns whether registration succeeded."""
+        self.connections += 1
+        conn = link.conn
+        assert conn is not None
         self._link = link
-        conn.start()
         link.sender = asyncio.get_running_loop().create_task(self._send_updates(link))
         self._set_state(StubState.REGISTERING)
         registered = False
@@ -475,15 +544,28 @@ class Stub:
         # wait() per call. The set marks it as "inside a handler" for UpdateFuture.
         task = asyncio.current_task()
         assert task is not None
-        deadline = asyncio.timeout(budget)
+        cancelling = task.cancelling()
+        watchdog = self._watchdog
+        watchdog.watch(task, budget)
         self._handler_tasks.add(task)
         try:
-            async with deadline:
-                reply = await self._locked(run, self, link, message)
-        except TimeoutError as exc:
-            if deadline.expired():
-                log.error("%s handler still running after %.2f s: cancelled, answering DEADLINE_EXCEEDED", req.method, budget)
-                return b"", Status(Code.DEADLINE_EXCEEDED, f"{req.method} handler did not finish within {budget:.2f} s")
+            try:
+                async with self._handler_lock:
+                    reply = await run(self, link, message)
+            except asyncio.CancelledError:
+                # As asyncio.timeout: our cancellation becomes the deadline's error unless the
+                # task is also being cancelled from outside.
+                if watchdog.release(task) and task.uncancel() <= cancelling:
+                    raise _Expired from None
+                raise
+            finally:
+                self._handler_tasks.discard(task)
+                if watchdog.release(task):  # it fired, and the handler finished anyway
+                    task.uncancel()
+        except _Expired:
+            log.error("%s handler still running after %.2f s: cancelled, answering DEADLINE_EXCEEDED", req.method, budget)
+            return b"", Status(Code.DEADLINE_EXCEEDED, f"{req.method} handler did not finish within {budget:.2f} s")
+        except TimeoutError as exc:  # the handler's own
             log.warning("%s handler failed: %s", req.method, exc, exc_info=True)
             return b"", Status(Code.UNKNOWN, str(exc) or type(exc).__name__)
         except RpcError as exc:
@@ -500,8 +582,6 @@ class Stub:
         except Exception as exc:
             log.warning("%s handler failed: %s", req.method, exc, exc_info=not isinstance(exc, NRIError))
             return b"", Status(Code.UNKNOWN, str(exc) or type(exc).__name__)
-        finally:
-            self._handler_tasks.discard(task)
         elapsed = time.monotonic() - started
         if elapsed > budget / 2:
             log.warning("%s handler took %.3f s of its %.2f s budget", req.method, elapsed, budget)
@@ -518,10 +598,6 @@ class Stub:
         else:
             total = DEFAULT_REQUEST_TIMEOUT
         return max(0.001, total - max(0.005, min(0.25, total * 0.1)))
-
-    async def _locked(self, run: _Run, stub: Stub, link: _Link, message: Any) -> Message:
-        async with self._handler_lock:
-            return await run(stub, link, message)
 
     # ---------------------------------------------------------------- handlers
     async def _on_configure(self, link: _Link, req: api_pb2.ConfigureRequest) -> Message:

@@ -1,20 +1,30 @@
 """The thin asyncio layer: one ``Session`` driven over a stream socket.
 
-``Connection`` reads, feeds the session, hands each received call to a
-dispatcher and resolves the futures of our own calls. All protocol decisions
+``Connection`` is the socket's ``asyncio.Protocol``: received bytes go to the
+session in the event loop's read callback, each received call is handed to a
+dispatcher and the futures of our own calls are resolved there, with no reader
+task between the socket and the session (a ``StreamReader`` costs one more loop
+turn per message on both sides of every round trip). All protocol decisions
 live in ``Session``; all NRI semantics live in the stub and the runtime. The
 dispatcher is called synchronously on receipt (so callers can do bookkeeping
-in arrival order) and returns an awaitable reply that runs as its own task, so
-a slow handler never stalls the reader: answers to our calls keep flowing.
+in arrival order) and returns an awaitable reply that runs as its own task,
+started right there (``_start_eagerly``: a handler that never waits is answered
+within the read callback), so a slow handler never stalls the reader: answers
+to our calls keep flowing.
+
+Open one with ``connect_unix`` (a path or a connected socket) or hand
+``Connection`` instances to ``loop.create_unix_server`` as the protocol.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
-from collections.abc import Awaitable, Callable
-from typing import TypeAlias
+import socket
+from collections.abc import Awaitable, Callable, Coroutine, Generator
+from typing import Any, TypeAlias
 
 from topodra.nri.errors import ConnectionClosed, ProtocolError, RpcError
 from topodra.nri.session import (
@@ -27,7 +37,7 @@ from topodra.nri.session import (
 )
 from topodra.nri.ttrpc import Code, Status
 
-__all__ = ["Connection", "Dispatcher", "Reply"]
+__all__ = ["Connection", "Dispatcher", "Reply", "connect_unix"]
 
 log = logging.getLogger("topodra.nri.transport")
 
@@ -35,39 +45,75 @@ log = logging.getLogger("topodra.nri.transport")
 Reply: TypeAlias = tuple[bytes, Status | None]
 Dispatcher: TypeAlias = Callable[[RequestReceived], Awaitable[Reply]]
 
-_READ_SIZE = 256 * 1024
 
-
-class Connection:
+class Connection(asyncio.Protocol):
     """A running NRI socket: ``call`` out, dispatched requests in."""
 
     def __init__(
         self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
         session: Session,
         dispatch: Dispatcher,
         *,
         name: str = "nri",
         on_reply_sent: Callable[[int], None] | None = None,
     ) -> None:
-        self._reader = reader
-        self._writer = writer
         self.session = session
         self._dispatch = dispatch
         self._on_reply_sent = on_reply_sent
         self.name = name
+        self._transport: asyncio.Transport | None = None
         self._calls: dict[int, asyncio.Future[bytes]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._reader_task: asyncio.Task[None] | None = None
         self._closed = asyncio.Event()
+        self._lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._writable: asyncio.Future[None] | None = None  # set while the transport's buffer is full
         self.close_reason: str | None = None
 
-    # ---------------------------------------------------------------- lifecycle
-    def start(self) -> None:
-        if self._reader_task is None:
-            self._reader_task = asyncio.get_running_loop().create_task(self._read_loop(), name=f"{self.name}-reader")
+    # ---------------------------------------------------------------- protocol callbacks
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        self._flush()
 
+    def data_received(self, data: bytes) -> None:
+        if self._closed.is_set():
+            return
+        try:
+            events = self.session.receive_data(data)
+            for event in events:
+                self._on_event(event)
+            self._flush()
+        except ProtocolError as exc:
+            reason = f"protocol error: {exc}"
+            log.warning("%s: %s", self.name, reason)
+            self._shutdown(reason)
+
+    def eof_received(self) -> bool | None:
+        reason = "peer closed the connection"
+        try:
+            self.session.eof()
+        except ProtocolError as exc:
+            reason = f"protocol error: {exc}"
+            log.warning("%s: %s", self.name, reason)
+        self._shutdown(reason)
+        return None  # the transport closes itself
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._shutdown(f"read failed: {exc}" if exc is not None else "peer closed the connection")
+        if not self._lost.done():
+            self._lost.set_result(None)
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+
+    def pause_writing(self) -> None:
+        if self._writable is None or self._writable.done():
+            self._writable = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+
+    # ---------------------------------------------------------------- lifecycle
     @property
     def closed(self) -> bool:
         return self._closed.is_set()
@@ -78,16 +124,18 @@ class Connection:
     async def close(self, reason: str = "closed locally") -> None:
         self._shutdown(reason)
         current = asyncio.current_task()
-        tasks = [t for t in (self._reader_task, *self._tasks) if t is not None and t is not current]
+        tasks = [t for t in self._tasks if t is not current]
         for task in tasks:
             task.cancel()
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        if self._transport is None:
+            return
         try:
-            await asyncio.wait_for(self._writer.wait_closed(), 1.0)
-        except Exception:  # a peer that stopped reading must not keep us here
-            self._writer.transport.abort()
+            await asyncio.wait_for(asyncio.shield(self._lost), 1.0)
+        except TimeoutError:  # a peer that stopped reading must not keep us here
+            self._transport.abort()
 
     def _shutdown(self, reason: str) -> None:
         if self._closed.is_set():
@@ -98,8 +146,8 @@ class Connection:
             if not fut.done():
                 fut.set_exception(ConnectionClosed(f"{self.name}: connection closed ({reason})"))
         self._calls.clear()
-        with contextlib.suppress(Exception):
-            self._writer.close()
+        if self._transport is not None:
+            self._transport.close()
 
     # ---------------------------------------------------------------- calls
     async def call(self, service: str, method: str, payload: bytes, *, timeout: float | None) -> bytes:
@@ -127,46 +175,25 @@ class Connection:
             self._calls.pop(sid, None)
 
     def _flush(self) -> None:
+        if self._transport is None or self.closed:
+            return  # not connected yet: the bytes stay queued in the session
         data = self.session.data_to_send()
-        if data and not self.closed:
-            self._writer.write(data)
+        if data:
+            self._transport.write(data)
 
     async def _drain(self) -> None:
-        try:
-            await self._writer.drain()
-        except (ConnectionError, OSError) as exc:
-            self._shutdown(f"write failed: {exc}")
+        """Wait while the transport's buffer is over its high-water mark (a peer not reading)."""
+        writable = self._writable
+        if writable is not None and not writable.done():
+            await writable
 
     # ---------------------------------------------------------------- receiving
-    async def _read_loop(self) -> None:
-        reason = "peer closed the connection"
-        try:
-            while True:
-                data = await self._reader.read(_READ_SIZE)
-                if not data:
-                    self.session.eof()
-                    break
-                events = self.session.receive_data(data)
-                for event in events:
-                    self._on_event(event)
-                self._flush()
-        except ProtocolError as exc:
-            reason = f"protocol error: {exc}"
-            log.warning("%s: %s", self.name, reason)
-        except (ConnectionError, OSError) as exc:
-            reason = f"read failed: {exc}"
-        except asyncio.CancelledError:
-            reason = "closed locally"
-            raise
-        finally:
-            self._shutdown(reason)
-
     def _on_event(self, event: object) -> None:
         if isinstance(event, RequestReceived):
-            reply = self._dispatch(event)
-            task = asyncio.get_running_loop().create_task(self._answer(event, reply))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            task = _start_eagerly(self._answer(event, self._dispatch(event)))
+            if not task.done():
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
         elif isinstance(event, ResponseReceived):
             fut = self._calls.get(event.stream_id)
             if fut is not None and not fut.done():
@@ -200,3 +227,82 @@ class Connection:
         if self._on_reply_sent is not None:
             self._on_reply_sent(event.stream_id)
         await self._drain()
+
+
+class _Eager(Coroutine[Any, Any, None]):
+    """A coroutine whose first step already ran (``start``) when its task takes it over.
+
+    A call's answer starts in the read callback that received it, as its task (the task is
+    current there, so ``asyncio.timeout``, ``current_task`` and cancellation work as in any
+    task): a handler that never waits has its reply written before the callback returns,
+    without the loop turn a new task waits for. The task's own first step then finds it
+    finished, or suspended on what it awaits, and goes on from there as ``yield from`` would.
+    """
+
+    __slots__ = ("_coro", "_first", "_handed", "_outcome")
+
+    def __init__(self, coro: Coroutine[Any, Any, None]) -> None:
+        self._coro = coro
+        self._first: Any = None  # what the first step waits on
+        self._handed = True  # the first step's wait was given to the task (or there is none)
+        self._outcome: BaseException | None = None  # StopIteration if it finished, or its error
+
+    def start(self, task: asyncio.Task[None]) -> None:
+        loop = task.get_loop()
+        asyncio.tasks._enter_task(loop, task)
+        try:
+            self._first = self._coro.send(None)
+            self._handed = False
+        except BaseException as exc:  # the task raises it at its first step, as if it ran there
+            self._outcome = exc
+        finally:
+            asyncio.tasks._leave_task(loop, task)
+
+    def send(self, value: Any) -> Any:
+        if self._outcome is not None:
+            outcome, self._outcome = self._outcome, None
+            raise outcome
+        if not self._handed:
+            self._handed = True
+            first, self._first = self._first, None
+            return first
+        return self._coro.send(value)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        if self._outcome is not None:  # it finished in its first step: the task ends with this
+            self._outcome = None
+            raise typ if val is None else val
+        first, self._first = self._first, None
+        if not self._handed and isinstance(first, asyncio.Future):
+            first.cancel()  # as a task cancels what it waits on
+        self._handed = True
+        if val is None and tb is None:
+            return self._coro.throw(typ)
+        return self._coro.throw(typ, val, tb)
+
+    def close(self) -> None:
+        self._coro.close()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        raise TypeError("an eagerly started answer is only run by its task")
+
+
+def _start_eagerly(coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+    """A task for ``coro`` whose first step runs now, in the caller's turn of the loop (a plain
+    task when called from inside one: a step cannot run within another task's)."""
+    loop = asyncio.get_running_loop()
+    if asyncio.current_task(loop) is not None:
+        return loop.create_task(coro)
+    eager = _Eager(coro)
+    context = contextvars.copy_context()
+    task = loop.create_task(eager, context=context)
+    context.run(eager.start, task)
+    return task
+
+
+async def connect_unix(
+    conn: Connection, path: str | None = None, *, sock: socket.socket | None = None
+) -> Connection:
+    """Open ``conn`` on the unix socket at ``path`` (or the connected ``sock``)."""
+    await asyncio.get_running_loop().create_unix_connection(lambda: conn, path, sock=sock)
+    return conn

@@ -53,6 +53,7 @@ class Partition:
     node_of_cpu: dict[int, int]
     pool_of_cpu: tuple[int, ...]  # CPU -> the deepest pool holding it (-1: none)
     _mem_size: dict[tuple[int, frozenset[MemoryKind]], int] = field(default_factory=dict)
+    _mem_sizes: dict[frozenset[MemoryKind], tuple[int, ...]] = field(default_factory=dict)
     _missing: dict[frozenset[MemoryKind], tuple[int, ...]] = field(default_factory=dict)
     _lacks: dict[frozenset[MemoryKind], bool] = field(default_factory=dict)
     _orders: dict[TopologyLevel | None, tuple[tuple[int, ...], ...]] = field(default_factory=dict)
@@ -116,6 +117,13 @@ class Partition:
         if size is None:
             size = self._mem_size[key] = self.memory.size(self.pools[pool].nodes_of(kinds))
         return size
+
+    def mem_sizes(self, kinds: frozenset[MemoryKind]) -> tuple[int, ...]:
+        """``mem_size`` of every pool, by index (one lookup for a placement that ranks them all)."""
+        got = self._mem_sizes.get(kinds)
+        if got is None:
+            got = self._mem_sizes[kinds] = tuple(self.mem_size(i, kinds) for i in range(len(self.pools)))
+        return got
 
     def nodes_near(self, cpus: int, nodes: int) -> int:
         """The nodes of ``nodes`` that hold one of ``cpus`` or are attached to a node that does."""

@@ -160,28 +160,32 @@ class Placer:
         return 2 * missing + (0 if self.supply.mem_free(pool, need.memory_kinds) >= need.memory else 1)
 
     def _mem_fitter(self, need: Need) -> Callable[[int], int]:
-        """``_mem_fit`` for the many pools one placement ranks: each pool's free memory (the least
-        along its path, as ``Supply.mem_free``) is worked out once, from its parent's."""
-        kinds, want = need.memory_kinds, need.memory
-        missing = self.part.missing_kinds(kinds)
-        if want <= 0:
+        """``_mem_fit`` for the many pools one placement ranks (``_mem_fits``, by index)."""
+        kinds = need.memory_kinds
+        if need.memory <= 0:
+            missing = self.part.missing_kinds(kinds)
             return lambda i: 2 * missing[i]
-        size, mem, parents = self.part.mem_size, self.supply.mem, self.part.parents
-        room: dict[int, int] = {}
+        return self._mem_fits(need).__getitem__
 
-        def room_of(i: int) -> int:
-            r = room.get(i)
-            if r is None:
-                r = size(i, kinds) - mem[i]
-                par = parents[i]
-                if par >= 0:
-                    up = room_of(par)
-                    if up < r:
-                        r = up
-                room[i] = r
-            return r
-
-        return lambda i: 2 * missing[i] + (0 if room_of(i) >= want else 1)
+    def _mem_fits(self, need: Need) -> list[int]:
+        """``_mem_fit`` of every pool, by index, for a request with a memory size: each pool's free
+        memory (the least along its path, as ``Supply.mem_free``) is worked out once, from its
+        parent's, in index order (parents come first)."""
+        kinds, want = need.memory_kinds, need.memory
+        part = self.part
+        missing, sizes, mem, parents = part.missing_kinds(kinds), part.mem_sizes(kinds), self.supply.mem, part.parents
+        room: list[int] = []
+        fits: list[int] = []
+        for i, size in enumerate(sizes):
+            r = size - mem[i]
+            par = parents[i]
+            if par >= 0:
+                up = room[par]
+                if up < r:
+                    r = up
+            room.append(r)
+            fits.append(2 * missing[i] + (0 if r >= want else 1))
+        return fits
 
     # --- shared ----------------------------------------------------------------------
     def choose_shared(self, req: ContainerRequest, need: Need, hint_pool: int | None) -> int:
@@ -363,7 +367,8 @@ class Placer:
         missing = self.part.missing_kinds(need.memory_kinds)
         groups: dict[tuple[int, ...], list[tuple[int, int, int, int]]] = {}
         all_cand, all_pref, any_pref = a.cand, a.pref, a.pref != a.cand
-        mem_fit, hint = self._mem_fitter(need) if need.memory > 0 else None, a.hint_pool
+        mem_fit, hint = self._mem_fits(need) if need.memory > 0 else missing, a.hint_pool
+        depth = self.part.depth
         # Most pools cannot give n CPUs at all: filter those out first, in one pass.
         for i in range(len(pools)) if isolated else [i for i, r in enumerate(reach) if r >= n]:
             p = pools[i]
@@ -381,11 +386,11 @@ class Placer:
                 kind_fit, use, clean = True, cand, clean_all & cpus
             half = (use & ~clean).bit_count()  # free threads of half-used cores
             lead = (
-                mem_fit(i) if mem_fit is not None else 2 * missing[i],
+                mem_fit[i] if mem_fit is not missing else 2 * missing[i],
                 0 if i == hint else 1,
                 0 if kind_fit else 1,
                 0 if clean.bit_count() + (half if half < rem else rem) >= n else 1,  # fits on whole cores
-                -p.depth,
+                -depth[i],
                 0 if half >= rem else 1,  # an odd remainder fills a half-used core
             )
             group = groups.get(lead)

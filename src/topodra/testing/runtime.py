@@ -72,7 +72,7 @@ from topodra.nri.merge import (
 from topodra.nri.proto import api_pb2
 from topodra.nri.session import RequestReceived, Role, Session
 from topodra.nri.stub import PLUGIN_SERVICE, RUNTIME_SERVICE, check_plugin_index, check_plugin_name
-from topodra.nri.transport import Connection, Reply
+from topodra.nri.transport import Connection, Reply, connect_unix
 from topodra.nri.ttrpc import Code, Status, code_name
 from topodra.nri.types import (
     Container,
@@ -320,7 +320,8 @@ class EmbeddedRuntime:
             with contextlib.suppress(FileNotFoundError):
                 self.socket_path.unlink()
             self.socket_path.parent.mkdir(parents=True, exist_ok=True)
-            self._server = await asyncio.start_unix_server(self._on_connect, path=str(self.socket_path))
+            loop = asyncio.get_running_loop()
+            self._server = await loop.create_unix_server(self._on_connect, path=str(self.socket_path))
 
     async def stop(self) -> None:
         """Stop listening, close every plugin (launched ones are killed)."""
@@ -395,15 +396,19 @@ class EmbeddedRuntime:
     def _changed_plugins(self) -> None:
         self._plugins_changed.set()
 
-    def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._spawn(self._start_plugin(reader, writer, launched=None))  # tracked, so stop() can cancel it
+    def _on_connect(self) -> Connection:
+        """A plugin connected to the socket: its connection, and its start (tracked, so stop() can cancel it)."""
+        plugin = self._new_plugin(launched=None)
+        self._spawn(self._start_plugin(plugin))
+        return plugin.conn
 
     async def attach(self, sock: socket.socket, *, name: str, idx: str) -> None:
         """Serve a pre-connected plugin socket (what a runtime-launched plugin gets on fd 3)."""
         check_plugin_name(name)
         check_plugin_index(idx)
-        reader, writer = await asyncio.open_unix_connection(sock=sock)
-        await self._start_plugin(reader, writer, launched=(name, idx))
+        plugin = self._new_plugin(launched=(name, idx))
+        await self._open(plugin, sock)
+        await self._start_plugin(plugin)
 
     async def launch_plugin(
         self, argv: Sequence[str], *, name: str, idx: str, stderr: int | None = None
@@ -430,8 +435,9 @@ class EmbeddedRuntime:
         finally:
             theirs.close()
         self._note(f"starting pre-installed NRI plugin {name!r}...")
-        reader, writer = await asyncio.open_unix_connection(sock=ours)
-        await self._start_plugin(reader, writer, launched=(name, idx), process=process)
+        plugin = self._new_plugin(launched=(name, idx), process=process)
+        await self._open(plugin, ours)
+        await self._start_plugin(plugin)
         return process
 
     async def _start_plugin_dir(self, directory: Path) -> None:
@@ -448,18 +454,12 @@ class EmbeddedRuntime:
             self._note(f"discovered plugin {entry.name}")
             await self.launch_plugin([str(entry)], name=name, idx=idx)
 
-    async def _start_plugin(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        *,
-        launched: tuple[str, str] | None,
-        process: asyncio.subprocess.Process | None = None,
-    ) -> None:
+    def _new_plugin(
+        self, *, launched: tuple[str, str] | None, process: asyncio.subprocess.Process | None = None
+    ) -> _Plugin:
+        """A plugin's record and its connection (to be opened), known to ``stop()`` from now on."""
         plugin: _Plugin
         conn = Connection(
-            reader,
-            writer,
             Session(Role.RUNTIME, go_reader=self.go_frame_rules),
             lambda event: self._dispatch(plugin, event),
             name="runtime",
@@ -469,7 +469,16 @@ class EmbeddedRuntime:
             plugin.name, plugin.idx = launched
         plugin.registered = asyncio.get_running_loop().create_future()
         self._all.append(plugin)
-        conn.start()
+        return plugin
+
+    async def _open(self, plugin: _Plugin, sock: socket.socket) -> None:
+        try:
+            await connect_unix(plugin.conn, sock=sock)
+        except BaseException:
+            self._all.remove(plugin)
+            raise
+
+    async def _start_plugin(self, plugin: _Plugin) -> None:
         self._spawn(self._watch_close(plugin))
         async with self._accept_lock:  # containerd starts one plugin at a time
             try:
