@@ -106,6 +106,7 @@ class Lean:
             headers = await self._headers(method, url, len(body))
             if headers is None:
                 return None
+            self.requests += 1
             for attempt in (0, 1):
                 reused = self._conn is not None and not self._conn.closed
                 try:
@@ -127,7 +128,7 @@ class Lean:
         key = (method, str(url))
         request = self._heads.get(key)
         if request is None:
-            request = self._client.build_request(method, url, content=b"", headers=_JSON_BODY)
+            request = self._client.build_request(method, url, content=b" ", headers=_JSON_BODY)  # as a body would order them
             if len(self._heads) >= 256:
                 self._heads.clear()
             self._heads[key] = request
