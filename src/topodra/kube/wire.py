@@ -23,6 +23,7 @@ import httpx2
 __all__ = ["Lean", "lean_for"]
 
 _JSON_BODY: Final = {"Content-Type": "application/json"}
+_PIECE: Final = 16 << 10  # bytes of a request body written per loop step
 
 
 class _Closed(Exception):
@@ -157,7 +158,15 @@ class Lean:
         transport = conn.transport
         assert transport is not None
         transport.write(h.send(h11.Request(method=method, target=target, headers=headers)) or b"")
-        transport.write(h.send(h11.Data(data=body)) or b"")
+        # The body in pieces, the loop free between them: on loopback (and in the TLS layer) the
+        # kernel's and the cipher's work on a send is done in the sender's step, ~0.3 ms for 60 KB.
+        view = memoryview(h.send(h11.Data(data=body)) or b"")
+        for at in range(0, len(view), _PIECE):
+            if at:
+                await asyncio.sleep(0)
+                if conn.closed:
+                    raise _Closed("the API server closed the connection")
+            transport.write(view[at : at + _PIECE])
         transport.write(h.send(h11.EndOfMessage()) or b"")
         async with asyncio.timeout(timeout.read):
             response = await conn.event()
