@@ -59,8 +59,10 @@ def _same(existing: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
 
 
 async def _read_answer(answer: str, sent: Mapping[str, Any], devices: Sequence[Device]) -> dict[str, Any] | None:
-    """``slices.read_answer`` with the event loop free between its steps."""
+    """``slices.read_answer`` with the event loop free between its steps (and before the first:
+    the answer's arrival is a step of its own)."""
     steps = read_answer(answer, sent, devices)
+    await asyncio.sleep(0)
     while True:
         try:
             next(steps)

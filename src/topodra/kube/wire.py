@@ -23,6 +23,7 @@ import httpx2
 __all__ = ["Lean", "lean_for"]
 
 _JSON_BODY: Final = {"Content-Type": "application/json"}
+_NO_BODY: Final = [(b"Host", b"-"), (b"Content-Length", b"0")]
 _PIECE: Final = 16 << 10  # bytes of a request body written per loop step
 
 
@@ -84,7 +85,7 @@ class Lean:
         self._host, self._port, self._tls = host, port, tls
         self._conn: _Protocol | None = None
         self._lock = asyncio.Lock()
-        self._heads: dict[tuple[str, str], httpx2.Request] = {}  # built once per object's URL
+        self._heads: dict[tuple[str, str], bytes] = {}  # request heads, built once per object's URL
         self.requests = 0  # sent on this path (tests)
         self.connects = 0
         self._last_got_bytes = False  # the last exchange had an answer's head: no retry after that
@@ -104,14 +105,14 @@ class Lean:
         PUT on a reused connection that answered nothing (the server closed it idle);
         otherwise it raises ``httpx2.TransportError`` as httpx would."""
         async with self._lock:
-            headers = await self._headers(method, url, len(body))
-            if headers is None:
+            head = await self._head(method, url)
+            if head is None:
                 return None
             self.requests += 1
             for attempt in (0, 1):
                 reused = self._conn is not None and not self._conn.closed
                 try:
-                    status, answer_headers, data = await self._exchange(method, url, headers, body)
+                    status, answer_headers, data = await self._exchange(method, url, head % len(body), body)
                 except (_Closed, OSError) as exc:
                     await self.close()
                     if attempt == 0 and reused and method == "PUT" and not self._last_got_bytes:
@@ -121,18 +122,21 @@ class Lean:
                     await self.close()  # mid-answer (a timeout, a cancel): the connection is unusable
                     raise
                 if status == 401:
+                    self._heads.clear()  # the httpx path's auth flow renews the token: ask it again next time
                     return None
                 return status, answer_headers, data
             raise AssertionError("unreachable")
 
-    async def _headers(self, method: str, url: httpx2.URL, length: int) -> list[tuple[bytes, bytes]] | None:
+    async def _head(self, method: str, url: httpx2.URL) -> bytes | None:
+        """The request head as httpx would send it, with ``%d`` for the body's length: built
+        once per object (httpx's request building and the client's auth flow: lightkube's
+        auths change their header only after a 401, when this cache is emptied), in h11's
+        framing (Host first)."""
         key = (method, str(url))
-        request = self._heads.get(key)
-        if request is None:
-            request = self._client.build_request(method, url, content=b" ", headers=_JSON_BODY)  # as a body would order them
-            if len(self._heads) >= 256:
-                self._heads.clear()
-            self._heads[key] = request
+        head = self._heads.get(key)
+        if head is not None:
+            return head
+        request = self._client.build_request(method, url, content=b" ", headers=_JSON_BODY)  # a body orders them
         auth = self._client._build_request_auth(request)
         if auth.requires_request_body or auth.requires_response_body:
             return None
@@ -141,11 +145,19 @@ class Lean:
             authed = await flow.__anext__()
         finally:
             await flow.aclose()
-        length_value = str(length).encode()
-        return [(k, length_value if k.lower() == b"content-length" else v) for k, v in authed.headers.raw]
+        lines = [b"%s %s HTTP/1.1\r\n" % (method.encode(), url.raw_path)]
+        items = [(k, k.lower(), v) for k, v in authed.headers.raw]
+        for raw, name, value in sorted(items, key=lambda item: item[1] != b"host"):  # stable: Host first
+            value = b"%d" if name == b"content-length" else value.replace(b"%", b"%%")
+            lines.append(raw + b": " + value + b"\r\n")
+        head = b"".join(lines) + b"\r\n"
+        if len(self._heads) >= 256:
+            self._heads.clear()
+        self._heads[key] = head
+        return head
 
     async def _exchange(
-        self, method: str, url: httpx2.URL, headers: list[tuple[bytes, bytes]], body: bytes
+        self, method: str, url: httpx2.URL, head: bytes, body: bytes
     ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
         timeout = self._client.timeout
         conn = self._conn
@@ -157,17 +169,20 @@ class Lean:
         h = conn.h11
         transport = conn.transport
         assert transport is not None
-        transport.write(h.send(h11.Request(method=method, target=target, headers=headers)) or b"")
+        # h11 keeps the connection's state (it frames the answer): told of a request with the
+        # same method and no body, the head and body going out as formatted above.
+        h.send(h11.Request(method=method, target=target, headers=_NO_BODY))
+        h.send(h11.EndOfMessage())
+        transport.write(head)
         # The body in pieces, the loop free between them: on loopback (and in the TLS layer) the
         # kernel's and the cipher's work on a send is done in the sender's step, ~0.3 ms for 60 KB.
-        view = memoryview(h.send(h11.Data(data=body)) or b"")
+        view = memoryview(body)
         for at in range(0, len(view), _PIECE):
             if at:
                 await asyncio.sleep(0)
                 if conn.closed:
                     raise _Closed("the API server closed the connection")
             transport.write(view[at : at + _PIECE])
-        transport.write(h.send(h11.EndOfMessage()) or b"")
         async with asyncio.timeout(timeout.read):
             response = await conn.event()
             while isinstance(response, h11.InformationalResponse):
