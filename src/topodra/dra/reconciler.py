@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from topodra.dra.devices import DRIVER, Device
-from topodra.dra.slices import build_slices, chunk_devices, encode_slice, event_head, read_answer
+from topodra.dra.slices import chunk_devices, encode_slice, event_head, iter_slices, read_answer
 from topodra.kube.client import NODES, RESOURCE_SLICES, KubeClient
 from topodra.kube.errors import ApiError
 
@@ -225,9 +225,13 @@ class SliceReconciler:
         generation = max(self._generation, seen_gen, 1)
         devices = self.devices()
         chunks = chunk_devices(devices)
-        desired = build_slices(
+        # Built a slice per loop step (the whole pool is ~1 ms of CPU at 1,024 CPUs).
+        desired: list[dict[str, Any]] = []
+        for d in iter_slices(
             self.node_name, devices, generation=generation, node_uid=owner, driver=self._driver, chunks=chunks
-        )
+        ):
+            await asyncio.sleep(0)
+            desired.append(d)
         listed = dict(zip((d["metadata"]["name"] for d in desired), chunks, strict=True))
         names = {d["metadata"]["name"] for d in desired}
         stale += [s for name, s in existing.items() if name not in names]
