@@ -227,11 +227,13 @@ class SliceReconciler:
         chunks = chunk_devices(devices)
         # Built a slice per loop step (the whole pool is ~1 ms of CPU at 1,024 CPUs).
         desired: list[dict[str, Any]] = []
-        for d in iter_slices(
+        slices = iter_slices(
             self.node_name, devices, generation=generation, node_uid=owner, driver=self._driver, chunks=chunks
-        ):
-            await asyncio.sleep(0)
+        )
+        await asyncio.sleep(0)  # the device list chunked and checked
+        for d in slices:
             desired.append(d)
+            await asyncio.sleep(0)
         listed = dict(zip((d["metadata"]["name"] for d in desired), chunks, strict=True))
         names = {d["metadata"]["name"] for d in desired}
         stale += [s for name, s in existing.items() if name not in names]
@@ -296,6 +298,7 @@ class SliceReconciler:
                 self._desired[name] = {**d, "spec": stored.get("spec"), "metadata": {**d["metadata"]}}
             # the watch, open across writes, skips this write's event by its resourceVersion
             self._wrote[name] = str((published[name].get("metadata") or {}).get("resourceVersion", ""))
+        await asyncio.sleep(0)
         self._generation = generation
         self._published = published
         # The watch resumes after our own writes, so it does not replay them as drift.
