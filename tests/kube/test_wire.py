@@ -130,6 +130,32 @@ def test_request_bytes_equal_httpx_s() -> None:
     run(main)
 
 
+def test_a_percent_escaped_query_is_sent_as_httpx_sends_it() -> None:
+    config = KubeConfig.from_dict(
+        {
+            "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:1"}}],
+            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+            "users": [{"name": "u", "user": {"token": "t%d"}}],
+            "current-context": "c",
+        }
+    )
+
+    async def main() -> None:
+        async with Peer() as peer:
+            config.clusters["c"].server = peer.url
+            for lean in (False, True):
+                client = KubeClient(AsyncClient(config, field_manager="topo dra/100%", trust_env=False))
+                if not lean:
+                    httpx_only(client)
+                async with client:
+                    await client.replace_encoded(RESOURCE_SLICES, NAME, encoded("3"))
+        assert peer.requests[0] == peer.requests[1]
+        assert b"?fieldManager=topo+dra%2F100%25 HTTP/1.1\r\n" in peer.requests[1]
+        assert b"Bearer t%d\r\n" in peer.requests[1]
+
+    run(main)
+
+
 def test_the_api_double_stores_what_either_path_sends() -> None:
     async def main() -> None:
         async with ApiServer() as server, KubeClient.for_url(server.url) as client:

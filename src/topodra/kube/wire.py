@@ -145,7 +145,7 @@ class Lean:
             authed = await flow.__anext__()
         finally:
             await flow.aclose()
-        lines = [b"%s %s HTTP/1.1\r\n" % (method.encode(), url.raw_path)]
+        lines = [(b"%s %s HTTP/1.1\r\n" % (method.encode(), url.raw_path)).replace(b"%", b"%%")]  # a %-escaped query
         items = [(k, k.lower(), v) for k, v in authed.headers.raw]
         for raw, name, value in sorted(items, key=lambda item: item[1] != b"host"):  # stable: Host first
             value = b"%d" if name == b"content-length" else value.replace(b"%", b"%%")
