@@ -18,18 +18,20 @@ from topodra.cli import _COMMANDS, listing_app, make_app
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
-#: Run the real entry point with ARGV, then write the names of every loaded module to a file.
+#: Run the real entry point with ARGV, then write the names of every loaded module to a file
+#: (from an exit handler: ``main`` may end the process itself).
 _CHILD = """
-import json, sys
+import atexit, json, sys
 out, argv = sys.argv[1], sys.argv[2:]
 sys.argv = ["topodra", *argv]
+
+def dump():
+    with open(out, "w") as f:
+        json.dump(sorted(sys.modules), f)
+
+atexit.register(dump)
 from topodra.cli import main
-try:
-    main()
-except SystemExit:
-    pass
-with open(out, "w") as f:
-    json.dump(sorted(sys.modules), f)
+main()
 """
 
 
@@ -73,14 +75,20 @@ def test_small_sim_run_imports_no_plotting_progress_or_pydantic(tmp_path: Path) 
 #: summary table (plain lines when stdout is not a terminal), the YAML parser (built-in
 #: workloads come parsed, from ``workloads/builtin.json``), protobuf's ``descriptor_pb2``
 #: (the CEL types load from their serialised descriptor; the CEL runtime itself needs
-#: ``message_factory``), and the topology package's sysfs reader and serialiser (its names
-#: load on first use).
+#: ``message_factory``), the topology package's sysfs reader and serialiser (its names
+#: load on first use), and ``importlib.resources`` with its readers and ``zipfile`` (the
+#: built-in workloads are read beside ``sim.workload``), and ``random`` (only the grouped
+#: model's fill draws with it).
 SMALL_RUN_NEVER = (
     "rich",
     "yaml",
     "google.protobuf.descriptor_pb2",
     "topodra.topology.sysfs",
     "topodra.topology.serialize",
+    "importlib.resources",
+    "importlib.readers",
+    "zipfile",
+    "random",
 )
 
 
@@ -91,14 +99,11 @@ def test_small_sim_run_into_a_pipe_stays_off_the_heavy_modules(tmp_path: Path) -
 
 
 _THREADS = """
-import os, sys
+import atexit, os, sys
 sys.argv = ["topodra", "sim", "run", "-n", "2", "--cpus", "16", "--pods", "2", "--json"]
+atexit.register(lambda: print(os.environ.get("OPENBLAS_NUM_THREADS"), len(os.listdir("/proc/self/task")), file=sys.stderr))
 from topodra.cli import main
-try:
-    main()
-except SystemExit:
-    pass
-print(os.environ.get("OPENBLAS_NUM_THREADS"), len(os.listdir("/proc/self/task")), file=sys.stderr)
+main()
 """
 
 
@@ -110,6 +115,62 @@ def test_sim_starts_no_blas_threads_unless_asked(preset: str | None, expected: s
     env.update({"PYTHONPATH": str(SRC)} | ({} if preset is None else {"OPENBLAS_NUM_THREADS": preset}))
     done = subprocess.run([sys.executable, "-c", _THREADS], env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120, check=True)
     assert done.stderr.strip().splitlines()[-1].startswith(expected)
+
+
+#: The real entry point with ARGV, reporting a call of ``os._exit`` (the exit without the
+#: interpreter's tear-down); with "handler", an exit handler registered first.
+_TEARDOWN = """
+import atexit, os, sys
+mode, argv = sys.argv[1], sys.argv[2:]
+sys.argv = ["topodra", *argv]
+real_exit = os._exit
+
+def reporting_exit(code):
+    sys.stderr.write(f"quick exit {code}\\n")
+    sys.stderr.flush()
+    real_exit(code)
+
+os._exit = reporting_exit
+if mode == "handler":
+    atexit.register(lambda: print("handler ran", file=sys.stderr))
+from topodra.cli import main
+main()
+"""
+
+
+def _teardown_child(mode: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(SRC), "COLUMNS": "100"}
+    return subprocess.run([sys.executable, "-c", _TEARDOWN, mode, *argv], env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120, check=False)
+
+
+SMALL_RUN = ("sim", "run", "--nodes", "4", "--cpus", "16", "--pods", "8", "--json")
+
+
+def test_sim_command_ends_without_teardown_and_loses_no_output() -> None:
+    """A ``sim`` command ends with ``os._exit`` after flushing, with its whole output and its
+    exit status; what it prints equals the in-process run's."""
+    quick = _teardown_child("plain", *SMALL_RUN)
+    assert (quick.returncode, quick.stderr) == (0, "quick exit 0\n")
+    row = json.loads(quick.stdout)
+    same = json.loads(CliRunner().invoke(make_app("sim"), list(SMALL_RUN)).output)
+    assert row["scheduled"] == same["scheduled"] == 8
+    timings = {"sim_seconds", "sim_pods_per_s", "build_seconds", "node_filter_p50_ms", "node_filter_max_ms"}  # measured
+    assert row.keys() == same.keys()
+    assert {k: v for k, v in row.items() if k not in timings} == {k: v for k, v in same.items() if k not in timings}
+    bad = _teardown_child("plain", "sim", "run", "--nodes", "0")
+    assert bad.returncode == 2
+    assert "Invalid value for '--nodes'" in bad.stderr
+    assert bad.stderr.endswith("quick exit 2\n")
+
+
+@pytest.mark.parametrize(("mode", "argv"), [("handler", SMALL_RUN), ("handler", ("sim", "--help")), ("plain", ("--help",)), ("plain", ("--version",))])
+def test_exit_handlers_and_other_commands_get_the_usual_exit(mode: str, argv: tuple[str, ...]) -> None:
+    """With an exit handler registered (it must run), or outside ``sim``, the process exits
+    as usual."""
+    done = _teardown_child(mode, *argv)
+    assert done.returncode == 0
+    assert "quick exit" not in done.stderr
+    assert ("handler ran" in done.stderr) == (mode == "handler")
 
 
 def test_plain_summary_has_every_figure_of_the_table() -> None:
@@ -272,6 +333,21 @@ def test_builtin_workloads_from_the_index_equal_their_yaml() -> None:
         assert load_workload(name) == parse_workload((root / f"{name}.yaml").read_text(), name), name
 
 
+def test_builtin_workloads_are_read_where_importlib_resources_finds_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Beside the module when the package is files; through ``importlib.resources`` otherwise."""
+    from importlib import resources
+
+    from topodra.sim import workload
+
+    packaged = Path(str(resources.files("topodra.sim") / "workloads"))
+    assert Path(str(workload._builtin_root())) == packaged
+    monkeypatch.setattr(workload, "__file__", str(tmp_path / "workload.py"))  # no directory beside it
+    root = workload._builtin_root()
+    assert Path(str(root)) == packaged
+    assert (root / "prototype.yaml").read_text() == (packaged / "prototype.yaml").read_text()
+    assert workload.builtin_workloads() == sorted(p.stem for p in packaged.glob("*.yaml"))
+
+
 def test_a_builtin_edited_since_the_index_is_read_from_its_yaml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The index is a cache: a built-in whose YAML changed (or no index at all) is parsed."""
     import shutil
@@ -283,7 +359,7 @@ def test_a_builtin_edited_since_the_index_is_read_from_its_yaml(tmp_path: Path, 
     proto = tmp_path / "workloads" / "prototype.yaml"
     assert "    pcore: 2\n" in proto.read_text()
     proto.write_text(proto.read_text().replace("    pcore: 2\n", "    pcore: 3\n"))
-    monkeypatch.setattr(resources, "files", lambda package: tmp_path)
+    monkeypatch.setattr(workload, "_builtin_root", lambda: tmp_path / "workloads")
     assert workload.load_workload("prototype").mix["pcore"] == 3.0
     assert workload.load_workload("p-cores") == workload.parse_workload((tmp_path / "workloads" / "p-cores.yaml").read_text(), "p-cores")
     (tmp_path / "workloads" / workload.BUILTIN_INDEX).unlink()

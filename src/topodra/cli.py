@@ -206,6 +206,26 @@ def _fast_coercion() -> None:
     setattr(core, "build_runtime_param", build_runtime_param)  # noqa: B010 - typer.core's private name
 
 
+def _exit_without_teardown(done: SystemExit) -> None:
+    """End the process now with DONE's status, skipping the interpreter's tear-down (freeing
+    every module, numpy's and the CEL runtime's included: ~35 ms, a sixth of a small ``sim
+    run``), when skipping it changes nothing: an integer status, stdout and stderr flushed,
+    no exit handler registered and no other thread. Otherwise returns, to exit as usual.
+    (Every file a command writes is closed by then: ``with`` blocks and ``write_text``.)"""
+    import atexit
+    import threading
+
+    code = done.code
+    if not (code is None or isinstance(code, int)) or atexit._ncallbacks() or threading.active_count() > 1:
+        return
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):  # a closed pipe or stream: the usual exit reports it
+        return
+    os._exit(code or 0)
+
+
 def main() -> None:
     words = [a for a in sys.argv[1:] if not a.startswith("-")]
     named = words[0] if words else None
@@ -222,6 +242,10 @@ def main() -> None:
         app = make_app(named, sub) if named in _COMMANDS else listing_app()
     try:
         app()
+    except SystemExit as done:
+        if named == "sim":
+            _exit_without_teardown(done)
+        raise
     except ModuleNotFoundError as err:
         # The core install is the node agent's; the simulator and the playground need an extra.
         top = (err.name or "").split(".")[0]

@@ -451,8 +451,10 @@ class _Sleepy(Plugin):
         self.delay = 0.0
         self.stubborn = False
         self.cancelled = 0
+        self.started = asyncio.Event()
 
     async def create_container(self, pod: Pod, container: Container) -> ContainerAdjustment:
+        self.started.set()
         try:
             await asyncio.sleep(self.delay)
         except asyncio.CancelledError:
@@ -487,7 +489,7 @@ def test_handler_deadline_cancels_only_the_late_call_and_leaves_the_task_clean()
         for _ in range(5):
             _, status = await stub.handle("CreateContainer", req, timeout_nano=60_000_000)
             assert status is None
-        await asyncio.sleep(0.1)  # past every earlier deadline
+        assert not stub._watchdog._due  # no deadline left to fire at a later call
         assert plugin.cancelled == 2
         assert task.cancelling() == 0
 
@@ -500,7 +502,7 @@ def test_outside_cancellation_of_a_handler_is_not_a_deadline() -> None:
         plugin.delay = 10.0
         stub = Stub(plugin, name="t", idx="42", env={})
         call = asyncio.create_task(stub.handle("CreateContainer", _create_request().SerializeToString()))
-        await asyncio.sleep(0.05)
+        await plugin.started.wait()
         call.cancel()
         with pytest.raises(asyncio.CancelledError):
             await call

@@ -179,7 +179,9 @@ def test_an_answer_cancelled_before_its_task_ran_ends_cancelled() -> None:
                 task.cancel()  # before the task's own first step
 
         loop.call_soon(callback)
-        await asyncio.sleep(0.01)
+        while not tasks:  # the callback's turn
+            await asyncio.sleep(0)
+        await asyncio.wait(tasks)
         assert _answers(runtime, transport) == [(b"done", True)]  # answered already
         assert len(tasks) == 1
         assert tasks[0].cancelled()
@@ -211,7 +213,9 @@ def test_cancelling_an_answer_before_its_task_ran_cancels_what_the_handler_await
                 task.cancel()  # before the answer task's own first step, as a task waits
 
         loop.call_soon(callback)
-        await asyncio.sleep(0.01)
+        while not answers:  # the callback's turn
+            await asyncio.sleep(0)
+        await asyncio.wait(answers)
         assert len(inner) == 1
         assert inner[0].cancelled()  # as a task cancels what it waits on
         assert len(answers) == 1

@@ -42,8 +42,9 @@ INT64_MAX: Final = (1 << 63) - 1
 
 _C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
-# semver 2.0.0, strict (no leading zeros, no "v" prefix)
-_SEMVER = re.compile(
+# semver 2.0.0, strict (no leading zeros, no "v" prefix); compiled on first use (``re``'s
+# cache): only version attributes need it
+_SEMVER = (
     r"(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
     r"(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
     r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?\Z"
@@ -158,7 +159,7 @@ def _check_scalar(value: object, name: str, device: str) -> int:
             raise AttributeValidationError(
                 f"version value is longer than {MAX_STRING_LENGTH} characters", device=device, attribute=name
             )
-        if not _SEMVER.match(value.text):
+        if not re.match(_SEMVER, value.text):
             raise AttributeValidationError(
                 f"version value {value.text!r} is not a semantic version (semver 2.0.0, e.g. 1.2.3)",
                 device=device,

@@ -430,6 +430,8 @@ def reads_only_driver(expression: str) -> bool:
 
 @dataclass(slots=True)
 class _Cand:
+    """A candidate device of a search: where it is (slice, pool) and whether its capacity always fits."""
+
     pos: int
     id: DeviceID
     device: Device
@@ -440,6 +442,8 @@ class _Cand:
 
 @dataclass(slots=True)
 class _ReqData:
+    """Per-request state of one claim's search: its spec, class, device count and candidates."""
+
     spec: RequestSpec
     parent: str | None  # parent request name for a subrequest
     cls: DeviceClass
@@ -462,6 +466,8 @@ class _ReqData:
 
 @dataclass(slots=True)
 class _Result:
+    """One device picked for a request, with its share id and consumed capacity."""
+
     rd: _ReqData
     cand: _Cand
     share_id: str | None

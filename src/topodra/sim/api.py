@@ -72,6 +72,8 @@ def _qty(value: Any, where: str) -> Quantity:
 
 @dataclass(frozen=True, slots=True)
 class RequestPolicy:
+    """A capacity's request policy (``requestPolicy``): the default, valid values or range a request is rounded to."""
+
     default: Quantity | None = None
     valid_values: tuple[Quantity, ...] = ()
     range_min: Quantity | None = None
@@ -82,12 +84,16 @@ class RequestPolicy:
 
 @dataclass(frozen=True, slots=True)
 class Capacity:
+    """One capacity of a device: its value and, for shared devices, how requests for it are rounded."""
+
     value: Quantity
     policy: RequestPolicy | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Taint:
+    """A device taint (``key=value:effect``); claims without a matching toleration skip the device."""
+
     key: str
     value: str
     effect: str
@@ -95,6 +101,8 @@ class Taint:
 
 @dataclass(frozen=True, slots=True)
 class Toleration:
+    """A request's toleration of device taints; ``raw`` is what the allocation result writes back."""
+
     key: str
     operator: str
     value: str
@@ -114,6 +122,8 @@ class Toleration:
 
 @dataclass(slots=True)
 class Device:
+    """A published device as the allocator reads it (attributes as plain values)."""
+
     name: str
     driver: str
     attributes: dict[str, Any]  # qualified name -> plain value (int/bool/str/Semver/list)
@@ -143,6 +153,8 @@ class Device:
 
 @dataclass(slots=True)
 class Slice:
+    """A ResourceSlice: one pool's devices (or part of them), for one node or a node selector."""
+
     name: str
     driver: str
     pool: str
@@ -163,6 +175,8 @@ class Slice:
 
 @dataclass(frozen=True, slots=True)
 class DeviceClass:
+    """A DeviceClass: the selectors (and config) every request of the class adds."""
+
     name: str
     selectors: tuple[str, ...]
     config: tuple[Mapping[str, Any], ...]
@@ -184,6 +198,8 @@ class RequestSpec:
 
 @dataclass(frozen=True, slots=True)
 class Request:
+    """A claim's request: either ``exactly`` one spec or a ``firstAvailable`` list of specs tried in order."""
+
     name: str
     exactly: RequestSpec | None
     first_available: tuple[RequestSpec, ...]
@@ -191,6 +207,8 @@ class Request:
 
 @dataclass(frozen=True, slots=True)
 class Constraint:
+    """A claim constraint: the requests it covers share (``matchAttribute``) or differ in (``distinctAttribute``) an attribute."""
+
     requests: frozenset[str]
     match_attribute: str | None
     distinct_attribute: str | None
@@ -198,6 +216,8 @@ class Constraint:
 
 @dataclass(frozen=True, slots=True)
 class Claim:
+    """A ResourceClaim as the allocator sees it: its requests, constraints and config."""
+
     name: str
     namespace: str
     uid: str
@@ -213,6 +233,8 @@ class Claim:
 
 @dataclass(frozen=True, slots=True)
 class Node:
+    """A node: its name and labels (matched by node selectors of slices and allocations)."""
+
     name: str
     labels: Mapping[str, str]
 

@@ -423,10 +423,12 @@ def _to_cel(rt: _Runtime, value: Any) -> Any:
 
 # --- compiled selectors -----------------------------------------------------------------------
 
-_KEY_NOT_FOUND = re.compile(r'Key not found in map : "((?:[^"\\]|\\.)*)"')
-_POSITION = re.compile(r"<input>:(\d+):(\d+):")
-_RELATIONAL_MIX = re.compile(r"found no matching overload for '_(?:<|<=|>|>=)_' applied to '\((?:int|uint|double), (?:int|uint|double)\)'")
-_ERROR_LINE = re.compile(r"ERROR: <input>:\d+:\d+: (.*)")
+# The runtime's error messages: patterns compiled on first use (``re``'s cache), as most runs
+# have no error.
+_KEY_NOT_FOUND = r'Key not found in map : "((?:[^"\\]|\\.)*)"'
+_POSITION = r"<input>:(\d+):(\d+):"
+_RELATIONAL_MIX = r"found no matching overload for '_(?:<|<=|>|>=)_' applied to '\((?:int|uint|double), (?:int|uint|double)\)'"
+_ERROR_LINE = r"ERROR: <input>:\d+:\d+: (.*)"
 _DEVICE_FIELD_REF = re.compile(r"\bdevice\s*\.\s*([A-Za-z_][A-Za-z0-9_]*)")
 _STRING_LITERAL = re.compile(r"'''.*?'''|\"\"\".*?\"\"\"|'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"", re.S)
 
@@ -448,7 +450,7 @@ class CompiledSelector:
             if result.type() != rt.error_type:
                 return rt.to_python(result.value())
             message = str(result.value())
-            m = _KEY_NOT_FOUND.search(message)
+            m = re.search(_KEY_NOT_FOUND, message)
             # A missing *domain* is an empty map in Kubernetes: add it and try again.
             if m:
                 key = m.group(1).encode().decode("unicode_escape")
@@ -492,14 +494,14 @@ def _cel_type_name(value: Any) -> str:
     return type(value).__name__
 
 
-_STATUS_PREFIX = re.compile(r"^[A-Z_]+: ")
+_STATUS_PREFIX = r"^[A-Z_]+: "  # compiled on first use
 
 
 def _clean(message: str) -> str:
     """Drop absl status decorations (``UNKNOWN: ... [UNKNOWN]``) from a runtime message."""
     if message.endswith("]") and " [" in message:
         message = message[: message.rindex(" [")]
-    return _STATUS_PREFIX.sub("", message)
+    return re.sub(_STATUS_PREFIX, "", message)
 
 
 @lru_cache(maxsize=4096)
@@ -522,13 +524,13 @@ def compile_selector(expression: str) -> CompiledSelector:
         program = rt.env.compile(expression)
     except RuntimeError as err:
         text = str(err)
-        errors = _ERROR_LINE.findall(text)
-        if errors and all(_RELATIONAL_MIX.search(e) for e in errors):
+        errors = re.findall(_ERROR_LINE, text)
+        if errors and all(re.search(_RELATIONAL_MIX, e) for e in errors):
             # CrossTypeNumericComparisons: int/uint/double relations are allowed; the
             # runtime compares them correctly, only the checker lacks the overloads.
             program = rt.env.compile(expression, disable_check=True)
         else:
-            pos = _POSITION.search(text)
+            pos = re.search(_POSITION, text)
             first = errors[0] if errors else _clean(text)
             raise CelCompileError(expression, first, int(pos.group(2)) if pos else None) from None
     return CompiledSelector(expression, program)

@@ -1,6 +1,9 @@
-"""``topodra sim``: run the DRA allocation simulator, sweep it, or allocate one set of objects."""
+"""``topodra sim``: run the DRA allocation simulator, sweep it, or allocate one set of objects.
 
-from __future__ import annotations
+No ``from __future__ import annotations`` here: typer reads each option from its annotation,
+and string annotations are compiled and evaluated twice per parameter when a command is built
+(``inspect.signature(eval_str=True)`` and ``get_type_hints``): 6.5 -> 1.7 ms for ``sim run``.
+"""
 
 import json
 import sys

@@ -15,12 +15,11 @@ machine and copied per node with that node's names (identical to what
 from __future__ import annotations
 
 import json
-import random
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,6 +32,9 @@ from topodra.topology.errors import TopologyError
 from topodra.topology.machine import load_machine
 from topodra.topology.model import Topology
 from topodra.topology.synthetic import synthetic_topology
+
+if TYPE_CHECKING:
+    import random
 
 __all__ = ["ClusterSpec", "Cluster", "ClusterError", "Fill", "build_cluster", "cluster_from_objects", "machine_for_cpus", "topology_for"]
 
@@ -136,6 +138,8 @@ class Fill:
 
 @dataclass
 class Cluster:
+    """A built cluster: nodes, ResourceSlices and DeviceClasses as API objects, and where each came from."""
+
     spec: ClusterSpec
     nodes: list[dict[str, Any]]
     slices: list[dict[str, Any]]
@@ -310,6 +314,8 @@ def _fill(cluster: Cluster, templates: Mapping[str, Sequence[Mapping[str, Any]]]
         # A few devices per node: Python's generator, drawn in the order the fill always drew
         # (a machine's patterns when its first node comes, then each node's choice), so
         # grouped runs place pods exactly as before.
+        import random  # only the grouped model's fill draws with it
+
         py = random.Random(spec.seed)
         for i, m in enumerate(node_machine):
             if m not in index:

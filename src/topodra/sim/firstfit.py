@@ -37,6 +37,8 @@ __all__ = ["Fit", "FirstFit", "plain_specs"]
 
 @dataclass(frozen=True, slots=True)
 class _Req:
+    """A request of a plain template with its class and selectors (what the first-fit path evaluates)."""
+
     spec: RequestSpec
     cls: DeviceClass
     selectors: tuple[str, ...]  # class then request selectors, in the allocator's order

@@ -54,6 +54,8 @@ def _facts(devices: list[Device]) -> _ListFacts:
 
 @dataclass(slots=True)
 class Pool:
+    """A pool of one driver seen from one node: its slices, counter sets, and whether it is complete."""
+
     driver: str
     name: str
     slices: list[Slice] = field(default_factory=list)  # device slices targeting the node, by name

@@ -23,6 +23,8 @@ __all__ = ["RunConfig", "RunSummary", "run_simulation", "percentile", "parse_mod
 
 @dataclass(frozen=True)
 class RunConfig:
+    """What one ``topodra sim run`` simulates: cluster, device model, workload and limits."""
+
     nodes: int = 100
     machines: Mapping[str, float] = field(default_factory=lambda: {"256": 1.0})
     model: str = "cpu"

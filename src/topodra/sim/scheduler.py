@@ -77,6 +77,8 @@ class Pod:
 
 @dataclass
 class PodResult:
+    """One pod's outcome: its node and allocations, or why it failed."""
+
     pod: str
     template: str
     node: str | None
@@ -97,6 +99,8 @@ class PodResult:
 
 @dataclass(slots=True)
 class _Entry:
+    """One node class's filter answer for a claim signature, with the work it took (kept in the memo for later pods)."""
+
     feasible: bool
     seconds: float
     calls: int

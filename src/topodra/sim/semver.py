@@ -12,7 +12,8 @@ class SemverError(ValueError):
     """A string that is not a semantic version."""
 
 
-_STRICT = re.compile(
+#: compiled on first use (``re``'s cache): most runs parse no version
+_STRICT = (
     r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
     r"(?:-((?:0|[1-9]\d*|\d*[A-Za-z-][0-9A-Za-z-]*)(?:\.(?:0|[1-9]\d*|\d*[A-Za-z-][0-9A-Za-z-]*))*))?"
     r"(?:\+([0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*))?$"
@@ -21,6 +22,8 @@ _STRICT = re.compile(
 
 @dataclass(frozen=True, slots=True)
 class Semver:
+    """A parsed semantic version; :meth:`compare` orders them as semver 2.0.0 does."""
+
     major: int
     minor: int
     patch: int
@@ -69,7 +72,7 @@ def parse_semver(text: str, normalize: bool = False) -> Semver:
             parts += ["0"] * (3 - len(parts))
             parts = [p.lstrip("0") or "0" for p in parts]
         s = ".".join(parts) + sep + rest
-    m = _STRICT.match(s)
+    m = re.match(_STRICT, s)
     if not m:
         raise SemverError(f"could not parse {text!r} as semver")
     major, minor, patch, pre, build = m.groups()

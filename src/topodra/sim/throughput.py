@@ -85,6 +85,8 @@ def writes_per_pod(template_claims: int, bound: bool) -> int:
 
 @dataclass(frozen=True)
 class EndToEnd:
+    """The cluster's predicted end-to-end pod rate and what bounds it."""
+
     pods_per_s: float
     cpu_s_per_pod: float  # control-plane CPU per pod
     cycle_s_per_pod: float  # the scheduler's serial cycle per pod

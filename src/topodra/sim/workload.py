@@ -24,11 +24,13 @@ import hashlib
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from topodra.sim.scheduler import Pod
+
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
 
 __all__ = ["Workload", "WorkloadError", "load_workload", "builtin_workloads", "MODEL_LABEL"]
 
@@ -41,6 +43,8 @@ class WorkloadError(ValueError):
 
 @dataclass
 class Workload:
+    """A workload: claim templates, claims, device classes and the pods that use them."""
+
     name: str
     templates: dict[str, Mapping[str, Any]]  # ResourceClaimTemplate name -> claim spec
     claims: dict[str, Mapping[str, Any]]  # ResourceClaim name -> claim spec
@@ -106,9 +110,21 @@ class Workload:
         return out
 
 
+def _builtin_root() -> Traversable:
+    """The built-in workloads' directory: beside this module when the package is installed as
+    files (as pip installs it), which spares a run importing ``importlib.resources`` and its
+    readers (~4 ms of a small ``sim run``); else through ``importlib.resources``."""
+    here = Path(__file__).with_name("workloads")
+    if here.is_dir():
+        return here
+    from importlib import resources
+
+    return resources.files("topodra.sim") / "workloads"
+
+
 def builtin_workloads() -> list[str]:
     """Names of the workloads shipped with topodra (``topodra sim run --workload NAME``)."""
-    root = resources.files("topodra.sim") / "workloads"
+    root = _builtin_root()
     return sorted(p.name[: -len(".yaml")] for p in root.iterdir() if p.name.endswith(".yaml"))
 
 
@@ -125,7 +141,7 @@ def load_workload(source: str | Path) -> Workload:
     if path.is_file():
         text, name = path.read_text(), path.stem
     else:
-        root = resources.files("topodra.sim") / "workloads"
+        root = _builtin_root()
         res = root / f"{source}.yaml"
         if not res.is_file():
             raise WorkloadError(f"no workload file {str(source)!r} and no built-in workload of that name (built-in: {', '.join(builtin_workloads())})")
@@ -139,7 +155,7 @@ def load_workload(source: str | Path) -> Workload:
 
 def builtin_index() -> dict[str, Any]:
     """What :data:`BUILTIN_INDEX` holds, computed from the built-in YAML files."""
-    root = resources.files("topodra.sim") / "workloads"
+    root = _builtin_root()
     out: dict[str, Any] = {}
     for name in builtin_workloads():
         text = (root / f"{name}.yaml").read_text()

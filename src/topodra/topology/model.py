@@ -243,6 +243,8 @@ _EMPTY = CPUSet()
 
 @dataclass(frozen=True)
 class _Index:
+    """CPU sets per package, die, cluster, core and cache id, built once per topology."""
+
     package: dict[int, CPUSet]
     die: dict[int, CPUSet]
     cluster: dict[int, CPUSet]

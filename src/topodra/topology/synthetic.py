@@ -37,6 +37,8 @@ class SpecError(ValueError):
 
 @dataclass(frozen=True)
 class MachineSpec:
+    """A synthetic machine's shape: counts per level, from a spec such as ``2s1d2n2l8c2t``."""
+
     sockets: int = 1
     dies_per_socket: int = 1
     numa_per_die: int = 1
@@ -129,6 +131,8 @@ class MachineSpec:
 
 @dataclass(frozen=True, slots=True)
 class _Core:
+    """One core of a synthetic machine: its place in every level and its kind."""
+
     package: int
     die: int
     die_id: int
