@@ -398,6 +398,7 @@ def run(quick: bool) -> list[Result]:
     count = 150 if quick else 500
     results = _report(asyncio.run(_measure(MACHINE, count)), "", 256, count, goals=True)
     results += _report_writes(asyncio.run(_measure_writes(MACHINE, 10 if quick else 30)), 256)
+    results += _report_puts(asyncio.run(_measure_puts(MACHINE, 40 if quick else 150)), 256)
     if not quick:
         results += _report(asyncio.run(_measure(BIG_MACHINE, 2000)), "_1024cpu_2000", 1024, 2000, goals=False)
     return results
@@ -500,4 +501,70 @@ def _report_writes(w: _Writes, cpus: int) -> list[Result]:
         Result("slice_write_blocked_max", max(w.blocked) * 1000, "ms"),
         Result("slice_write_longest_step_p50", longest, "ms", note="the longest single loop step of a write"),
         Result("slice_write_wall_p50", median(w.wall) * 1000, "ms", note="new offer to written, API server double in another process"),
+    ]
+
+
+# --- one slice PUT, the lean path against httpx's --------------------------------------------------
+async def _measure_puts(machine: str, puts: int) -> dict[str, list[float]]:
+    """The thread CPU of one ``replace_encoded`` of the pool's first slice (the API server double
+    in another process), on the client's lean path (kube/wire.py) and on httpx's, alternated in
+    one run; and, in other PUTs (the probe costs CPU), the longest loop step of a PUT."""
+    from topodra.dra.devices import build_devices
+    from topodra.dra.slices import build_slices, chunk_devices, encode_slice
+    from topodra.kube.client import RESOURCE_SLICES, KubeClient
+    from topodra.topology.machine import load_machine
+
+    devices = build_devices(load_machine(f"synthetic:{machine}"))
+    chunks = chunk_devices(devices)
+    first = build_slices(NODE, devices, generation=1, chunks=chunks)[0]
+    name = first["metadata"]["name"]
+    out: dict[str, list[float]] = {"lean": [], "httpx": [], "lean_step": [], "httpx_step": [], "bytes": []}
+    log = Path(tempfile.gettempdir()) / "bench-agent-puts.log"
+    api = await _spawn(_API_PROCESS.format(src=str(ROOT / "src"), node=NODE), log)
+    try:
+        assert api.stdout is not None
+        url = (await asyncio.wait_for(api.stdout.readline(), 30)).decode().strip()
+        async with KubeClient.for_url(url) as lean, KubeClient.for_url(url) as plain:
+            plain._lean = None  # httpx only
+            answer = await lean.create_encoded(RESOURCE_SLICES, encode_slice(first, chunks[0]))
+            rv = json.loads(answer)["metadata"]["resourceVersion"]
+            for i in range(4 * puts + 8):
+                kind, client = ("lean", lean) if i % 2 else ("httpx", plain)
+                probed = i % 4 >= 2  # CPU without the probe, the longest step with it
+                body = encode_slice({**first, "metadata": {**first["metadata"], "resourceVersion": rv}}, chunks[0])
+                gaps: list[float] = []
+                done = asyncio.Event()
+                probe = asyncio.create_task(_loop_probe(gaps, done)) if probed else None
+                await asyncio.sleep(0)
+                t0 = time.thread_time()
+                answer = await client.replace_encoded(RESOURCE_SLICES, name, body)
+                cpu = time.thread_time() - t0
+                done.set()
+                if probe is not None:
+                    await probe
+                rv = json.loads(answer)["metadata"]["resourceVersion"]
+                if i < 8:
+                    continue  # warm-up: connections
+                if probed:
+                    out[kind + "_step"].append(max(_steps(gaps), default=0.0))
+                else:
+                    out[kind].append(cpu)
+            out["bytes"].append(len(body))
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            api.terminate()
+        await api.wait()
+    return out
+
+
+def _report_puts(p: dict[str, list[float]], cpus: int) -> list[Result]:
+    lean, plain = median(p["lean"]) * 1000, median(p["httpx"]) * 1000
+    step, plain_step = median(p["lean_step"]) * 1000, median(p["httpx_step"]) * 1000
+    size = int(p["bytes"][0]) // 1024
+    return [
+        Result("slice_put_cpu_p50", lean, "ms",
+               note=f"thread CPU of one {size} KiB slice PUT, lean path ({cpus} CPUs, {len(p['lean'])} PUTs); "
+                    f"httpx path in the same run: {plain:.3f} ms (x{plain / lean:.2f})"),
+        Result("slice_put_longest_step_p50", step, "ms",
+               note=f"the longest loop step of one PUT; httpx path: {plain_step:.3f} ms (x{plain_step / step:.2f})"),
     ]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 from topodra.dra.attributes import is_dns_subdomain
@@ -28,6 +28,7 @@ __all__ = [
     "MAX_DEVICES_PER_SLICE",
     "MAX_DEVICES_PER_SLICE_ADVANCED",
     "build_slices",
+    "iter_slices",
     "chunk_devices",
     "encode_slice",
     "event_head",
@@ -86,6 +87,20 @@ def build_slices(
     is complete. Raises ValueError for a bad node name, generation or
     duplicate device name.
     """
+    return list(iter_slices(node_name, devices, generation=generation, node_uid=node_uid, driver=driver, chunks=chunks))
+
+
+def iter_slices(
+    node_name: str,
+    devices: Sequence[Device],
+    *,
+    generation: int = 1,
+    node_uid: str | None = None,
+    driver: str = DRIVER,
+    chunks: Sequence[Sequence[Device]] | None = None,
+) -> Iterator[dict[str, Any]]:
+    """``build_slices`` one slice at a time (checked before the first): a caller on an event
+    loop lets other work run between slices (at 1,024 CPUs the whole pool is ~1 ms of CPU)."""
     if not is_dns_subdomain(node_name):
         raise ValueError(f"node name {node_name!r} is not a DNS subdomain")
     if generation < 1:
@@ -102,12 +117,17 @@ def build_slices(
         owner = [
             {"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid, "controller": True}
         ]
-    out: list[dict[str, Any]] = []
+    return _slices(node_name, chunks, generation, owner, driver)
+
+
+def _slices(
+    node_name: str, chunks: Sequence[Sequence[Device]], generation: int, owner: list[dict[str, Any]], driver: str
+) -> Iterator[dict[str, Any]]:
     for index, chunk in enumerate(chunks):
         metadata: dict[str, Any] = {"name": slice_name(node_name, index, driver)}
         if owner:
             metadata["ownerReferences"] = [dict(o) for o in owner]
-        out.append(
+        yield (
             {
                 "apiVersion": "resource.k8s.io/v1",
                 "kind": "ResourceSlice",
@@ -120,7 +140,6 @@ def build_slices(
                 },
             }
         )
-    return out
 
 
 _COMPACT: Final = (",", ":")
