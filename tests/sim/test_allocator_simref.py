@@ -52,7 +52,7 @@ def node_and_claims(draw: Any) -> dict[str, Any]:
             slices.append(slice_(f"s{p}b", "node-1", [], pool=f"p{p}", count=2, sharedCounters=[{"name": "set", "counters": {"n": {"value": cap}}}]))
     claims = []
     for c in range(draw(st.integers(1, 2))):
-        reqs = []
+        reqs: list[dict[str, Any]] = []
         exact: list[str] = []
         for r in range(draw(st.integers(1, 4))):
             sel = draw(st.sampled_from(SELECTORS))
