@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from topodra.nri.session import RequestReceived, ResponseReceived, Role, Session
@@ -91,7 +92,7 @@ def test_a_handler_that_never_waits_is_answered_within_the_read_callback_as_a_ta
         assert seen[0][0] is not seen[1][0]  # a task per call
         assert [value for _, value in seen] == ["handler", "handler"]
         assert VAR.get() == "unset"  # the handler's context is its task's, not the loop's
-        await asyncio.sleep(0)
+        await asyncio.wait([task for task, _ in seen if task is not None])
         assert all(task is not None and task.done() and not task.cancelled() for task, _ in seen)
         await conn.close()
 
@@ -100,6 +101,7 @@ def test_a_handler_that_never_waits_is_answered_within_the_read_callback_as_a_ta
 
 def test_a_handler_that_waits_goes_on_in_its_task_and_answers_in_order() -> None:
     gate: asyncio.Future[bytes] | None = None
+    gated = asyncio.Event()  # the handler waits on ``gate``
     tasks: list[asyncio.Task[Any] | None] = []
 
     async def dispatch(event: RequestReceived) -> Reply:
@@ -108,6 +110,7 @@ def test_a_handler_that_waits_goes_on_in_its_task_and_answers_in_order() -> None
         await asyncio.sleep(0)  # a bare yield
         tasks.append(asyncio.current_task())
         gate = asyncio.get_running_loop().create_future()
+        gated.set()
         got = await gate  # a future
         tasks.append(asyncio.current_task())
         return got + event.request.payload, None
@@ -119,12 +122,12 @@ def test_a_handler_that_waits_goes_on_in_its_task_and_answers_in_order() -> None
         runtime.start_request(PLUGIN_SERVICE, "CreateContainer", b"-x")
         await _deliver(conn, transport, runtime.data_to_send())
         assert _answers(runtime, transport) == []
-        for _ in range(5):
-            await asyncio.sleep(0)
+        await gated.wait()
         assert gate is not None
+        assert _answers(runtime, transport) == []  # still waiting: nothing answered
         gate.set_result(b"late")
-        for _ in range(5):
-            await asyncio.sleep(0)
+        assert tasks[0] is not None
+        await asyncio.wait([tasks[0]])  # the handler's task writes the answer as it ends
         assert _answers(runtime, transport) == [(b"late-x", False)]
         assert len(tasks) == 3
         assert tasks[0] is not None
@@ -160,28 +163,38 @@ def test_closing_cancels_a_waiting_handler_at_its_wait() -> None:
     run(main())
 
 
+async def _answer_cancelled_in_its_callback(
+    dispatch: Callable[[RequestReceived], Awaitable[Reply]],
+) -> tuple[Session, _Transport, Connection, list[asyncio.Task[None]]]:
+    """Feed one CreateContainer to a connection in a loop callback, cancel the answer task it
+    starts there (before the task's own first step, as a waiting task is cancelled) and wait
+    for that task to end: the runtime side, its transport, the connection and the tasks."""
+    runtime, transport = Session(Role.RUNTIME), _Transport()
+    conn = Connection(Session(Role.PLUGIN), dispatch)
+    conn.connection_made(transport)
+    runtime.start_request(PLUGIN_SERVICE, "CreateContainer", b"")
+    loop = asyncio.get_running_loop()
+    started: asyncio.Future[list[asyncio.Task[None]]] = loop.create_future()
+
+    def callback() -> None:
+        _feed(conn, transport, runtime.data_to_send())
+        tasks = list(conn._tasks)
+        for task in tasks:
+            task.cancel()
+        started.set_result(tasks)
+
+    loop.call_soon(callback)
+    tasks = await started
+    await asyncio.wait(tasks)
+    return runtime, transport, conn, tasks
+
+
 def test_an_answer_cancelled_before_its_task_ran_ends_cancelled() -> None:
     async def dispatch(event: RequestReceived) -> Reply:
         return b"done", None
 
     async def main() -> None:
-        runtime, transport = Session(Role.RUNTIME), _Transport()
-        conn = Connection(Session(Role.PLUGIN), dispatch)
-        conn.connection_made(transport)
-        runtime.start_request(PLUGIN_SERVICE, "CreateContainer", b"")
-        loop = asyncio.get_running_loop()
-        tasks: list[asyncio.Task[None]] = []
-
-        def callback() -> None:
-            _feed(conn, transport, runtime.data_to_send())
-            tasks.extend(conn._tasks)
-            for task in tasks:
-                task.cancel()  # before the task's own first step
-
-        loop.call_soon(callback)
-        while not tasks:  # the callback's turn
-            await asyncio.sleep(0)
-        await asyncio.wait(tasks)
+        runtime, transport, conn, tasks = await _answer_cancelled_in_its_callback(dispatch)
         assert _answers(runtime, transport) == [(b"done", True)]  # answered already
         assert len(tasks) == 1
         assert tasks[0].cancelled()
@@ -199,23 +212,7 @@ def test_cancelling_an_answer_before_its_task_ran_cancels_what_the_handler_await
         return b"", None
 
     async def main() -> None:
-        runtime, transport = Session(Role.RUNTIME), _Transport()
-        conn = Connection(Session(Role.PLUGIN), dispatch)
-        conn.connection_made(transport)
-        runtime.start_request(PLUGIN_SERVICE, "CreateContainer", b"")
-        loop = asyncio.get_running_loop()
-        answers: list[asyncio.Task[None]] = []
-
-        def callback() -> None:
-            _feed(conn, transport, runtime.data_to_send())
-            answers.extend(conn._tasks)
-            for task in answers:
-                task.cancel()  # before the answer task's own first step, as a task waits
-
-        loop.call_soon(callback)
-        while not answers:  # the callback's turn
-            await asyncio.sleep(0)
-        await asyncio.wait(answers)
+        _, _, conn, answers = await _answer_cancelled_in_its_callback(dispatch)
         assert len(inner) == 1
         assert inner[0].cancelled()  # as a task cancels what it waits on
         assert len(answers) == 1
