@@ -11,21 +11,32 @@ from hypothesis import strategies as st
 
 from topodra.policy import GrantKind, PolicyConfig, QoSClass
 from topodra.policy.grants import Grant
-from topodra.policy.partition import Partition, build_partition
+from topodra.policy.partition import Partition, bits, build_partition
 from topodra.policy.supply import Supply
 from topodra.topology.synthetic import synthetic_topology
 
-from .helpers import request
+from .helpers import make_topology, request
 
 PART = build_partition(synthetic_topology("2s1d2n2l2c2t"), PolicyConfig(reserved_cpu_count=1))
+#: Cores {0,4} and {1,5} straddle the two NUMA nodes (the tree leaves them out, the cores stay cores)
+CROSSED = build_partition(
+    make_topology({0: (0, 0, 0), 4: (0, 1, 0), 1: (0, 0, 1), 5: (0, 1, 1), 2: (0, 0, 2), 3: (0, 0, 2),
+                   6: (0, 1, 3), 7: (0, 1, 3)}),
+    PolicyConfig(),
+)
 
 
-def expected(s: Supply) -> tuple[list[int], list[int], list[int]]:
-    """Shared CPUs, free milli-CPU and reach per pool, straight from the definitions."""
-    counts = [s.shared(p.index).bit_count() for p in PART.pools]
-    free = [min(1000 * counts[q] - s.milli[q] for q in p.path) for p in PART.pools]
-    reach = [min(counts[q] - (s.milli[q] + 999) // 1000 for q in p.path) for p in PART.pools]
-    return counts, free, reach
+def expected(s: Supply) -> tuple[list[int], list[int], list[int], list[int]]:
+    """Shared CPUs, free milli-CPU, reach and shared CPUs on whole cores per pool, straight from
+    the definitions."""
+    pools = s.part.pools
+    counts = [s.shared(p.index).bit_count() for p in pools]
+    free = [min(1000 * counts[q] - s.milli[q] for q in p.path) for p in pools]
+    reach = [min(counts[q] - (s.milli[q] + 999) // 1000 for q in p.path) for p in pools]
+    shared = s.shared_cpus
+    cores = set(s.part.tree.core_of.values())
+    whole = [sum((core & p.cpus).bit_count() for core in cores if core & shared == core) for p in pools]
+    return counts, free, reach, whole
 
 
 ops = st.lists(
@@ -40,25 +51,25 @@ ops = st.lists(
 
 
 @settings(deadline=None, max_examples=150)
-@given(ops=ops)
-def test_capacity_is_always_what_the_definitions_give(ops: list[tuple[str, int, int, int]]) -> None:
-    s = Supply(PART)
+@given(part=st.sampled_from([PART, CROSSED]), ops=ops)
+def test_capacity_is_always_what_the_definitions_give(part: Partition, ops: list[tuple[str, int, int, int]]) -> None:
+    s = Supply(part)
     held = 0
-    for what, pool, amount, n in ops:
-        cid = f"c{n}"
+    for what, at, amount, n in ops:
+        cid, pool = f"c{n}", at % len(part.pools)
         if what == "shared":
             s.put(cid, Grant(request=request(cid, QoSClass.BURSTABLE, amount), kind=GrantKind.SHARED,
                              pool=pool, milli=amount))
         elif what == "exclusive":
             free = s.shared(pool)
             if free:
-                mask = free & -free
+                mask = 1 << list(bits(free))[amount % free.bit_count()]
                 s.put(cid, Grant(request=request(cid), kind=GrantKind.MIXED, pool=pool, exclusive=mask,
                                  milli=amount % 1000 or 1))
         elif what == "drop":
             s.put(cid, None)
         elif what == "claim":
-            free = s.shared_in(PART.sharable)
+            free = s.shared_in(part.sharable)
             if free:
                 s.set_claim(f"k{n}", free & -free)
         elif what == "unclaim":
@@ -70,14 +81,15 @@ def test_capacity_is_always_what_the_definitions_give(ops: list[tuple[str, int, 
             s.begin()
             s.put(cid, Grant(request=request(cid, QoSClass.BURSTABLE, amount), kind=GrantKind.SHARED,
                              pool=pool, milli=amount))
-            s.set_claim("tmp", s.shared_in(PART.sharable) & -s.shared_in(PART.sharable) or None)
+            s.set_claim("tmp", s.shared_in(part.sharable) & -s.shared_in(part.sharable) or None)
             s.capacity()
             s.rollback()
         cap = s.capacity()
-        counts, free_want, reach = expected(s)
+        counts, free_want, reach, whole = expected(s)
         assert cap.counts == counts
         assert cap.free == free_want
         assert cap.reach == reach
+        assert cap.whole == whole
     s.hold(-held)
     assert s.milli[0] == sum(g.milli for g in s.grants.values())  # every grant here follows a pool
 

@@ -80,6 +80,18 @@ class GroupTree:
                 out |= core
         return out
 
+    def with_siblings(self, mask: int) -> int:
+        """``mask`` and every usable thread of the cores it touches: the CPUs whose core's
+        wholeness (``whole_cores``) can change when the CPUs of ``mask`` come or go."""
+        out = mask
+        for off, low in self.pairs:
+            hit = (mask | (mask >> off)) & low
+            out |= hit | (hit << off)
+        for core in self.others:
+            if core & mask:
+                out |= core
+        return out
+
     @property
     def root(self) -> Group:
         return self.groups[0]

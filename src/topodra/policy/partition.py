@@ -55,6 +55,7 @@ class Partition:
     _mem_size: dict[tuple[int, frozenset[MemoryKind]], int] = field(default_factory=dict)
     _mem_sizes: dict[frozenset[MemoryKind], tuple[int, ...]] = field(default_factory=dict)
     _missing: dict[frozenset[MemoryKind], tuple[int, ...]] = field(default_factory=dict)
+    _min_mem: dict[frozenset[MemoryKind], int] = field(default_factory=dict)
     _lacks: dict[frozenset[MemoryKind], bool] = field(default_factory=dict)
     _orders: dict[TopologyLevel | None, tuple[tuple[int, ...], ...]] = field(default_factory=dict)
 
@@ -123,6 +124,13 @@ class Partition:
         got = self._mem_sizes.get(kinds)
         if got is None:
             got = self._mem_sizes[kinds] = tuple(self.mem_size(i, kinds) for i in range(len(self.pools)))
+        return got
+
+    def min_mem_size(self, kinds: frozenset[MemoryKind]) -> int:
+        """The least ``mem_size`` of any pool."""
+        got = self._min_mem.get(kinds)
+        if got is None:
+            got = self._min_mem[kinds] = min(self.mem_sizes(kinds))
         return got
 
     def nodes_near(self, cpus: int, nodes: int) -> int:

@@ -9,7 +9,7 @@ ancestor that has them and room for the request.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from topodra.policy.api import BadRequestError, ContainerRequest, NoFitError
@@ -57,6 +57,7 @@ class Placer:
         self.config = config
         self.mem_hints: dict[str, int] = {}  # during sync: the memory nodes containers run on
         self._homes: dict[tuple[int, frozenset[MemoryKind]], tuple[int, int]] = {}  # memory_for without a size
+        self._kind_fits: dict[frozenset[MemoryKind], tuple[int, ...]] = {}  # _mem_fit_table where all have room
 
     def place(
         self,
@@ -113,8 +114,10 @@ class Placer:
         """(memory pool, cpuset.mems): the pool's nodes of the wanted kinds, widened until it fits."""
         kinds = need.memory_kinds
         hint = self.mem_hints.get(req.id) if self.mem_hints else None
-        unsized = need.memory <= 0 and not hint
-        if unsized:  # no request to fit, no nodes to keep: the answer is the pool's alone
+        # No nodes to keep, and no request or one every pool has room for (``Supply.mem_floor``):
+        # the answer is the pool's alone, as without a request.
+        roomy = not hint and (need.memory <= 0 or self.supply.mem_floor(kinds) >= need.memory)
+        if roomy:
             home = self._homes.get((pool, kinds))
             if home is not None:
                 return home
@@ -140,7 +143,7 @@ class Placer:
                 break
         else:
             home = (0, root.nodes_of(kinds))
-        if unsized:
+        if roomy:
             self._homes[(pool, kinds)] = home
         return home
 
@@ -159,13 +162,16 @@ class Placer:
             return 2 * missing
         return 2 * missing + (0 if self.supply.mem_free(pool, need.memory_kinds) >= need.memory else 1)
 
-    def _mem_fitter(self, need: Need) -> Callable[[int], int]:
-        """``_mem_fit`` for the many pools one placement ranks (``_mem_fits``, by index)."""
+    def _mem_fit_table(self, need: Need) -> Sequence[int]:
+        """``_mem_fit`` of every pool, by index, for the many pools one placement ranks. Where every
+        pool has room for the request (``Supply.mem_floor``), only the missing kinds count."""
         kinds = need.memory_kinds
-        if need.memory <= 0:
-            missing = self.part.missing_kinds(kinds)
-            return lambda i: 2 * missing[i]
-        return self._mem_fits(need).__getitem__
+        if need.memory <= 0 or self.supply.mem_floor(kinds) >= need.memory:
+            got = self._kind_fits.get(kinds)
+            if got is None:
+                got = self._kind_fits[kinds] = tuple(2 * m for m in self.part.missing_kinds(kinds))
+            return got
+        return self._mem_fits(need)
 
     def _mem_fits(self, need: Need) -> list[int]:
         """``_mem_fit`` of every pool, by index, for a request with a memory size: each pool's free
@@ -225,8 +231,8 @@ class Placer:
         if not fits:
             return self._overcommit(req, cap)
         if need.memory > 0 or self.part.lacks_kinds(need.memory_kinds):
-            fit = self._mem_fitter(need)
-            fits = _best(fits, [fit(i) for i in fits])
+            fit = self._mem_fit_table(need)
+            fits = _best(fits, [fit[i] for i in fits])
         if need.burst_limit is not None:
             limit = need.burst_limit
             fits = [i for i in fits if free[i] >= limit] or fits
@@ -322,7 +328,7 @@ class Placer:
                 return got
         limits = None if a.isolated else cap.slack
         tree, pools = self.part.tree, self.part.pools
-        for i, use, cand in self._ranked(a, cap):
+        for i, use, cand in self._ranked(a, cap, self._figures(a, cap)):
             for choice in (use, cand) if use != cand else (use,):
                 mask = pack(tree, pools[i].group, choice, a.n, limits)
                 if mask is not None and (a.isolated or self.supply.exclusive_ok(mask, i, a.frac)):
@@ -353,71 +359,84 @@ class Placer:
             return at, mask
         return None
 
-    def _ranked(self, a: _Ask, cap: Capacity) -> Iterator[tuple[int, int, int]]:
+    def _figures(self, a: _Ask, cap: Capacity) -> tuple[Sequence[int], Sequence[int]]:
+        """Per pool: how many candidates it holds, and how many of them sit on whole cores. An ask
+        for shared CPUs (every one but for isolated CPUs) reads both from the supply, which keeps
+        them (``Capacity.counts``, ``Capacity.whole``); any other candidate set is counted."""
+        if a.cand == self.supply.shared_cpus:
+            return cap.counts, cap.whole
+        return self.count_figures(a.cand)
+
+    def count_figures(self, cand: int) -> tuple[list[int], list[int]]:
+        """``_figures`` by the rule: the candidates and those on whole cores, counted per pool."""
+        clean = clean_mask(self.part.tree, 0, cand)
+        pools = self.part.pools
+        return [(cand & p.cpus).bit_count() for p in pools], [(clean & p.cpus).bit_count() for p in pools]
+
+    def _ranked(
+        self, a: _Ask, cap: Capacity, figures: tuple[Sequence[int], Sequence[int]]
+    ) -> Iterator[tuple[int, int, int]]:
         """(pool, CPUs to pack from, candidates) of the pools that can hold ``a``, best first
         (docs/policy.md, "Choosing a pool"). The leading criteria are cheap and settle most
-        choices: the rest of the key is worked out only for the pools that tie on them."""
+        choices: the rest of the key is worked out only for the pools that tie on them. Pools
+        are ranked on counts (``figures``: candidates and those on whole cores, per pool); the
+        masks are made only for the pools handed out."""
         tree, pools = self.part.tree, self.part.pools
         n, frac, isolated, need = a.n, a.frac, a.isolated, a.need
-        clean_all = clean_mask(tree, 0, a.cand)
-        clean_pref = clean_all if a.pref == a.cand else clean_mask(tree, 0, a.pref)
-        threads = tree.max_threads
-        rem = n % threads
-        free, reach = cap.free, cap.reach
-        missing = self.part.missing_kinds(need.memory_kinds)
-        groups: dict[tuple[int, ...], list[tuple[int, int, int, int]]] = {}
+        n_cand, n_clean = figures
         all_cand, all_pref, any_pref = a.cand, a.pref, a.pref != a.cand
-        mem_fit, hint = self._mem_fits(need) if need.memory > 0 else missing, a.hint_pool
+        clean_pref = clean_mask(tree, 0, a.pref) if any_pref else 0
+        rem = n % tree.max_threads
+        free, reach = cap.free, cap.reach
+        groups: dict[tuple[int, ...], list[tuple[int, int, bool]]] = {}
+        mem_fit, hint = self._mem_fit_table(need), a.hint_pool
         depth = self.part.depth
         # Most pools cannot give n CPUs at all: filter those out first, in one pass.
         for i in range(len(pools)) if isolated else [i for i, r in enumerate(reach) if r >= n]:
-            p = pools[i]
             if frac and free[i] - (0 if isolated else 1000 * n) < frac:
                 continue
-            cpus = p.cpus
-            cand = all_cand & cpus
-            if cand.bit_count() < n:
+            got = n_cand[i]
+            if got < n:
                 continue
+            kind_fit, use, clean = True, got, n_clean[i]
             if any_pref:
-                pref = all_pref & cpus
-                kind_fit = pref.bit_count() >= n
-                use, clean = (pref, clean_pref & cpus) if kind_fit else (cand, clean_all & cpus)
-            else:
-                kind_fit, use, clean = True, cand, clean_all & cpus
-            half = (use & ~clean).bit_count()  # free threads of half-used cores
+                cpus = pools[i].cpus
+                pref = (all_pref & cpus).bit_count()
+                if pref >= n:
+                    use, clean = pref, (clean_pref & cpus).bit_count()
+                else:
+                    kind_fit = False
+            half = use - clean  # free threads of half-used cores
             lead = (
-                mem_fit[i] if mem_fit is not missing else 2 * missing[i],
+                mem_fit[i],
                 0 if i == hint else 1,
                 0 if kind_fit else 1,
-                0 if clean.bit_count() + (half if half < rem else rem) >= n else 1,  # fits on whole cores
+                0 if clean + (half if half < rem else rem) >= n else 1,  # fits on whole cores
                 -depth[i],
                 0 if half >= rem else 1,  # an odd remainder fills a half-used core
             )
             group = groups.get(lead)
             if group is None:
-                groups[lead] = [(i, use, cand, clean)]
+                groups[lead] = [(i, use, kind_fit)]
             else:
-                group.append((i, use, cand, clean))
-        whole: dict[int, int] = {}  # clean CPUs per pool, for the top-down best fit
+                group.append((i, use, kind_fit))
         milli = self.supply.milli
         for tie in sorted(groups):
-            rows = []
-            for i, use, cand, _clean in groups[tie]:
-                path = pools[i].path
-                for q in path[1:]:
-                    if q not in whole:
-                        whole[q] = (clean_all & pools[q].cpus).bit_count()
-                rows.append((
-                    [whole[q] for q in path[1:]],  # best fit on whole cores, top down: socket, NUMA node, L3
-                    use.bit_count(),
+            rows = [
+                (
+                    [n_clean[q] for q in pools[i].path[1:]],  # best fit on whole cores, top down: socket, NUMA node, L3
+                    use,
                     milli[i],  # on a tie, disturb fewer shared containers
                     i,
-                    use,
-                    cand,
-                ))
+                    kind_fit,
+                )
+                for i, use, kind_fit in groups[tie]
+            ]
             rows.sort()
-            for *_key, i, use, cand in rows:
-                yield i, use, cand
+            for *_key, i, kind_fit in rows:
+                cpus = pools[i].cpus
+                cand = all_cand & cpus
+                yield i, (all_pref & cpus if any_pref and kind_fit else cand), cand
 
     def keep_exclusive(self, req: ContainerRequest, need: Need, cpus: int) -> Grant | None:
         """A grant on exactly ``cpus`` if they are still free and fit the rules (sync)."""

@@ -10,9 +10,9 @@ exclusive grant and every claimed CPU (``shared_cpus``; this is the only place
 the rule is written).
 
 What is *free*: per pool, the shared CPUs, the shared milli-CPU still free
-(bounded by the ancestors) and how many CPUs an exclusive grant may still
-slice off without squeezing shared containers below their requests
-(``capacity``).
+(bounded by the ancestors), how many CPUs an exclusive grant may still
+slice off without squeezing shared containers below their requests, and how
+many shared CPUs sit on wholly free cores (``capacity``).
 
 Every change goes through two primitives, ``put`` (a grant) and ``set_claim``,
 which keep the indexes consistent and, inside a transaction, log the previous
@@ -62,6 +62,7 @@ class Capacity:
     free: list[int]  # free shared milli-CPU, bounded by the ancestors
     slack: list[int]  # CPUs the pool itself can give up and still hold its shared requests
     reach: list[int]  # slack bounded by the ancestors: the most an exclusive grant may take here
+    whole: list[int]  # shared CPUs on cores whose every usable thread is shared (full cores free)
 
 
 class Supply:
@@ -103,13 +104,17 @@ class Supply:
         self._free = [0] * n
         self._reach = [0] * n
         self._dirty: set[int] = set(range(n))
+        # Per pool, its shared CPUs on whole cores: recounted with the counts (a core is whole or
+        # not as a unit, so the pools recounted are those holding a CPU that moved or a sibling).
+        whole = part.tree.whole_cores(part.sharable)
+        self._whole = [(p.cpus & whole).bit_count() for p in part.pools]
         # Per pool, the most any child can have of its own free milli-CPU and slack (all its
         # sharable CPUs, nothing charged: charges are never negative): a bound at or above these
         # leaves every child's figures as they were.
         sharable = [p.sharable.bit_count() for p in part.pools]
         self._top_slack = [max((sharable[c] for c in kids), default=0) for kids in part.children]
         self._top_free = [1000 * t for t in self._top_slack]
-        self._capacity = Capacity(self._counts, self._free, self._slack, self._reach)
+        self._capacity = Capacity(self._counts, self._free, self._slack, self._reach, self._whole)
 
     # --- the rules -----------------------------------------------------------------
     @property
@@ -131,7 +136,8 @@ class Supply:
         return self.part.pools[pool].cpus & self.shared_cpus
 
     def capacity(self) -> Capacity:
-        """Shared CPUs, free shared milli-CPU and sliceable CPUs per pool (see ``Capacity``).
+        """Shared CPUs, free shared milli-CPU, sliceable CPUs and shared CPUs on whole cores per
+        pool (see ``Capacity``).
 
         The bounds are taken along the path from the root (a pool cannot give
         what an ancestor lacks).
@@ -157,13 +163,18 @@ class Supply:
         dirty = self._dirty
         counts, own, slack, milli = self._counts, self._own, self._slack, self.milli
         if used != self._counted:
-            shared = self.shared_cpus
-            moved = self.part.pools_of((used ^ self._counted) & self.part.sharable)
+            part = self.part
+            pools, shared = part.pools, self.shared_cpus
+            # the pools holding a CPU taken or freed, or a sibling of one (whose core became whole or split)
+            moved = part.pools_of(part.tree.with_siblings((used ^ self._counted) & part.sharable))
+            whole, clean = self._whole, part.tree.whole_cores(shared)
             for i in moved:
-                c = (self.part.pools[i].cpus & shared).bit_count()
+                cpus = pools[i].cpus
+                c = (cpus & shared).bit_count()
                 own[i] += 1000 * (c - counts[i])
                 counts[i] = c
                 slack[i] = c - (milli[i] + 999) // 1000
+                whole[i] = (cpus & clean).bit_count()
             dirty.update(moved)
             self._counted = used
         free, reach, parents, children = self._free, self._reach, self.part.parents, self.part.children
@@ -210,6 +221,11 @@ class Supply:
         """Bytes of the wanted kinds not yet charged, in the pool and every ancestor."""
         size, mem = self.part.mem_size, self.mem
         return min(size(p, kinds) - mem[p] for p in self.part.pools[pool].path)
+
+    def mem_floor(self, kinds: frozenset[MemoryKind]) -> int:
+        """A bound at or below every pool's ``mem_free``: the smallest pool's size less the memory
+        charged anywhere (whatever is charged to a pool is charged to the root too)."""
+        return self.part.min_mem_size(kinds) - self.mem[0]
 
     def claim_problem(self, mask: int) -> str | None:
         """Why ``mask`` cannot be claimed now, or None."""
