@@ -7,6 +7,7 @@ import contextlib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from topodra.cpuset import CPUSet
 from topodra.policy import Policy, PolicyConfig, PolicyError, QoSClass
 from topodra.policy.placement import _Ask
 from topodra.topology.model import Topology
@@ -48,22 +49,26 @@ def test_memory_fit_for_many_pools_is_the_rule_for_each(
 
 CPU_MACHINES = [
     synthetic_topology("2s1d2n2l2c2t+hbm"),
+    synthetic_topology("1s1d2n2l3c2t"),  # L3 groups of 6 CPUs: split cores there, whole ones a level up
     synthetic_topology("1s1d1n2l2c2t4e"),  # hybrid: core-kind preferences rank on other candidates
 ]
 exclusive = st.lists(
-    st.tuples(st.sampled_from([1000, 1000, 2000, 3000, 1500]), st.sampled_from(["", "false", "high", "low"])),
-    max_size=10,
+    st.tuples(st.sampled_from([1000, 1000, 1000, 2000, 3000, 1500]), st.sampled_from(["", "false", "high", "low"])),
+    max_size=16,
 )
 
 
-@settings(deadline=None, max_examples=150)
-@given(machine=st.sampled_from(CPU_MACHINES), placed=exclusive, probe=st.integers(1, 5),
-       prefer=st.sampled_from(["", "high", "low"]), gib=st.sampled_from([0, 8, 60]))
-def test_ranking_on_the_supplys_figures_is_ranking_on_counted_ones(
-    machine: Topology, placed: list[tuple[int, str]], probe: int, prefer: str, gib: int
+@settings(deadline=None, max_examples=300)
+@given(machine=st.sampled_from(CPU_MACHINES), placed=exclusive, probe=st.integers(1, 6),
+       prefer=st.sampled_from(["", "high", "low"]), gib=st.sampled_from([0, 8, 60]),
+       frac=st.sampled_from([0, 0, 500]), hint=st.none() | st.integers(0, 6), drops=st.lists(st.integers(0, 15)))
+def test_ranking_on_the_supplys_figures_is_the_documented_order(
+    machine: Topology, placed: list[tuple[int, str]], probe: int, prefer: str, gib: int, frac: int, hint: int | None,
+    drops: list[int],
 ) -> None:
     """The pools are ranked on the candidate and whole-core counts the supply keeps for the shared
-    set; counted from the masks instead, the order is the same."""
+    set, deepest pools first: counted from the masks instead, the order is the same, and it is
+    the documented order with every key worked out for every pool."""
     policy = Policy(machine, PolicyConfig())
     for n, (cpu, ann) in enumerate(placed):
         annotations = {}
@@ -73,6 +78,8 @@ def test_ranking_on_the_supplys_figures_is_ranking_on_counted_ones(
             annotations[f"prefer-cpu-priority.{D}"] = ann
         with contextlib.suppress(PolicyError):
             policy.add(request(f"c{n}", QoSClass.GUARANTEED, cpu, memory=n % 3 * GIB, annotations=annotations))
+    for n in drops:  # split cores
+        policy.remove(f"c{n}")
     kind = {f"prefer-cpu-priority.{D}": prefer} if prefer else None
     req = request("probe", QoSClass.GUARANTEED, probe * 1000, memory=gib * GIB, annotations=kind)
     need = policy._classify(req)
@@ -81,11 +88,51 @@ def test_ranking_on_the_supplys_figures_is_ranking_on_counted_ones(
     pref = cand
     if need.core_types is not None:
         pref = cand & sum(policy._part.kind_masks.get(t, 0) for t in need.core_types)
-    ask = _Ask(need, probe, 0, cand, pref, None, 0, False)
+    ask = _Ask(need, probe, frac, cand, pref, hint, 0, False)
     cap = supply.capacity()
     kept, counted = placer._figures(ask, cap), placer.count_figures(cand)
     assert (list(kept[0]), list(kept[1])) == counted
-    assert list(placer._ranked(ask, cap, kept)) == list(placer._ranked(ask, cap, counted))
+    got = list(placer._ranked(ask, cap, kept))
+    assert got == list(placer._ranked(ask, cap, counted))
+    assert [i for i, _, _ in got] == _documented_order(policy, ask)
+
+
+def _documented_order(policy: Policy, a: _Ask) -> list[int]:
+    """The pools that can hold ``a``, in the order docs/policy.md gives, each key worked out in
+    full for every pool (no shortcut): memory, the hint, the core kind, whole cores, depth, a
+    half-used core for an odd remainder, then best fit on whole cores top down, fewer CPUs,
+    fewer shared milli-CPU, the index."""
+    part, supply = policy._part, policy._supply
+    cap = supply.capacity()
+    threads = part.tree.max_threads
+    clean_all = part.tree.whole_cores(a.cand)
+    clean_pref = part.tree.whole_cores(a.pref)
+    rows = []
+    for p in part.pools:
+        i = p.index
+        cand = a.cand & p.cpus
+        if cap.reach[i] < a.n or cand.bit_count() < a.n:
+            continue
+        if a.frac and cap.free[i] - 1000 * a.n < a.frac:
+            continue
+        pref = a.pref & p.cpus
+        kind_fit = pref.bit_count() >= a.n
+        use, clean = (pref, clean_pref & p.cpus) if kind_fit else (cand, clean_all & p.cpus)
+        half = (use & ~clean).bit_count()
+        rem = a.n % threads
+        rows.append((
+            policy._placer._mem_fit(i, a.need),
+            0 if i == a.hint_pool else 1,
+            0 if kind_fit else 1,
+            0 if clean.bit_count() + min(half, rem) >= a.n else 1,
+            -p.depth,
+            0 if half >= rem else 1,
+            [(clean_all & part.pools[q].cpus).bit_count() for q in p.path[1:]],
+            use.bit_count(),
+            supply.milli[i],
+            i,
+        ))
+    return [row[-1] for row in sorted(rows)]
 
 
 @settings(deadline=None, max_examples=100)
@@ -119,3 +166,19 @@ def test_memory_pool_is_the_rule_whatever_is_cached(
             (0, pools[0].nodes_of(kinds_)),
         )
         assert placer.memory_for(req, need, pool) == want
+
+
+def test_a_shallower_pool_on_whole_cores_comes_before_split_deepest_ones() -> None:
+    """Every L3 group has 4 free CPUs, two of them on split cores; each NUMA node has 4 on whole
+    cores: 4 CPUs go to a NUMA node, the deepest pools' ranking does not stop the search."""
+    policy = Policy(synthetic_topology("1s1d2n2l3c2t"), PolicyConfig())  # siblings c, c + 12
+    policy.claim("k", CPUSet([1, 2, 4, 5, 7, 8, 10, 11]))
+    req = request("probe", QoSClass.GUARANTEED, 4000)
+    need = policy._classify(req)
+    supply = policy._supply
+    ask = _Ask(need, 4, 0, supply.shared_cpus, supply.shared_cpus, None, 0, False)
+    cap = supply.capacity()
+    order = [i for i, _, _ in policy._placer._ranked(ask, cap, policy._placer._figures(ask, cap))]
+    assert order == _documented_order(policy, ask)
+    assert [policy.pools[i].name for i in order[:2]] == ["numa0", "numa1"]
+    assert policy.add(req)["probe"].cpus == CPUSet([0, 3, 12, 15])

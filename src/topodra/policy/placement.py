@@ -9,8 +9,10 @@ ancestor that has them and room for the request.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
+from typing import Any
 
 from topodra.policy.api import BadRequestError, ContainerRequest, NoFitError
 from topodra.policy.classify import (
@@ -58,6 +60,18 @@ class Placer:
         self.mem_hints: dict[str, int] = {}  # during sync: the memory nodes containers run on
         self._homes: dict[tuple[int, frozenset[MemoryKind]], tuple[int, int]] = {}  # memory_for without a size
         self._kind_fits: dict[frozenset[MemoryKind], tuple[int, ...]] = {}  # _mem_fit_table where all have room
+        pools, depth = self.part.pools, self.part.depth
+        # Per pool, its path without the root as one getter: the whole-core counts there, top down,
+        # in one call (a tie is among pools of one depth, so getters of one shape meet).
+        self._below_root: list[Callable[[Sequence[int]], Any]] = [
+            itemgetter(*p.path[1:]) if p.depth else _nothing for p in pools
+        ]
+        self._neg_depth = tuple(-d for d in depth)
+        deepest = max(depth)
+        self._depth_split = (  # (the deepest pools, the others), by index
+            tuple(i for i, d in enumerate(depth) if d == deepest),
+            tuple(i for i, d in enumerate(depth) if d != deepest),
+        )
 
     def place(
         self,
@@ -380,7 +394,11 @@ class Placer:
         (docs/policy.md, "Choosing a pool"). The leading criteria are cheap and settle most
         choices: the rest of the key is worked out only for the pools that tie on them. Pools
         are ranked on counts (``figures``: candidates and those on whole cores, per pool); the
-        masks are made only for the pools handed out."""
+        masks are made only for the pools handed out.
+
+        The deepest pools are ranked first: when the best of them leads on every criterion
+        before depth (no pool can do better there), no shallower pool can come before it and
+        its tie is handed out before the others are looked at (most searches stop there)."""
         tree, pools = self.part.tree, self.part.pools
         n, frac, isolated, need = a.n, a.frac, a.isolated, a.need
         n_cand, n_clean = figures
@@ -388,55 +406,70 @@ class Placer:
         clean_pref = clean_mask(tree, 0, a.pref) if any_pref else 0
         rem = n % tree.max_threads
         free, reach = cap.free, cap.reach
-        groups: dict[tuple[int, ...], list[tuple[int, int, bool]]] = {}
-        mem_fit, hint = self._mem_fit_table(need), a.hint_pool
-        depth = self.part.depth
-        # Most pools cannot give n CPUs at all: filter those out first, in one pass.
-        for i in range(len(pools)) if isolated else [i for i, r in enumerate(reach) if r >= n]:
-            if frac and free[i] - (0 if isolated else 1000 * n) < frac:
-                continue
-            got = n_cand[i]
-            if got < n:
-                continue
-            kind_fit, use, clean = True, got, n_clean[i]
-            if any_pref:
-                cpus = pools[i].cpus
-                pref = (all_pref & cpus).bit_count()
-                if pref >= n:
-                    use, clean = pref, (clean_pref & cpus).bit_count()
-                else:
-                    kind_fit = False
-            half = use - clean  # free threads of half-used cores
-            lead = (
-                mem_fit[i],
-                0 if i == hint else 1,
-                0 if kind_fit else 1,
-                0 if clean + (half if half < rem else rem) >= n else 1,  # fits on whole cores
-                -depth[i],
-                0 if half >= rem else 1,  # an odd remainder fills a half-used core
-            )
-            group = groups.get(lead)
-            if group is None:
-                groups[lead] = [(i, use, kind_fit)]
-            else:
-                group.append((i, use, kind_fit))
-        milli = self.supply.milli
-        for tie in sorted(groups):
-            rows = [
-                (
-                    [n_clean[q] for q in pools[i].path[1:]],  # best fit on whole cores, top down: socket, NUMA node, L3
-                    use,
-                    milli[i],  # on a tie, disturb fewer shared containers
+        mem_fit, hint, neg_depth = self._mem_fit_table(need), a.hint_pool, self._neg_depth
+
+        def leads(batch: Sequence[int]) -> list[_Lead]:
+            """The pools of ``batch`` that can hold ``a``: (lead key, pool, CPUs to use, kind fit)."""
+            out: list[_Lead] = []
+            for i in batch:
+                if not isolated and reach[i] < n:  # most pools cannot give n CPUs at all
+                    continue
+                if frac and free[i] - (0 if isolated else 1000 * n) < frac:
+                    continue
+                got = n_cand[i]
+                if got < n:
+                    continue
+                kind_fit, use, clean = True, got, n_clean[i]
+                if any_pref:
+                    cpus = pools[i].cpus
+                    pref = (all_pref & cpus).bit_count()
+                    if pref >= n:
+                        use, clean = pref, (clean_pref & cpus).bit_count()
+                    else:
+                        kind_fit = False
+                half = use - clean  # free threads of half-used cores
+                # (False before True: each flag is "misses")
+                out.append((
+                    mem_fit[i],
+                    i != hint,
+                    not kind_fit,
+                    clean + (half if half < rem else rem) < n,  # fits on whole cores
+                    neg_depth[i],  # deeper first
+                    half < rem,  # an odd remainder fills a half-used core
                     i,
+                    use,
                     kind_fit,
-                )
-                for i, use, kind_fit in groups[tie]
-            ]
-            rows.sort()
-            for *_key, i, kind_fit in rows:
-                cpus = pools[i].cpus
-                cand = all_cand & cpus
-                yield i, (all_pref & cpus if any_pref and kind_fit else cand), cand
+                ))
+            return out
+
+        deepest, others = self._depth_split
+        ranked = leads(deepest)
+        ranked.sort()
+        if ranked and ranked[0][:4] == (min(mem_fit), hint is None, False, False):
+            k = _run(ranked, 0)
+            yield from self._tie(ranked[:k], figures, all_cand, all_pref if any_pref else 0)
+            ranked = ranked[k:]
+        ranked += leads(others)
+        ranked.sort()
+        start = 0
+        while start < len(ranked):
+            end = _run(ranked, start)
+            yield from self._tie(ranked[start:end], figures, all_cand, all_pref if any_pref else 0)
+            start = end
+
+    def _tie(
+        self, tie: list[_Lead], figures: tuple[Sequence[int], Sequence[int]], all_cand: int, all_pref: int
+    ) -> Iterator[tuple[int, int, int]]:
+        """The pools of one lead, best first: best fit on whole cores top down (socket, NUMA
+        node, L3), then fewer CPUs to use, then fewer shared containers to disturb, then the index."""
+        milli, below, n_clean = self.supply.milli, self._below_root, figures[1]
+        rows = [(below[i](n_clean), use, milli[i], i, kind_fit) for *_lead, i, use, kind_fit in tie]
+        rows.sort()
+        pools = self.part.pools
+        for *_key, i, kind_fit in rows:
+            cpus = pools[i].cpus
+            cand = all_cand & cpus
+            yield i, (all_pref & cpus if all_pref and kind_fit else cand), cand
 
     def keep_exclusive(self, req: ContainerRequest, need: Need, cpus: int) -> Grant | None:
         """A grant on exactly ``cpus`` if they are still free and fit the rules (sync)."""
@@ -453,6 +486,26 @@ class Placer:
         return Grant(request=req, kind=EXCLUSIVE, pool=pool, exclusive=cpus, isolated=bool(isolated),
                      mem_pool=mem_pool, mems=mems, memory=need.memory, hide_hyperthreads=need.hide_hyperthreads,
                      memory_preserve=need.memory_preserve)
+
+
+#: One pool in the ranking for exclusive CPUs: the lead key (memory fit, not the hint, not the
+#: core kind, not on whole cores, minus the depth, no half-used core for the remainder), then
+#: the pool, the CPUs it would use and whether they are of the preferred kind.
+_Lead = tuple[int, bool, bool, bool, int, bool, int, int, bool]
+
+
+def _nothing(_figures: Sequence[int]) -> tuple[()]:
+    """The root's path below the root."""
+    return ()
+
+
+def _run(ranked: list[_Lead], start: int) -> int:
+    """The end of the run of entries sharing ``ranked[start]``'s lead key."""
+    lead = ranked[start][:6]
+    end = start + 1
+    while end < len(ranked) and ranked[end][:6] == lead:
+        end += 1
+    return end
 
 
 def _best(items: list[int], keys: list[int]) -> list[int]:
