@@ -9,8 +9,9 @@ from hypothesis import strategies as st
 
 from topodra.cpuset import CPUSet
 from topodra.policy import Policy, PolicyConfig, PolicyError, QoSClass
+from topodra.policy.packing import pack
 from topodra.policy.placement import _Ask
-from topodra.topology.model import Topology
+from topodra.topology.model import CoreType, Topology
 from topodra.topology.synthetic import synthetic_topology
 
 from .helpers import GIB, request
@@ -182,3 +183,31 @@ def test_a_shallower_pool_on_whole_cores_comes_before_split_deepest_ones() -> No
     assert order == _documented_order(policy, ask)
     assert [policy.pools[i].name for i in order[:2]] == ["numa0", "numa1"]
     assert policy.add(req)["probe"].cpus == CPUSet([0, 3, 12, 15])
+
+
+@settings(deadline=None, max_examples=150)
+@given(machine=st.sampled_from(CPU_MACHINES), placed=exclusive, shared=st.lists(st.sampled_from([100, 700, 1500, 3000])),
+       probe=st.integers(1, 8), drops=st.lists(st.integers(0, 15)))
+def test_packing_within_the_slack_leaves_every_pool_its_shared_requests(
+    machine: Topology, placed: list[tuple[int, str]], shared: list[int], probe: int, drops: list[int]
+) -> None:
+    """``_search`` skips ``exclusive_ok`` for an ask without a shared part: in any pool whose
+    reach covers the request, the packing within the slack limits passes it."""
+    policy = Policy(machine, PolicyConfig())
+    for n, (cpu, _) in enumerate(placed):
+        with contextlib.suppress(PolicyError):
+            policy.add(request(f"c{n}", QoSClass.GUARANTEED, cpu))
+    for n, milli in enumerate(shared):
+        with contextlib.suppress(PolicyError):  # no shared CPU left
+            policy.add(request(f"s{n}", QoSClass.BURSTABLE, milli))
+    for n in drops:
+        policy.remove(f"c{n}")
+    supply, part = policy._supply, policy._part
+    cap = supply.capacity()
+    for p in part.pools:
+        if cap.reach[p.index] < probe:
+            continue
+        for cand in (supply.shared_cpus, supply.shared_cpus & part.kind_masks.get(CoreType.E_CORE, 0)):
+            mask = pack(part.tree, p.group, cand, probe, cap.slack)
+            if mask is not None:
+                assert supply.exclusive_ok(mask, p.index, 0)

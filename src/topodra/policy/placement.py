@@ -342,10 +342,14 @@ class Placer:
                 return got
         limits = None if a.isolated else cap.slack
         tree, pools = self.part.tree, self.part.pools
+        # Without a shared part the check is met by construction: the ranking keeps pools whose
+        # reach (the least slack on their path) covers n, and the packing takes no more than its
+        # slack out of any pool below, so every pool keeps its shared requests.
+        check = not a.isolated and a.frac > 0
         for i, use, cand in self._ranked(a, cap, self._figures(a, cap)):
             for choice in (use, cand) if use != cand else (use,):
                 mask = pack(tree, pools[i].group, choice, a.n, limits)
-                if mask is not None and (a.isolated or self.supply.exclusive_ok(mask, i, a.frac)):
+                if mask is not None and (not check or self.supply.exclusive_ok(mask, i, a.frac)):
                     return i, mask
         return None
 
