@@ -156,9 +156,9 @@ class Supply:
         self._dirty.update(path)
 
     def _settle(self) -> None:
-        """Bring the figures up to date: recount the pools holding CPUs taken or freed, then settle
-        every touched pool, parents first, and go down a side branch only where its parent's
-        bounds moved below what a child can have."""
+        """Bring the figures up to date: recount the pools holding CPUs taken or freed (or a
+        sibling of one), then settle every touched pool, parents first, and go down to a child
+        only where its parent's bounds moved below the child's own figures."""
         used = self.excl | self.claimed
         dirty = self._dirty
         counts, own, slack, milli = self._counts, self._own, self._slack, self.milli
@@ -195,10 +195,15 @@ class Supply:
                 was_f, was_r = free[j], reach[j]
                 if f != was_f or r != was_r:
                     free[j], reach[j] = f, r
-                    # A child's figures are its own ones bounded by these: they move only where the
-                    # old or the new bound is below what a child can have (see ``_top_free``).
-                    if (f if f < was_f else was_f) < top_free[j] or (r if r < was_r else was_r) < top_slack[j]:
-                        todo.extend(children[j])
+                    # A child's figures are its own ones bounded by these: they move only where its own
+                    # are above the lower of the old and the new bound (none can be where that is at or
+                    # above what any child can have, ``_top_free``).
+                    low_f = f if f < was_f else was_f
+                    low_r = r if r < was_r else was_r
+                    if low_f < top_free[j] or low_r < top_slack[j]:
+                        for c in children[j]:
+                            if own[c] > low_f or slack[c] > low_r:
+                                todo.append(c)
         dirty.clear()
 
     def exclusive_ok(self, mask: int, pool: int, frac: int) -> bool:
