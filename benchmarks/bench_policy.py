@@ -9,8 +9,9 @@ fragmentation left behind (free CPUs on split cores; the largest grant one L3
 could still take on full cores, averaged over the run).
 
 Speed: a node with 500 containers (shared, exclusive, mixed, claim-pinned) on
-a 256-CPU machine; steady-state remove+add, resize, claim+release and pick
-are timed one call each. Goal: median <= 200 us. The peer, measured in the
+a 256-CPU machine (and 2,000 on a 1,024-CPU one); steady-state remove+add,
+resize, claim+release and pick are timed one call each, and the adds once
+more by kind (an exclusive add against a shared one, issue 15 item 1). Goal: median <= 200 us. The peer, measured in the
 same run on the same free CPUs: the kubelet static policy's takeByTopology
 (``topodra.testing.kubelet_baseline``); add and update are reported as a
 ratio to it, next to the ratio measured before the accounting rework.
@@ -28,7 +29,7 @@ from typing import Any
 
 from benchmarks.common import Result, percentile
 from topodra.cpuset import CPUSet
-from topodra.policy import ContainerRequest, Policy, PolicyConfig, PolicyError, QoSClass
+from topodra.policy import ContainerRequest, GrantKind, Policy, PolicyConfig, PolicyError, QoSClass
 from topodra.testing.kubelet_baseline import take_by_topology
 from topodra.topology.model import Topology
 from topodra.topology.synthetic import synthetic_topology
@@ -207,19 +208,20 @@ def _quality(quick: bool) -> list[Result]:
 
 
 # --- speed --------------------------------------------------------------------------
-def _populate(policy: Policy, rng: random.Random) -> list[ContainerRequest]:
+def _populate(policy: Policy, rng: random.Random, scale: int = 1) -> list[ContainerRequest]:
+    """500 containers per ``scale`` (a 256-CPU machine's worth)."""
     reqs: list[ContainerRequest] = []
-    for i in range(10):
+    for i in range(10 * scale):
         cpus = policy.pick(2, policy.available_cpus)
         policy.claim(f"claim{i}", cpus)
         reqs.append(_req(f"claimed{i}", QoSClass.GUARANTEED, 2000, claims=(f"claim{i}",)))
-    for i in range(70):
+    for i in range(70 * scale):
         reqs.append(_req(f"excl{i}", QoSClass.GUARANTEED, rng.choice([1, 1, 2, 2, 2, 4]) * 1000))
-    for i in range(20):
+    for i in range(20 * scale):
         reqs.append(_mixed(_req(f"mixed{i}", QoSClass.GUARANTEED, 1500)))
-    for i in range(150):
+    for i in range(150 * scale):
         reqs.append(_req(f"be{i}", QoSClass.BEST_EFFORT, 0))
-    for i in range(250):
+    for i in range(250 * scale):
         reqs.append(_req(f"bu{i}", QoSClass.BURSTABLE, rng.choice([50, 100, 100, 200]),
                          limit=rng.choice([None, 1000, 4000])))
     for r in reqs:
@@ -231,11 +233,11 @@ def _mixed(r: ContainerRequest) -> ContainerRequest:
     return replace(r, annotations={"prefer-shared-cpus.resource-policy.nri.io": "false"})
 
 
-def _speed_on(name: str, topo: Topology, quick: bool) -> list[Result]:
+def _speed_on(name: str, topo: Topology, quick: bool, scale: int = 1) -> list[Result]:
     rng = random.Random(11)
     policy = Policy(topo, PolicyConfig(reserved_cpu_count=2))
-    reqs = _populate(policy, rng)
-    assert len(policy.grants()) == 500, len(policy.grants())
+    reqs = _populate(policy, rng, scale)
+    assert len(policy.grants()) == 500 * scale, len(policy.grants())
     rounds = 150 if quick else 1500
     times: dict[str, list[float]] = {"remove": [], "add": [], "update": [], "claim": [], "release": [], "pick": []}
     cpu: list[float] = []
@@ -279,7 +281,7 @@ def _speed_on(name: str, topo: Topology, quick: bool) -> list[Result]:
     everything = [t for ts in times.values() for t in ts]
     us = 1e6
     out = [
-        Result(f"{name}, 500 containers: median of all operations", statistics.median(everything) * us, "us",
+        Result(f"{name}, {500 * scale} containers: median of all operations", statistics.median(everything) * us, "us",
                "<= 200 us", statistics.median(everything) * us <= 200),
         Result(f"{name}: p99 of all operations (wall clock)", percentile(everything, 99) * us, "us",
                note="includes preemption by other processes on a shared machine"),
@@ -297,6 +299,12 @@ def _speed_on(name: str, topo: Topology, quick: bool) -> list[Result]:
                           None if before is None else ratio <= before / 2,
                           f"{mine:.0f} us vs kubelet {peer:.0f} us"
                           + ("" if before is None else f"; before: {before:.3f}x")))
+    # Issue 15 item 1: an exclusive add against a shared one (same run, same node) and the peer.
+    adds = _adds_by_kind(policy, reqs, rng, rounds)
+    excl, shared = statistics.median(adds["exclusive"]) * us, statistics.median(adds["shared"]) * us
+    out.append(Result(f"{name}: exclusive add median / shared add median", excl / shared, "x",
+                      note=f"{excl:.1f} us vs {shared:.1f} us ({len(adds['exclusive'])} calls each); "
+                      f"vs kubelet takeByTopology {excl / peer:.3f}x"))
     for kind, ts in times.items():
         if ts:
             out.append(Result(f"{name}: {kind} median", statistics.median(ts) * us, "us", note=f"{len(ts)} calls, "
@@ -304,8 +312,28 @@ def _speed_on(name: str, topo: Topology, quick: bool) -> list[Result]:
     return out
 
 
+def _adds_by_kind(policy: Policy, reqs: list[ContainerRequest], rng: random.Random, rounds: int) -> dict[str, list[float]]:
+    """Remove and add again, timing the add, an exclusive container and a shared one in turn
+    (nothing else runs between the remove and the add, so neither finds the caches cold)."""
+    kinds: dict[str, list[ContainerRequest]] = {"exclusive": [], "shared": []}
+    for r in reqs:
+        g = policy.grant(r.id)
+        if g is not None and g.kind in (GrantKind.EXCLUSIVE, GrantKind.SHARED):
+            kinds[g.kind.value].append(r)
+    times: dict[str, list[float]] = {"exclusive": [], "shared": []}
+    for _ in range(rounds):
+        for kind, pool in kinds.items():
+            r = pool[rng.randrange(len(pool))]
+            policy.remove(r.id)
+            t0 = time.perf_counter()
+            policy.add(r)
+            times[kind].append(time.perf_counter() - t0)
+    return times
+
+
 def _speed(quick: bool) -> list[Result]:
     out = _speed_on("synthetic 256 CPUs", synthetic_topology("2s1d2n2l16c2t"), quick)
+    out += _speed_on("synthetic 1024 CPUs", synthetic_topology("2s1d4n4l16c2t"), quick, scale=4)
     for name, topo in _machines():
         if name == "256ia64-64n2s2c":
             out += _speed_on(f"{name} (193 pools)", topo, quick)
