@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from topodra.cpuset import CPUSet
@@ -244,3 +246,38 @@ def test_deepest_containing_is_where_a_descent_stops(tree: GroupTree, mask: int,
     sparse = mask & (mask >> 7) & (mask >> 13)  # few CPUs too, as grants have
     for m in (mask, sparse, mask & tree.groups[start].mask, sparse & tree.groups[start].mask):
         assert tree.deepest_containing(m, start) == _descend(tree, m, start)
+
+
+# --- packing on masks where every child is a full core ----------------------------------
+def _without_core_shortcut(tree: GroupTree) -> GroupTree:
+    plain = copy.deepcopy(tree)
+    for g in plain.groups:
+        g.even_cores = False
+    return plain
+
+
+_PACK_MACHINES = [
+    synthetic_topology("1s1d2n2l3c2t"),  # siblings c, c + 12
+    make_topology({c: (0, c // 8, c // 2) for c in range(16)}),  # siblings side by side
+    FOUR_THREADS,
+    synthetic_topology("1s1d1n2l2c2t4e"),  # hybrid: E-cores make a group uneven
+]
+
+
+@settings(max_examples=300)
+@given(topo=st.sampled_from(_PACK_MACHINES), data=st.data())
+def test_packing_whole_core_groups_on_masks_is_the_plain_descent(topo: Topology, data: st.DataObject) -> None:
+    """``take_cores`` (groups whose children are all full cores) packs exactly what the general
+    descent packs, on random candidates, sizes, start groups and limits."""
+    online = topo.online
+    usable = CPUSet(data.draw(st.lists(st.sampled_from(online.sorted()), min_size=1, unique=True))) \
+        if data.draw(st.booleans()) else online
+    tree = build_group_tree(topo, usable)
+    assert any(g.even_cores for g in tree.groups) or usable != online or topo is _PACK_MACHINES[3]
+    plain = _without_core_shortcut(tree)
+    cand = data.draw(st.integers(0, (1 << (max(usable) + 1)) - 1)) & usable.mask
+    start = data.draw(st.integers(0, len(tree.groups) - 1))
+    n = data.draw(st.integers(1, 12))
+    pools = max(g.pool for g in tree.groups) + 1
+    limits = data.draw(st.none() | st.lists(st.integers(0, 16), min_size=pools, max_size=pools))
+    assert pack(tree, start, cand, n, limits) == pack(plain, start, cand, n, limits)

@@ -38,6 +38,9 @@ class Group:
     children: list[int] = field(default_factory=list)
     pool: int = -1  # pool index, or -1 when this group is not a pool
     cores: tuple[int, ...] = ()  # core masks inside this group, ascending
+    #: every child is a core with every thread usable (``GroupTree.max_threads`` of them) and no
+    #: pool: packing here is a matter of masks (``packing._Packer.take_cores``)
+    even_cores: bool = False
 
     @property
     def cpus(self) -> CPUSet:
@@ -207,6 +210,13 @@ def build_group_tree(topology: Topology, allowed: CPUSet) -> GroupTree:
             g.pool = pool
             pool += 1
     max_threads = max((m.bit_count() for m in core_masks), default=1)
+    for g in groups:
+        below = [groups[c] for c in g.children]
+        g.even_cores = bool(below) and all(
+            not k.children and k.pool < 0 and k.mask.bit_count() == max_threads
+            and core_of.get((k.mask & -k.mask).bit_length() - 1) == k.mask
+            for k in below
+        )
     singles, others = 0, []
     pairs: dict[int, int] = {}
     for m in core_masks:

@@ -45,10 +45,11 @@ def _lowest(mask: int, n: int) -> int:
 
 
 class _Packer:
-    __slots__ = ("cand", "clean", "groups", "limits", "strict", "threads")
+    __slots__ = ("cand", "clean", "core_of", "groups", "limits", "strict", "threads")
 
     def __init__(self, tree: GroupTree, cand: int, clean: int, limits: Sequence[int] | None, strict: bool) -> None:
         self.groups = tree.groups
+        self.core_of = tree.core_of
         self.cand = cand
         self.clean = clean
         self.limits = limits
@@ -61,6 +62,8 @@ class _Packer:
         if not group.children:
             # A core (or an undivided leaf): its lowest free threads.
             return _lowest(self.cand & group.mask, need)
+        if self.strict and group.even_cores:
+            return self.take_cores(group.mask, need)
         cand, clean, strict, threads = self.cand, self.clean, self.strict, self.threads
         groups, limits = self.groups, self.limits
         rows = []
@@ -128,6 +131,38 @@ class _Packer:
             result |= got
             remaining -= got.bit_count()
         return result
+
+    def take_cores(self, mask: int, need: int) -> int:
+        """``take`` in clean mode from a group whose children are cores of ``threads`` usable
+        threads each (no pools, so no limits), worked out on masks. Each child is then either
+        whole (all its threads candidates) or half-used, and the steps above come to: whole
+        cores, lowest first, while ``need`` is at least a core; the rest from the half-used
+        core with the fewest free threads that can give it (lowest first), else from the lowest
+        whole core. A property test holds it to ``take``."""
+        threads, core_of = self.threads, self.core_of
+        cand, clean = self.cand & mask, self.clean & mask
+        out = 0
+        while need >= threads:
+            if not clean:
+                return out
+            core = core_of[(clean & -clean).bit_length() - 1]
+            out |= core
+            clean &= ~core
+            cand &= ~core
+            need -= threads
+        if need <= 0:
+            return out
+        half = cand & ~clean
+        best, best_key = 0, (threads, 0)
+        while half:
+            core = core_of[(half & -half).bit_length() - 1]
+            half &= ~core
+            free = (cand & core).bit_count()
+            if free >= need and (free, core & -core) < best_key:
+                best, best_key = core, (free, core & -core)
+        if not best and clean:
+            best = core_of[(clean & -clean).bit_length() - 1]
+        return out | _lowest(cand & best, need)
 
 
 def pack(
