@@ -251,6 +251,40 @@ class _Run:
     rss_kib: int = 0
     updates: int = 0
     spans: list[tuple[float, float]] = field(default_factory=list)  # each agent call, perf_counter
+    slice_writes: int = 0  # the agent's slice writes during the calls (replayed from the watch log after)
+    slice_bytes: int = 0  # their objects' size as the watch sends them
+    generations: int = 0  # pool generations moved meanwhile
+
+
+async def _slice_events(url: str, since: str) -> tuple[int, int, int]:
+    """The ResourceSlice events after ``since``, replayed from the API server double's event log
+    once the calls are done (watching during the run would add a reader to the measurement):
+    their count, their size, and the highest pool generation seen."""
+    from topodra.kube.client import RESOURCE_SLICES, KubeClient
+
+    count = size = generation = 0
+    async with KubeClient.for_url(url) as client:
+        lines = aiter(client.watch_lines(RESOURCE_SLICES, fields={"spec.nodeName": NODE}, resource_version=since))
+        while True:
+            try:
+                line = await asyncio.wait_for(anext(lines), 1.0)
+            except (TimeoutError, StopAsyncIteration):
+                break
+            event = json.loads(line)
+            count += 1
+            size += len(line)
+            pool = ((event.get("object") or {}).get("spec") or {}).get("pool") or {}
+            generation = max(generation, int(pool.get("generation", 0)))
+    return count, size, generation
+
+
+async def _pool_state(url: str) -> tuple[str, int]:
+    """The slices' list resourceVersion and the pool's generation now."""
+    from topodra.kube.client import RESOURCE_SLICES, KubeClient
+
+    async with KubeClient.for_url(url) as client:
+        items, rv = await client.list(RESOURCE_SLICES, fields={"spec.nodeName": NODE})
+    return rv, max((int(s["spec"]["pool"]["generation"]) for s in items), default=0)
 
 
 async def _spawn(script: str, log: Path) -> asyncio.subprocess.Process:
@@ -324,6 +358,7 @@ async def _measure(machine: str, count: int) -> _Run:
             await bare_rt.setup()
             payloads = [_create_request(i) for i in range(count)]
             await asyncio.sleep(1.0)  # let the first slice publication pass
+            since, generation = await _pool_state(api_url)
             for i, payload in enumerate(payloads):
                 reply, took = await agent_rt.call("CreateContainer", payload)
                 run.agent.append(took)
@@ -335,6 +370,9 @@ async def _measure(machine: str, count: int) -> _Run:
                     raise RuntimeError(f"container {i}: the agent set no cpus")
                 run.updates += len(answer.update)
             run.rss_kib = _rss_kib(agent.pid)
+            await asyncio.sleep(0.5)  # the last offer written (publish delay 0.1 s)
+            run.slice_writes, run.slice_bytes, last = await _slice_events(api_url, since)
+            run.generations = max(last - generation, 0)
             status, body = await get(f"127.0.0.1:{port}", "/state/nri")
             if status != 200:
                 raise RuntimeError(f"the agent's /state/nri answered {status}")
@@ -390,6 +428,9 @@ def _report(run: _Run, label: str, cpus: int, count: int, *, goals: bool) -> lis
         Result(f"handler_p50{label}", median(handler), "ms", note="the agent's own time: request bytes in to reply bytes out"),
         Result(f"handler_p99{label}", percentile(handler, 99), "ms"),
         Result(f"handler_exclusive_p50{label}", median(exclusive_handler), "ms", note=f"{run.updates} updates in {count} replies"),
+        Result(f"slice_writes{label}", run.slice_writes, "writes",
+               note=f"the agent's slice writes during the {count} calls: {run.slice_bytes / 1024:.0f} KiB of watch events, "
+                    f"pool generation moved {run.generations} times"),
         Result(f"agent_rss{label}", rss, "MiB", note=f"after {count} containers",
                goal=f"<= {GOAL_RSS_MIB:g} MiB" if goals else None, met=(rss <= GOAL_RSS_MIB) if goals else None),
     ]

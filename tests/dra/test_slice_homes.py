@@ -16,7 +16,7 @@ from topodra.cpuset import CPUSet
 from topodra.dra.devices import Device, build_devices, device_class
 from topodra.dra.reconciler import SliceReconciler
 from topodra.dra.slices import Homes, chunk_devices
-from topodra.kube.client import NODES, KubeClient
+from topodra.kube.client import NODES, RESOURCE_SLICES, KubeClient
 from topodra.sim.allocator import AllocationError, Allocator
 from topodra.testing.apiserver import ApiServer
 from topodra.testing.store import Store, Watch, kind_for
@@ -289,6 +289,34 @@ def test_a_device_without_a_home_rehomes_the_pool() -> None:
                 rec.set_devices(FULL[:8] + FULL[100:])
                 report = await rec.sync(fast=True)
                 assert (report.generation, len(report.updated), rec.rehomed) == (2, 1, 1)
+            finally:
+                await client.close()
+
+    asyncio.run(main())
+
+
+def test_an_emptied_slice_stays_published_and_a_wiped_one_comes_back_in_its_home() -> None:
+    async def main() -> None:
+        async with ApiServer() as server:
+            client = KubeClient.for_url(server.url)
+            try:
+                await client.create(NODES, {"metadata": {"name": NODE}})
+                rec = SliceReconciler(client, NODE, FULL, homes=FULL)
+                await rec.sync()
+                rec.set_devices(FULL[128:])  # every device of the first slice withdrawn
+                report = await rec.sync(fast=True)
+                assert (report.generation, report.updated) == (1, (f"{NODE}-native.cpu-0",))
+                objects = {o["metadata"]["name"]: o for o in server.store.objects(SLICES)}
+                assert published(objects) == [[], [d.name for d in FULL[128:]]]
+                assert {o["spec"]["pool"]["resourceSliceCount"] for o in objects.values()} == {2}
+                # the kubelet wipes a slice: a full pass creates it again, at the next generation
+                await client.delete(RESOURCE_SLICES, f"{NODE}-native.cpu-1")
+                report = await rec.sync()
+                assert report.created == (f"{NODE}-native.cpu-1",)
+                assert report.generation == 2
+                objects = {o["metadata"]["name"]: o for o in server.store.objects(SLICES)}
+                assert published(objects) == [[], [d.name for d in FULL[128:]]]
+                assert {o["spec"]["pool"]["generation"] for o in objects.values()} == {2}
             finally:
                 await client.close()
 
