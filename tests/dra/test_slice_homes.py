@@ -321,3 +321,42 @@ def test_an_emptied_slice_stays_published_and_a_wiped_one_comes_back_in_its_home
                 await client.close()
 
     asyncio.run(main())
+
+
+def test_the_agent_withdraws_an_exclusive_core_with_one_slice_write() -> None:
+    """The agent's offer glue: a Guaranteed 2-CPU container's core leaves its home slice only, the
+    pool generation stays, and the slices are the homes of the offered devices. In ``topology``
+    order the first cores come first, so the policy's pick lands in the first slice, where
+    chunking the offer afresh would shift the second slice too."""
+    from topodra.playground.world import Playground
+
+    def slices(pg: Playground) -> dict[str, dict[str, Any]]:
+        return {s["metadata"]["name"]: s for s in pg.store.list(SLICES)["items"]}
+
+    async def main() -> None:
+        async with Playground(topology=TOPO, agent_overrides={"devices": {"order": "topology"}}) as pg:
+            assert pg.agent is not None
+            assert pg.runtime is not None
+            await pg.agent.settle_offer()
+            before = slices(pg)
+            assert len(before) == 2
+            pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "db"}, "spec": {"containers": [
+                {"name": "c", "image": "x", "resources": {"requests": {"cpu": "2", "memory": "64Mi"}, "limits": {"cpu": "2", "memory": "64Mi"}}}
+            ]}}
+            await pg.apply([pod])
+            await pg.agent.settle_offer()
+            after = slices(pg)
+            held = next(c.cpus for c in pg.runtime.containers() if pg.runtime.pod(c.pod_sandbox_id).name == "db")
+            assert held is not None
+            assert len(held) == 2
+            changed = [n for n in after if after[n]["metadata"]["resourceVersion"] != before[n]["metadata"]["resourceVersion"]]
+            assert len(changed) == 1
+            assert changed[0].endswith("-0")
+            assert {s["spec"]["pool"]["generation"] for s in after.values()} == {before[changed[0]]["spec"]["pool"]["generation"]}
+            offered = pg.agent.offered_devices()
+            assert not {NAME_OF_CPU[c] for c in held} & {d.name for d in offered}
+            placed = Homes(pg.agent.home_devices()).place(offered)
+            assert placed is not None
+            assert published(after) == [[d.name for d in c] for c in placed]
+
+    asyncio.run(main())
