@@ -34,6 +34,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from benchmarks.common import Result, median, percentile
 from topodra.agent.http import get
@@ -250,6 +251,40 @@ class _Run:
     rss_kib: int = 0
     updates: int = 0
     spans: list[tuple[float, float]] = field(default_factory=list)  # each agent call, perf_counter
+    slice_writes: int = 0  # the agent's slice writes during the calls (replayed from the watch log after)
+    slice_bytes: int = 0  # their objects' size as the watch sends them
+    generations: int = 0  # pool generations moved meanwhile
+
+
+async def _slice_events(url: str, since: str) -> tuple[int, int, int]:
+    """The ResourceSlice events after ``since``, replayed from the API server double's event log
+    once the calls are done (watching during the run would add a reader to the measurement):
+    their count, their size, and the highest pool generation seen."""
+    from topodra.kube.client import RESOURCE_SLICES, KubeClient
+
+    count = size = generation = 0
+    async with KubeClient.for_url(url) as client:
+        lines = aiter(client.watch_lines(RESOURCE_SLICES, fields={"spec.nodeName": NODE}, resource_version=since))
+        while True:
+            try:
+                line = await asyncio.wait_for(anext(lines), 1.0)
+            except (TimeoutError, StopAsyncIteration):
+                break
+            event = json.loads(line)
+            count += 1
+            size += len(line)
+            pool = ((event.get("object") or {}).get("spec") or {}).get("pool") or {}
+            generation = max(generation, int(pool.get("generation", 0)))
+    return count, size, generation
+
+
+async def _pool_state(url: str) -> tuple[str, int]:
+    """The slices' list resourceVersion and the pool's generation now."""
+    from topodra.kube.client import RESOURCE_SLICES, KubeClient
+
+    async with KubeClient.for_url(url) as client:
+        items, rv = await client.list(RESOURCE_SLICES, fields={"spec.nodeName": NODE})
+    return rv, max((int(s["spec"]["pool"]["generation"]) for s in items), default=0)
 
 
 async def _spawn(script: str, log: Path) -> asyncio.subprocess.Process:
@@ -323,6 +358,7 @@ async def _measure(machine: str, count: int) -> _Run:
             await bare_rt.setup()
             payloads = [_create_request(i) for i in range(count)]
             await asyncio.sleep(1.0)  # let the first slice publication pass
+            since, generation = await _pool_state(api_url)
             for i, payload in enumerate(payloads):
                 reply, took = await agent_rt.call("CreateContainer", payload)
                 run.agent.append(took)
@@ -334,6 +370,9 @@ async def _measure(machine: str, count: int) -> _Run:
                     raise RuntimeError(f"container {i}: the agent set no cpus")
                 run.updates += len(answer.update)
             run.rss_kib = _rss_kib(agent.pid)
+            await asyncio.sleep(0.5)  # the last offer written (publish delay 0.1 s)
+            run.slice_writes, run.slice_bytes, last = await _slice_events(api_url, since)
+            run.generations = max(last - generation, 0)
             status, body = await get(f"127.0.0.1:{port}", "/state/nri")
             if status != 200:
                 raise RuntimeError(f"the agent's /state/nri answered {status}")
@@ -389,6 +428,9 @@ def _report(run: _Run, label: str, cpus: int, count: int, *, goals: bool) -> lis
         Result(f"handler_p50{label}", median(handler), "ms", note="the agent's own time: request bytes in to reply bytes out"),
         Result(f"handler_p99{label}", percentile(handler, 99), "ms"),
         Result(f"handler_exclusive_p50{label}", median(exclusive_handler), "ms", note=f"{run.updates} updates in {count} replies"),
+        Result(f"slice_writes{label}", run.slice_writes, "writes",
+               note=f"the agent's slice writes during the {count} calls: {run.slice_bytes / 1024:.0f} KiB of watch events, "
+                    f"pool generation moved {run.generations} times"),
         Result(f"agent_rss{label}", rss, "MiB", note=f"after {count} containers",
                goal=f"<= {GOAL_RSS_MIB:g} MiB" if goals else None, met=(rss <= GOAL_RSS_MIB) if goals else None),
     ]
@@ -401,6 +443,7 @@ def run(quick: bool) -> list[Result]:
     results += _report_puts(asyncio.run(_measure_puts(MACHINE, 40 if quick else 150)), 256)
     if not quick:
         results += _report(asyncio.run(_measure(BIG_MACHINE, 2000)), "_1024cpu_2000", 1024, 2000, goals=False)
+        results += _report_writes(asyncio.run(_measure_writes(BIG_MACHINE, 20)), 1024, "_1024cpu")
     return results
 
 
@@ -423,6 +466,9 @@ class _Writes:
     longest: list[float] = field(default_factory=list)  # the longest single step
     idle: list[float] = field(default_factory=list)  # the same sum over as long with nothing to do
     wall: list[float] = field(default_factory=list)
+    puts: list[int] = field(default_factory=list)  # slice writes (PUT/POST) per new offer
+    sent: list[int] = field(default_factory=list)  # request body bytes per new offer
+    bumps: int = 0  # new offers that moved the pool generation
 
 
 async def _probe(seconds: float) -> list[float]:
@@ -439,53 +485,89 @@ def _steps(gaps: list[float]) -> list[float]:
     return [g for g in gaps if g > 20e-6]  # the probe's own turn is a few µs
 
 
-async def _measure_writes(machine: str, writes: int) -> _Writes:
+async def _measure_writes(machine: str, writes: int) -> dict[str, _Writes]:
     """The agent's slice publication in this process (a running ``SliceReconciler``, its watch
     included, given a new offer: two CPUs withdrawn or offered again), the API server double in
     another, and a probe task on this loop measuring how long each write keeps the loop from
     other work (a CreateContainer waits that long), from the new offer until the write is out
     and 50 ms more (the watch re-established); beside it, the same probe on the idle loop for
-    as long (the probe's own noise floor)."""
+    as long (the probe's own noise floor). Two reconcilers (two nodes) alternate: ``homes``
+    (devices stay in their home slice, as the agent publishes) and ``chunked`` (the offered list
+    chunked afresh: every later device shifts), the peer measured in the same run."""
     from topodra.dra.devices import build_devices
     from topodra.dra.reconciler import SliceReconciler
-    from topodra.kube.client import KubeClient
+    from topodra.kube.client import NODES, KubeClient
     from topodra.topology.machine import load_machine
 
     devices = build_devices(load_machine(f"synthetic:{machine}"))
-    out = _Writes()
+    out = {"homes": _Writes(), "chunked": _Writes()}
     log = Path(tempfile.gettempdir()) / "bench-agent-writes.log"
     api = await _spawn(_API_PROCESS.format(src=str(ROOT / "src"), node=NODE), log)
     try:
         assert api.stdout is not None
         url = (await asyncio.wait_for(api.stdout.readline(), 30)).decode().strip()
         async with KubeClient.for_url(url) as client:
-            rec = SliceReconciler(client, NODE, devices)
+            sent: list[int] = []  # body sizes of the slice writes since the last new offer
+
+            def counting(real: Any) -> Any:
+                def counted(*args: Any) -> Any:
+                    sent.append(len(args[-1]))  # the body
+                    return real(*args)
+
+                return counted
+
+            for method in ("create_encoded", "replace_encoded"):
+                setattr(client, method, counting(getattr(client, method)))
+            await client.create(NODES, {"metadata": {"name": NODE + "-peer"}})  # owned, as the agent's
+            recs = {
+                "homes": SliceReconciler(client, NODE, devices, homes=devices),
+                "chunked": SliceReconciler(client, NODE + "-peer", devices),
+            }
             stop = asyncio.Event()
-            task = asyncio.create_task(rec.run(stop))
-            await rec.wait_written(30)
+            tasks = [asyncio.create_task(rec.run(stop)) for rec in recs.values()]
+            for rec in recs.values():
+                await rec.wait_written(30)
             await asyncio.sleep(0.2)
-            for i in range(writes + 2):
-                held = {(2 * i) % len(devices), (2 * i + 1) % len(devices)}
+            # Exclusive grants as they come and go: each new offer withdraws one more core (its two
+            # threads, next to each other in device order; cores 37 apart, all over the machine),
+            # every third one also offers the oldest withdrawn core again.
+            cores = len(devices) // 2
+            held: list[int] = []
+            offers: list[set[int]] = []
+            for k in range(writes + 2):
+                held.append((37 * k) % cores)
+                if k % 3 == 2:
+                    held.pop(0)
+                offers.append({j for c in held for j in (2 * c, 2 * c + 1)})
+            for i in range(2 * (writes + 2)):
+                kind = ("homes", "chunked")[i % 2]
+                rec, w, k = recs[kind], out[kind], i // 2
                 gaps: list[float] = []
                 done = asyncio.Event()
                 probe = asyncio.create_task(_loop_probe(gaps, done))
                 await asyncio.sleep(0)
+                sent.clear()
+                generation = rec.generation
                 t0 = time.perf_counter()
-                rec.set_devices([d for k, d in enumerate(devices) if k not in held])
+                rec.set_devices([d for j, d in enumerate(devices) if j not in offers[k]])
                 await rec.wait_written(30)
                 took = time.perf_counter() - t0
                 await asyncio.sleep(0.05)
                 done.set()
                 await probe
                 idle = await _probe(took + 0.05)
-                if i < 2:
+                if k < 2:
                     continue  # warm-up: connections, caches
-                out.wall.append(took)
-                out.blocked.append(sum(_steps(gaps)))
-                out.longest.append(max(_steps(gaps), default=0.0))
-                out.idle.append(sum(_steps(idle)))
+                w.wall.append(took)
+                w.blocked.append(sum(_steps(gaps)))
+                w.longest.append(max(_steps(gaps), default=0.0))
+                w.idle.append(sum(_steps(idle)))
+                w.puts.append(len(sent))
+                w.sent.append(sum(sent))
+                w.bumps += rec.generation != generation
             stop.set()
-            await asyncio.wait_for(task, 10)
+            for task in tasks:
+                await asyncio.wait_for(task, 10)
     finally:
         with contextlib.suppress(ProcessLookupError):
             api.terminate()
@@ -493,14 +575,25 @@ async def _measure_writes(machine: str, writes: int) -> _Writes:
     return out
 
 
-def _report_writes(w: _Writes, cpus: int) -> list[Result]:
+def _report_writes(both: dict[str, _Writes], cpus: int, label: str = "") -> list[Result]:
+    w, peer = both["homes"], both["chunked"]
     blocked, longest, idle = median(w.blocked) * 1000, median(w.longest) * 1000, median(w.idle) * 1000
+    peer_blocked, peer_wall = median(peer.blocked) * 1000, median(peer.wall) * 1000
+    puts, peer_puts = median([float(x) for x in w.puts]), median([float(x) for x in peer.puts])
+    kib, peer_kib = median([float(x) for x in w.sent]) / 1024, median([float(x) for x in peer.sent]) / 1024
     return [
-        Result("slice_write_blocked_p50", blocked, "ms",
-               note=f"loop held per slice write incl. the watch ({cpus} CPUs, {len(w.wall)} writes); idle loop over as long: {idle:.3f} ms"),
-        Result("slice_write_blocked_max", max(w.blocked) * 1000, "ms"),
-        Result("slice_write_longest_step_p50", longest, "ms", note="the longest single loop step of a write"),
-        Result("slice_write_wall_p50", median(w.wall) * 1000, "ms", note="new offer to written, API server double in another process"),
+        Result(f"slice_write_blocked_p50{label}", blocked, "ms",
+               note=f"loop held per new offer incl. the watch ({cpus} CPUs, {len(w.wall)} offers); idle loop over as long: {idle:.3f} ms; "
+                    f"chunked afresh: {peer_blocked:.3f} ms (x{peer_blocked / blocked:.2f})"),
+        Result(f"slice_write_blocked_max{label}", max(w.blocked) * 1000, "ms"),
+        Result(f"slice_write_longest_step_p50{label}", longest, "ms", note="the longest single loop step of a write"),
+        Result(f"slice_write_wall_p50{label}", median(w.wall) * 1000, "ms",
+               note=f"new offer to written, API server double in another process; chunked afresh: {peer_wall:.3f} ms (x{peer_wall / (median(w.wall) * 1000):.2f})"),
+        Result(f"slice_write_puts{label}", puts, "PUTs",
+               note=f"slice writes per new offer (a core withdrawn, or one withdrawn and one offered again); chunked afresh: {peer_puts:g} "
+                    f"(generation moved {w.bumps}/{len(w.puts)} vs {peer.bumps}/{len(peer.puts)})"),
+        Result(f"slice_write_kib{label}", kib, "KiB",
+               note=f"request bytes per new offer; chunked afresh: {peer_kib:.1f} KiB (x{peer_kib / kib:.2f})"),
     ]
 
 

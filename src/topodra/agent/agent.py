@@ -269,6 +269,7 @@ class Agent:
         self._offer_full = True  # re-read every grant (start, Synchronize, reconfiguration)
         self.offer: CPUSet = self._offered()
         self._offer_pending = False
+        self._homes: tuple[list[Device], Topology, CPUSet, list[Device]] | None = None  # home_devices' list, from what
         self._placed = asyncio.Event()  # the first Synchronize is done: exclusive grants are known
         # Every CPU seen online since the start, as last seen: group numbers stay stable across hotplug.
         self._seen_cpus: dict[int, CPUInfo] = dict(self.topology.cpus)
@@ -418,7 +419,7 @@ class Agent:
             from topodra.dra.reconciler import SliceReconciler
 
             self.reconciler = SliceReconciler(
-                kube, cfg.node_name, self.offered_devices(), publish_delay=cfg.dra.publish_delay
+                kube, cfg.node_name, self.offered_devices(), publish_delay=cfg.dra.publish_delay, homes=self.home_devices
             )
             self._spawn(self._publish(self.reconciler), "slices")
 
@@ -598,6 +599,20 @@ class Agent:
     def offered_devices(self) -> list[Device]:
         # never an offline CPU, even before the offer has been recomputed for a machine change
         return offer_devices(self.topology, self.config.devices, self.devices, self.offer & self.topology.online)
+
+    def home_devices(self) -> list[Device]:
+        """The devices the slices offer with nothing withdrawn (no exclusive grant, no shared floor):
+        each device's home slice comes from this list, so a withdrawn device leaves a hole in its
+        slice instead of moving every later one (one slice written per grant, not all). The same
+        list object until the devices, the machine or the candidate CPUs change: the reconciler
+        re-computes the homes only then."""
+        policy = self.policy
+        candidates = (policy.available_cpus - policy.reserved_cpus) & self.topology.online
+        cached = self._homes
+        if cached is None or cached[0] is not self.devices or cached[1] is not self.topology or cached[2] != candidates:
+            homes = offer_devices(self.topology, self.config.devices, self.devices, candidates)
+            cached = self._homes = (self.devices, self.topology, candidates, homes)
+        return cached[3]
 
     def _offer_soon(self) -> None:
         """Recompute the offer right after the current operation (once per burst), off its reply path."""

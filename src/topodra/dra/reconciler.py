@@ -6,9 +6,17 @@ slices of its node and driver, makes them equal to ``build_slices`` (create
 the missing, update the changed, delete the stale, first), then watches and
 re-syncs whenever a slice is deleted or drifts from what it published.
 
-Pool generation: bumped whenever anything in the pool changes (a wiped slice
-counts), so consumers never mix slices of two states; it never goes down,
-even after every slice was wiped.
+Pool generation, as the upstream kubelet plugin helper keeps it: kept when at most
+one existing slice changes and none is created or removed (only that slice is
+written: consumers see the pool complete throughout, each device in one slice),
+bumped otherwise, every slice rewritten (a wiped slice counts), so consumers never
+mix slices of two states; it never goes down, even after every slice was wiped.
+
+Homes (``homes``: the node's full device list, ``slices.Homes``): every device
+stays in its home slice, a withdrawn one leaving a hole, so withdrawing a core
+after an exclusive grant changes one slice, not every slice after it. A list
+that does not fit the homes (a device without one) re-homes the pool: a full
+rewrite at the next generation. Without ``homes`` each list is chunked afresh.
 
 A new device list alone (``set_devices``: the agent withdrawing exclusive CPUs
 after every grant) takes the fast path: the slices as this reconciler last
@@ -30,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from topodra.dra.devices import DRIVER, Device
-from topodra.dra.slices import chunk_devices, encode_slice, event_head, iter_slices, read_answer
+from topodra.dra.slices import Homes, chunk_devices, encode_slice, event_head, iter_slices, read_answer
 from topodra.kube.client import NODES, RESOURCE_SLICES, KubeClient
 from topodra.kube.errors import ApiError
 
@@ -108,11 +116,20 @@ class SliceReconciler:
         max_backoff: float = 30.0,
         resync_period: float = 600.0,
         publish_delay: float = 0.0,
+        homes: Sequence[Device] | Callable[[], Sequence[Device]] | None = None,
     ) -> None:
         """``publish_delay``: at most one write of a new device list (``set_devices``) per that
         many seconds: the first change after a quiet spell is written at once, the ones after it
-        within the delay together at its end; drift and the first sync do not wait."""
+        within the delay together at its end; drift and the first sync do not wait.
+        ``homes``: the full device list each device's slice is computed from (a callable is
+        called at every sync; return the same list object while it has not changed, the
+        homes are recomputed only when it is a new one)."""
         self._client = client
+        self._homes_src = homes
+        self._homes_seen: Sequence[Device] | None = None  # the homes list the layout was computed from
+        self._layout: Homes | None = None
+        #: times a device list did not fit its homes (the pool re-homed)
+        self.rehomed = 0
         self.node_name = node_name
         self._devices: list[Device] | Callable[[], Sequence[Device]] = list(devices)
         self._driver = driver
@@ -144,6 +161,26 @@ class SliceReconciler:
     @property
     def generation(self) -> int:
         return self._generation
+
+    def _chunks(self, devices: Sequence[Device]) -> list[list[Device]]:
+        """The device list in slices: in their homes when there are homes and the list fits."""
+        if self._homes_src is None:
+            return chunk_devices(devices)
+        src = self._homes_src() if callable(self._homes_src) else self._homes_src
+        if src is not self._homes_seen or self._layout is None:
+            self._homes_seen = src
+            homes = Homes(src)
+            if homes != self._layout:
+                self._layout = homes
+        chunks = self._layout.place(devices)
+        if chunks is None:
+            # A device without a home (hotplug, a new device model) or a slice over its limit:
+            # re-home every device from this list (the pool moves to the next generation).
+            self.rehomed += 1
+            log.info("pool %s: the device list does not fit its slices, re-homing every device", self.node_name)
+            self._layout = Homes(devices)
+            chunks = self._layout.place(devices)
+        return chunks if chunks is not None else chunk_devices(devices)  # (a duplicate: iter_slices says so)
 
     def set_devices(self, devices: Sequence[Device] | Callable[[], Sequence[Device]]) -> None:
         """Publish a new device list (CPU hotplug, config change) at the next sync; a callable is
@@ -224,7 +261,7 @@ class SliceReconciler:
         seen_gen = max((int((s["spec"].get("pool") or {}).get("generation", 0)) for s in existing.values()), default=0)
         generation = max(self._generation, seen_gen, 1)
         devices = self.devices()
-        chunks = chunk_devices(devices)
+        chunks = self._chunks(devices)
         # Built a slice per loop step (the whole pool is ~1 ms of CPU at 1,024 CPUs).
         desired: list[dict[str, Any]] = []
         slices = iter_slices(
@@ -237,8 +274,12 @@ class SliceReconciler:
         listed = dict(zip((d["metadata"]["name"] for d in desired), chunks, strict=True))
         names = {d["metadata"]["name"] for d in desired}
         stale += [s for name, s in existing.items() if name not in names]
-        drift = any(d["metadata"]["name"] not in existing or not _same(existing[d["metadata"]["name"]], d) for d in desired)
-        if drift and (existing or self._generation or seen_gen):
+        new = any(d["metadata"]["name"] not in existing for d in desired)
+        removed = any(name not in names for name in existing)
+        changed = sum(1 for d in desired if (have := existing.get(d["metadata"]["name"])) is not None and not _same(have, d))
+        # The upstream helper's rule: one existing slice rewritten in place keeps the generation
+        # (the pool stays complete while it is written); anything more is a new generation.
+        if (new or removed or changed > 1) and (existing or self._generation or seen_gen):
             generation += 1
             for d in desired:  # the same slices at the next generation (no second build)
                 d["spec"]["pool"] = {**d["spec"]["pool"], "generation": generation}

@@ -19,6 +19,7 @@ import hashlib
 import json
 import re
 from collections.abc import Generator, Iterator, Mapping, Sequence
+from itertools import pairwise
 from typing import Any, Final
 
 from topodra.dra.attributes import is_dns_subdomain
@@ -27,6 +28,7 @@ from topodra.dra.devices import DRIVER, Device
 __all__ = [
     "MAX_DEVICES_PER_SLICE",
     "MAX_DEVICES_PER_SLICE_ADVANCED",
+    "Homes",
     "build_slices",
     "iter_slices",
     "chunk_devices",
@@ -69,6 +71,63 @@ def chunk_devices(devices: Sequence[Device]) -> list[list[Device]]:
     if current or not chunks:
         chunks.append(current)
     return chunks
+
+
+class Homes:
+    """Each device's fixed slice: ``chunk_devices`` of the node's full device list (what it offers
+    with nothing withdrawn).
+
+    The agent withdraws a core's CPUs after every exclusive grant. Re-chunking the shorter list
+    would shift every later device into another slice, so every write would change every slice
+    (and bump the pool generation); placed in its home, a withdrawn device leaves a hole there
+    and only its own slice changes. With nothing withdrawn ``place`` gives ``chunk_devices``'
+    chunks, so the slices are the same as without homes.
+    """
+
+    __slots__ = ("_where", "names")
+
+    def __init__(self, devices: Sequence[Device]) -> None:
+        #: the device names of each home slice, in slice order
+        self.names: tuple[tuple[str, ...], ...] = tuple(tuple(d.name for d in c) for c in chunk_devices(devices))
+        self._where: dict[str, tuple[int, int]] = {
+            name: (i, j) for i, chunk in enumerate(self.names) for j, name in enumerate(chunk)
+        }
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Homes) and other.names == self.names
+
+    __hash__ = None  # type: ignore[assignment]  # compared by value, not hashed
+
+    def place(self, devices: Sequence[Device]) -> list[list[Device]] | None:
+        """``devices`` (a subset of the homes' devices) in their home slices, each slice in the full
+        list's order; None when they do not fit (a device without a home, one listed twice, a
+        slice over its limit because a device turned advanced): the caller re-homes."""
+        where = self._where
+        chunks: list[list[Device]] = [[] for _ in self.names]
+        last = [-1] * len(self.names)
+        ordered = True
+        for d in devices:
+            w = where.get(d.name)
+            if w is None:
+                return None
+            i, j = w
+            if j <= last[i]:
+                if j == last[i]:
+                    return None  # listed twice
+                ordered = False
+            last[i] = j
+            chunks[i].append(d)
+        for chunk in chunks:
+            if not ordered:
+                chunk.sort(key=lambda d: where[d.name][1])
+                if any(where[a.name] == where[b.name] for a, b in pairwise(chunk)):
+                    return None
+            if len(chunk) > MAX_DEVICES_PER_SLICE_ADVANCED and any(d.uses_advanced_features for d in chunk):
+                return None
+        return chunks
 
 
 def build_slices(
