@@ -101,3 +101,62 @@ def test_differs_compares_cpus_and_pinned_mems(a: set[int], b: set[int], pin: bo
     got = AppliedCpuset(CPUSet(a), CPUSet([0]))
     want = Assignment(CPUSet(b), CPUSet([1]) if pin else CPUSet())
     assert got.differs(want) == (a != b or pin)
+
+
+def test_a_decision_made_during_the_read_is_not_drift(tmp_path: Path) -> None:
+    """A claim prepared while the checker reads the cgroup changes the assignment; the cgroup
+    still holds the old one because the push is on its way: checked again later, not repaired."""
+    import asyncio
+
+    from topodra.agent.drift import DriftChecker
+
+    _tree(tmp_path, 2, CGROUPFS.lstrip("/"), cpus="0-7")
+    assignment = {CID: Assignment(CPUSet.parse("0-7"), CPUSet())}
+    repaired: list[list[str]] = []
+
+    class Reader(CgroupReader):
+        def read(self, container_id: str, cgroups_path: str = "", pid: int = 0) -> AppliedCpuset | None:
+            got = super().read(container_id, cgroups_path, pid)
+            assignment[CID] = Assignment(CPUSet.parse("0-3"), CPUSet())  # decided meanwhile
+            return got
+
+    checker = DriftChecker(
+        Reader(tmp_path),
+        lookup=assignment.get,
+        locate=lambda cid: (CGROUPFS, 0),
+        all_ids=lambda: [CID],
+        repair=repaired.append,
+        counted=lambda n: None,
+    )
+    assert asyncio.run(checker.check([CID])) == []
+    assert repaired == []
+    assert checker._soon == {CID}, "checked again after the push"
+    # The next pass reads the cgroup against an unchanged decision: a real difference is repaired.
+    checker.reader = CgroupReader(tmp_path)
+    assert asyncio.run(checker.check([CID])) == [CID]
+    assert repaired == [[CID]]
+
+
+def test_a_decision_not_pushed_yet_is_not_drift(tmp_path: Path) -> None:
+    """A claim's changes wait for its checkpoint before they are pushed: meanwhile the cgroup
+    holds the old set, and the check leaves it alone."""
+    import asyncio
+
+    from topodra.agent.drift import DriftChecker
+
+    _tree(tmp_path, 2, CGROUPFS.lstrip("/"), cpus="0-7")
+    unpushed = {CID}
+    repaired: list[list[str]] = []
+    checker = DriftChecker(
+        CgroupReader(tmp_path),
+        lookup=lambda cid: Assignment(CPUSet.parse("0-3"), CPUSet()),
+        locate=lambda cid: (CGROUPFS, 0),
+        all_ids=lambda: [CID],
+        repair=repaired.append,
+        counted=lambda n: None,
+        unpushed=unpushed.__contains__,
+    )
+    assert asyncio.run(checker.check([CID])) == []
+    unpushed.clear()  # pushed, and the runtime did not apply it: now it is drift
+    assert asyncio.run(checker.check([CID])) == [CID]
+    assert repaired == [[CID]]

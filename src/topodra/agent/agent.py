@@ -148,10 +148,10 @@ class _OfferedPicks:
 
     def claim(self, claim_id: str, cpus: CPUSet) -> Changes:
         # Restoring after a restart: a claim's CPUs may be offline now (kept for it, reported).
-        return self._agent.policy.claim(claim_id, cpus, keep_offline=self._agent.restoring)
+        return self._agent.decided(self._agent.policy.claim(claim_id, cpus, keep_offline=self._agent.restoring))
 
     def release(self, claim_id: str) -> Changes:
-        return self._agent.policy.release(claim_id)
+        return self._agent.decided(self._agent.policy.release(claim_id))
 
     def claimed(self, claim_id: str) -> CPUSet | None:
         return self._agent.policy.claimed(claim_id)
@@ -259,6 +259,8 @@ class Agent:
         # Start window: created, PostStartContainer not seen yet. An update reaching such a
         # container may be stored in its spec only (containerd), so it is sent again after the start.
         self._starting: set[str] = set()
+        #: containers a claim moved whose push waits for the claim's checkpoint (not drift meanwhile)
+        self._unpushed: set[str] = set()
         self._overlapped: set[str] = set()
         self.drift: DriftChecker | None = None
         self._drift_interval = drift_interval
@@ -447,6 +449,7 @@ class Agent:
             repair=self._repair_drift,
             counted=self.metrics.cpuset_drift.inc,
             settled=self._push_settled,
+            unpushed=self._unpushed.__contains__,
             interval=self._drift_interval,
         )
         self.pusher = UpdatePusher(
@@ -654,8 +657,15 @@ class Agent:
             reconciler.set_devices(self.offered_devices())
         await reconciler.run(self._stop)
 
+    def decided(self, changes: Changes) -> Changes:
+        """A claim's changes, decided before its checkpoint is written and they are pushed: until
+        then their cgroups still hold the old sets, which the drift check must not repair."""
+        self._unpushed.update(changes)
+        return changes
+
     async def _on_driver_changes(self, changes: Changes) -> None:
         """Claim prepared/released/restored: push the moved containers now."""
+        self._unpushed.difference_update(changes)
         moved = [
             c for c, mask in self._exclusive_grants.items()
             if c in changes and (g := self.policy.grant(c)) is not None and g.exclusive != mask

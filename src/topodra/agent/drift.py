@@ -152,7 +152,8 @@ class DriftChecker:
 
     ``lookup`` gives a container's current assignment (None: not ours any
     more), ``locate`` its cgroup, ``repair`` re-pushes containers, ``counted``
-    records each drift found. ``check`` runs once; ``run`` every
+    records each drift found, ``unpushed`` tells a container whose new assignment
+    is decided but not sent yet. ``check`` runs once; ``run`` every
     ``interval`` seconds, and ``check_soon`` after a container started.
     """
 
@@ -166,6 +167,7 @@ class DriftChecker:
         repair: Callable[[list[str]], None],
         counted: Callable[[int], None],
         settled: Callable[[], Awaitable[None]] | None = None,
+        unpushed: Callable[[str], bool] | None = None,
         interval: float = 30.0,
     ) -> None:
         self.reader = reader
@@ -175,6 +177,7 @@ class DriftChecker:
         self._repair = repair
         self._counted = counted
         self._settled = settled
+        self._unpushed = unpushed or (lambda cid: False)
         self.interval = interval
         self._soon: set[str] = set()
         self._wake = asyncio.Event()
@@ -203,6 +206,7 @@ class DriftChecker:
                 where[cid] = loc
         if not where:
             return []
+        decided = {cid: self._lookup(cid) for cid in where}
         applied = await asyncio.to_thread(self._read_all, where)
         drifted: list[str] = []
         for cid, got in applied.items():
@@ -210,6 +214,11 @@ class DriftChecker:
             if want is None or got is None or not got.differs(want):
                 continue
             if self._locate(cid) is None:
+                continue
+            if self._unpushed(cid):
+                continue  # decided, its push waiting for the claim's checkpoint: the cgroup cannot hold it yet
+            if want != decided[cid]:
+                self.check_soon([cid])  # decided anew during the read: checked again after its push
                 continue
             log.warning(
                 "container %s runs on cpus %s mems %s, assigned %s / %s: repairing",

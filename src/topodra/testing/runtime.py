@@ -541,7 +541,7 @@ class EmbeddedRuntime:
                 updates = convert.updates_from_proto(msg2.update)
             except (DecodeError, ConversionError) as exc:
                 return b"", Status(Code.UNKNOWN, f"invalid UpdateContainersRequest: {exc}")
-            self._note(f"plugin {plugin.id!r} requested container updates")
+            self._note(f"plugin {plugin.id!r} requested container updates: {', '.join(u.container_id for u in updates)}")
             # runtime-owned: applied even if the plugin is dropped while it waits for the lock
             failed = await asyncio.shield(self._spawn(self._apply_unsolicited(updates, plugin.id)))
             if failed:
