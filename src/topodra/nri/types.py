@@ -30,6 +30,7 @@ __all__ = [
     "Pod",
     "event_mask",
     "events_in_mask",
+    "placement_update",
 ]
 
 
@@ -242,6 +243,37 @@ class ContainerUpdate:
         if (cpus is not None and not cpus) or (mems is not None and not mems):  # name it only when refusing
             _refuse_empty(f"ContainerUpdate({self.container_id})", "cpus", cpus)
             _refuse_empty(f"ContainerUpdate({self.container_id})", "mems", mems)
+
+
+_new_object = object.__new__
+_UPDATE_SLOTS = tuple(
+    getattr(ContainerUpdate, name).__set__
+    for name in ("container_id", "cpus", "mems", "cpu_shares", "cpu_quota", "cpu_period", "memory_limit", "ignore_failure")
+)
+
+
+def placement_update(container_id: str, cpus: CPUSet, mems: CPUSet | None) -> ContainerUpdate:
+    """A ContainerUpdate of a placement decision, built without the dataclass machinery.
+
+    For values already known good: a policy ``Assignment`` never has an empty cpuset, and its
+    empty mems become None. Building the dataclass (eight frozen-field writes and the checks)
+    cost more than encoding the update; a reply moving two dozen containers paid it each time.
+    The id is still checked, and the encoders still refuse an empty set. Plugins' own updates
+    go through ``ContainerUpdate(...)`` and all its checks.
+    """
+    if not container_id:
+        raise ValueError("ContainerUpdate.container_id must not be empty")
+    update = _new_object(ContainerUpdate)
+    s_id, s_cpus, s_mems, s_shares, s_quota, s_period, s_limit, s_flag = _UPDATE_SLOTS
+    s_id(update, container_id)
+    s_cpus(update, cpus)
+    s_mems(update, mems)
+    s_shares(update, None)
+    s_quota(update, None)
+    s_period(update, None)
+    s_limit(update, None)
+    s_flag(update, False)
+    return update
 
 
 @dataclass(frozen=True, slots=True)
