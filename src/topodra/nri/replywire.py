@@ -100,16 +100,38 @@ def _resources(
     else:
         head = b""
     if cpus is not None:
-        if type(cpus) is not CPUSet or not cpus:
+        field = _set_field(b"\x32", cpus)
+        if field is None:
             return None
-        text = cpus.format().encode()
-        cpu += b"\x32" + _BYTE[len(text)] + text if len(text) < 128 else _field(b"\x32", text)
+        cpu += field
     if mems is not None:
-        if type(mems) is not CPUSet or not mems:
+        field = _set_field(b"\x3a", mems)
+        if field is None:
             return None
-        text = mems.format().encode()
-        cpu += b"\x3a" + _BYTE[len(text)] + text if len(text) < 128 else _field(b"\x3a", text)
+        cpu += field
     return head + _field(b"\x12", cpu) if cpu else head
+
+
+#: Set list fields by (tag, mask). Every reply names its memory node ("0", "1") and often a
+#: set it named before; formatting a fresh ``CPUSet`` costs 1.5-5 us, looking it up 0.2 us.
+_SET_FIELDS: dict[tuple[bytes, int], bytes] = {}
+_SET_FIELDS_MAX = 1024
+
+
+def _set_field(tag: bytes, value: CPUSet) -> bytes | None:
+    """The cpus/mems field of a non-empty set; None for an empty set or a CPUSet subclass."""
+    if type(value) is not CPUSet:
+        return None
+    key = (tag, value.mask)
+    field = _SET_FIELDS.get(key)
+    if field is None:
+        if not key[1]:
+            return None
+        field = _field(tag, value.format().encode())
+        if len(_SET_FIELDS) >= _SET_FIELDS_MAX:
+            _SET_FIELDS.clear()
+        _SET_FIELDS[key] = field
+    return field
 
 
 def _text(value: str) -> bytes | None:
