@@ -14,7 +14,15 @@ from topodra.cpuset import CPUSet
 from topodra.nri import convert, replywire
 from topodra.nri.errors import EmptyCPUSetError
 from topodra.nri.proto import api_pb2
-from topodra.nri.types import ContainerAdjustment, ContainerUpdate, placement_update
+from topodra.nri.types import (
+    Container,
+    ContainerAdjustment,
+    ContainerUpdate,
+    Pod,
+    build_container,
+    build_pod,
+    placement_update,
+)
 
 INT64 = st.integers(-(2**63), 2**63 - 1) | st.sampled_from([0, -1, 1, 127, 128, -(2**63), 2**63 - 1])
 UINT64 = st.integers(0, 2**64 - 1) | st.sampled_from([0, 1, 127, 128, 2**63, 2**64 - 1])
@@ -183,3 +191,28 @@ def test_a_long_run_of_followers_shares_its_body_and_matches_upb() -> None:
         ContainerAdjustment(cpus=CPUSet({4, 5}), mems=mems), updates
     )
     assert replywire.create_container_response(None, ()) == b""
+
+
+def test_set_fields_memo_is_bounded_and_stays_exact() -> None:
+    """Many distinct sets: the memo of formatted lists stays bounded, every reply exact."""
+    for i in range(1, 2 * replywire._SET_FIELDS_MAX, 7):
+        cpus = CPUSet.from_mask(i)
+        updates = [placement_update("a", cpus, CPUSet({i % 4})), ContainerUpdate("b", cpus=CPUSet.from_mask(i + 1))]
+        assert replywire.updates_message(updates) == _reference_updates(updates)
+        assert len(replywire._SET_FIELDS) <= replywire._SET_FIELDS_MAX
+
+
+@given(st.dictionaries(st.sampled_from(["name", "uid", "namespace", "cgroup_parent", "runtime_handler"]), text),
+       st.integers(0, 2**31))
+def test_decoder_builders_equal_the_dataclass_constructors(strings: dict[str, Any], pid: int) -> None:
+    """``build_pod``/``build_container`` set every field as ``Pod(...)``/``Container(...)`` do,
+    defaults included, each default map a fresh one."""
+    assert build_pod(id="p", pid=pid, **strings) == Pod(id="p", pid=pid, **strings)
+    name = strings.get("name", "")
+    assert build_container(id="c", pod_sandbox_id="p", name=name, pid=pid) == Container("c", "p", name, pid=pid)
+    one, two = build_container(id="c", pod_sandbox_id="p"), build_container(id="c", pod_sandbox_id="p")
+    assert one.labels == {}
+    assert one.labels is not two.labels
+    assert build_pod(id="p").annotations is not build_pod(id="p").annotations
+    with pytest.raises(TypeError):
+        build_container(id="c")

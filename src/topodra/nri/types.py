@@ -10,9 +10,9 @@ is never what a placement decision means.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Final
+from collections.abc import Callable, Mapping
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, Final, TypeVar
 
 from topodra.cpuset import CPUSet
 from topodra.nri.errors import EmptyCPUSetError
@@ -244,6 +244,42 @@ class ContainerUpdate:
             _refuse_empty(f"ContainerUpdate({self.container_id})", "cpus", cpus)
             _refuse_empty(f"ContainerUpdate({self.container_id})", "mems", mems)
 
+
+_T = TypeVar("_T")
+
+
+def _builder(cls: type[_T]) -> Callable[..., _T]:
+    """A function taking ``cls``'s keyword arguments, defaults included, that fills the slots
+    directly: a frozen dataclass' ``__init__`` writes each field through ``object.__setattr__``,
+    which for a 15-field Pod cost more than decoding it. Only for classes without
+    ``__post_init__`` (nothing is skipped but the frozen-field write), fed by the decoders."""
+    assert not hasattr(cls, "__post_init__")
+    env: dict[str, Any] = {"_new": object.__new__, "_cls": cls, "_MISSING": MISSING}
+    params: list[str] = []
+    body: list[str] = ["    obj = _new(_cls)"]
+    for i, f in enumerate(fields(cls)):  # type: ignore[arg-type]
+        env[f"_set{i}"] = getattr(cls, f.name).__set__
+        if f.default is not MISSING:
+            env[f"_default{i}"] = f.default
+            params.append(f"{f.name}=_default{i}")
+            body.append(f"    _set{i}(obj, {f.name})")
+        elif f.default_factory is not MISSING:
+            env[f"_factory{i}"] = f.default_factory
+            params.append(f"{f.name}=_MISSING")
+            body.append(f"    _set{i}(obj, _factory{i}() if {f.name} is _MISSING else {f.name})")
+        else:
+            params.append(f.name)
+            body.append(f"    _set{i}(obj, {f.name})")
+    source = f"def build(*, {', '.join(params)}):\n" + "\n".join(body) + "\n    return obj\n"
+    exec(source, env)  # built from the dataclass's own field names
+    build: Callable[..., _T] = env["build"]
+    build.__qualname__ = build.__name__ = f"build_{cls.__name__}"
+    return build
+
+
+#: ``Pod(...)`` and ``Container(...)`` for the decoders (``topodra.nri.convert``).
+build_pod: Final = _builder(Pod)
+build_container: Final = _builder(Container)
 
 _new_object = object.__new__
 _UPDATE_SLOTS = tuple(
