@@ -17,6 +17,7 @@ from topodra.nri.proto import api_pb2
 from topodra.nri.types import (
     Container,
     ContainerAdjustment,
+    ContainerState,
     ContainerUpdate,
     Pod,
     build_container,
@@ -216,3 +217,11 @@ def test_decoder_builders_equal_the_dataclass_constructors(strings: dict[str, An
     assert build_pod(id="p").annotations is not build_pod(id="p").annotations
     with pytest.raises(TypeError):
         build_container(id="c")
+
+
+def test_unknown_container_states_decode_as_unknown() -> None:
+    pb = api_pb2.Container(id="c", pod_sandbox_id="p")
+    pb.state = 7  # type: ignore[assignment]  # a state from a newer runtime
+    assert convert.container_from_proto(api_pb2.Container.FromString(pb.SerializeToString())).state is ContainerState.UNKNOWN
+    pb.state = api_pb2.CONTAINER_RUNNING
+    assert convert.container_from_proto(pb).state is ContainerState.RUNNING
