@@ -251,7 +251,7 @@ _T = TypeVar("_T")
 def _builder(cls: type[_T]) -> Callable[..., _T]:
     """A function taking ``cls``'s keyword arguments, defaults included, that fills the slots
     directly: a frozen dataclass' ``__init__`` writes each field through ``object.__setattr__``,
-    which for a 15-field Pod cost more than decoding it. Only for classes without
+    which for a 13-field Pod cost more than decoding it. Only for classes without
     ``__post_init__`` (nothing is skipped but the frozen-field write), fed by the decoders."""
     assert not hasattr(cls, "__post_init__")
     env: dict[str, Any] = {"_new": object.__new__, "_cls": cls, "_MISSING": MISSING}
