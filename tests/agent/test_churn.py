@@ -6,10 +6,15 @@ A bounded version of ``python -m benchmarks sync`` (the 1,000-operation soak).
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
+from pathlib import Path
 from typing import Any
 
+from topodra.agent.logs import JsonFormatter
+from topodra.cpuset import CPUSet
 from topodra.playground.world import Playground
-from topodra.testing.churn import _offered, run_churn
+from topodra.testing.churn import _offered, agent_offers, in_race, run_churn
 from topodra.topology.synthetic import synthetic_topology
 
 TOPO = "1s1d1n2l4c2t"  # 16 CPUs
@@ -25,6 +30,41 @@ def test_randomized_churn_with_agent_restarts_ends_consistent() -> None:
     assert report.exclusive_moved == report.exclusive_moved_in_race
     assert report.unrepaired == 0  # every task that missed an update during its start got it afterwards
     assert sum(report.pods_started.values()) > 50
+
+
+def _log_line(created: float, msg: str) -> str:
+    record = logging.LogRecord("topodra.agent.agent", logging.INFO, __file__, 1, msg, None, None)
+    record.created, record.msecs = created, (created % 1) * 1000
+    return JsonFormatter().format(record)
+
+
+def test_the_offer_history_is_read_from_every_agent_process_log(tmp_path: Path) -> None:
+    log = tmp_path / "agent.log"
+    log.write_text("\n".join([
+        _log_line(1000.25, "slices offer 0-3,6 (withdrawn 4-5, offered again -)"),
+        _log_line(1000.5, "placed default/g/c on CPUs 4-5"),
+        "not json at all",
+        _log_line(1001.0, "slices offer  (withdrawn 0-3,6, offered again -)"),
+        '{"ts": "2026-12-02T03:52:34.8', # cut by a killed process
+        _log_line(1002.0, "slices offer 0-7 (withdrawn -, offered again 4-5,7)"),
+    ]))
+    got = agent_offers(log)
+    assert [t for t, _ in got] == [1000.25, 1001.0, 1002.0]
+    assert [str(o) for _, o in got] == ["0-3,6", "", "0-7"]
+    assert json.loads(_log_line(1000.25, "x"))["ts"].endswith(".250Z")
+    assert agent_offers(tmp_path / "missing.log") == []
+
+
+def test_a_claim_allocated_from_an_offer_withdrawn_in_the_publish_delay_is_the_race() -> None:
+    """A grant withdraws CPU 2 and a move offers it again inside one publish delay: no write ever
+    left CPU 2 out, yet the scheduler allocated it while the node no longer offered it."""
+    offers = [(10.0, CPUSet.parse("0-7")), (10.5, CPUSet.parse("0-1,3-7")), (10.56, CPUSet.parse("0-7"))]
+    cpus = CPUSet.parse("2")
+    assert in_race(cpus, allocated=10.52, failed=10.6, agent_offers=offers)  # the offer in force at the allocation
+    assert in_race(cpus, allocated=10.2, failed=10.6, agent_offers=offers)  # withdrawn after it, before Prepare
+    assert not in_race(cpus, allocated=10.57, failed=10.6, agent_offers=offers)  # offered all along: a bug
+    assert not in_race(cpus, allocated=10.2, failed=10.45, agent_offers=offers)  # withdrawn only after the failure
+    assert not in_race(CPUSet.parse("3"), allocated=10.2, failed=10.6, agent_offers=offers)
 
 
 def _pod(name: str, *, cpus: int = 0, claim: int = 0) -> dict[str, Any]:

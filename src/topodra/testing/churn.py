@@ -13,10 +13,14 @@ be held twice. Used by ``tests/agent/test_churn.py`` (bounded) and
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import random
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from topodra.cpuset import CPUSet
@@ -25,7 +29,7 @@ from topodra.testing.runtime import ContainerChange
 from topodra.testing.store import KINDS
 from topodra.topology.synthetic import synthetic_topology
 
-__all__ = ["ChurnReport", "run_churn"]
+__all__ = ["ChurnReport", "agent_offers", "in_race", "run_churn"]
 
 SLICES = KINDS[("resource.k8s.io", "resourceslices")]
 
@@ -37,8 +41,8 @@ class ChurnReport:
     pods_started: dict[str, int] = field(default_factory=dict)
     unschedulable: int = 0
     prepare_failures: list[str] = field(default_factory=list)
-    #: Prepare refusals of claims allocated from slices that offered CPUs withdrawn before the
-    #: Prepare (exclusive grants, a moved shared floor): the race
+    #: Prepare refusals of claims the agent's own offer no longer covered at their allocation or
+    #: before their Prepare (exclusive grants, a moved shared floor): the publication race
     prepare_failures_in_race: list[str] = field(default_factory=list)
     race_allocations: int = 0
     refused: list[str] = field(default_factory=list)
@@ -72,7 +76,7 @@ class ChurnReport:
             "pods started " + ", ".join(f"{k} {v}" for k, v in sorted(self.pods_started.items())),
             f"unschedulable {self.unschedulable}, refused {len(self.refused)}, "
             f"Prepare failures {len(self.prepare_failures)} (+{len(self.prepare_failures_in_race)} of claims "
-            f"allocated before a withdrawal; {self.race_allocations} allocations saw exclusive CPUs on offer)",
+            f"allocated from an offer the node had withdrawn; {self.race_allocations} allocations saw exclusive CPUs on offer)",
             f"exclusive grants {self.exclusive_grants}: moved {self.exclusive_moved} "
             f"({self.exclusive_moved_in_race} allocated from slices published before the withdrawal)",
             f"withdrawal window (grant -> slices updated) p50 {p50:.1f} ms, p99 {p99:.1f} ms, max {w[-1] if w else 0:.1f} ms",
@@ -116,6 +120,37 @@ def _templates() -> list[dict[str, Any]]:
     ]
 
 
+#: The agent's log times are in milliseconds.
+_LOG_TICK = 0.001
+
+
+def agent_offers(log: Path) -> list[tuple[float, CPUSet]]:
+    """(wall time, offer) of every offer the agent computed, from its JSON log (every process's,
+    restarts included): the node's own view, before the publish delay coalesces it into writes."""
+    out: list[tuple[float, CPUSet]] = []
+    with contextlib.suppress(FileNotFoundError), log.open() as lines:
+        for line in lines:
+            if '"slices offer ' not in line:
+                continue
+            try:
+                entry = json.loads(line)
+                stamp = datetime.strptime(entry["ts"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+                text = entry["msg"].removeprefix("slices offer ").split(" (", 1)[0]
+                out.append((stamp.timestamp(), CPUSet.parse(text) if text.strip("- ") else CPUSet()))
+            except (ValueError, KeyError):
+                continue  # a line cut by a killed process
+    return out
+
+
+def in_race(cpus: CPUSet, allocated: float, failed: float, agent_offers: list[tuple[float, CPUSet]]) -> bool:
+    """Whether a claim of ``cpus`` allocated at ``allocated`` and refused at ``failed`` met the
+    publication race: the agent's offer in force at the allocation (the last one computed before
+    it) or any later one up to the failure left out one of its CPUs."""
+    window = [o for t, o in agent_offers if t <= allocated + _LOG_TICK][-1:]
+    window += [o for t, o in agent_offers if allocated + _LOG_TICK < t <= failed + _LOG_TICK]
+    return any(not cpus <= offered for offered in window)
+
+
 def _offered(pg: Playground) -> CPUSet:
     cpus: set[int] = set()
     for s in pg.store.list(SLICES)["items"]:
@@ -145,6 +180,7 @@ class _Churn:
         self.idle = asyncio.Condition()
         self.busy = 0  # operations in flight
         self.pausing = False  # a restart waits for them and holds new ones back
+        self.restarted: list[tuple[float, float]] = []  # (wall time begun, ended) of each agent restart
 
     def on_change(self, change: ContainerChange) -> None:
         if change.source == "adjustment" and change.cpus is not None and self._kind_of(change.container_id) == "guaranteed":
@@ -194,15 +230,32 @@ class _Churn:
             self.allocated_at[name] = time.time()
         return out
 
-    def classify_failures(self, grace: float = 1.0) -> None:
-        """Sort the Prepare failures: in the race when a slice write withdrew one of the claim's CPUs
-        after its allocation (up to ``grace`` s after the failure: the agent republishes right after
-        the change that made Prepare fail, which may come after the failure itself)."""
+    def classify_failures(self, agent_offers: list[tuple[float, CPUSet]]) -> None:
+        """Sort the Prepare failures: in the race when the agent's own offer (``agent_offers``, as
+        the agent computed it, before any publish delay) left out one of the claim's CPUs at any
+        moment from the allocation to the failure: the scheduler allocated from slices older than
+        the node's state, or the node changed before the claim reached it. A failure whose CPUs the
+        agent offered all along is a disagreement between the offer and Prepare: a bug."""
         for line, cpus, since, failed in self.failures:
-            racy = cpus is not None and since is not None and any(
-                since <= t <= failed + grace and not cpus <= offered for t, offered in self.offers
-            )
-            (self.report.prepare_failures_in_race if racy else self.report.prepare_failures).append(line)
+            if cpus is not None and since is not None and in_race(cpus, since, failed, agent_offers):
+                self.report.prepare_failures_in_race.append(line)
+            else:
+                self.report.prepare_failures.append(f"{line} [{self._timeline(cpus, since, failed, agent_offers)}]")
+
+    def _timeline(
+        self, cpus: CPUSet | None, since: float | None, failed: float, agent_offers: list[tuple[float, CPUSet]]
+    ) -> str:
+        """What the agent offered and the slices published of the claim's CPUs around a failure, and
+        the agent restarts (times relative to the failure): the evidence for a report."""
+        start = failed - 5 if since is None else min(since, failed) - 1
+        marks = [f"allocated {since - failed:+.3f}s" if since is not None else "allocation unknown"]
+        events = [(t, "offer", o) for t, o in agent_offers] + [(t, "write", o) for t, o in self.offers]
+        for t, what, offered in sorted(events, key=lambda e: e[0]):
+            if start <= t <= failed + 2:
+                shown = (cpus & offered) if cpus is not None else offered
+                marks.append(f"{what} {t - failed:+.3f}s has {shown or '-'}")
+        marks += [f"restart {a - failed:+.3f}s..{b - failed:+.3f}s" for a, b in self.restarted if b >= start]
+        return "; ".join(marks)
 
     def _containers_of(self, pod_name: str) -> list[str]:
         rt = self.pg.runtime
@@ -271,9 +324,11 @@ class _Churn:
         async with self.idle:
             self.pausing = True
             await self.idle.wait_for(lambda: self.busy == 0)
+        begun = time.time()
         try:
             await self.pg.restart_agent()
             self.report.restarts += 1
+            self.restarted.append((begun, time.time()))
         finally:
             async with self.idle:
                 self.pausing = False
@@ -361,6 +416,7 @@ async def run_churn(
         cgroups=True,
         on_change=changed,
         runtime_options={"start_delay": start_delay},
+        agent_overrides={"logFormat": "json"},  # the offers' history is read back from it
     ) as pg:
         await pg.apply(_templates())
         churn = _Churn(pg, rng, report)
@@ -374,7 +430,8 @@ async def run_churn(
         ) - writes_before
         await _check(pg, report)
         await asyncio.sleep(0.2)  # let the last republications land before classifying
-        churn.classify_failures()
+        assert pg.workdir is not None
+        churn.classify_failures(agent_offers(pg.workdir / "agent.log"))
         watcher.cancel()
     report.seconds = time.monotonic() - t0
     return report
