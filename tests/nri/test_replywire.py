@@ -19,8 +19,10 @@ from topodra.nri.types import (
     ContainerAdjustment,
     ContainerState,
     ContainerUpdate,
+    Mount,
     Pod,
     build_container,
+    build_mount,
     build_pod,
     placement_update,
 )
@@ -217,6 +219,8 @@ def test_decoder_builders_equal_the_dataclass_constructors(strings: dict[str, An
     assert build_pod(id="p").annotations is not build_pod(id="p").annotations
     with pytest.raises(TypeError):
         build_container(id="c")
+    assert build_mount("/etc/hosts", "bind", "/src", ("ro",)) == Mount("/etc/hosts", "bind", "/src", ("ro",))
+    assert build_mount(destination="/d") == Mount("/d")
 
 
 def test_unknown_container_states_decode_as_unknown() -> None:

@@ -22,9 +22,9 @@ from topodra.nri.types import (
     ContainerState,
     ContainerUpdate,
     LinuxResources,
-    Mount,
     Pod,
     build_container,
+    build_mount,
     build_pod,
 )
 
@@ -287,7 +287,7 @@ def container_from_proto(pb: api_pb2.Container) -> Container:
         elif name in ("args", "env"):
             kw[name] = tuple(value)
         elif name == "mounts":
-            kw["mounts"] = tuple(Mount(m.destination, m.type, m.source, tuple(m.options)) for m in value)
+            kw["mounts"] = tuple(build_mount(m.destination, m.type, m.source, tuple(m.options)) for m in value)
         elif name == "CDI_devices":
             kw["cdi_devices"] = tuple(d.name for d in value)
         elif name == "image":

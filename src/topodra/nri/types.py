@@ -249,7 +249,7 @@ _T = TypeVar("_T")
 
 
 def _builder(cls: type[_T]) -> Callable[..., _T]:
-    """A function taking ``cls``'s keyword arguments, defaults included, that fills the slots
+    """A function taking ``cls``'s arguments, defaults included, that fills the slots
     directly: a frozen dataclass' ``__init__`` writes each field through ``object.__setattr__``,
     which for a 13-field Pod cost more than decoding it. Only for classes without
     ``__post_init__`` (nothing is skipped but the frozen-field write), fed by the decoders."""
@@ -270,16 +270,17 @@ def _builder(cls: type[_T]) -> Callable[..., _T]:
         else:
             params.append(f.name)
             body.append(f"    _set{i}(obj, {f.name})")
-    source = f"def build(*, {', '.join(params)}):\n" + "\n".join(body) + "\n    return obj\n"
+    source = f"def build({', '.join(params)}):\n" + "\n".join(body) + "\n    return obj\n"
     exec(source, env)  # built from the dataclass's own field names
     build: Callable[..., _T] = env["build"]
     build.__qualname__ = build.__name__ = f"build_{cls.__name__}"
     return build
 
 
-#: ``Pod(...)`` and ``Container(...)`` for the decoders (``topodra.nri.convert``).
+#: ``Pod(...)``, ``Container(...)`` and ``Mount(...)`` for the decoders (``topodra.nri.convert``).
 build_pod: Final = _builder(Pod)
 build_container: Final = _builder(Container)
+build_mount: Final = _builder(Mount)
 
 _new_object = object.__new__
 _UPDATE_SLOTS = tuple(
