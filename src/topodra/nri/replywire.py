@@ -4,8 +4,9 @@ A CreateContainer reply with an adjustment and a dozen ContainerUpdates cost mor
 as upb messages (one Python call per field set, a CopyFrom per update) than the placement
 behind it. Here the bytes are written directly: tags, varints and length-delimited fields in
 field-number order, exactly as upb's ``SerializeToString`` writes the same message (property
-tests compare the two). The resources of each distinct (cpus, mems, shares, quota, period,
-memory limit) are written once per reply and their bytes reused.
+tests compare the two). What follows an update's id is written once per reply for the same
+(cpus, mems, shares, quota, period, memory limit, ignore_failure) objects and its bytes reused;
+formatted cpus/mems fields are memoised by mask.
 
 Only plain values take this path: exact ``CPUSet``s, ``int``s in range, strings that encode
 as UTF-8, an adjustment without annotations (upb orders map entries by its own hash). Anything
@@ -64,13 +65,6 @@ def _optional(tag: bytes, value: int, signed: bool) -> bytes | None:
     if value == 0:
         return tag + b"\x00"
     return _field(tag, b"\x08" + _varint(value))
-
-
-def _set_text(value: CPUSet | None) -> bytes | None:
-    """The UTF-8 of a non-empty set's list; None for anything the fast path does not take."""
-    if value is None or type(value) is not CPUSet or not value:
-        return None
-    return value.format().encode()
 
 
 def _resources(
