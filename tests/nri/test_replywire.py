@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -13,12 +14,17 @@ from hypothesis import strategies as st
 from topodra.cpuset import CPUSet
 from topodra.nri import convert, replywire
 from topodra.nri.errors import EmptyCPUSetError
+from topodra.nri.plugin import Plugin
 from topodra.nri.proto import api_pb2
+from topodra.nri.stub import Stub
+from topodra.nri.ttrpc import Code
 from topodra.nri.types import (
     Container,
     ContainerAdjustment,
     ContainerState,
     ContainerUpdate,
+    CreateContainerResult,
+    LinuxResources,
     Mount,
     Pod,
     build_container,
@@ -229,3 +235,52 @@ def test_unknown_container_states_decode_as_unknown() -> None:
     assert convert.container_from_proto(api_pb2.Container.FromString(pb.SerializeToString())).state is ContainerState.UNKNOWN
     pb.state = api_pb2.CONTAINER_RUNNING
     assert convert.container_from_proto(pb).state is ContainerState.RUNNING
+
+
+def test_the_stub_answers_with_the_reference_bytes_and_refuses_empty_sets() -> None:
+    """Through ``Stub.handle``: the replies the stub now writes directly are the reference's
+    bytes, an empty set the plugin slipped past the dataclass checks is refused with UNKNOWN, and
+    an update of the container being created still fails the creation."""
+    cpus, mems = CPUSet.parse("0-3,8"), CPUSet({1})
+    adj = ContainerAdjustment(cpus=CPUSet({5}), mems=mems, memory_limit=0, annotations={"a": "1", "b": "2"}, env={"K": "v"})
+    updates = [placement_update("x1", cpus, mems), placement_update("x2", cpus, mems), ContainerUpdate("é", cpus=cpus)]
+    sneaky = ContainerUpdate("x3", cpus=cpus)
+    object.__setattr__(sneaky, "cpus", CPUSet())
+    answer: dict[str, Any] = {}
+
+    class Answers(Plugin):
+        async def create_container(self, pod: Pod, container: Container) -> CreateContainerResult:
+            return CreateContainerResult(adjust=answer.get("adjust"), updates=tuple(answer["updates"]))
+
+        async def update_container(self, pod: Pod, container: Container, resources: LinuxResources | None) -> list[ContainerUpdate]:
+            return list(answer["updates"])
+
+        async def stop_container(self, pod: Pod, container: Container) -> list[ContainerUpdate]:
+            return list(answer["updates"])
+
+    request = api_pb2.CreateContainerRequest()
+    request.pod.id, request.container.id, request.container.pod_sandbox_id = "p", "c", "p"
+    payload = request.SerializeToString()
+
+    async def main() -> None:
+        stub = Stub(Answers(), name="t", idx="42", env={})
+        answer.update(adjust=adj, updates=updates)
+        assert await stub.handle("CreateContainer", payload) == (_reference_create(adj, updates), None)
+        answer.update(adjust=None, updates=[])
+        assert await stub.handle("CreateContainer", payload) == (b"", None)
+        answer.update(updates=updates)
+        for method in ("UpdateContainer", "StopContainer"):
+            assert await stub.handle(method, payload) == (_reference_updates(updates), None)
+        answer.update(updates=[*updates, sneaky])
+        for method in ("CreateContainer", "UpdateContainer", "StopContainer"):
+            reply, status = await stub.handle(method, payload)
+            assert reply == b""
+            assert status is not None
+            assert status.code == Code.UNKNOWN
+            assert "refusing to encode an empty set" in status.message
+        answer.update(updates=[placement_update("c", cpus, None)])
+        _, status = await stub.handle("CreateContainer", payload)
+        assert status is not None
+        assert "during its own creation" in status.message
+
+    asyncio.run(main())
