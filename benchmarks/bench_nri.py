@@ -7,6 +7,9 @@
 * ``embedded_create``: ``EmbeddedRuntime.create_container`` end to end with one
   stub plugin in the same process (both sides' Python cost).
 * ``frames``/``requests``: mux frames and ttrpc requests decoded per second.
+* ``reply_encode``: the agent's exclusive CreateContainer reply (an adjustment and nine
+  followers moved to one new shared set, 256-CPU lists, sets never seen before) written by
+  ``replywire`` against the same reply built with upb, alternated.
 * ``fuzz``: recorded runtime->plugin traffic, mutated, fed to the plugin-side
   session and the payload decoders; any exception other than the protocol's
   own errors is a failure.
@@ -28,14 +31,21 @@ from pathlib import Path
 
 from benchmarks.common import Result, percentile
 from topodra.cpuset import CPUSet
-from topodra.nri import mux, ttrpc
+from topodra.nri import convert, mux, replywire, ttrpc
 from topodra.nri.errors import ProtocolError
 from topodra.nri.logger import EventLogger
 from topodra.nri.plugin import Plugin
 from topodra.nri.proto import api_pb2
 from topodra.nri.session import RequestReceived, ResponseReceived, Role, Session
 from topodra.nri.stub import PLUGIN_SERVICE, Stub
-from topodra.nri.types import Container, ContainerAdjustment, LinuxResources, Pod
+from topodra.nri.types import (
+    Container,
+    ContainerAdjustment,
+    ContainerUpdate,
+    LinuxResources,
+    Pod,
+    placement_update,
+)
 from topodra.testing.fixtures import shared_dir
 from topodra.testing.runtime import EmbeddedRuntime
 
@@ -261,6 +271,49 @@ def _fuzz(cases: int, seed: int = 1) -> tuple[int, list[str]]:
         logging.getLogger("topodra.nri").setLevel(logging.NOTSET)
 
 
+def _reply_encode(rounds: int) -> tuple[float, float]:
+    """Median seconds to encode an exclusive-create reply: (direct writer, upb), alternated each
+    round. The inputs are built beforehand with fresh sets (formatting them is part of either),
+    each reply's exclusive and shared sets new within the writer's memo, its memory node not."""
+    full = CPUSet.parse("0-255").mask
+    node = CPUSet({0}).mask
+    ids = [f"{i:064x}" for i in range(9)]  # containerd ids: 64 hex digits
+    Reply = tuple[ContainerAdjustment, list[ContainerUpdate]]
+    made = 0
+
+    def inputs() -> Reply:
+        nonlocal made
+        a, b = 2 * (made % 60), 128 + 2 * ((made // 60) % 60)
+        made += 1
+        mine = 3 << a | 3 << b
+        to, mems = CPUSet.from_mask(full & ~mine), CPUSet.from_mask(node)
+        return ContainerAdjustment(cpus=CPUSet.from_mask(mine), mems=mems), [placement_update(c, to, mems) for c in ids]
+
+    def direct(reply: Reply) -> bytes:
+        return replywire.create_container_response(replywire.adjustment_bytes(reply[0]), reply[1])
+
+    def upb(reply: Reply) -> bytes:
+        pb = api_pb2.CreateContainerResponse()
+        convert.adjustment_to_proto(reply[0], pb.adjust)
+        convert.updates_to_proto(reply[1], pb.update)
+        return pb.SerializeToString()
+
+    made = 0
+    first = direct(inputs())
+    made = 0
+    assert first == upb(inputs())
+    times: tuple[list[float], list[float]] = ([], [])
+    clock = time.perf_counter
+    for _ in range(rounds):
+        for encode, out in ((direct, times[0]), (upb, times[1])):
+            batch = [inputs() for _ in range(20)]
+            t0 = clock()
+            for reply in batch:
+                encode(reply)
+            out.append((clock() - t0) / len(batch))
+    return percentile(times[0], 50), percentile(times[1], 50)
+
+
 def run(quick: bool) -> list[Result]:
     results: list[Result] = []
     rtt = asyncio.run(_create_rtt(300 if quick else 3000))
@@ -274,6 +327,10 @@ def run(quick: bool) -> list[Result]:
     results.append(Result("mux_frames_per_s", frames, "frames/s", ">= 200k", frames >= 200_000, "MuxDecoder.feed"))
     results.append(Result("ttrpc_requests_per_s", requests, "req/s", ">= 50k", requests >= 50_000,
                           "Session.receive_data: mux + ttrpc + envelope decode"))
+    direct, upb = _reply_encode(100 if quick else 1000)
+    results.append(Result("reply_encode_us", direct * 1e6, "us", note="exclusive CreateContainer reply, 9 updates, replywire"))
+    results.append(Result("reply_encode_vs_upb", direct / upb, "x", "< 1", direct < upb,
+                          f"the same reply built with upb: {upb * 1e6:.1f} us"))
     cases = 3000 if quick else 30_000
     t0 = time.perf_counter()
     events, failures = _fuzz(cases)

@@ -702,12 +702,10 @@ class Agent:
         return updates
 
     def _updates(self, changes: Changes, *, exclude: str | None = None) -> list[ContainerUpdate]:
-        out = [
-            to_update(cid, a)
-            for cid, a in sorted(changes.items())
-            if cid != exclude and cid in self.containers
-        ]
-        self._mark_overlap(u.container_id for u in out)  # event replies reach starting tasks no better
+        containers = self.containers
+        out = [to_update(cid, a) for cid, a in sorted(changes.items()) if cid != exclude and cid in containers]
+        if out and self._starting:  # event replies reach starting tasks no better
+            self._mark_overlap([u.container_id for u in out])
         return out
 
     def _claims_of(self, pod: Pod, container: Container) -> tuple[str, ...]:

@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
 from topodra.nri.errors import NRIError, RpcError
-from topodra.nri.types import ContainerUpdate
+from topodra.nri.types import ContainerUpdate, placement_update
 from topodra.policy.api import Assignment
 
 __all__ = ["PushStats", "UpdatePusher", "to_update"]
@@ -38,8 +38,9 @@ log = logging.getLogger(__name__)
 
 
 def to_update(container_id: str, a: Assignment) -> ContainerUpdate:
-    """The NRI update for an assignment (mems only when the policy pins memory)."""
-    return ContainerUpdate(container_id=container_id, cpus=a.cpus, mems=a.mems or None)
+    """The NRI update for an assignment (mems only when the policy pins memory); an
+    ``Assignment`` is known good (never an empty cpuset), so it skips the dataclass checks."""
+    return placement_update(container_id, a.cpus, a.mems or None)
 
 
 @dataclass

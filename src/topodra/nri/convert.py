@@ -22,8 +22,10 @@ from topodra.nri.types import (
     ContainerState,
     ContainerUpdate,
     LinuxResources,
-    Mount,
     Pod,
+    build_container,
+    build_mount,
+    build_pod,
 )
 
 __all__ = [
@@ -213,11 +215,12 @@ def resources_to_proto(res: LinuxResources, out: api_pb2.LinuxResources, where: 
 # ---------------------------------------------------------------- pods and containers
 def pod_from_proto(pb: api_pb2.PodSandbox) -> Pod:
     """Empty maps and lists are tested before they are copied: copying an empty protobuf map
-    costs ten times asking whether it is empty."""
+    costs ten times asking whether it is empty. ``build_pod``: the frozen dataclass' own
+    ``__init__`` cost more than the decoding."""
     linux = pb.linux
     where = f"pod {pb.id or '?'}"
     labels, annotations, ips = pb.labels, pb.annotations, pb.ips
-    return Pod(
+    return build_pod(
         id=pb.id,
         name=pb.name,
         uid=pb.uid,
@@ -266,6 +269,10 @@ _CONTAINER_SCALARS: frozenset[str] = frozenset(
 )
 
 
+#: Wire state -> ContainerState (a dict lookup; calling the enum costs 0.4 us); unknown ones are UNKNOWN.
+_STATES: dict[int, ContainerState] = {int(s): s for s in ContainerState}
+
+
 def container_from_proto(pb: api_pb2.Container) -> Container:
     """Only the fields the runtime set (``ListFields``), each read once."""
     kw: dict[str, object] = {"id": pb.id, "pod_sandbox_id": pb.pod_sandbox_id}
@@ -274,16 +281,13 @@ def container_from_proto(pb: api_pb2.Container) -> Container:
         if name in _CONTAINER_SCALARS:
             kw[name] = value
         elif name == "state":
-            try:
-                kw["state"] = ContainerState(value)
-            except ValueError:
-                kw["state"] = ContainerState.UNKNOWN
+            kw["state"] = _STATES.get(value, ContainerState.UNKNOWN)
         elif name in ("labels", "annotations"):
             kw[name] = dict(value)
         elif name in ("args", "env"):
             kw[name] = tuple(value)
         elif name == "mounts":
-            kw["mounts"] = tuple(Mount(m.destination, m.type, m.source, tuple(m.options)) for m in value)
+            kw["mounts"] = tuple(build_mount(m.destination, m.type, m.source, tuple(m.options)) for m in value)
         elif name == "CDI_devices":
             kw["cdi_devices"] = tuple(d.name for d in value)
         elif name == "image":
@@ -296,7 +300,7 @@ def container_from_proto(pb: api_pb2.Container) -> Container:
                     kw["cgroups_path"] = v
                 elif sub.name == "oom_score_adj":
                     kw["oom_score_adj"] = v.value
-    return Container(**kw)  # type: ignore[arg-type]
+    return build_container(**kw)
 
 
 def container_to_proto(ctr: Container, out: api_pb2.Container | None = None) -> api_pb2.Container:

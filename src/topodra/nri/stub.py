@@ -28,7 +28,7 @@ from typing import Any, Final
 
 from google.protobuf.message import DecodeError, Message
 
-from topodra.nri import convert
+from topodra.nri import convert, replywire
 from topodra.nri.errors import (
     ConnectionClosed,
     ConversionError,
@@ -155,7 +155,8 @@ class _Link:
     events: int = 0
     sync_pods: list[Pod] = field(default_factory=list)
     sync_containers: list[Container] = field(default_factory=list)
-    updates: asyncio.Queue[tuple[api_pb2.UpdateContainersRequest, UpdateFuture]] = field(default_factory=asyncio.Queue)
+    #: UpdateContainersRequest payloads, encoded when queued
+    updates: asyncio.Queue[tuple[bytes, UpdateFuture]] = field(default_factory=asyncio.Queue)
     sender: asyncio.Task[None] | None = None
     sending: UpdateFuture | None = None
 
@@ -450,8 +451,7 @@ class Stub:
         before the answer, and with ``TimeoutError`` after ``update_timeout``.
         """
         batch = list(updates)
-        request = api_pb2.UpdateContainersRequest()
-        convert.updates_to_proto(batch, request.update)
+        request = replywire.updates_message(batch)  # an UpdateContainersRequest (bad values raise here)
         fut = UpdateFuture(self, asyncio.get_running_loop())
         fut.add_done_callback(_log_undelivered)
         link = self._link
@@ -485,9 +485,7 @@ class Stub:
             while link.in_flight:
                 await link.idle.wait()
             try:
-                payload = await conn.call(
-                    RUNTIME_SERVICE, "UpdateContainers", request.SerializeToString(), timeout=self.update_timeout
-                )
+                payload = await conn.call(RUNTIME_SERVICE, "UpdateContainers", request, timeout=self.update_timeout)
                 reply = api_pb2.UpdateContainersResponse()
                 reply.ParseFromString(payload)
                 failed = convert.updates_from_proto(reply.failed)
@@ -585,7 +583,7 @@ class Stub:
         elapsed = time.monotonic() - started
         if elapsed > budget / 2:
             log.warning("%s handler took %.3f s of its %.2f s budget", req.method, elapsed, budget)
-        payload = reply.SerializeToString()
+        payload = reply if isinstance(reply, bytes) else reply.SerializeToString()
         self.handler_times.append((req.method, time.perf_counter() - t0))
         return payload, None
 
@@ -632,7 +630,7 @@ class Stub:
         )
         return api_pb2.ConfigureResponse(events=mask)
 
-    async def _on_synchronize(self, link: _Link, req: api_pb2.SynchronizeRequest) -> Message:
+    async def _on_synchronize(self, link: _Link, req: api_pb2.SynchronizeRequest) -> Message | bytes:
         link.sync_pods.extend(convert.pod_from_proto(p) for p in req.pods)
         link.sync_containers.extend(convert.container_from_proto(c) for c in req.containers)
         if req.more:
@@ -640,8 +638,7 @@ class Stub:
         pods, containers = link.sync_pods, link.sync_containers
         link.sync_pods, link.sync_containers = [], []
         updates = await self.plugin.synchronize(pods, containers) or ()
-        reply = api_pb2.SynchronizeResponse()
-        convert.updates_to_proto(updates, reply.update)
+        reply = replywire.updates_message(updates)  # a final SynchronizeResponse: only its updates
         link.synchronized.set()
         if link is self._link:
             self._set_state(StubState.SYNCHRONIZED)
@@ -651,25 +648,23 @@ class Stub:
         log.info("runtime asked the plugin to shut down")
         return api_pb2.Empty()
 
-    async def _on_create_container(self, link: _Link, req: api_pb2.CreateContainerRequest) -> Message:
+    async def _on_create_container(self, link: _Link, req: api_pb2.CreateContainerRequest) -> Message | bytes:
         pod, ctr = convert.pod_from_proto(req.pod), convert.container_from_proto(req.container)
         result = await self.plugin.create_container(pod, ctr)
-        reply = api_pb2.CreateContainerResponse()
         if isinstance(result, ContainerAdjustment):
             result = CreateContainerResult(adjust=result)
-        if result is not None:
-            if result.adjust is not None:
-                convert.adjustment_to_proto(result.adjust, reply.adjust)
-            for update in result.updates:
-                if update.container_id == ctr.id:
-                    raise ValueError(
-                        f"an update of {ctr.id} during its own creation fails the creation; "
-                        "put its resources in the adjustment"
-                    )
-            convert.updates_to_proto(result.updates, reply.update)
-        return reply
+        if result is None:
+            return b""  # an empty CreateContainerResponse
+        adjust = replywire.adjustment_bytes(result.adjust) if result.adjust is not None else None
+        for update in result.updates:
+            if update.container_id == ctr.id:
+                raise ValueError(
+                    f"an update of {ctr.id} during its own creation fails the creation; "
+                    "put its resources in the adjustment"
+                )
+        return replywire.create_container_response(adjust, result.updates)
 
-    async def _on_update_container(self, link: _Link, req: api_pb2.UpdateContainerRequest) -> Message:
+    async def _on_update_container(self, link: _Link, req: api_pb2.UpdateContainerRequest) -> Message | bytes:
         pod, ctr = convert.pod_from_proto(req.pod), convert.container_from_proto(req.container)
         resources = (
             convert.resources_from_proto(req.linux_resources, "UpdateContainerRequest.linux_resources")
@@ -677,16 +672,12 @@ class Stub:
             else None
         )
         updates = await self.plugin.update_container(pod, ctr, resources) or ()
-        reply = api_pb2.UpdateContainerResponse()
-        convert.updates_to_proto(updates, reply.update)
-        return reply
+        return replywire.updates_message(updates)  # an UpdateContainerResponse
 
-    async def _on_stop_container(self, link: _Link, req: api_pb2.StopContainerRequest) -> Message:
+    async def _on_stop_container(self, link: _Link, req: api_pb2.StopContainerRequest) -> Message | bytes:
         pod, ctr = convert.pod_from_proto(req.pod), convert.container_from_proto(req.container)
         updates = await self.plugin.stop_container(pod, ctr) or ()
-        reply = api_pb2.StopContainerResponse()
-        convert.updates_to_proto(updates, reply.update)
-        return reply
+        return replywire.updates_message(updates)  # a StopContainerResponse
 
     async def _on_update_pod_sandbox(self, link: _Link, req: api_pb2.UpdatePodSandboxRequest) -> Message:
         overhead = (
@@ -758,7 +749,8 @@ class Stub:
     _METHODS: dict[str, tuple[type[Message], _Run]]
 
 
-_Run = Callable[[Stub, _Link, Any], Awaitable[Message]]
+#: A handler answers a message, or its wire bytes already written (``replywire``).
+_Run = Callable[[Stub, _Link, Any], Awaitable[Message | bytes]]
 
 
 def _log_undelivered(fut: asyncio.Future[list[ContainerUpdate]]) -> None:
