@@ -66,6 +66,7 @@ class Peer:
     tls: ssl.SSLContext | None = None
     requests: list[bytes] = field(default_factory=list)
     connections: int = 0
+    hang_up: bool = False  # close the connection after each answer
     url: str = ""
     _server: asyncio.Server | None = None
 
@@ -97,6 +98,8 @@ class Peer:
                     break
                 writer.write(out)
                 await writer.drain()
+                if self.hang_up:
+                    break
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
             pass  # the client hung up, or the test is over
         finally:
@@ -430,5 +433,105 @@ def test_tls_refuses_a_server_the_config_does_not_trust(certificate: tuple[Path,
             assert exc.value.code == 503
             assert lean_of(client).requests == 1
             assert peer.requests == []
+
+    run(main)
+
+
+# --- the watch: lines split from the answer's bytes ---------------------------------------------------
+EVENTS = [json.dumps({"type": "MODIFIED", "object": {**SLICE, "metadata": {**SLICE["metadata"], "resourceVersion": str(v)}}})
+          for v in (5, 6)]
+
+
+def chunked(body: bytes, cuts: list[int]) -> bytes:
+    """``body`` as a chunked 200 answer cut at ``cuts`` (mid-line, mid-event)."""
+    out = [b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n"]
+    for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True):
+        if b > a:
+            out.append(b"%x\r\n%s\r\n" % (b - a, body[a:b]))
+    return b"".join(out) + b"0\r\n\r\n"
+
+
+async def _watch_all(client: KubeClient, rv: str = "3") -> list[str]:
+    return [line async for line in client.watch_lines(RESOURCE_SLICES, fields={"spec.nodeName": "node-a"}, resource_version=rv)]
+
+
+def test_watch_lines_and_request_equal_httpx_s() -> None:
+    body = (EVENTS[0] + "\n\n" + EVENTS[1] + "\n").encode()
+    cuts = [7, len(EVENTS[0]), len(EVENTS[0]) + 1, len(EVENTS[0]) + 100, len(body) - 1]
+
+    async def main() -> None:
+        async with Peer(answer=lambda n, head: chunked(body, cuts)) as peer:
+            seen = []
+            for lean in (False, True):
+                async with KubeClient.for_url(peer.url) as client:
+                    if not lean:
+                        httpx_only(client)
+                    seen.append(await _watch_all(client))
+                    if lean:
+                        assert lean_of(client).watches == 1
+            assert seen[0] == seen[1] == EVENTS
+            watch_httpx, watch_lean = peer.requests
+            assert watch_lean == watch_httpx
+            assert watch_lean.startswith(b"GET /apis/resource.k8s.io/v1/resourceslices?")
+
+    run(main)
+
+
+async def _collect(client: KubeClient, into: list[str]) -> None:
+    async for line in client.watch_lines(RESOURCE_SLICES, resource_version="3"):
+        into.append(line)
+
+
+async def _watch_outcome(answer: bytes, lean: bool) -> tuple[list[str], tuple[int, str, str, str, str], int]:
+    """(lines read, the error raised, watches on the lean path) for one answer on one path."""
+    async with Peer(answer=lambda n, head: answer, hang_up=True) as peer, KubeClient.for_url(peer.url) as client:
+        if not lean:
+            httpx_only(client)
+        lines: list[str] = []
+        with pytest.raises(ApiError) as info:
+            await _collect(client, lines)
+        return lines, _error(info.value), lean_of(client).watches if lean else 0
+
+
+def test_watch_errors_are_those_of_the_httpx_path() -> None:
+    cut = (EVENTS[0] + "\n" + EVENTS[1][:50]).encode()
+    unfinished = chunked(cut, [])[: -len(b"0\r\n\r\n")]  # the server hangs up mid-event
+    gone = reply(410, b'{"kind":"Status","code":410,"reason":"Expired","message":"too old"}', reason=b"Gone")
+
+    async def main() -> None:
+        for answer in (unfinished, gone):
+            plain = await _watch_outcome(answer, lean=False)
+            lean = await _watch_outcome(answer, lean=True)
+            assert lean[0] == plain[0]
+            # the same ApiError; a connection cut mid-body says so in its own words
+            assert (lean[1][0], *lean[1][1:2], *lean[1][3:]) == (plain[1][0], *plain[1][1:2], *plain[1][3:])
+            assert lean[1] == plain[1] or "closed" in lean[1][2]
+            assert lean[2] == (1 if answer is unfinished else 0), "an error status is judged by the httpx path"
+        assert plain[1][0] == 410
+        assert (await _watch_outcome(unfinished, lean=True))[0] == [EVENTS[0]]
+
+    run(main)
+
+
+def test_the_reconciler_s_watch_reads_on_the_lean_path() -> None:
+    """Against the API server double: the slices' watch (the agent's read-back of its own writes)
+    runs on the lean path and sees every event httpx sees."""
+
+    async def main() -> None:
+        async with ApiServer() as server, KubeClient.for_url(server.url) as writer:
+            await writer.create_encoded(RESOURCE_SLICES, encoded())
+            created = json.loads(await writer.replace_encoded(RESOURCE_SLICES, NAME, encoded("1")))
+            seen = []
+            for lean in (False, True):
+                async with KubeClient.for_url(server.url) as client:
+                    if not lean:
+                        httpx_only(client)
+                    lines = [line async for line in client.watch_lines(RESOURCE_SLICES, resource_version="0", server_timeout=1)]
+                    seen.append([(e["type"], e["object"]["metadata"]["resourceVersion"]) for e in map(json.loads, lines)])
+                    if lean:
+                        assert lean_of(client).watches == 1
+            assert seen[0] == seen[1]
+            assert seen[1]
+            assert seen[1][-1][1] == created["metadata"]["resourceVersion"]
 
     run(main)

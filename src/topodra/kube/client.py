@@ -251,6 +251,16 @@ class KubeClient:
         path = self._path(resource, None, None, every_namespace=True)
         try:
             request = inner._client.build_request("GET", path, params=params, timeout=inner._watch_timeout)
+            if self._lean is False:
+                self._lean = lean_for(inner._client)
+            watch = await self._lean.watch(request) if isinstance(self._lean, Lean) else None
+            if watch is not None:  # a plain 200: its lines split here, not by httpx's line iterator
+                try:
+                    async for line in watch.lines():
+                        yield line
+                finally:
+                    watch.close()
+                return
             response = await inner.send(request, stream=True)
             try:
                 if response.status_code >= 400:
