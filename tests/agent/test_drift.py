@@ -160,3 +160,24 @@ def test_a_decision_not_pushed_yet_is_not_drift(tmp_path: Path) -> None:
     unpushed.clear()  # pushed, and the runtime did not apply it: now it is drift
     assert asyncio.run(checker.check([CID])) == [CID]
     assert repaired == [[CID]]
+
+
+def test_a_claim_change_keeps_the_check_off_only_until_its_push_or_the_grace() -> None:
+    """A Prepare cancelled between its decision and its push never pushes: then the drift check
+    must deliver the set, so the mark does not outlive a short grace."""
+    import asyncio
+
+    from topodra.agent import agent as agent_module
+    from topodra.agent.agent import Agent
+    from topodra.agent.config import parse_config
+    from topodra.topology.synthetic import synthetic_topology
+
+    agent = Agent(parse_config({"nodeName": "n", "metricsAddress": ""}), topology=synthetic_topology("1s1d1n1l2c2t"))
+    assignment = Assignment(CPUSet.parse("0-1"), CPUSet())
+    agent.decided({CID: assignment})
+    assert agent._awaits_push(CID)
+    asyncio.run(agent._on_driver_changes({CID: assignment}))
+    assert not agent._awaits_push(CID), "pushed: checked again like any container"
+    agent.decided({CID: assignment})
+    agent._unpushed[CID] -= agent_module.UNPUSHED_GRACE  # decided long ago, never pushed
+    assert not agent._awaits_push(CID)

@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from topodra.agent.config import AgentConfig, ConfigError, load_config
 from topodra.agent.drift import CgroupReader, DriftChecker
@@ -82,6 +82,10 @@ from topodra.topology.model import CoreType, CPUInfo, Topology
 __all__ = ["Agent", "AgentError", "load_topology"]
 
 log = logging.getLogger(__name__)
+
+#: Seconds a claim's decided-but-unpushed change keeps the drift check off its containers (the
+#: checkpoint write between them takes milliseconds).
+UNPUSHED_GRACE: Final = 5.0
 
 #: Events the agent subscribes to (all exist in every NRI version; the
 #: notification ones arrive as StateChange on runtimes before v0.12).
@@ -259,8 +263,9 @@ class Agent:
         # Start window: created, PostStartContainer not seen yet. An update reaching such a
         # container may be stored in its spec only (containerd), so it is sent again after the start.
         self._starting: set[str] = set()
-        #: containers a claim moved whose push waits for the claim's checkpoint (not drift meanwhile)
-        self._unpushed: set[str] = set()
+        #: containers a claim moved whose push waits for the claim's checkpoint (not drift meanwhile):
+        #: container -> monotonic time decided
+        self._unpushed: dict[str, float] = {}
         self._overlapped: set[str] = set()
         self.drift: DriftChecker | None = None
         self._drift_interval = drift_interval
@@ -449,7 +454,7 @@ class Agent:
             repair=self._repair_drift,
             counted=self.metrics.cpuset_drift.inc,
             settled=self._push_settled,
-            unpushed=self._unpushed.__contains__,
+            unpushed=self._awaits_push,
             interval=self._drift_interval,
         )
         self.pusher = UpdatePusher(
@@ -660,12 +665,23 @@ class Agent:
     def decided(self, changes: Changes) -> Changes:
         """A claim's changes, decided before its checkpoint is written and they are pushed: until
         then their cgroups still hold the old sets, which the drift check must not repair."""
-        self._unpushed.update(changes)
+        now = time.monotonic()
+        if len(self._unpushed) > 1024:  # left by Prepares cancelled before their push
+            self._unpushed = {c: t for c, t in self._unpushed.items() if now - t < UNPUSHED_GRACE}
+        self._unpushed.update(dict.fromkeys(changes, now))
         return changes
+
+    def _awaits_push(self, container_id: str) -> bool:
+        """Decided by a claim moments ago and not pushed yet. Bounded: a Prepare cancelled
+        between its decision and its push never pushes, and then the drift check is what
+        delivers the set."""
+        decided = self._unpushed.get(container_id)
+        return decided is not None and time.monotonic() - decided < UNPUSHED_GRACE
 
     async def _on_driver_changes(self, changes: Changes) -> None:
         """Claim prepared/released/restored: push the moved containers now."""
-        self._unpushed.difference_update(changes)
+        for cid in changes:
+            self._unpushed.pop(cid, None)
         moved = [
             c for c, mask in self._exclusive_grants.items()
             if c in changes and (g := self.policy.grant(c)) is not None and g.exclusive != mask
