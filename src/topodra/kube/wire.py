@@ -139,14 +139,9 @@ class Lean:
         if head is not None:
             return head
         request = self._client.build_request(method, url, content=b" ", headers=_JSON_BODY)  # a body orders them
-        auth = self._client._build_request_auth(request)
-        if auth.requires_request_body or auth.requires_response_body:
+        authed = await self._authed(request)
+        if authed is None:
             return None
-        flow = auth.async_auth_flow(request)
-        try:
-            authed = await flow.__anext__()
-        finally:
-            await flow.aclose()
         lines = [(b"%s %s HTTP/1.1\r\n" % (method.encode(), url.raw_path)).replace(b"%", b"%%")]  # a %-escaped query
         items = [(k, k.lower(), v) for k, v in authed.headers.raw]
         for raw, name, value in sorted(items, key=lambda item: item[1] != b"host"):  # stable: Host first
@@ -157,6 +152,18 @@ class Lean:
             self._heads.clear()
         self._heads[key] = head
         return head
+
+    async def _authed(self, request: httpx2.Request) -> httpx2.Request | None:
+        """``request`` as the client's auth flow sends it first, or None for an auth that needs
+        the body or the answer (the httpx path's job)."""
+        auth = self._client._build_request_auth(request)
+        if auth.requires_request_body or auth.requires_response_body:
+            return None
+        flow = auth.async_auth_flow(request)
+        try:
+            return await flow.__anext__()
+        finally:
+            await flow.aclose()
 
     async def _exchange(
         self, method: str, url: httpx2.URL, head: bytes, body: bytes
@@ -226,14 +233,9 @@ class Lean:
         """A watch GET (built by httpx, with its timeouts) on a connection of its own, or None:
         the caller sends it through httpx, which also judges every answer but a plain 200 (an
         error status, an encoded body, a 401)."""
-        flow = self._client._build_request_auth(request)
-        if flow.requires_request_body or flow.requires_response_body:
+        authed = await self._authed(request)
+        if authed is None:
             return None
-        auth = flow.async_auth_flow(request)
-        try:
-            authed = await auth.__anext__()
-        finally:
-            await auth.aclose()
         lines = [b"GET %s HTTP/1.1\r\n" % authed.url.raw_path]
         items = sorted(authed.headers.raw, key=lambda item: item[0].lower() != b"host")  # Host first
         lines += [k + b": " + v + b"\r\n" for k, v in items]
