@@ -183,3 +183,55 @@ def test_offered_cpus_leaves_out_exclusive_and_the_floor(
     assert got.isdisjoint(CPUSet(exclusive))
     assert len(free_set - got) == min(floor, len(free_set))
     assert TOPO.online - got == CPUSet(exclusive) | (free_set - got)
+
+
+@pytest.mark.parametrize("step", ["prepare", "unprepare"])
+def test_a_claim_cancelled_while_its_checkpoint_is_written_still_moves_its_containers(tmp_path: Path, step: str) -> None:
+    """The kubelet's deadline cancels Prepare (or Unprepare) after the policy decided, while the
+    checkpoint is written: the shared container it shrinks (or grows back) hears of it now, not
+    at the next drift check 30 s later."""
+
+    async def main() -> None:
+        agent = _agent(tmp_path)
+        agent.record(agent.policy.add(_container(0, 0)))  # a shared container on every CPU
+        claim = _claim("u1", 1, "cpu")
+        result = Allocator(build_slices(NODE, agent.offered_devices()), [device_class()], AllocatedState()).allocate(
+            {"metadata": {"name": NODE, "labels": {}}}, [claim]
+        )
+        assert result is not None
+        claim = write_allocation(claim, result[0], {"metadata": {"name": "pod", "uid": "pod"}})
+        pushed: list[set[str]] = []
+        heard = asyncio.Event()
+
+        async def on_changes(changes: dict[str, Any]) -> None:
+            pushed.append(set(changes))
+            heard.set()
+
+        async def fetch(namespace: str, name: str) -> dict[str, Any]:
+            return claim
+
+        driver = Driver(
+            policy=agent.claim_view(), lock=agent.lock, fetch_claim=fetch, cdi_dir=tmp_path / "cdi",
+            checkpoint_path=tmp_path / "state" / "cp.json", devices=agent.devices, pool=NODE, on_changes=on_changes,
+        )
+        ref = ClaimRef("default", "u1", claim["metadata"]["name"])
+        if step == "unprepare":
+            assert (await driver.prepare([ref]))[ref.uid].error == ""
+            pushed.clear()
+            heard.clear()
+        saving, never = asyncio.Event(), asyncio.Event()
+
+        async def stuck_save() -> None:
+            saving.set()
+            await never.wait()  # a checkpoint write outliving the kubelet's deadline
+
+        driver._save = stuck_save  # type: ignore[method-assign]
+        call = asyncio.ensure_future(driver.prepare([ref]) if step == "prepare" else driver.unprepare([ref]))
+        await saving.wait()
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        await asyncio.wait_for(heard.wait(), 5)  # pushed by itself, no other event needed
+        assert pushed == [{"c0"}]
+
+    asyncio.run(main())

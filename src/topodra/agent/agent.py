@@ -666,15 +666,14 @@ class Agent:
         """A claim's changes, decided before its checkpoint is written and they are pushed: until
         then their cgroups still hold the old sets, which the drift check must not repair."""
         now = time.monotonic()
-        if len(self._unpushed) > 1024:  # left by Prepares cancelled before their push
+        if len(self._unpushed) > 1024:  # left by pushes that never came
             self._unpushed = {c: t for c, t in self._unpushed.items() if now - t < UNPUSHED_GRACE}
         self._unpushed.update(dict.fromkeys(changes, now))
         return changes
 
     def _awaits_push(self, container_id: str) -> bool:
-        """Decided by a claim moments ago and not pushed yet. Bounded: a Prepare cancelled
-        between its decision and its push never pushes, and then the drift check is what
-        delivers the set."""
+        """Decided by a claim moments ago and not pushed yet. Bounded, so that a push that
+        never comes (a checkpoint write that hangs) leaves the set to the drift check."""
         decided = self._unpushed.get(container_id)
         return decided is not None and time.monotonic() - decided < UNPUSHED_GRACE
 

@@ -207,6 +207,7 @@ class Driver:
         self._prepared: dict[str, PreparedClaim] = {}
         self._dirty = False  # the last checkpoint write failed: retry at the next operation
         self._status = status
+        self._late_pushes: set[asyncio.Task[None]] = set()  # of operations cancelled after deciding
 
     # --- queries ------------------------------------------------------------------------------
     @property
@@ -482,6 +483,9 @@ class Driver:
             crash_point("prepare.cdi-written")
             self._prepared[ref.uid] = prepared
             await self._save()
+        except asyncio.CancelledError:
+            self._push_anyway(changes)
+            raise
         except (OSError, ClaimError) as exc:
             self._prepared.pop(ref.uid, None)
             async with self._lock:
@@ -557,6 +561,9 @@ class Driver:
                 await self._save()
                 crash_point("unprepare.saved")
             cdi.remove_spec(self._cdi_dir, ref.uid)
+        except asyncio.CancelledError:
+            self._push_anyway(changes)
+            raise
         except OSError as exc:
             error = f"claim {ref}: released, but cannot record it: {exc}"
         if known is not None:
@@ -586,6 +593,15 @@ class Driver:
             self._dirty = True
             raise
         self._dirty = False
+
+    def _push_anyway(self, changes: Changes) -> None:
+        """The operation was cancelled (the kubelet's deadline) after the policy decided, while
+        the checkpoint was being written: its containers still hear of the decision now, not
+        at the next drift check. The kubelet's retry finds the claim as prepared or released."""
+        if changes:
+            task = asyncio.ensure_future(self._push(changes))
+            self._late_pushes.add(task)
+            task.add_done_callback(self._late_pushes.discard)
 
     async def _push(self, changes: Changes) -> None:
         if not changes:
