@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from topodra.agent.agent import Agent
 from topodra.agent.config import parse_config
 from topodra.cpuset import CPUSet
-from topodra.dra.devices import DRIVER, DeviceModelConfig, device_class, offered_cpus
+from topodra.dra.devices import DRIVER, DeviceModelConfig, device_class, offered_cpus, ordered_cpus
 from topodra.dra.driver import ClaimRef, Driver
 from topodra.dra.slices import build_slices
 from topodra.policy.api import ContainerRequest, PolicyError, QoSClass
@@ -183,6 +183,33 @@ def test_offered_cpus_leaves_out_exclusive_and_the_floor(
     assert got.isdisjoint(CPUSet(exclusive))
     assert len(free_set - got) == min(floor, len(free_set))
     assert TOPO.online - got == CPUSet(exclusive) | (free_set - got)
+
+
+BIG = synthetic_topology("2s1d2n2l4c2t")  # 32 CPUs over two packages: the floor sits far along the order
+
+
+@given(
+    st.sets(st.integers(0, 31)), st.sets(st.integers(0, 31)), st.sets(st.integers(0, 31)), st.integers(0, 6),
+    st.sampled_from(["topology-reversed", "topology", "cpu-id"]), st.booleans(),
+)
+def test_the_floor_is_the_last_free_cpus_in_device_order(
+    candidates: set[int], free: set[int], exclusive: set[int], floor: int, order: str, pass_order: bool
+) -> None:
+    """The floor found by searching the order's tails is the one a walk from the order's end finds."""
+    cfg = DeviceModelConfig(shared_floor=floor, order=order)  # type: ignore[arg-type]
+    ordered = ordered_cpus(BIG, BIG.online, order)
+    walked: list[int] = []
+    for cpu in reversed(ordered):
+        if len(walked) == floor:
+            break
+        if cpu in free:
+            walked.append(cpu)
+    want = CPUSet(candidates) - CPUSet(exclusive) - CPUSet(walked)
+    got = offered_cpus(
+        BIG, cfg, candidates=CPUSet(candidates), shared_free=CPUSet(free), exclusive=CPUSet(exclusive),
+        order=list(ordered) if pass_order else None,
+    )
+    assert got == want
 
 
 @pytest.mark.parametrize("step", ["prepare", "unprepare"])

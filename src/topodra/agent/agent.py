@@ -272,6 +272,7 @@ class Agent:
         self._cgroup_root = cgroup_root if cgroup_root is not None else config.sysfs_root / "sys" / "fs" / "cgroup"
         # What the slices offer: every device CPU but exclusive grants and the shared floor.
         self._exclusive_grants: dict[str, int] = {}  # container -> exclusive CPU mask, at the last offer
+        self._exclusive_union = 0  # the union of those masks
         self._offer_touched: set[str] = set()  # containers whose grant may have changed since
         self._offer_full = True  # re-read every grant (start, Synchronize, reconfiguration)
         self.offer: CPUSet = self._offered()
@@ -575,28 +576,43 @@ class Agent:
         """The offer from the exclusive grants (kept up to date from the touched containers only:
         this runs after every placement) and the root pool's free shared CPUs."""
         policy = self.policy
+        grants = self._exclusive_grants
         if self._offer_full:
-            self._exclusive_grants = {c: g.exclusive for c, g in policy.grants().items() if g.exclusive}
+            grants = self._exclusive_grants = {c: g.exclusive for c, g in policy.grants().items() if g.exclusive}
             self._root_pool = next(p.name for p in policy.pools if p.parent < 0)
             self._device_order = ordered_cpus(self.topology, self.topology.online, self.config.devices.order)
             self._offer_full = False
+            stale = True
         else:
+            # A new grant adds its CPUs to the union; one that shrank or went has it recomputed
+            # (another grant may hold some of its CPUs too). A placement adds one grant, or none.
+            stale = False
             for cid in self._offer_touched:
                 g = policy.grant(cid)
-                if g is not None and g.exclusive:
-                    self._exclusive_grants[cid] = g.exclusive
+                new = g.exclusive if g is not None else 0
+                old = grants.get(cid, 0)
+                if new == old:
+                    continue
+                if new:
+                    grants[cid] = new
                 else:
-                    self._exclusive_grants.pop(cid, None)
+                    del grants[cid]
+                if old:
+                    stale = True
+                else:
+                    self._exclusive_union |= new
         self._offer_touched.clear()
-        exclusive = 0
-        for mask in self._exclusive_grants.values():
-            exclusive |= mask
+        if stale:
+            union = 0
+            for mask in grants.values():
+                union |= mask
+            self._exclusive_union = union
         return offered_cpus(
             self.topology,
             self.config.devices,
             candidates=policy.available_cpus - policy.reserved_cpus,
             shared_free=policy.shared_cpus(self._root_pool),
-            exclusive=CPUSet.from_mask(exclusive),
+            exclusive=CPUSet.from_mask(self._exclusive_union),
             order=self._device_order,
         )
 

@@ -522,14 +522,42 @@ def offered_cpus(
     ``order``: ``ordered_cpus(topology, topology.online, config.order)``, if the
     caller keeps it (this runs after every placement).
     """
-    floor: list[int] = []
-    if config.shared_floor:
-        for cpu in reversed(order if order is not None else ordered_cpus(topology, topology.online, config.order)):
-            if len(floor) == config.shared_floor:
-                break
-            if cpu in shared_free:
-                floor.append(cpu)
-    return candidates - exclusive - CPUSet(floor)
+    floor = 0
+    want = config.shared_floor
+    free = shared_free.mask
+    if want and free:
+        tails = _tail_masks(order if order is not None else ordered_cpus(topology, topology.online, config.order))
+        # The floor is the free CPUs among the shortest tail of the order holding ``want`` of them
+        # (all of them when fewer): a binary search over the tails, not a walk through the order
+        # (which, with the first exclusive grants taken from its far end, took ~20 us a placement).
+        lo, hi = 0, len(tails) - 1
+        if (tails[hi] & free).bit_count() > want:
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if (tails[mid] & free).bit_count() >= want:
+                    hi = mid
+                else:
+                    lo = mid
+        floor = tails[hi] & free
+    return CPUSet.from_mask(candidates.mask & ~exclusive.mask & ~floor)
+
+
+#: The last order ``_tail_masks`` saw (a copy) and its tails; the agent passes the same order each time.
+_TAILS: list[tuple[list[int], list[int]]] = []
+
+
+def _tail_masks(order: Sequence[int]) -> list[int]:
+    """``tails[i]``: the mask of the last ``i`` CPUs of ``order`` (``tails[0]`` is 0)."""
+    key = order if isinstance(order, list) else list(order)
+    if _TAILS and _TAILS[0][0] == key:
+        return _TAILS[0][1]
+    tails = [0]
+    mask = 0
+    for cpu in reversed(order):
+        mask |= 1 << cpu
+        tails.append(mask)
+    _TAILS[:] = [(list(key), tails)]
+    return tails
 
 
 def offer_devices(
