@@ -26,10 +26,12 @@ from topodra.nri.types import (
     CreateContainerResult,
     LinuxResources,
     Mount,
+    PlacementUpdates,
     Pod,
     build_container,
     build_mount,
     build_pod,
+    placement_adjustment,
     placement_update,
 )
 
@@ -282,5 +284,103 @@ def test_the_stub_answers_with_the_reference_bytes_and_refuses_empty_sets() -> N
         _, status = await stub.handle("CreateContainer", payload)
         assert status is not None
         assert "during its own creation" in status.message
+
+    asyncio.run(main())
+
+
+@st.composite
+def placement_lists(draw: st.DrawFn) -> list[tuple[str, CPUSet, CPUSet | None]]:
+    """The agent's placements: runs sharing sets by identity; now and then an empty set, an empty
+    id or a lone surrogate, which must be refused as the built updates are."""
+    pool = draw(shared)
+    odd = st.sampled_from([CPUSet(), CPUSet.from_mask(0)])
+    out: list[tuple[str, CPUSet, CPUSet | None]] = []
+    for _ in range(draw(st.integers(0, 12))):
+        cid = draw(text.filter(bool) | st.just("") if draw(st.integers(0, 9)) == 0 else text.filter(bool))
+        cpus = draw(odd) if draw(st.integers(0, 14)) == 0 else draw(st.sampled_from(pool))
+        mems = draw(st.none() | st.sampled_from(pool) | odd) if draw(st.integers(0, 14)) == 0 else draw(
+            st.none() | st.sampled_from(pool)
+        )
+        out.append((cid, cpus, mems))
+    return out
+
+
+@given(placement_lists(), st.none() | adjustments)
+def test_placement_updates_are_the_bytes_of_the_updates_they_stand_for(
+    placements: list[tuple[str, CPUSet, CPUSet | None]], adj: ContainerAdjustment | None
+) -> None:
+    """Written from the triples, the same bytes (or the same refusal) as the ``placement_update``s
+    built from them, through the general writer and through upb."""
+    lazy = PlacementUpdates(placements)
+
+    def built() -> list[ContainerUpdate]:
+        return [placement_update(*p) for p in placements]
+
+    want = _outcome(lambda: replywire.updates_message(built()))
+    assert _outcome(lambda: replywire.updates_message(lazy)) == want
+    assert want == _outcome(lambda: _reference_updates(built()))
+    assert _outcome(lambda: _create(adj, lazy)) == _outcome(lambda: _create(adj, built()))
+
+
+def test_placement_updates_read_as_the_updates_they_stand_for() -> None:
+    cpus, mems = CPUSet.parse("0-3"), CPUSet({1})
+    lazy = PlacementUpdates([("a", cpus, None), ("b", cpus, mems)])
+    built = (ContainerUpdate("a", cpus=cpus), ContainerUpdate("b", cpus=cpus, mems=mems))
+    assert len(lazy) == 2
+    assert lazy == built
+    assert built == lazy
+    assert list(lazy) == list(built)
+    assert lazy[1] == built[1]
+    assert lazy[1:] == built[1:]
+    assert lazy.container_ids == ["a", "b"]
+    assert lazy != built[:1]
+    assert lazy != "ab"
+    assert not PlacementUpdates()
+    with pytest.raises(ValueError, match="container_id must not be empty"):
+        list(PlacementUpdates([("", cpus, None)]))
+
+
+def test_placement_adjustments_equal_checked_ones_and_empty_sets_are_still_refused() -> None:
+    cpus, mems = CPUSet({4, 5}), CPUSet({1})
+    for m in (mems, None):
+        fast = placement_adjustment(cpus, m)
+        assert fast == ContainerAdjustment(cpus=cpus, mems=m)
+        assert replywire.adjustment_bytes(fast) == replywire.adjustment_bytes(ContainerAdjustment(cpus=cpus, mems=m))
+    for bad in (placement_adjustment(CPUSet(), mems), placement_adjustment(cpus, CPUSet())):
+        with pytest.raises(EmptyCPUSetError, match="refusing to encode an empty set"):
+            replywire.adjustment_bytes(bad)
+
+
+def test_the_stub_refuses_placement_updates_of_the_container_being_created() -> None:
+    cpus = CPUSet({1})
+    answer: list[CreateContainerResult] = []
+
+    class Answers(Plugin):
+        async def create_container(self, pod: Pod, container: Container) -> CreateContainerResult:
+            return answer[-1]
+
+    request = api_pb2.CreateContainerRequest()
+    request.pod.id, request.container.id, request.container.pod_sandbox_id = "p", "c", "p"
+    payload = request.SerializeToString()
+
+    async def main() -> None:
+        stub = Stub(Answers(), name="t", idx="42", env={})
+        answer.append(CreateContainerResult(updates=PlacementUpdates([("a", cpus, None), ("c", cpus, None)])))
+        _, status = await stub.handle("CreateContainer", payload)
+        assert status is not None
+        assert "during its own creation" in status.message
+        lazy = PlacementUpdates([("a", cpus, None), ("b", CPUSet(), None)])
+        answer.append(CreateContainerResult(adjust=placement_adjustment(cpus, None), updates=lazy))
+        reply, status = await stub.handle("CreateContainer", payload)
+        assert reply == b""
+        assert status is not None
+        assert status.code == Code.UNKNOWN
+        assert "refusing to encode an empty set" in status.message
+        ok = PlacementUpdates([("a", cpus, None), ("b", cpus, cpus)])
+        answer.append(CreateContainerResult(adjust=placement_adjustment(cpus, cpus), updates=ok))
+        assert await stub.handle("CreateContainer", payload) == (
+            _reference_create(ContainerAdjustment(cpus=cpus, mems=cpus), list(ok)),
+            None,
+        )
 
     asyncio.run(main())

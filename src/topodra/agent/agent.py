@@ -41,7 +41,7 @@ from topodra.agent.config import AgentConfig, ConfigError, load_config
 from topodra.agent.drift import CgroupReader, DriftChecker
 from topodra.agent.http import HttpEndpoint, Route, json_route, parse_listen
 from topodra.agent.metrics import AgentMetrics
-from topodra.agent.pusher import UpdatePusher, to_update
+from topodra.agent.pusher import UpdatePusher
 from topodra.agent.requests import container_request
 from topodra.agent.validation import check_on_machine
 from topodra.cpuset import CPUSet
@@ -66,13 +66,16 @@ from topodra.faults import crash_point
 from topodra.nri.plugin import Plugin
 from topodra.nri.types import (
     Container,
-    ContainerAdjustment,
     ContainerState,
     ContainerUpdate,
     CreateContainerResult,
     Event,
     LinuxResources,
+    Placement,
+    PlacementUpdates,
     Pod,
+    placement_adjustment,
+    placement_update,
 )
 from topodra.nri.version import RuntimeInfo
 from topodra.policy.api import Assignment, Changes, ContainerRequest, PolicyError
@@ -208,6 +211,34 @@ class _AgentPlugin(Plugin):
         await self.agent.remove_container(pod, container)
 
 
+#: Notable events kept for ``Agent.events``.
+_NOTES_KEPT: Final = 200
+
+
+class _Note:
+    """A notable event, formatted when first read: off the reply path of the event behind it."""
+
+    __slots__ = ("_args", "_line", "_text", "at")
+
+    def __init__(self, at: float, text: str, args: tuple[object, ...]) -> None:
+        self.at = at
+        self._text = text
+        self._args: tuple[object, ...] | None = args or None
+        self._line: str | None = None
+
+    @property
+    def text(self) -> str:
+        if self._args is not None:
+            self._text, self._args = self._text % self._args, None
+        return self._text
+
+    @property
+    def line(self) -> str:
+        if self._line is None:
+            self._line = f"{time.strftime('%H:%M:%S', time.localtime(self.at))} {self.text}"
+        return self._line
+
+
 class Agent:
     """One node's topodra; ``await agent.start()``, then ``await agent.stop()``."""
 
@@ -257,8 +288,8 @@ class Agent:
         self._reload_interval = reload_interval
         self._config_mtime = self._mtime()
         self.started = asyncio.Event()
-        self.events: list[str] = []  # recent notable events, newest last (UI, /state)
-        self._log_backlog: list[str] = []  # notes not logged yet (written after the current step)
+        self._notes: list[_Note] = []  # recent notable events, newest last (``events``)
+        self._log_backlog: list[_Note] = []  # notes not logged yet (written after the current step)
         self._deferred: set[str] = set()  # changes held for the next event reply (unsolicited off)
         # Start window: created, PostStartContainer not seen yet. An update reaching such a
         # container may be stored in its spec only (containerd), so it is sent again after the start.
@@ -293,12 +324,16 @@ class Agent:
         except OSError:
             return None
 
-    def _note(self, text: str) -> None:
-        """Record a notable event; its log line is written right after the current step (a
-        CreateContainer reply goes out before the ~30-80 us of formatting and writing)."""
-        self.events.append(f"{time.strftime('%H:%M:%S')} {text}")
-        del self.events[:-200]
-        self._log_backlog.append(text)
+    def _note(self, text: str, *args: object) -> None:
+        """Record a notable event: ``text``, or ``text % args`` formatted only when read or logged.
+        Its log line is written right after the current step: a CreateContainer reply goes out
+        before the formatting (sets, the time of day) and the writing."""
+        notes = self._notes
+        note = _Note(time.time(), text, args)
+        notes.append(note)
+        if len(notes) > 2 * _NOTES_KEPT:
+            del notes[:-_NOTES_KEPT]
+        self._log_backlog.append(note)
         if len(self._log_backlog) > 1:
             return  # a flush is already scheduled
         try:
@@ -308,8 +343,17 @@ class Agent:
 
     def _flush_notes(self) -> None:
         backlog, self._log_backlog = self._log_backlog, []
-        for text in backlog:
-            log.info("%s", text)
+        for note in backlog:
+            log.info("%s", note.text)
+
+    @property
+    def events(self) -> list[str]:
+        """The recent notable events, oldest first, each as "HH:MM:SS text" (UI, /state)."""
+        return self.recent_events(_NOTES_KEPT)
+
+    def recent_events(self, count: int) -> list[str]:
+        """The last ``count`` notable events, oldest first."""
+        return [n.line for n in self._notes[-count:]] if count > 0 else []
 
     # --- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -720,24 +764,41 @@ class Agent:
         else:
             self._deferred.update(container_ids)
 
-    def _with_deferred(self, updates: list[ContainerUpdate], exclude: str) -> list[ContainerUpdate]:
+    def _with_deferred(self, placements: list[Placement], exclude: str) -> list[Placement]:
+        """``placements`` and the changes held for this reply (unsolicited updates off)."""
         if not self._deferred:
-            return updates
-        have = {u.container_id for u in updates} | {exclude}
+            return placements
+        have = {p[0] for p in placements} | {exclude}
         for cid in sorted(self._deferred - have):
             a = self._pushable(cid)
             if a is not None:
-                updates.append(to_update(cid, a))
+                placements.append((cid, a.cpus, a.mems or None))
                 self._mark_overlap([cid])
         self._deferred.clear()
-        return updates
+        return placements
+
+    def _placements(self, changes: Changes, *, exclude: str | None = None) -> list[Placement]:
+        """The updates ``changes`` make of the runtime's containers, by id, as (id, cpus, mems or
+        None). Followers moved together share one ``Assignment``: its sets are read once, and
+        the same objects let the reply writer reuse their bytes."""
+        containers = self.containers
+        out: list[Placement] = []
+        last: Assignment | None = None
+        cpus: CPUSet | None = None
+        mems: CPUSet | None = None
+        for cid, a in sorted(changes.items()):
+            if cid == exclude or cid not in containers:
+                continue
+            if a is not last:
+                last, cpus, mems = a, a.cpus, a.mems or None
+            assert cpus is not None
+            out.append((cid, cpus, mems))
+        if out and self._starting:  # event replies reach starting tasks no better
+            self._mark_overlap([p[0] for p in out])
+        return out
 
     def _updates(self, changes: Changes, *, exclude: str | None = None) -> list[ContainerUpdate]:
-        containers = self.containers
-        out = [to_update(cid, a) for cid, a in sorted(changes.items()) if cid != exclude and cid in containers]
-        if out and self._starting:  # event replies reach starting tasks no better
-            self._mark_overlap([u.container_id for u in out])
-        return out
+        return [placement_update(*p) for p in self._placements(changes, exclude=exclude)]
 
     def _claims_of(self, pod: Pod, container: Container) -> tuple[str, ...]:
         """Verified claim UIDs of a container's ``DRA_CPUSET_<uid>`` variables (errors refuse it)."""
@@ -801,14 +862,19 @@ class Agent:
             self.metrics.nri_errors.labels("CreateContainer").inc()
             self._note(f"refused container {pod.namespace}/{pod.name}/{container.name}: {err}")
             raise
-        mine = changes.get(container.id)
-        adjust = ContainerAdjustment(cpus=mine.cpus, mems=mine.mems or None) if mine is not None else None
-        updates = self._with_deferred(self._updates(changes, exclude=container.id), container.id)
+        cid = container.id
+        mine = changes.get(cid)
+        updates = PlacementUpdates(self._with_deferred(self._placements(changes, exclude=cid), cid))
         self._create_seconds.observe(time.perf_counter() - t0)
-        if mine is not None:
-            extra = f" (+{len(updates)} moved)" if updates else ""
-            self._note(f"placed {pod.namespace}/{pod.name}/{container.name} on CPUs {mine.cpus}{extra}")
-        return CreateContainerResult(adjust=adjust, updates=tuple(updates))
+        if mine is None:
+            return CreateContainerResult(updates=updates)
+        if updates:
+            self._note(
+                "placed %s/%s/%s on CPUs %s (+%d moved)", pod.namespace, pod.name, container.name, mine.cpus, len(updates)
+            )
+        else:
+            self._note("placed %s/%s/%s on CPUs %s", pod.namespace, pod.name, container.name, mine.cpus)
+        return CreateContainerResult(adjust=placement_adjustment(mine.cpus, mine.mems or None), updates=updates)
 
     async def update_container(
         self, pod: Pod, container: Container, resources: LinuxResources | None
@@ -832,9 +898,10 @@ class Agent:
             self.metrics.nri_errors.labels("UpdateContainer").inc()
             self._note(f"refused update of {container.id}: {err}")
             raise
-        updates = self._with_deferred(self._updates(changes, exclude=container.id), container.id)
+        placements = self._with_deferred(self._placements(changes, exclude=container.id), container.id)
         if mine is not None:
-            updates.insert(0, to_update(container.id, mine))
+            placements.insert(0, (container.id, mine.cpus, mine.mems or None))
+        updates = [placement_update(*p) for p in placements]
         self.metrics.nri_event_seconds.labels("UpdateContainer").observe(time.perf_counter() - t0)
         return updates
 
@@ -850,9 +917,10 @@ class Agent:
         self._forget_start(container.id)
         self.metrics.nri_event_seconds.labels("StopContainer").observe(time.perf_counter() - t0)
         self._deferred.discard(container.id)
-        updates = self._with_deferred(self._updates(changes, exclude=container.id), container.id)
+        placements = self._with_deferred(self._placements(changes, exclude=container.id), container.id)
+        updates = [placement_update(*p) for p in placements]
         if updates:
-            self._note(f"stopped {container.id}: {len(updates)} container(s) widened")
+            self._note("stopped %s: %d container(s) widened", container.id, len(updates))
         return updates
 
     async def remove_container(self, pod: Pod, container: Container) -> None:
@@ -1067,7 +1135,7 @@ class Agent:
             "unhealthy_devices": {h.name: h.message for h in self.device_health() if not h.healthy},
             "pending_pushes": sorted(self.pusher.pending) if self.pusher is not None else [],
             "push_idle": self.pusher.idle if self.pusher is not None else True,
-            "events": self.events[-50:],
+            "events": self.recent_events(50),
         }
 
     def _routes(self) -> dict[str, Route]:

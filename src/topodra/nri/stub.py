@@ -49,6 +49,7 @@ from topodra.nri.types import (
     ContainerUpdate,
     CreateContainerResult,
     Event,
+    PlacementUpdates,
     Pod,
     event_mask,
     events_in_mask,
@@ -656,13 +657,14 @@ class Stub:
         if result is None:
             return b""  # an empty CreateContainerResponse
         adjust = replywire.adjustment_bytes(result.adjust) if result.adjust is not None else None
-        for update in result.updates:
-            if update.container_id == ctr.id:
-                raise ValueError(
-                    f"an update of {ctr.id} during its own creation fails the creation; "
-                    "put its resources in the adjustment"
-                )
-        return replywire.create_container_response(adjust, result.updates)
+        updates = result.updates
+        cid = ctr.id
+        ids = updates.container_ids if type(updates) is PlacementUpdates else [u.container_id for u in updates]
+        if cid in ids:
+            raise ValueError(
+                f"an update of {cid} during its own creation fails the creation; put its resources in the adjustment"
+            )
+        return replywire.create_container_response(adjust, updates)
 
     async def _on_update_container(self, link: _Link, req: api_pb2.UpdateContainerRequest) -> Message | bytes:
         pod, ctr = convert.pod_from_proto(req.pod), convert.container_from_proto(req.container)

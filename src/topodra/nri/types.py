@@ -10,9 +10,9 @@ is never what a placement decision means.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, overload
 
 from topodra.cpuset import CPUSet
 from topodra.nri.errors import EmptyCPUSetError
@@ -28,8 +28,10 @@ __all__ = [
     "LinuxResources",
     "Mount",
     "Pod",
+    "PlacementUpdates",
     "event_mask",
     "events_in_mask",
+    "placement_adjustment",
     "placement_update",
 ]
 
@@ -313,9 +315,85 @@ def placement_update(container_id: str, cpus: CPUSet, mems: CPUSet | None) -> Co
     return update
 
 
+_ADJUSTMENT_SLOTS = tuple(
+    getattr(ContainerAdjustment, name).__set__
+    for name in ("cpus", "mems", "cpu_shares", "cpu_quota", "cpu_period", "memory_limit", "annotations", "env")
+)
+_NO_TEXT: Final[Mapping[str, str]] = {}
+
+
+def placement_adjustment(cpus: CPUSet, mems: CPUSet | None) -> ContainerAdjustment:
+    """A ContainerAdjustment of a placement decision (cpus, and mems when pinned), built without
+    the dataclass machinery, as ``placement_update``: for a policy ``Assignment``'s sets, never
+    empty. The encoders still refuse an empty set. Its maps are one shared empty dict (read-only
+    by type)."""
+    adjust = _new_object(ContainerAdjustment)
+    s_cpus, s_mems, s_shares, s_quota, s_period, s_limit, s_annotations, s_env = _ADJUSTMENT_SLOTS
+    s_cpus(adjust, cpus)
+    s_mems(adjust, mems)
+    s_shares(adjust, None)
+    s_quota(adjust, None)
+    s_period(adjust, None)
+    s_limit(adjust, None)
+    s_annotations(adjust, _NO_TEXT)
+    s_env(adjust, _NO_TEXT)
+    return adjust
+
+
+#: (container id, cpus, mems or None) of one placement update.
+Placement = tuple[str, CPUSet, "CPUSet | None"]
+
+
+class PlacementUpdates(Sequence[ContainerUpdate]):
+    """Placement updates kept as ``(container id, cpus, mems or None)``: read one by one they are
+    ``placement_update``s (same checks), but ``replywire`` writes them to the wire straight from
+    these triples. A reply moving a pool's followers built one dataclass per follower only for
+    the encoder to read it back. Compares equal to any sequence of the same updates."""
+
+    __slots__ = ("placements",)
+
+    def __init__(self, placements: Sequence[Placement] = ()) -> None:
+        self.placements: Final = tuple(placements)
+
+    def __len__(self) -> int:
+        return len(self.placements)
+
+    @overload
+    def __getitem__(self, index: int) -> ContainerUpdate: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> PlacementUpdates: ...
+
+    def __getitem__(self, index: int | slice) -> ContainerUpdate | PlacementUpdates:
+        if isinstance(index, slice):
+            return PlacementUpdates(self.placements[index])
+        return placement_update(*self.placements[index])
+
+    def __iter__(self) -> Iterator[ContainerUpdate]:
+        for placement in self.placements:
+            yield placement_update(*placement)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, PlacementUpdates):
+            return self.placements == other.placements
+        if isinstance(other, Sequence) and not isinstance(other, (str, bytes)):
+            return tuple(self) == tuple(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"PlacementUpdates({list(self)!r})"
+
+    @property
+    def container_ids(self) -> list[str]:
+        return [p[0] for p in self.placements]
+
+
 @dataclass(frozen=True, slots=True)
 class CreateContainerResult:
-    """A CreateContainer answer: the new container's adjustment plus updates of others."""
+    """A CreateContainer answer: the new container's adjustment plus updates of others
+    (a tuple, or the agent's ``PlacementUpdates``)."""
 
     adjust: ContainerAdjustment | None = None
-    updates: tuple[ContainerUpdate, ...] = ()
+    updates: Sequence[ContainerUpdate] = ()
