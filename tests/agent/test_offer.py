@@ -190,12 +190,13 @@ BIG = synthetic_topology("2s1d2n2l4c2t")  # 32 CPUs over two packages: the floor
 
 @given(
     st.sets(st.integers(0, 31)), st.sets(st.integers(0, 31)), st.sets(st.integers(0, 31)), st.integers(0, 6),
-    st.sampled_from(["topology-reversed", "topology", "cpu-id"]), st.booleans(),
+    st.sampled_from(["topology-reversed", "topology", "cpu-id"]), st.sampled_from([list, tuple, None]),
 )
 def test_the_floor_is_the_last_free_cpus_in_device_order(
-    candidates: set[int], free: set[int], exclusive: set[int], floor: int, order: str, pass_order: bool
+    candidates: set[int], free: set[int], exclusive: set[int], floor: int, order: str, pass_order: Any
 ) -> None:
-    """The floor found by searching the order's tails is the one a walk from the order's end finds."""
+    """The floor found by searching the order's tails (or where the last floor was) is the one a
+    walk from the order's end finds."""
     cfg = DeviceModelConfig(shared_floor=floor, order=order)  # type: ignore[arg-type]
     ordered = ordered_cpus(BIG, BIG.online, order)
     walked: list[int] = []
@@ -207,7 +208,7 @@ def test_the_floor_is_the_last_free_cpus_in_device_order(
     want = CPUSet(candidates) - CPUSet(exclusive) - CPUSet(walked)
     got = offered_cpus(
         BIG, cfg, candidates=CPUSet(candidates), shared_free=CPUSet(free), exclusive=CPUSet(exclusive),
-        order=list(ordered) if pass_order else None,
+        order=pass_order(ordered) if pass_order else None,
     )
     assert got == want
 

@@ -384,3 +384,13 @@ def test_the_stub_refuses_placement_updates_of_the_container_being_created() -> 
         )
 
     asyncio.run(main())
+
+
+runs = st.lists(st.tuples(st.integers(1, 300), st.integers(0, 300)), min_size=1, max_size=6).map(
+    lambda rs: sum(((1 << n) - 1) << (sum(a + b for a, b in rs[:i]) + gap) for i, (n, gap) in enumerate(rs))
+)
+
+
+@given(st.integers(1, 2**1100) | runs.filter(bool))
+def test_set_lists_are_written_as_cpusets_format_them(mask: int) -> None:
+    assert replywire._list_text(mask) == CPUSet.from_mask(mask).format()

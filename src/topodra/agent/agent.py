@@ -527,7 +527,8 @@ class Agent:
     # --- start window and drift ---------------------------------------------------------------------
     def _mark_overlap(self, container_ids: Iterable[str]) -> None:
         """Updates for these containers go out now: those still starting get them again after the start."""
-        self._overlapped.update(c for c in container_ids if c in self._starting)
+        if self._starting:
+            self._overlapped |= self._starting.intersection(container_ids)
 
     def post_start_container(self, container: Container) -> None:
         """The start is over: re-send what may have missed the task, then check the cgroup."""
@@ -624,7 +625,8 @@ class Agent:
         if self._offer_full:
             grants = self._exclusive_grants = {c: g.exclusive for c, g in policy.grants().items() if g.exclusive}
             self._root_pool = next(p.name for p in policy.pools if p.parent < 0)
-            self._device_order = ordered_cpus(self.topology, self.topology.online, self.config.devices.order)
+            self._device_order = tuple(ordered_cpus(self.topology, self.topology.online, self.config.devices.order))
+            self._candidates = policy.available_cpus - policy.reserved_cpus  # a new machine or config: full
             self._offer_full = False
             stale = True
         else:
@@ -654,7 +656,7 @@ class Agent:
         return offered_cpus(
             self.topology,
             self.config.devices,
-            candidates=policy.available_cpus - policy.reserved_cpus,
+            candidates=self._candidates,
             shared_free=policy.shared_cpus(self._root_pool),
             exclusive=CPUSet.from_mask(self._exclusive_union),
             order=self._device_order,
