@@ -158,3 +158,19 @@ def test_placements_follow_each_containers_own_assignment(tmp_path: Path) -> Non
     assert got == [("a", one.cpus, one.mems), ("b", one.cpus, one.mems), ("c", two.cpus, None), ("d", one.cpus, one.mems)]
     assert got[0][1] is got[1][1] is got[3][1]
     assert agent._updates(changes) == [ContainerUpdate(c, cpus=a.cpus, mems=a.mems or None) for c, a in sorted(changes.items()) if c != "ghost"]
+
+
+def test_create_latencies_are_observed_after_the_reply(tmp_path: Path) -> None:
+    async def main() -> None:
+        agent = _agent(tmp_path, True)
+        count = 'topodra_nri_event_seconds_count{event="CreateContainer"}'
+        for i in range(3):
+            await agent.create_container(*_objects(i, i % 2))
+        assert f"{count} 0.0" in agent.metrics.render().decode()  # not on the reply path
+        await asyncio.sleep(0)
+        assert f"{count} 3.0" in agent.metrics.render().decode()
+        await agent.create_container(*_objects(3, 0))
+        await agent.stop()  # stopping observes what is left
+        assert f"{count} 4.0" in agent.metrics.render().decode()
+
+    asyncio.run(main())

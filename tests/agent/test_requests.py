@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from topodra.agent.requests import container_request, qos_class, shares_to_milli
 from topodra.nri.types import Container, LinuxResources, Pod
-from topodra.policy.api import QoSClass
+from topodra.policy.api import ContainerRequest, QoSClass
 
 
 def _ctr(res: LinuxResources | None, path: str = "") -> Container:
@@ -61,3 +63,24 @@ def test_best_effort_requests_nothing() -> None:
     req = container_request(Pod(id="p", cgroup_parent="/kubepods/besteffort/podx"), _ctr(LinuxResources(cpu_shares=2)))
     assert req.cpu_request_milli == 0
     assert req.cpu_limit_milli is None
+
+
+@given(
+    st.sampled_from(["/kubepods/pod1", "/kubepods/burstable/pod1", "/kubepods/besteffort/pod1", ""]),
+    st.none() | st.integers(0, 1 << 20), st.none() | st.integers(-1, 1 << 22), st.none() | st.integers(0, 1 << 40),
+    st.dictionaries(st.text(max_size=5), st.text(max_size=5), max_size=2), st.lists(st.text(max_size=4), max_size=2),
+)
+def test_requests_equal_the_dataclass_built_from_their_fields(
+    parent: str, shares: int | None, quota: int | None, memory: int | None, annotations: dict[str, str], claims: list[str]
+) -> None:
+    """``container_request`` fills the slots directly: the same request ``ContainerRequest(...)``
+    makes from its fields, hash and repr included."""
+    pod = Pod(id="p1", uid="u1", name="web", namespace="ns", cgroup_parent=parent, annotations=annotations)
+    res = LinuxResources(cpu_shares=shares, cpu_quota=quota, cpu_period=100_000, memory_limit=memory)
+    got = container_request(pod, _ctr(res), tuple(claims))
+    again = ContainerRequest(**{f.name: getattr(got, f.name) for f in fields(ContainerRequest)})
+    assert got == again
+    assert repr(got) == repr(again)
+    assert got.annotations == annotations
+    assert got.annotations is not pod.annotations
+    assert (got.id, got.name, got.pod_uid, got.pod_name, got.namespace, got.claims) == ("c1", "app", "u1", "web", "ns", tuple(claims))

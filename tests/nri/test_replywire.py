@@ -394,3 +394,11 @@ runs = st.lists(st.tuples(st.integers(1, 300), st.integers(0, 300)), min_size=1,
 @given(st.integers(1, 2**1100) | runs.filter(bool))
 def test_set_lists_are_written_as_cpusets_format_them(mask: int) -> None:
     assert replywire._list_text(mask) == CPUSet.from_mask(mask).format()
+
+
+def test_placement_ids_around_the_one_byte_length_are_written_as_upb_writes_them() -> None:
+    cpus, mems = CPUSet.parse("0-3,8,10-63"), CPUSet({1})
+    for length in range(80, 140):
+        placements = [("y", cpus, mems), ("x" * length, cpus, mems), ("é" * (length // 2), cpus, None)]
+        built = [placement_update(*p) for p in placements]
+        assert replywire.updates_message(PlacementUpdates(placements)) == _reference_updates(built)

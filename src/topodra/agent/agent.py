@@ -270,6 +270,8 @@ class Agent:
         self.lock = asyncio.Lock()
         self.metrics = AgentMetrics()
         self._create_seconds = self.metrics.nri_event_seconds.labels("CreateContainer")  # looked up once
+        self._create_times: list[float] = []  # observed after the reply (``_after_step``)
+        self._after_pending = False
         self.pods: dict[str, Pod] = {}
         self.containers: dict[str, Container] = {}
         self.devices: list[Device] = checked.devices
@@ -334,12 +336,35 @@ class Agent:
         if len(notes) > 2 * _NOTES_KEPT:
             del notes[:-_NOTES_KEPT]
         self._log_backlog.append(note)
-        if len(self._log_backlog) > 1:
-            return  # a flush is already scheduled
-        try:
-            asyncio.get_running_loop().call_soon(self._flush_notes)
-        except RuntimeError:  # no loop: write it now
+        if not self._soon():  # no loop: write it now
             self._flush_notes()
+
+    def _soon(self) -> bool:
+        """Run ``_after_step`` right after the current step (once per burst); False without a loop."""
+        if self._after_pending:
+            return True
+        try:
+            asyncio.get_running_loop().call_soon(self._after_step)
+        except RuntimeError:
+            return False
+        self._after_pending = True
+        return True
+
+    def _after_step(self) -> None:
+        """What a step leaves for after its reply: the offer, the notes' log lines, the
+        CreateContainer latencies (one callback for all of them)."""
+        self._after_pending = False
+        if self._offer_pending:
+            self.refresh_offer()
+        if self._log_backlog:
+            self._flush_notes()
+        if self._create_times:
+            self._observe_creates()
+
+    def _observe_creates(self) -> None:
+        times, self._create_times = self._create_times, []
+        for seconds in times:
+            self._create_seconds.observe(seconds)
 
     def _flush_notes(self) -> None:
         backlog, self._log_backlog = self._log_backlog, []
@@ -576,6 +601,7 @@ class Agent:
     async def stop(self) -> None:
         self._stop.set()
         self._flush_notes()
+        self._observe_creates()
         if self.stub is not None:
             with contextlib.suppress(Exception):
                 await self.stub.stop()
@@ -689,9 +715,7 @@ class Agent:
         if self._offer_pending:
             return
         self._offer_pending = True
-        try:
-            asyncio.get_running_loop().call_soon(self.refresh_offer)
-        except RuntimeError:  # no loop (construction): computed at start
+        if not self._soon():  # no loop (construction): computed at start
             self._offer_pending = False
 
     def refresh_offer(self, *, full: bool = False) -> None:
@@ -867,7 +891,8 @@ class Agent:
         cid = container.id
         mine = changes.get(cid)
         updates = PlacementUpdates(self._with_deferred(self._placements(changes, exclude=cid), cid))
-        self._create_seconds.observe(time.perf_counter() - t0)
+        self._create_times.append(time.perf_counter() - t0)
+        self._soon()
         if mine is None:
             return CreateContainerResult(updates=updates)
         if updates:

@@ -262,9 +262,11 @@ def _placements(tag: bytes, placements: tuple[Placement, ...]) -> bytes:
     or odd set, an empty or unencodable id) sends the whole list the general way, built as
     ``placement_update``s: refused as it would have been, with the same error."""
     out: list[bytes] = []
+    add = out.extend  # the pieces of an update, joined once at the end
     last_cpus: object = _NO_SET
     last_mems: object = _NO_SET
     plain = b""
+    room = 0  # the longest id whose update still has a one-byte length
     for cid, cpus, mems in placements:
         if cpus is not last_cpus or mems is not last_mems:
             res = _resources(cpus, mems, None, None, None, None) if type(cpus) is CPUSet else None
@@ -272,6 +274,7 @@ def _placements(tag: bytes, placements: tuple[Placement, ...]) -> bytes:
                 break
             n = len(res)
             plain = b"\x12" + _BYTE[n + 2] + b"\x0a" + _BYTE[n] + res if n < 126 else _field(b"\x12", _field(b"\x0a", res))
+            room = 125 - len(plain)
             last_cpus, last_mems = cpus, mems
         if type(cid) is not str or not cid:
             break
@@ -280,9 +283,8 @@ def _placements(tag: bytes, placements: tuple[Placement, ...]) -> bytes:
         except UnicodeEncodeError:
             break
         n = len(text)
-        size = n + len(plain) + 2
-        if size < 128:
-            out.append(tag + _BYTE[size] + b"\x0a" + _BYTE[n] + text + plain)
+        if n <= room:
+            add((tag, _BYTE[n + len(plain) + 2], b"\x0a", _BYTE[n], text, plain))
         else:
             out.append(_field(tag, _field(b"\x0a", text) + plain))
     else:
