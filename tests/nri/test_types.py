@@ -290,3 +290,11 @@ def test_updates_sharing_resources_encode_as_each_one_alone() -> None:
         alone.update.append(convert.update_to_proto(u))
     assert together.SerializeToString() == alone.SerializeToString()
     assert [convert.update_from_proto(pb) for pb in together.update] == updates
+
+
+@pytest.mark.parametrize("field", ["pod_resources", "pod_overhead"])
+def test_a_bad_set_in_pod_resources_is_named(field: str) -> None:
+    pb = api_pb2.PodSandbox(id="p1")
+    getattr(pb.linux, field).cpu.cpus = "3-1"
+    with pytest.raises(ConversionError, match=rf"pod p1: linux\.{field}\.cpu\.cpus"):
+        convert.pod_from_proto(api_pb2.PodSandbox.FromString(pb.SerializeToString()))

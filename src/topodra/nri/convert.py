@@ -218,8 +218,14 @@ def pod_from_proto(pb: api_pb2.PodSandbox) -> Pod:
     costs ten times asking whether it is empty. ``build_pod``: the frozen dataclass' own
     ``__init__`` cost more than the decoding."""
     linux = pb.linux
-    where = f"pod {pb.id or '?'}"
     labels, annotations, ips = pb.labels, pb.annotations, pb.ips
+    resources = overhead = None
+    for fd, value in linux.ListFields():  # once, rather than HasField for each (a create has neither)
+        name = fd.name
+        if name == "pod_resources":
+            resources = resources_from_proto(value, f"pod {pb.id or '?'}: linux.pod_resources")
+        elif name == "pod_overhead":
+            overhead = resources_from_proto(value, f"pod {pb.id or '?'}: linux.pod_overhead")
     return build_pod(
         id=pb.id,
         name=pb.name,
@@ -230,12 +236,8 @@ def pod_from_proto(pb: api_pb2.PodSandbox) -> Pod:
         runtime_handler=pb.runtime_handler,
         cgroup_parent=linux.cgroup_parent,
         cgroups_path=linux.cgroups_path,
-        resources=resources_from_proto(linux.pod_resources, f"{where}: linux.pod_resources")
-        if linux.HasField("pod_resources")
-        else None,
-        overhead=resources_from_proto(linux.pod_overhead, f"{where}: linux.pod_overhead")
-        if linux.HasField("pod_overhead")
-        else None,
+        resources=resources,
+        overhead=overhead,
         pid=pb.pid,
         ips=tuple(ips) if ips else (),
     )
