@@ -37,6 +37,9 @@ def where(req: ContainerRequest) -> str:
     return f"container {req.id} ({req.namespace}/{req.pod_name}/{req.name})"
 
 
+#: ``Supply.journal`` is trimmed past this length
+_JOURNAL_MAX = 4096
+
 #: ``follow_key`` values besides the memory nodes of a plain shared container
 FOLLOW_NO_MEMS, FOLLOW_MIXED, FOLLOW_THINNED = -1, -2, -3
 
@@ -115,6 +118,12 @@ class Supply:
         self._top_slack = [max((sharable[c] for c in kids), default=0) for kids in part.children]
         self._top_free = [1000 * t for t in self._top_slack]
         self._capacity = Capacity(self._counts, self._free, self._slack, self._reach, self._whole)
+        # The pools whose figures (any of ``Capacity``'s, or the milli-CPU charged) a settle changed,
+        # in order, for readers that keep something worked out from them (``Placer``'s ranking):
+        # ``journal[k]`` is change number ``journal_base + k``; trimmed now and then (a reader
+        # behind ``journal_base`` starts over).
+        self.journal: list[int] = []
+        self.journal_base = 0
 
     # --- the rules -----------------------------------------------------------------
     @property
@@ -162,6 +171,10 @@ class Supply:
         used = self.excl | self.claimed
         dirty = self._dirty
         counts, own, slack, milli = self._counts, self._own, self._slack, self.milli
+        journal = self.journal
+        if len(journal) > _JOURNAL_MAX:
+            self.journal_base += len(journal)
+            journal.clear()
         if used != self._counted:
             part = self.part
             pools, shared = part.pools, self.shared_cpus
@@ -180,6 +193,7 @@ class Supply:
         free, reach, parents, children = self._free, self._reach, self.part.parents, self.part.children
         top_free, top_slack = self._top_free, self._top_slack
         todo: list[int] = []
+        journal.extend(dirty)  # charged or recounted: their own figures may have moved
         # Dirty sets are closed under ancestors; in index order a pool's parent is settled first.
         for d in sorted(dirty):
             todo.append(d)
@@ -195,6 +209,7 @@ class Supply:
                 was_f, was_r = free[j], reach[j]
                 if f != was_f or r != was_r:
                     free[j], reach[j] = f, r
+                    journal.append(j)
                     # A child's figures are its own ones bounded by these: they move only where its own
                     # are above the lower of the old and the new bound (none can be where that is at or
                     # above what any child can have, ``_top_free``).
