@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from operator import itemgetter
 from typing import Any
 
@@ -411,7 +412,7 @@ class Placer:
         ancestors, the best deepest pool below it, keyed as ``_ranked`` orders them (the lead key,
         the whole-core counts along the path top down, the candidates, the milli-CPU charged, the
         index). A pool's key is made from its children's by putting each child's whole-core count
-        after the lead, so only the pools whose figures changed since (``Supply.journal``) and
+        in front of its tie, so only the pools whose figures changed since (``Supply.journal``) and
         their ancestors are worked out again."""
         supply = self.supply
         journal, base = supply.journal, supply.journal_base
@@ -425,12 +426,9 @@ class Placer:
             todo: Sequence[int] = self._lead_all
         elif kept.pos == end:
             todo = ()
-        else:
-            paths = self._lead_path
-            hit: set[int] = set()
-            for i in set(journal[kept.pos - base:]):
-                hit.update(paths[i])
-            todo = sorted(hit, reverse=True)  # children before parents
+        else:  # the changed pools and their ancestors, children first
+            todo = sorted(set(chain.from_iterable(map(self._lead_path.__getitem__, set(journal[kept.pos - base:])))),
+                          reverse=True)
         kept.pos = end
         best, deep, kids = kept.best, self._deep, self._lead_kids
         counts, whole, reach, milli = cap.counts, cap.whole, cap.reach, supply.milli
@@ -443,22 +441,21 @@ class Placer:
                     continue
                 clean = whole[i]
                 half = got - clean
-                # (memory fit, not on whole cores, no half-used core for the remainder, then the tie)
-                best[i] = (fit[i], clean + (half if half < rem else rem) < n, half < rem, got, milli[i], i)
+                # ((memory fit, not on whole cores, no half-used core for the remainder), the tie, pool)
+                best[i] = ((fit[i], clean + (half if half < rem else rem) < n, half < rem), (got, milli[i], i), i)
                 continue
             low: _Key | None = None
             for c in kids[i]:
                 v = best[c]
                 if v is not None:
-                    v = (*v[:3], whole[c], *v[3:])
+                    v = (v[0], (whole[c], v[1]), v[2])  # the child's whole-core count leads its tie
                     if low is None or v < low:
                         low = v
             best[i] = low
         top = best[0]
-        if top is None or top[0] != kept.min_fit or top[1]:
+        if top is None or top[0][0] != kept.min_fit or top[0][1]:
             return None
-        last: int = top[-1]
-        return last
+        return top[2]
 
     def _figures(self, a: _Ask, cap: Capacity) -> tuple[Sequence[int], Sequence[int]]:
         """Per pool: how many candidates it holds, and how many of them sit on whole cores. An ask
@@ -581,10 +578,11 @@ class Placer:
 _Lead = tuple[int, bool, bool, bool, int, bool, int, int, bool]
 
 
-#: ``Placer._lead_pool``'s key of the best deepest pool below a pool: memory fit, not on whole
-#: cores, no half-used core for the remainder, the whole-core counts from below the pool down to
-#: the deepest pool, its candidates, its milli-CPU charged and its index
-_Key = tuple[Any, ...]
+#: ``Placer._lead_pool``'s key of the best deepest pool below a pool: (memory fit, not on whole
+#: cores, no half-used core for the remainder), then the tie nested from below the pool down (each
+#: pool's whole-core count, then the deepest pool's candidates, milli-CPU charged and index), then
+#: that pool (the tie ends with it, so nothing past the tie is ever compared)
+_Key = tuple[tuple[int, bool, bool], tuple[Any, ...], int]
 
 #: ``Placer._kept`` is cleared past this many ask shapes
 _KEPT_MAX = 64
