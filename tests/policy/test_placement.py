@@ -151,7 +151,7 @@ LEAD_MACHINES = [
     synthetic_topology("1s1d3n2l2c2t"),  # three NUMA nodes: uneven sizes up the tree
 ]
 operations = st.lists(
-    st.tuples(st.integers(0, 4), st.integers(0, 9), st.sampled_from([500, 1000, 2000, 3000])), max_size=30
+    st.tuples(st.integers(0, 5), st.integers(0, 9), st.sampled_from([500, 1000, 2000, 3000])), max_size=30
 )
 
 
@@ -165,7 +165,8 @@ def test_the_lead_kept_between_asks_is_the_documented_first(
     """The first pool of an exclusive add, kept between asks and brought up to date from the
     supply's journal (trimmed often or never), is after every operation the first of the
     documented order worked out in full, when that is a deepest pool leading on every criterion
-    before depth; otherwise the shortcut says None (and the full ranking runs)."""
+    before depth; otherwise the shortcut says None (and the full ranking runs). Where the
+    shortcut packs there, it packs what the full search packs."""
     with mock.patch.object(supply_module, "_JOURNAL_MAX", trim):
         policy = Policy(machine, PolicyConfig.model_validate(config))
         placer, supply = policy._placer, policy._supply
@@ -180,8 +181,10 @@ def test_the_lead_kept_between_asks_is_the_documented_first(
                     policy.remove(f"c{k}")
                 elif op == 3:
                     policy.claim(f"k{k % 3}", policy.pick(1 + k % 3, machine.online))
-                else:
+                elif op == 4:
                     policy.release(f"k{k % 3}")
+                else:  # a limit keeps it in the deepest pool with room: its slack there shrinks
+                    policy.add(request(f"c{k}", QoSClass.BURSTABLE, 2 * cpu, limit=3 * cpu))
             for n in (1, 2, 3, 5):
                 req = request("probe", QoSClass.GUARANTEED, n * 1000, annotations={f"memory-type.{D}": kind} if kind else None)
                 need = policy._classify(req)
@@ -194,6 +197,10 @@ def test_the_lead_kept_between_asks_is_the_documented_first(
                 lead = rows[0] if rows else None
                 ideal = lead is not None and lead[0] == best_fit and lead[3] == 0 and -lead[4] == deepest
                 assert got == (lead[-1] if lead is not None and ideal else None)
+                # and the search through it finds what the full search finds
+                found = placer._lead(need, n)
+                if found is not None:
+                    assert found == placer._search(_Ask(need, n, 0, cand, cand, None, 0, False))
 
 
 def test_the_kept_lead_follows_a_charge_that_moves_no_other_figure() -> None:

@@ -319,6 +319,13 @@ class Placer:
             pref = cand & pref_mask if pref_mask is not None else cand
             return self._search(_Ask(need, n, frac, cand, pref, hint, keep, isolated))
 
+        if pref_mask is None and not frac and not keep and hint_pool is None and (
+            need.isolation is ISOLATION_NO or not part.isolated
+        ) and need.isolation is not ISOLATION_REQUIRE:
+            # The common ask (an exclusive add, shared CPUs only): its first pool is kept between asks.
+            got = self._lead(need, n)
+            if got is not None:
+                return got[0], got[1], False
         key = need.isolation_key or "require-isolated-cpus"
         if need.isolation is not ISOLATION_NO and part.isolated:
             got = ask(part.isolated & ~used, True)
@@ -361,16 +368,6 @@ class Placer:
         # reach (the least slack on their path) covers n, and the packing takes no more than its
         # slack out of any pool below, so every pool keeps its shared requests.
         check = not a.isolated and a.frac > 0
-        if not check and not a.isolated and a.hint_pool is None and a.pref == a.cand == self.supply.shared_cpus:
-            # The common ask (an exclusive add): its first pool is kept between asks.
-            fit = self._kind_fit(a.need)
-            if fit is not None:
-                i = self._lead_pool(a.n, a.need.memory_kinds, fit, cap)
-                if i is not None:
-                    mask = pack(tree, pools[i].group, a.cand & pools[i].cpus, a.n, limits)
-                    if mask is not None:
-                        return i, mask
-                    # else the full ranking below starts with the same pool (and fails there again)
         for i, use, cand in self._ranked(a, cap, self._figures(a, cap)):
             for choice in (use, cand) if use != cand else (use,):
                 mask = pack(tree, pools[i].group, choice, a.n, limits)
@@ -401,6 +398,22 @@ class Placer:
         if (a.frac == 0 or cap.free[at] >= a.frac) and (a.isolated or self.supply.exclusive_ok(mask, at, a.frac)):
             return at, mask
         return None
+
+    def _lead(self, need: Need, n: int) -> tuple[int, int] | None:
+        """``_search`` for ``n`` exclusive CPUs out of the shared ones (no hint, no CPUs to keep, no
+        core kind, no shared part) when its first pool is the kept lead (``_lead_pool``) and
+        packs; else None (the caller searches in full, from the same first pool)."""
+        supply = self.supply
+        fit = self._kind_fit(need)
+        if fit is None:
+            return None
+        cap = supply.capacity()
+        i = self._lead_pool(n, need.memory_kinds, fit, cap)
+        if i is None:
+            return None
+        pool = self.part.pools[i]
+        mask = pack(self.part.tree, pool.group, supply.shared_cpus & pool.cpus, n, cap.slack)
+        return None if mask is None else (i, mask)
 
     def _lead_pool(self, n: int, kinds: frozenset[MemoryKind], fit: tuple[int, ...], cap: Capacity) -> int | None:
         """The pool ``_ranked`` hands out first for ``n`` of the shared CPUs (no hint, no core kind,
