@@ -177,7 +177,7 @@ class Supply:
             journal.clear()
         if used != self._counted:
             part = self.part
-            pools, shared = part.pools, self.shared_cpus
+            pools, shared = part.pools, part.sharable & ~used  # (``shared_cpus``)
             # the pools holding a CPU taken or freed, or a sibling of one (whose core became whole or split)
             moved = part.pools_of(part.tree.with_siblings((used ^ self._counted) & part.sharable))
             whole, clean = self._whole, part.tree.whole_cores(shared)
@@ -217,7 +217,8 @@ class Supply:
                     low_r = r if r < was_r else was_r
                     if low_f < top_free[j] or low_r < top_slack[j]:
                         for c in children[j]:
-                            if own[c] > low_f or slack[c] > low_r:
+                            # (a dirty child comes later in this loop anyway, its parent settled)
+                            if (own[c] > low_f or slack[c] > low_r) and c not in dirty:
                                 todo.append(c)
         dirty.clear()
 
