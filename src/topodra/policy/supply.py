@@ -37,7 +37,7 @@ def where(req: ContainerRequest) -> str:
     return f"container {req.id} ({req.namespace}/{req.pod_name}/{req.name})"
 
 
-#: ``Supply.journal`` is trimmed past this length
+#: ``Journal.changes`` is trimmed past this length
 _JOURNAL_MAX = 4096
 
 #: ``follow_key`` values besides the memory nodes of a plain shared container
