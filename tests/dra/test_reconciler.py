@@ -491,3 +491,18 @@ def test_a_field_dropped_on_a_later_write_of_the_same_devices_is_reported() -> N
         await asyncio.wait_for(task, 5)
 
     scenario(body, store)
+
+
+def test_a_device_listed_twice_is_refused_with_homes_or_without() -> None:
+    async def body(c: KubeClient, server: ApiServer) -> None:
+        for homes in (DEVICES, None):
+            rec = SliceReconciler(c, "node-a", [*DEVICES, DEVICES[7]], homes=homes)
+            try:
+                await rec.sync()
+            except ValueError as exc:
+                assert DEVICES[7].name in str(exc)
+            else:
+                raise AssertionError("a device listed twice was published")
+        assert await ours(c) == []
+
+    scenario(body)
