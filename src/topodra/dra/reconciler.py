@@ -473,7 +473,28 @@ class SliceReconciler:
             await _end(box)
 
     async def _run(self, stop: asyncio.Event, box: list[asyncio.Task[None] | None]) -> None:
-        """``run``'s loop; ``box[0]``: the watch task, kept across fast-path writes."""
+        """``run``'s loop; ``box[0]``: the watch task, kept across fast-path writes. The tasks
+        waiting for ``stop`` and for a new device list last across passes (one new task per
+        write at most, not two started and cancelled around every write)."""
+        stopper = asyncio.create_task(stop.wait())
+        wakers: list[asyncio.Task[bool] | None] = [None]
+        try:
+            await self._passes(stop, stopper, box, wakers)
+        finally:
+            waiting = [t for t in (stopper, wakers[0]) if t is not None]
+            for t in waiting:
+                t.cancel()
+            for t in waiting:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await t
+
+    async def _passes(
+        self,
+        stop: asyncio.Event,
+        stopper: asyncio.Task[bool],
+        box: list[asyncio.Task[None] | None],
+        wakers: list[asyncio.Task[bool] | None],
+    ) -> None:
         backoff = 0.5
         fast = False
         while not stop.is_set():
@@ -493,28 +514,21 @@ class SliceReconciler:
                 log.warning("publishing slices for %s failed: %s (retry in %.1fs)", self.node_name, exc, backoff)
                 await _end(box)
                 fast = False
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(stop.wait(), backoff)
+                await asyncio.wait({stopper}, timeout=backoff)
                 backoff = min(backoff * 2, self._max_backoff)
                 continue
             watcher = box[0]
             if watcher is None:
                 watcher = box[0] = asyncio.create_task(self._watch_until_drift())
-            waker = asyncio.create_task(self._wake.wait())
-            stopper = asyncio.create_task(stop.wait())
-            try:
-                # a periodic full sync as well, like an informer's resync: catches what no event shows
-                # (a Node created after the slices, so the owner reference can now be set)
-                if not watcher.done():
-                    await asyncio.wait(
-                        {watcher, waker, stopper}, timeout=self._resync_period, return_when=asyncio.FIRST_COMPLETED
-                    )
-            finally:
-                for t in (waker, stopper):
-                    t.cancel()
-                for t in (waker, stopper):
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await t
+            waker = wakers[0]
+            if waker is None or waker.done():  # (it fired: the event was cleared above since)
+                waker = wakers[0] = asyncio.create_task(self._wake.wait())
+            # a periodic full sync as well, like an informer's resync: catches what no event shows
+            # (a Node created after the slices, so the owner reference can now be set)
+            if not watcher.done():
+                await asyncio.wait(
+                    {watcher, waker, stopper}, timeout=self._resync_period, return_when=asyncio.FIRST_COMPLETED
+                )
             drifted = watcher.done()
             fast = self._wake.is_set() and not drifted
             if not fast:  # a full sync next: it lists, and the watch starts again from that list
@@ -525,10 +539,8 @@ class SliceReconciler:
                 # the ones that follow it within the delay together at its end.
                 wait = self._last_write + self._publish_delay - asyncio.get_running_loop().time()
                 if wait > 0:
-                    with contextlib.suppress(asyncio.TimeoutError):
-                        await asyncio.wait_for(stop.wait(), wait)
+                    await asyncio.wait({stopper}, timeout=wait)
             if not stop.is_set() and not self._wake.is_set():
                 # Drift seen by the watch: a short pause, so a fight with another writer cannot
                 # spin. A new offer (set_devices) waits only the publish delay, above.
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(stop.wait(), self._resync_delay)
+                await asyncio.wait({stopper}, timeout=self._resync_delay)
