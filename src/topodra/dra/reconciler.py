@@ -293,8 +293,11 @@ class SliceReconciler:
         devices = self.devices()
         await asyncio.sleep(0)  # the device list made (by the caller's callable, if one)
         chunks, placed = await self._chunks(devices)
-        await asyncio.sleep(0)
-        check_pool(self.node_name, () if placed else devices, generation)
+        if not placed:  # (a list placed in its homes lists no device twice: nothing to scan)
+            await asyncio.sleep(0)
+            check_pool(self.node_name, devices, generation)
+        else:
+            check_pool(self.node_name, (), generation)
         await asyncio.sleep(0)  # the device list chunked and checked
         # A slice whose devices are the same objects as at its last build lists the same device
         # dicts (shared, so comparing it with what was published is cheap too); the others are
