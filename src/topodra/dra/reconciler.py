@@ -344,7 +344,10 @@ class SliceReconciler:
         # steps, not one long one, for an NRI call that arrives meanwhile.
         await asyncio.sleep(0)
 
-        deleted, created, updated, unchanged = [], [], [], []
+        deleted: list[str] = []
+        created: list[str] = []
+        updated: list[str] = []
+        unchanged: list[str] = []
         for s in stale:  # obsolete slices go first, only if they are still what we saw
             meta = s["metadata"]
             try:
@@ -358,21 +361,23 @@ class SliceReconciler:
             have = existing.get(name)
             # Encoded from the devices' cached JSON, the answer read device by device with the loop
             # free between steps: the agent's NRI calls wait for no slice write.
+            if have is not None and _same(have, d):
+                unchanged.append(name)
+                published[name] = have
+                continue
+            if created or updated:
+                await asyncio.sleep(0)  # the last answer read, and this slice encoded: two steps
             if have is None:
                 encoded = encode_slice(d, listed[name])
                 await asyncio.sleep(0)
                 answer = await self._client.create_encoded(RESOURCE_SLICES, encoded)
                 created.append(name)
-            elif not _same(have, d):
+            else:
                 body = {**d, "metadata": {**d["metadata"], "resourceVersion": have["metadata"]["resourceVersion"]}}
                 encoded = encode_slice(body, listed[name])
                 await asyncio.sleep(0)
                 answer = await self._client.replace_encoded(RESOURCE_SLICES, name, encoded)
                 updated.append(name)
-            else:
-                unchanged.append(name)
-                published[name] = have
-                continue
             metadata = await _read_answer(answer, d, listed[name])
             if metadata is not None:
                 # Stored as sent: keep what was sent (its device dicts are shared with the device

@@ -138,6 +138,8 @@ class Homes:
             if None in found:
                 return None  # a device without a home
             ranks += cast("list[int]", found)
+        if len(listed) > step:
+            yield  # the last lookups and the cuts below: two steps, not one
         if not all(map(lt, ranks, islice(ranks, 1, None))):
             return self._place_unordered(listed)  # out of home order, or a device listed twice
         # In home order, each device once (the agent's offer, always): every home slice is a run of
