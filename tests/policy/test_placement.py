@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+from typing import Any
+from unittest import mock
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from topodra.cpuset import CPUSet
 from topodra.policy import Policy, PolicyConfig, PolicyError, QoSClass
+from topodra.policy import supply as supply_module
 from topodra.policy.packing import pack
 from topodra.policy.placement import _Ask
 from topodra.topology.model import CoreType, Topology
@@ -103,6 +106,11 @@ def _documented_order(policy: Policy, a: _Ask) -> list[int]:
     full for every pool (no shortcut): memory, the hint, the core kind, whole cores, depth, a
     half-used core for an odd remainder, then best fit on whole cores top down, fewer CPUs,
     fewer shared milli-CPU, the index."""
+    return [row[-1] for row in _documented_rows(policy, a)]
+
+
+def _documented_rows(policy: Policy, a: _Ask) -> list[tuple[Any, ...]]:
+    """``_documented_order`` with each pool's key."""
     part, supply = policy._part, policy._supply
     cap = supply.capacity()
     threads = part.tree.max_threads
@@ -133,7 +141,92 @@ def _documented_order(policy: Policy, a: _Ask) -> list[int]:
             supply.milli[i],
             i,
         ))
-    return [row[-1] for row in sorted(rows)]
+    return sorted(rows)
+
+
+LEAD_MACHINES = [
+    synthetic_topology("2s1d2n2l2c2t+hbm"),  # HBM: a kind some pools lack
+    synthetic_topology("1s1d2n2l3c2t"),
+    synthetic_topology("2s1d2n2l4c2t"),
+    synthetic_topology("1s1d3n2l2c2t"),  # three NUMA nodes: uneven sizes up the tree
+]
+operations = st.lists(
+    st.tuples(st.integers(0, 5), st.integers(0, 9), st.sampled_from([500, 1000, 2000, 3000])), max_size=30
+)
+
+
+@settings(deadline=None, max_examples=150)
+@given(machine=st.sampled_from(LEAD_MACHINES), ops=operations, kind=st.sampled_from(["", "hbm"]),
+       trim=st.sampled_from([0, 5, 4096]),
+       config=st.sampled_from([{}, {"reservedCPUCount": 2}, {"unlimitedBurstable": "numa"}]))
+def test_the_lead_kept_between_asks_is_the_documented_first(
+    machine: Topology, ops: list[tuple[int, int, int]], kind: str, trim: int, config: dict[str, object]
+) -> None:
+    """The first pool of an exclusive add, kept between asks and brought up to date from the
+    supply's journal (trimmed often or never), is after every operation the first of the
+    documented order worked out in full, when that is a deepest pool leading on every criterion
+    before depth; otherwise the shortcut says None (and the full ranking runs). Where the
+    shortcut packs there, it packs what the full search packs."""
+    with mock.patch.object(supply_module, "_JOURNAL_MAX", trim):
+        policy = Policy(machine, PolicyConfig.model_validate(config))
+        placer, supply = policy._placer, policy._supply
+        deepest = max(p.depth for p in policy.pools)
+        for op, k, cpu in ops:
+            with contextlib.suppress(PolicyError):  # what does not fit is left out
+                if op == 0:
+                    policy.add(request(f"c{k}", QoSClass.GUARANTEED, cpu))
+                elif op == 1:
+                    policy.add(request(f"c{k}", QoSClass.BURSTABLE, cpu))
+                elif op == 2:
+                    policy.remove(f"c{k}")
+                elif op == 3:
+                    policy.claim(f"k{k % 3}", policy.pick(1 + k % 3, machine.online))
+                elif op == 4:
+                    policy.release(f"k{k % 3}")
+                else:  # a limit keeps it in the deepest pool with room: its slack there shrinks
+                    policy.add(request(f"c{k}", QoSClass.BURSTABLE, 2 * cpu, limit=3 * cpu))
+            for n in (1, 2, 3, 5):
+                req = request("probe", QoSClass.GUARANTEED, n * 1000, annotations={f"memory-type.{D}": kind} if kind else None)
+                need = policy._classify(req)
+                cand = supply.shared_cpus
+                fit = placer._kind_fit(need)
+                assert fit is not None
+                got = placer._lead_pool(n, need.memory_kinds, fit, supply.capacity())
+                rows = _documented_rows(policy, _Ask(need, n, 0, cand, cand, None, 0, False))
+                best_fit = min(placer._mem_fit(i, need) for i in range(len(policy.pools)))
+                lead = rows[0] if rows else None
+                ideal = lead is not None and lead[0] == best_fit and lead[3] == 0 and -lead[4] == deepest
+                assert got == (lead[-1] if lead is not None and ideal else None)
+                # and the search through it finds what the full search finds
+                found = placer._lead(need, n)
+                if found is not None:
+                    assert found == placer._search(_Ask(need, n, 0, cand, cand, None, 0, False))
+
+
+def test_the_kept_lead_follows_a_charge_that_moves_no_other_figure() -> None:
+    """Two L3 groups tie on every count; the milli-CPU charged decides between them, and the kept
+    lead sees a charge that moves no pool's slack (500m -> 1000m is one CPU either way)."""
+    policy = Policy(synthetic_topology("1s1d1n2l4c2t"), PolicyConfig())
+    placer, supply = policy._placer, policy._supply
+    need = policy._classify(request("probe", QoSClass.GUARANTEED, 2000))
+    fit = placer._kind_fit(need)
+    assert fit is not None
+
+    def lead() -> str:
+        got = placer._lead_pool(2, need.memory_kinds, fit, supply.capacity())
+        assert got is not None
+        return policy.pool_name(got)
+
+    policy.add(request("a", QoSClass.BURSTABLE, 500, limit=1000))  # to the first L3 group (most room, lowest index)
+    policy.add(request("b", QoSClass.BURSTABLE, 500, limit=1000))  # the second: now 500m each
+    first, second = policy.grant("a"), policy.grant("b")
+    assert first is not None
+    assert second is not None
+    assert first.pool != second.pool
+    assert lead() == policy.pool_name(first.pool)  # a tie: the lowest index
+    policy.add(request("c", QoSClass.BURSTABLE, 500, limit=1000))  # 1000m in the first: same slack, more charged
+    assert policy.grant("c").pool == first.pool  # type: ignore[union-attr]
+    assert lead() == policy.pool_name(second.pool)
 
 
 @settings(deadline=None, max_examples=100)

@@ -139,30 +139,33 @@ class _Packer:
         cores, lowest first, while ``need`` is at least a core; the rest from the half-used
         core with the fewest free threads that can give it (lowest first), else from the lowest
         whole core. A property test holds it to ``take``."""
-        threads, core_of = self.threads, self.core_of
-        cand, clean = self.cand & mask, self.clean & mask
-        out = 0
-        while need >= threads:
-            if not clean:
-                return out
-            core = core_of[(clean & -clean).bit_length() - 1]
-            out |= core
-            clean &= ~core
-            cand &= ~core
-            need -= threads
-        if need <= 0:
+        return _take_cores(self.threads, self.core_of, self.cand & mask, self.clean & mask, need)
+
+
+def _take_cores(threads: int, core_of: dict[int, int], cand: int, clean: int, need: int) -> int:
+    """``_Packer.take_cores`` on the candidates and whole-core CPUs of the group."""
+    out = 0
+    while need >= threads:
+        if not clean:
             return out
-        half = cand & ~clean
-        best, best_key = 0, (threads, 0)
-        while half:
-            core = core_of[(half & -half).bit_length() - 1]
-            half &= ~core
-            free = (cand & core).bit_count()
-            if free >= need and (free, core & -core) < best_key:
-                best, best_key = core, (free, core & -core)
-        if not best and clean:
-            best = core_of[(clean & -clean).bit_length() - 1]
-        return out | _lowest(cand & best, need)
+        core = core_of[(clean & -clean).bit_length() - 1]
+        out |= core
+        clean &= ~core
+        cand &= ~core
+        need -= threads
+    if need <= 0:
+        return out
+    half = cand & ~clean
+    best, best_key = 0, (threads, 0)
+    while half:
+        core = core_of[(half & -half).bit_length() - 1]
+        half &= ~core
+        free = (cand & core).bit_count()
+        if free >= need and (free, core & -core) < best_key:
+            best, best_key = core, (free, core & -core)
+    if not best and clean:
+        best = core_of[(clean & -clean).bit_length() - 1]
+    return out | _lowest(cand & best, need)
 
 
 def pack(
@@ -186,7 +189,10 @@ def pack(
     for strict in (True, False):
         if strict and clean.bit_count() + min((cand & ~clean).bit_count(), n % tree.max_threads) < n:
             continue
-        got = _Packer(tree, cand, clean, limits, strict).take(start, n)
+        if strict and tree.groups[start].even_cores:  # (what ``take`` does there, without a packer)
+            got = _take_cores(tree.max_threads, tree.core_of, cand, clean, n)
+        else:
+            got = _Packer(tree, cand, clean, limits, strict).take(start, n)
         if got.bit_count() == n:
             return got
     return None

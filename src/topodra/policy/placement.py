@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from operator import itemgetter
 from typing import Any
 
@@ -72,6 +73,14 @@ class Placer:
             tuple(i for i, d in enumerate(depth) if d == deepest),
             tuple(i for i, d in enumerate(depth) if d != deepest),
         )
+        # The lead kept between asks (``_lead_pool``): the deepest pools and their ancestors form a
+        # tree; per pool, its children in that tree and its path within it.
+        self._deep = [d == deepest for d in depth]
+        way = {q for i in self._depth_split[0] for q in pools[i].path}
+        self._lead_kids = [tuple(c for c in self.part.children[i] if c in way) for i in range(len(pools))]
+        self._lead_path = [tuple(q for q in p.path if q in way) for p in pools]
+        self._lead_all = tuple(sorted(way, reverse=True))  # children before parents
+        self._kept: dict[tuple[int, frozenset[MemoryKind]], _Kept] = {}
 
     def place(
         self,
@@ -179,13 +188,19 @@ class Placer:
     def _mem_fit_table(self, need: Need) -> Sequence[int]:
         """``_mem_fit`` of every pool, by index, for the many pools one placement ranks. Where every
         pool has room for the request (``Supply.mem_floor``), only the missing kinds count."""
+        got = self._kind_fit(need)
+        return self._mem_fits(need) if got is None else got
+
+    def _kind_fit(self, need: Need) -> tuple[int, ...] | None:
+        """``_mem_fit_table`` where every pool has room for the request (it depends on the kinds
+        alone then), else None."""
         kinds = need.memory_kinds
         if need.memory <= 0 or self.supply.mem_floor(kinds) >= need.memory:
             got = self._kind_fits.get(kinds)
             if got is None:
                 got = self._kind_fits[kinds] = tuple(2 * m for m in self.part.missing_kinds(kinds))
             return got
-        return self._mem_fits(need)
+        return None
 
     def _mem_fits(self, need: Need) -> list[int]:
         """``_mem_fit`` of every pool, by index, for a request with a memory size: each pool's free
@@ -304,6 +319,13 @@ class Placer:
             pref = cand & pref_mask if pref_mask is not None else cand
             return self._search(_Ask(need, n, frac, cand, pref, hint, keep, isolated))
 
+        if pref_mask is None and not frac and not keep and hint_pool is None and (
+            need.isolation is ISOLATION_NO or not part.isolated
+        ) and need.isolation is not ISOLATION_REQUIRE:
+            # The common ask (an exclusive add, shared CPUs only): its first pool is kept between asks.
+            got = self._lead(need, n)
+            if got is not None:
+                return got[0], got[1], False
         key = need.isolation_key or "require-isolated-cpus"
         if need.isolation is not ISOLATION_NO and part.isolated:
             got = ask(part.isolated & ~used, True)
@@ -376,6 +398,77 @@ class Placer:
         if (a.frac == 0 or cap.free[at] >= a.frac) and (a.isolated or self.supply.exclusive_ok(mask, at, a.frac)):
             return at, mask
         return None
+
+    def _lead(self, need: Need, n: int) -> tuple[int, int] | None:
+        """``_search`` for ``n`` exclusive CPUs out of the shared ones (no hint, no CPUs to keep, no
+        core kind, no shared part) when its first pool is the kept lead (``_lead_pool``) and
+        packs; else None (the caller searches in full, from the same first pool)."""
+        supply = self.supply
+        fit = self._kind_fit(need)
+        if fit is None:
+            return None
+        cap = supply.capacity()
+        i = self._lead_pool(n, need.memory_kinds, fit, cap)
+        if i is None:
+            return None
+        pool = self.part.pools[i]
+        mask = pack(self.part.tree, pool.group, supply.shared_cpus & pool.cpus, n, cap.slack)
+        return None if mask is None else (i, mask)
+
+    def _lead_pool(self, n: int, kinds: frozenset[MemoryKind], fit: tuple[int, ...], cap: Capacity) -> int | None:
+        """The pool ``_ranked`` hands out first for ``n`` of the shared CPUs (no hint, no core kind,
+        no shared part, every pool with room for the memory: ``fit`` is the kinds' table) when it is
+        one of the deepest pools and leads on every criterion before depth; else None (the caller
+        ranks in full).
+
+        Kept between asks, per (n, kinds): per pool of the tree of the deepest pools and their
+        ancestors, the best deepest pool below it, keyed as ``_ranked`` orders them (the lead key,
+        the whole-core counts along the path top down, the candidates, the milli-CPU charged, the
+        index). A pool's key is made from its children's by putting each child's whole-core count
+        in front of its tie, so only the pools whose figures changed since (``Capacity.journal``) and
+        their ancestors are worked out again."""
+        supply = self.supply
+        journal, base = cap.journal.changes, cap.journal.base
+        end = base + len(journal)
+        kept = self._kept.get((n, kinds))
+        if kept is None or kept.pos < base or end - kept.pos > len(self._lead_all):
+            if kept is None:
+                if len(self._kept) >= _KEPT_MAX:
+                    self._kept.clear()
+                kept = self._kept[(n, kinds)] = _Kept(end, [None] * len(self._deep), min(fit))
+            todo: Sequence[int] = self._lead_all
+        elif kept.pos == end:
+            todo = ()
+        else:  # the changed pools and their ancestors, children first
+            todo = sorted(set(chain.from_iterable(map(self._lead_path.__getitem__, set(journal[kept.pos - base:])))),
+                          reverse=True)
+        kept.pos = end
+        best, deep, kids = kept.best, self._deep, self._lead_kids
+        counts, whole, reach, milli = cap.counts, cap.whole, cap.reach, supply.milli
+        rem = n % self.part.tree.max_threads
+        for i in todo:
+            if deep[i]:
+                got = counts[i]
+                if got < n or reach[i] < n:
+                    best[i] = None
+                    continue
+                clean = whole[i]
+                half = got - clean
+                # ((memory fit, not on whole cores, no half-used core for the remainder), the tie, pool)
+                best[i] = ((fit[i], clean + (half if half < rem else rem) < n, half < rem), (got, milli[i], i), i)
+                continue
+            low: _Key | None = None
+            for c in kids[i]:
+                v = best[c]
+                if v is not None:
+                    v = (v[0], (whole[c], v[1]), v[2])  # the child's whole-core count leads its tie
+                    if low is None or v < low:
+                        low = v
+            best[i] = low
+        top = best[0]
+        if top is None or top[0][0] != kept.min_fit or top[0][1]:
+            return None
+        return top[2]
 
     def _figures(self, a: _Ask, cap: Capacity) -> tuple[Sequence[int], Sequence[int]]:
         """Per pool: how many candidates it holds, and how many of them sit on whole cores. An ask
@@ -496,6 +589,25 @@ class Placer:
 #: core kind, not on whole cores, minus the depth, no half-used core for the remainder), then
 #: the pool, the CPUs it would use and whether they are of the preferred kind.
 _Lead = tuple[int, bool, bool, bool, int, bool, int, int, bool]
+
+
+#: ``Placer._lead_pool``'s key of the best deepest pool below a pool: (memory fit, not on whole
+#: cores, no half-used core for the remainder), then the tie nested from below the pool down (each
+#: pool's whole-core count, then the deepest pool's candidates, milli-CPU charged and index), then
+#: that pool (the tie ends with it, so nothing past the tie is ever compared)
+_Key = tuple[tuple[int, bool, bool], tuple[Any, ...], int]
+
+#: ``Placer._kept`` is cleared past this many ask shapes
+_KEPT_MAX = 64
+
+
+@dataclass(slots=True)
+class _Kept:
+    """``Placer._lead_pool``'s work for one ask shape, current as of change ``pos`` of the supply's journal."""
+
+    pos: int
+    best: list[_Key | None]  # per pool (None: no deepest pool below it can hold the ask)
+    min_fit: int  # the best memory fit of any pool (the lead must have it)
 
 
 def _nothing(_figures: Sequence[int]) -> tuple[()]:
