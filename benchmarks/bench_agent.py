@@ -581,10 +581,15 @@ def _report_writes(both: dict[str, _Writes], cpus: int, label: str = "") -> list
     peer_blocked, peer_wall = median(peer.blocked) * 1000, median(peer.wall) * 1000
     puts, peer_puts = median([float(x) for x in w.puts]), median([float(x) for x in peer.puts])
     kib, peer_kib = median([float(x) for x in w.sent]) / 1024, median([float(x) for x in peer.sent]) / 1024
+    over = median([b - i for b, i in zip(w.blocked, w.idle, strict=True)]) * 1000
+    peer_over = median([b - i for b, i in zip(peer.blocked, peer.idle, strict=True)]) * 1000
     return [
         Result(f"slice_write_blocked_p50{label}", blocked, "ms",
                note=f"loop held per new offer incl. the watch ({cpus} CPUs, {len(w.wall)} offers); idle loop over as long: {idle:.3f} ms; "
                     f"chunked afresh: {peer_blocked:.3f} ms (x{peer_blocked / blocked:.2f})"),
+        Result(f"slice_write_blocked_over_idle_p50{label}", over, "ms",
+               note="per new offer, the loop held beyond the idle probe's own floor over as long (the floor is most of "
+                    f"the figure above on a busy machine); chunked afresh: {peer_over:.3f} ms"),
         Result(f"slice_write_blocked_max{label}", max(w.blocked) * 1000, "ms"),
         Result(f"slice_write_longest_step_p50{label}", longest, "ms", note="the longest single loop step of a write"),
         Result(f"slice_write_wall_p50{label}", median(w.wall) * 1000, "ms",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -428,5 +429,80 @@ def test_the_watch_stays_open_across_new_device_lists_and_still_sees_drift() -> 
         await eventually(lambda: watches(2))  # a full sync, and the watch opened again from its list
         stop.set()
         await asyncio.wait_for(task, 5)
+
+    scenario(body)
+
+
+def test_a_device_changed_under_its_name_is_published_as_it_is_now() -> None:
+    """A slice's device dicts are reused while it lists the same device objects: a new object under
+    an old name (an attribute changed) is published with its own fields, and changed back again."""
+    before = DEVICES[3]
+    after = dataclasses.replace(before, attributes={**before.attributes, "isolated": not before.attributes["isolated"]})
+
+    async def published(c: KubeClient) -> dict[str, Any]:
+        (device,) = [d for s in await ours(c) for d in s["spec"]["devices"] if d["name"] == before.name]
+        return dict(device["attributes"]["isolated"])
+
+    async def body(c: KubeClient, server: ApiServer) -> None:
+        await c.create(NODES, {"metadata": {"name": "node-a"}})
+        rec = SliceReconciler(c, "node-a", DEVICES, resync_delay=0.01, homes=DEVICES)
+        stop = asyncio.Event()
+        task = asyncio.create_task(rec.run(stop))
+        await rec.wait_written(10)
+        assert await published(c) == {"bool": before.attributes["isolated"]}
+        for device in (after, before):
+            rec.set_devices([device if d is before else d for d in DEVICES])
+            await rec.wait_written(10)
+            assert await published(c) == {"bool": device.attributes["isolated"]}
+        assert rec.generation == 1  # one slice rewritten each time
+        stop.set()
+        await asyncio.wait_for(task, 5)
+
+    scenario(body)
+
+
+def test_a_field_dropped_on_a_later_write_of_the_same_devices_is_reported() -> None:
+    """The server stored a slice as sent, then drops a field (a feature gate turned off): the next
+    write of the same device objects is still read against what was sent, and the drop reported."""
+    dropping = [False]
+
+    def gate(kind: Kind, obj: dict[str, Any]) -> None:
+        if dropping[0] and kind.plural == "resourceslices":
+            for d in obj.get("spec", {}).get("devices", []):
+                d.get("attributes", {}).pop("smtSibling", None)
+
+    store = Store()
+    store.admission.append(gate)
+
+    async def body(c: KubeClient, server: ApiServer) -> None:
+        await c.create(NODES, {"metadata": {"name": "node-a"}})
+        rec = SliceReconciler(c, "node-a", DEVICES, resync_delay=0.01, homes=DEVICES)
+        stop = asyncio.Event()
+        task = asyncio.create_task(rec.run(stop))
+        await rec.wait_written(10)
+        rec.set_devices(DEVICES[2:])  # a core withdrawn from slice 0, stored as sent
+        await rec.wait_written(10)
+        assert not rec.dropped_fields
+        dropping[0] = True
+        rec.set_devices(DEVICES[4:])  # the next core: slice 0 again, its other devices as accepted before
+        await rec.wait_written(10)
+        assert rec.dropped_fields == {"node-a-native.cpu-0"}
+        stop.set()
+        await asyncio.wait_for(task, 5)
+
+    scenario(body, store)
+
+
+def test_a_device_listed_twice_is_refused_with_homes_or_without() -> None:
+    async def body(c: KubeClient, server: ApiServer) -> None:
+        for homes in (DEVICES, None):
+            rec = SliceReconciler(c, "node-a", [*DEVICES, DEVICES[7]], homes=homes)
+            try:
+                await rec.sync()
+            except ValueError as exc:
+                assert DEVICES[7].name in str(exc)
+            else:
+                raise AssertionError("a device listed twice was published")
+        assert await ours(c) == []
 
     scenario(body)

@@ -88,6 +88,44 @@ def test_a_device_turning_advanced_in_a_full_slice_does_not_fit() -> None:
     assert homes.place([*plain[:63], _device(99, advanced=True)]) is not None  # 64 fit
 
 
+MIXED = [_device(i, advanced=i % 97 == 5) for i in range(300)]  # slices of 64 and of 128
+
+
+def _placed_in_steps(homes: Homes, devices: list[Device], step: int) -> tuple[list[list[Device]] | None, int]:
+    steps, pauses = homes.placing(devices, step=step), 0
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value, pauses
+        pauses += 1
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.sampled_from(["full", "mixed"]),
+    st.data(),
+    st.integers(1, 300),
+)
+def test_an_ordered_list_is_cut_where_one_device_at_a_time_puts_it(which: str, data: st.DataObject, step: int) -> None:
+    """The agent's offer (in home order) is cut into runs without a step per device: the same
+    chunks as placing each device in turn (``_place_unordered``), in as many pieces as asked."""
+    full = FULL if which == "full" else MIXED
+    withdrawn = data.draw(st.sets(st.integers(0, len(full) - 1), max_size=len(full)))
+    devices = [d for j, d in enumerate(full) if j not in withdrawn]
+    if which == "mixed" and devices and data.draw(st.booleans()):
+        i = data.draw(st.integers(0, len(devices) - 1))  # turns advanced: a new object, the same name
+        devices[i] = _device(int(devices[i].name[1:]), advanced=True)
+    homes = Homes(full)
+    expected = homes._place_unordered(devices)
+    assert homes.place(devices) == expected
+    placed, pauses = _placed_in_steps(homes, devices, step)
+    assert placed == expected
+    assert pauses == max(0, -(-len(devices) // step) - 1) + (len(devices) > step)
+    if expected is not None:  # each chunk is its home's run of the list, in list order
+        assert [d for c in expected for d in c] == devices
+
+
 # --- the reconciler against the API server double, watched ---------------------------------------
 class Gathered:
     """The node's pool as the scheduler's informer sees it, event by event."""

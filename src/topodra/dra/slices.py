@@ -18,9 +18,11 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from bisect import bisect_left
 from collections.abc import Generator, Iterator, Mapping, Sequence
-from itertools import pairwise
-from typing import Any, Final
+from itertools import accumulate, islice, pairwise
+from operator import attrgetter, lt
+from typing import Any, Final, cast
 
 from topodra.dra.attributes import is_dns_subdomain
 from topodra.dra.devices import DRIVER, Device
@@ -30,8 +32,11 @@ __all__ = [
     "MAX_DEVICES_PER_SLICE_ADVANCED",
     "Homes",
     "build_slices",
+    "check_pool",
     "iter_slices",
     "chunk_devices",
+    "owner_references",
+    "slice_object",
     "encode_slice",
     "event_head",
     "read_answer",
@@ -39,6 +44,8 @@ __all__ = [
 ]
 
 MAX_DEVICES_PER_SLICE: Final = 128
+_NAME: Final = attrgetter("name")
+_ADVANCED: Final = attrgetter("uses_advanced_features")
 #: Limit for a slice holding a device with taints, counters or list attributes.
 MAX_DEVICES_PER_SLICE_ADVANCED: Final = 64
 _MAX_NAME: Final = 253
@@ -84,7 +91,7 @@ class Homes:
     chunks, so the slices are the same as without homes.
     """
 
-    __slots__ = ("_where", "names")
+    __slots__ = ("_bounds", "_rank", "_where", "names")
 
     def __init__(self, devices: Sequence[Device]) -> None:
         #: the device names of each home slice, in slice order
@@ -92,6 +99,10 @@ class Homes:
         self._where: dict[str, tuple[int, int]] = {
             name: (i, j) for i, chunk in enumerate(self.names) for j, name in enumerate(chunk)
         }
+        # Each device's place in the full list, and where each home slice starts in it: a list in
+        # home order (the agent's offer, always) is cut at those places without a step per device.
+        self._rank: dict[str, int] = {name: k for k, name in enumerate(n for chunk in self.names for n in chunk)}
+        self._bounds: list[int] = list(accumulate((len(c) for c in self.names), initial=0))
 
     def __len__(self) -> int:
         return len(self.names)
@@ -105,6 +116,43 @@ class Homes:
         """``devices`` (a subset of the homes' devices) in their home slices, each slice in the full
         list's order; None when they do not fit (a device without a home, one listed twice, a
         slice over its limit because a device turned advanced): the caller re-homes."""
+        steps = self.placing(devices)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                placed: list[list[Device]] | None = done.value
+                return placed
+
+    def placing(
+        self, devices: Sequence[Device], *, step: int = 256
+    ) -> Generator[None, None, list[list[Device]] | None]:
+        """``place`` as a generator that pauses (yields) after every ``step`` devices looked up: a
+        caller on an event loop lets other work run between the pieces."""
+        listed = devices if isinstance(devices, list) else list(devices)
+        ranks: list[int] = []
+        for at in range(0, len(listed), step):
+            if at:
+                yield
+            found = list(map(self._rank.get, map(_NAME, listed[at : at + step])))
+            if None in found:
+                return None  # a device without a home
+            ranks += cast("list[int]", found)
+        if len(listed) > step:
+            yield  # the last lookups and the cuts below: two steps, not one
+        if not all(map(lt, ranks, islice(ranks, 1, None))):
+            return self._place_unordered(listed)  # out of home order, or a device listed twice
+        # In home order, each device once (the agent's offer, always): every home slice is a run of
+        # the list, cut where the next one starts (C loops: no Python step per device).
+        cuts = [bisect_left(ranks, b) for b in self._bounds]
+        chunks = [listed[a:b] for a, b in pairwise(cuts)]
+        for chunk in chunks:
+            if len(chunk) > MAX_DEVICES_PER_SLICE_ADVANCED and any(map(_ADVANCED, chunk)):
+                return None
+        return chunks
+
+    def _place_unordered(self, devices: Sequence[Device]) -> list[list[Device]] | None:
+        """``place`` one device at a time: a list out of home order is sorted into its homes."""
         where = self._where
         chunks: list[list[Device]] = [[] for _ in self.names]
         last = [-1] * len(self.names)
@@ -160,44 +208,76 @@ def iter_slices(
 ) -> Iterator[dict[str, Any]]:
     """``build_slices`` one slice at a time (checked before the first): a caller on an event
     loop lets other work run between slices (at 1,024 CPUs the whole pool is ~1 ms of CPU)."""
+    check_pool(node_name, devices, generation)
+    if chunks is None:
+        chunks = chunk_devices(devices)
+    return _slices(node_name, chunks, generation, owner_references(node_name, node_uid), driver)
+
+
+def check_pool(node_name: str, devices: Sequence[Device], generation: int) -> None:
+    """ValueError for what ``build_slices`` refuses: a bad node name or generation, a device
+    listed twice."""
     if not is_dns_subdomain(node_name):
         raise ValueError(f"node name {node_name!r} is not a DNS subdomain")
     if generation < 1:
         raise ValueError(f"pool generation must be positive, got {generation}")
+    names = list(map(_NAME, devices))
+    if len(set(names)) == len(names):
+        return
     seen: set[str] = set()
-    for d in devices:
-        if d.name in seen:
-            raise ValueError(f"device name {d.name!r} appears twice in pool {node_name!r}")
-        seen.add(d.name)
-    if chunks is None:
-        chunks = chunk_devices(devices)
-    owner: list[dict[str, Any]] = []
-    if node_uid:
-        owner = [
-            {"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid, "controller": True}
-        ]
-    return _slices(node_name, chunks, generation, owner, driver)
+    for name in names:
+        if name in seen:
+            raise ValueError(f"device name {name!r} appears twice in pool {node_name!r}")
+        seen.add(name)
+
+
+def owner_references(node_name: str, node_uid: str | None) -> list[dict[str, Any]]:
+    """The slices' owner: their Node, when its UID is known."""
+    if not node_uid:
+        return []
+    return [{"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid, "controller": True}]
+
+
+def slice_object(
+    node_name: str,
+    index: int,
+    devices: list[dict[str, Any]],
+    *,
+    generation: int,
+    slice_count: int,
+    owner: Sequence[Mapping[str, Any]],
+    driver: str = DRIVER,
+) -> dict[str, Any]:
+    """Slice ``index`` of the pool, listing ``devices`` (the devices' ``to_api()``, kept as given:
+    a caller that rebuilds a pool passes the list it built for the same devices before)."""
+    metadata: dict[str, Any] = {"name": slice_name(node_name, index, driver)}
+    if owner:
+        metadata["ownerReferences"] = [dict(o) for o in owner]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": metadata,
+        "spec": {
+            "driver": driver,
+            "nodeName": node_name,
+            "pool": {"name": node_name, "generation": generation, "resourceSliceCount": slice_count},
+            "devices": devices,
+        },
+    }
 
 
 def _slices(
     node_name: str, chunks: Sequence[Sequence[Device]], generation: int, owner: list[dict[str, Any]], driver: str
 ) -> Iterator[dict[str, Any]]:
     for index, chunk in enumerate(chunks):
-        metadata: dict[str, Any] = {"name": slice_name(node_name, index, driver)}
-        if owner:
-            metadata["ownerReferences"] = [dict(o) for o in owner]
-        yield (
-            {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "ResourceSlice",
-                "metadata": metadata,
-                "spec": {
-                    "driver": driver,
-                    "nodeName": node_name,
-                    "pool": {"name": node_name, "generation": generation, "resourceSliceCount": len(chunks)},
-                    "devices": [d.to_api() for d in chunk],
-                },
-            }
+        yield slice_object(
+            node_name,
+            index,
+            [d.to_api() for d in chunk],
+            generation=generation,
+            slice_count=len(chunks),
+            owner=owner,
+            driver=driver,
         )
 
 
@@ -268,6 +348,16 @@ def _devices_as_sent(
     after every ``step`` devices. Returns the index after the list."""
     if not text.startswith("[", i):
         raise _Differs
+    if devices and len(sent) == len(devices):
+        # The whole list as sent, byte for byte, in one comparison (compact, or json.dumps'
+        # default spacing: the first device says which): no step per device for the usual answer.
+        first = devices[0]
+        if text.startswith(first.api_json, i + 1):
+            whole = "[" + ",".join([d.api_json for d in devices]) + "]"
+        else:
+            whole = "[" + ", ".join([d.api_json_spaced for d in devices]) + "]"
+        if text.startswith(whole, i):
+            return i + len(whole)
     i = _skip(text, i + 1)
     if text.startswith("]", i):
         if sent:
