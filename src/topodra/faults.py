@@ -10,10 +10,12 @@ restart it and check that no CPU was lost or given out twice.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
 
-__all__ = ["CRASH_EXIT_CODE", "ENV", "POINTS", "crash_point", "rearm"]
+__all__ = ["CRASH_EXIT_CODE", "ENV", "POINTS", "crash_point", "held", "rearm"]
 
 ENV = "TOPODRA_CRASH_AT"
 CRASH_EXIT_CODE = 86
@@ -49,6 +51,19 @@ def rearm() -> None:
     """Read ``TOPODRA_CRASH_AT`` again (a process forked after import, as the crash soak does)."""
     _ARMED.clear()
     _ARMED.update(_armed())
+
+
+@contextlib.contextmanager
+def held() -> Iterator[None]:
+    """No crash point fires or counts inside: code run on scratch state (the agent's NRI
+    warm-up), whose passes are not the ones a test arms."""
+    saved = dict(_ARMED)
+    _ARMED.clear()
+    try:
+        yield
+    finally:
+        _ARMED.clear()
+        _ARMED.update(saved)
 
 
 def crash_point(name: str) -> None:

@@ -290,6 +290,7 @@ class Agent:
         self._reload_interval = reload_interval
         self._config_mtime = self._mtime()
         self.started = asyncio.Event()
+        self.log = log  # notes and offers (a scratch agent's logger is silent: agent/warmup.py)
         self._notes: list[_Note] = []  # recent notable events, newest last (``events``)
         self._log_backlog: list[_Note] = []  # notes not logged yet (written after the current step)
         self._deferred: set[str] = set()  # changes held for the next event reply (unsolicited off)
@@ -369,7 +370,7 @@ class Agent:
     def _flush_notes(self) -> None:
         backlog, self._log_backlog = self._log_backlog, []
         for note in backlog:
-            log.info("%s", note.text)
+            self.log.info("%s", note.text)
 
     @property
     def events(self) -> list[str]:
@@ -386,6 +387,8 @@ class Agent:
         register with the kubelet and the runtime: a node resource that is taken fails the start
         before any peer has seen the agent. A failed start releases what it took."""
         cfg = self.config
+        if cfg.nri.enabled:
+            await self._warm_up()
         try:
             await self._start_http()
             if cfg.dra.enabled:
@@ -400,6 +403,18 @@ class Agent:
         self._start_watcher()
         self.started.set()
         self._note(f"agent started on node {cfg.node_name} ({len(self.topology.cpus)} CPUs, {len(self.devices)} devices)")
+
+    async def _warm_up(self) -> None:
+        """The create path run on a scratch copy of this node first (agent/warmup.py): the first
+        containers after a start are answered as fast as the later ones."""
+        from topodra.agent.warmup import warm_up
+
+        try:
+            scratch = Agent(self.config, topology=self.topology, watch_machine=False)
+        except AgentError as err:  # it holds for this agent: only a bug gets here
+            log.warning("NRI warm-up skipped: %s", err)
+            return
+        await warm_up(scratch)
 
     async def _start_http(self) -> None:
         """/metrics and the probes on ``metricsAddress``; /state on ``stateAddress`` (a unix
@@ -728,7 +743,7 @@ class Agent:
         withdrawn, returned = self.offer - offer, offer - self.offer
         self.offer = offer
         self.metrics.offer_changes.inc()
-        log.info("slices offer %s (withdrawn %s, offered again %s)", offer, withdrawn or "-", returned or "-")
+        self.log.info("slices offer %s (withdrawn %s, offered again %s)", offer, withdrawn or "-", returned or "-")
         if self.reconciler is not None:
             # built when the reconciler writes (at most once per dra.publishDelay), from the latest offer
             self.reconciler.set_devices(self.offered_devices)
