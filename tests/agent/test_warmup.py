@@ -118,7 +118,7 @@ def test_an_armed_crash_point_neither_fires_nor_counts_during_the_warm_up(
     def fired(code: int) -> None:  # instead of leaving the test process
         raise AssertionError(f"a crash point fired during the warm-up (exit {code})")
 
-    monkeypatch.setattr(faults.os, "_exit", fired)
+    monkeypatch.setattr("topodra.faults.os._exit", fired)
     monkeypatch.setenv(faults.ENV, "create.placed@2,stop.removed")
     faults.rearm()
     try:
