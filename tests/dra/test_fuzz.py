@@ -8,7 +8,7 @@ import json
 from fractions import Fraction
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from topodra.cpuset import CPUSet
@@ -113,6 +113,7 @@ def test_claim_parser(claim: Any) -> None:
 
 @settings(max_examples=200)
 @given(st.sampled_from(sorted(VALIDATORS)), SHAPED, SHAPED)
+@example("resourceclaims", {"metadata": None, "status": {"allocation": []}}, None)  # found by this test
 def test_validators_never_crash(kind: str, obj: Any, old: Any) -> None:
     if not isinstance(obj, dict):
         obj = {"spec": obj}

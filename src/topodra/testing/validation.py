@@ -429,7 +429,9 @@ def validate_claim_spec(spec: Mapping[str, Any], path: str) -> list[FieldError]:
 def validate_claim_status(status: Mapping[str, Any]) -> list[FieldError]:
     errors: list[FieldError] = []
     allocation = status.get("allocation")
-    if allocation is not None:
+    if allocation is not None and not isinstance(allocation, Mapping):
+        errors.append(FieldError("status.allocation", "must be an AllocationResult object"))
+    elif allocation is not None:
         results = _l(_m(allocation.get("devices")).get("results"))
         if len(results) > MAX_RESULTS:
             errors.append(FieldError("status.allocation.devices.results", f"must have at most {MAX_RESULTS} items", "FieldValueTooMany"))
