@@ -250,12 +250,13 @@ class ContainerUpdate:
 _T = TypeVar("_T")
 
 
-def _builder(cls: type[_T]) -> Callable[..., _T]:
+def _builder(cls: type[_T], *, unchecked: bool = False) -> Callable[..., _T]:
     """A function taking ``cls``'s arguments, defaults included, that fills the slots
     directly: a frozen dataclass' ``__init__`` writes each field through ``object.__setattr__``,
-    which for a 13-field Pod cost more than decoding it. Only for classes without
-    ``__post_init__`` (nothing is skipped but the frozen-field write), fed by the decoders."""
-    assert not hasattr(cls, "__post_init__")
+    which for a 13-field Pod cost more than decoding it. For classes without ``__post_init__``
+    (nothing is skipped but the frozen-field write), fed by the decoders; ``unchecked``: also
+    for one with checks, skipped, where the caller's values are known good."""
+    assert unchecked or not hasattr(cls, "__post_init__")
     env: dict[str, Any] = {"_new": object.__new__, "_cls": cls, "_MISSING": MISSING}
     params: list[str] = []
     body: list[str] = ["    obj = _new(_cls)"]
@@ -284,11 +285,9 @@ build_pod: Final = _builder(Pod)
 build_container: Final = _builder(Container)
 build_mount: Final = _builder(Mount)
 
-_new_object = object.__new__
-_UPDATE_SLOTS = tuple(
-    getattr(ContainerUpdate, name).__set__
-    for name in ("container_id", "cpus", "mems", "cpu_shares", "cpu_quota", "cpu_period", "memory_limit", "ignore_failure")
-)
+_build_update: Final = _builder(ContainerUpdate, unchecked=True)
+_build_adjustment: Final = _builder(ContainerAdjustment, unchecked=True)
+_NO_TEXT: Final[Mapping[str, str]] = {}
 
 
 def placement_update(container_id: str, cpus: CPUSet, mems: CPUSet | None) -> ContainerUpdate:
@@ -302,24 +301,7 @@ def placement_update(container_id: str, cpus: CPUSet, mems: CPUSet | None) -> Co
     """
     if not container_id:
         raise ValueError("ContainerUpdate.container_id must not be empty")
-    update = _new_object(ContainerUpdate)
-    s_id, s_cpus, s_mems, s_shares, s_quota, s_period, s_limit, s_flag = _UPDATE_SLOTS
-    s_id(update, container_id)
-    s_cpus(update, cpus)
-    s_mems(update, mems)
-    s_shares(update, None)
-    s_quota(update, None)
-    s_period(update, None)
-    s_limit(update, None)
-    s_flag(update, False)
-    return update
-
-
-_ADJUSTMENT_SLOTS = tuple(
-    getattr(ContainerAdjustment, name).__set__
-    for name in ("cpus", "mems", "cpu_shares", "cpu_quota", "cpu_period", "memory_limit", "annotations", "env")
-)
-_NO_TEXT: Final[Mapping[str, str]] = {}
+    return _build_update(container_id, cpus, mems)
 
 
 def placement_adjustment(cpus: CPUSet, mems: CPUSet | None) -> ContainerAdjustment:
@@ -327,17 +309,7 @@ def placement_adjustment(cpus: CPUSet, mems: CPUSet | None) -> ContainerAdjustme
     the dataclass machinery, as ``placement_update``: for a policy ``Assignment``'s sets, never
     empty. The encoders still refuse an empty set. Its maps are one shared empty dict (read-only
     by type)."""
-    adjust = _new_object(ContainerAdjustment)
-    s_cpus, s_mems, s_shares, s_quota, s_period, s_limit, s_annotations, s_env = _ADJUSTMENT_SLOTS
-    s_cpus(adjust, cpus)
-    s_mems(adjust, mems)
-    s_shares(adjust, None)
-    s_quota(adjust, None)
-    s_period(adjust, None)
-    s_limit(adjust, None)
-    s_annotations(adjust, _NO_TEXT)
-    s_env(adjust, _NO_TEXT)
-    return adjust
+    return _build_adjustment(cpus, mems, annotations=_NO_TEXT, env=_NO_TEXT)
 
 
 #: (container id, cpus, mems or None) of one placement update.
