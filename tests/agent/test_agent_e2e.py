@@ -69,7 +69,7 @@ def test_release_reaches_the_runtime_with_no_further_container_event() -> None:
             assert (await pg.runtime.remove_container(cid)).ok
         changes = pg.runtime.subscribe()
         events_before = _nri_events(pg)
-        await pg.kubelet._undo_claims(run_)
+        await pg.kubelet.unprepare_claims(run_)
         change = await asyncio.wait_for(changes.get(), 5)
         assert change.source == "unsolicited"
         assert change.cpus == pg.topology.online
@@ -164,8 +164,8 @@ def test_config_reload_applies_policy_and_pushes() -> None:
         assert pg.agent is not None
         await pg.apply([_pod("web", "500m")])
         assert pg.cpus_of("web") == pg.topology.online
-        new = pg.agent.config.model_copy(
-            update={"policy": pg.agent.config.policy.model_copy(update={"reserved_cpus": CPUSet([0, 1])})}
+        new = pg.agent.node.config.model_copy(
+            update={"policy": pg.agent.node.config.policy.model_copy(update={"reserved_cpus": CPUSet([0, 1])})}
         )
         changes = await pg.agent.reload(new)
         assert "web" not in changes  # keyed by container id
@@ -181,7 +181,7 @@ def test_metrics_and_state_endpoints() -> None:
         await pg.apply([_pod("web", "500m")])
         await pg.apply(list(yaml.safe_load_all(EXAMPLE.read_text())))
         await pg.delete_pod("pcore-test")
-        status, _, text = pg.agent._metrics_route()
+        status, _, text = pg.agent.metrics_page()
         body_text = text.decode()
         assert status == 200
         assert 'topodra_dra_prepare_total{result="ok"} 1.0' in body_text
@@ -210,7 +210,7 @@ def test_unsolicited_updates_off_defers_to_the_next_event_reply() -> None:
         await pg.apply(list(yaml.safe_load_all(EXAMPLE.read_text())))
         claimed = pg.cpus_of("pcore-test", "ctr0")
         assert pg.agent is not None
-        assert pg.agent.pusher is not None
+        assert pg.agent.router.pusher is not None
         # The shrink rode on the claiming container's CreateContainer reply, not a push.
         assert pg.cpus_of("web").isdisjoint(claimed)
         assert pg.last_source[_cid(pg, "web")] == "update"
@@ -220,6 +220,6 @@ def test_unsolicited_updates_off_defers_to_the_next_event_reply() -> None:
         await pg.apply([_pod("later", "100m")])
         # ...which carries it.
         assert claimed <= pg.cpus_of("web")
-        assert pg.agent.pusher.stats.sent == 0
+        assert pg.agent.router.pusher.stats.sent == 0
 
     run(body, agent_overrides={"nri": {"unsolicitedUpdates": False}})

@@ -98,7 +98,7 @@ def test_claims_never_land_on_a_running_exclusive_container() -> None:
             exclusive = pg.runtime.container(db).cpus
             assert exclusive is not None
             assert len(exclusive) == 2
-            await pg.agent.settle_offer()
+            await pg.agent.publisher.settle()
             assert _offered(pg).isdisjoint(exclusive), "exclusive CPUs must leave the slices while held"
             lines = [(await pg.apply([_pod(f"claim-{i}", claim=1)]))[-1] for i in range(15)]
             assert sum(line.endswith("running") for line in lines) == 13  # 16 CPUs - 2 exclusive - the floor
@@ -106,7 +106,7 @@ def test_claims_never_land_on_a_running_exclusive_container() -> None:
             assert pg.runtime.container(db).cpus == exclusive
             assert b"topodra_exclusive_moved_by_claim_total 0.0" in pg.agent.metrics.render()
             await pg.delete_pod("db")  # released: offered again (after dra.publishDelay)
-            await pg.agent.settle_offer()
+            await pg.agent.publisher.settle()
             assert exclusive <= _offered(pg)
             assert (await pg.apply([_pod("claim-late", claim=1)]))[-1].endswith("running")
 

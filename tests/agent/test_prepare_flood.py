@@ -14,8 +14,11 @@ import socket
 from collections import Counter
 from typing import Any
 
+import pytest
+
 from topodra.dra.driver import FETCH_CONCURRENCY
 from topodra.dra.proto import dra_v1_pb2
+from topodra.kube.client import RESOURCE_CLAIMS, KubeClient, Resource
 from topodra.playground.world import Playground
 from topodra.testing.crashsoak import TEMPLATES, _pod
 from topodra.topology.synthetic import synthetic_topology
@@ -39,22 +42,21 @@ async def _get(port: int, path: str) -> tuple[int, bytes]:
     return int(head.split()[1]), body
 
 
-def test_a_flood_of_unknown_claims_leaves_the_agent_responsive() -> None:
+def test_a_flood_of_unknown_claims_leaves_the_agent_responsive(monkeypatch: pytest.MonkeyPatch) -> None:
     async def main() -> None:
         port = _free_port()
         topo = synthetic_topology("1s1d1n1l4c2t4e")
         async with Playground(topology=topo, agent_overrides={"metricsAddress": f"127.0.0.1:{port}"}) as pg:
             assert pg.agent is not None
-            assert pg.agent.driver is not None
+            assert pg.agent.claims.driver is not None
             assert pg.kubelet is not None
-            driver = pg.agent.driver
-            real_fetch = driver._fetch
+            real_get = KubeClient.get
             gate = asyncio.Event()
             saturated = asyncio.Event()
             in_flight = [0, 0]  # now, most
 
-            async def gated(namespace: str, name: str) -> Any:
-                if name.startswith("flood-"):
+            async def gated(kube: KubeClient, resource: Resource, name: str, namespace: str | None = None) -> Any:
+                if resource is RESOURCE_CLAIMS and name.startswith("flood-"):  # the driver's fetches
                     in_flight[0] += 1
                     in_flight[1] = max(in_flight)
                     if in_flight[0] >= FETCH_CONCURRENCY:
@@ -63,9 +65,9 @@ def test_a_flood_of_unknown_claims_leaves_the_agent_responsive() -> None:
                         await gate.wait()
                     finally:
                         in_flight[0] -= 1
-                return await real_fetch(namespace, name)
+                return await real_get(kube, resource, name, namespace)
 
-            driver._fetch = gated
+            monkeypatch.setattr(KubeClient, "get", gated)
             await pg.apply(TEMPLATES)
             stub = pg.kubelet.plugins["native.cpu"].stub
             request = dra_v1_pb2.NodePrepareResourcesRequest(
