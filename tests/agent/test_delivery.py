@@ -209,3 +209,36 @@ def _pod(name: str, cpu: str) -> dict[str, Any]:
         "metadata": {"name": name},
         "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}}]},
     }
+
+
+def test_replies_delivery_repairs_the_start_window_through_the_cgroup() -> None:
+    """A claim prepared while web starts on NRI v0.12.0: the update carried by the claim's reply
+    reaches web's spec only; after PostStartContainer the agent writes web's cgroup itself."""
+
+    async def body(pg: Playground, window: _Window) -> None:
+        assert pg.runtime is not None
+        assert pg.agent is not None
+        fired = False
+
+        async def starting(container_id: str) -> None:
+            nonlocal fired
+            if not fired:
+                fired = True
+                await pg.apply(list(yaml.safe_load_all(EXAMPLE.read_text())))
+
+        pg.runtime.start_gate = starting
+        await pg.apply([_pod("web", "100m")])
+        assert fired
+        assert pg.runtime.lost_updates, "the claim's reply reached web's spec, not its starting task"
+        assert pg.agent.pusher is not None
+        await pg.agent.pusher.wait_idle(5)
+        claimed = next(iter(pg.agent.policy.claims().values()))
+        web = _cid(pg, "web")
+        assignment = pg.agent.policy.assignment(web)
+        assert assignment is not None
+        assert _cgroup_cpus(pg, web) == assignment.cpus
+        assert _cgroup_cpus(pg, web).isdisjoint(claimed)
+        assert pg.runtime.deadlocks == []
+        assert b"topodra_start_window_repushes_total 1.0" in pg.agent.metrics.render()
+
+    _run(body)
