@@ -69,11 +69,11 @@ def _reference(agent: Agent, created: str, ids: list[str]) -> bytes:
 ops = st.lists(st.tuples(st.sampled_from(["create", "stop", "remove"]), st.integers(0, 9), st.integers(0, 3)), max_size=30)
 
 
-@pytest.mark.parametrize("unsolicited", [True, False])
+@pytest.mark.parametrize("delivery", ["unsolicited", "replies"])
 def test_create_replies_are_the_reference_bytes_of_the_current_sets(
-    make_agent: Callable[..., Agent], unsolicited: bool
+    make_agent: Callable[..., Agent], delivery: str
 ) -> None:
-    """Random creations (shared and exclusive), stops and removals; without unsolicited updates the
+    """Random creations (shared and exclusive), stops and removals; with no runtime connection the
     changes of removals ride on the next creation's reply. Each reply: every container whose set
     changed, none twice, not the new one, in the reference's bytes."""
 
@@ -83,7 +83,7 @@ def test_create_replies_are_the_reference_bytes_of_the_current_sets(
     @example([("create", 0, 0), ("create", 1, 2), ("create", 2, 0), ("remove", 1, 0), ("create", 3, 1)])
     def prop(steps: list[tuple[str, int, int]]) -> None:
         async def main() -> None:
-            agent = make_agent(TOPO, nri={"unsolicitedUpdates": unsolicited})
+            agent = make_agent(TOPO, nri={"delivery": delivery})
             stub = Stub(agent.nri, name="t", idx="10", env={})
             live: dict[int, tuple[Pod, Container]] = {}
             for op, i, cpus in steps:

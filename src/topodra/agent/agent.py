@@ -5,10 +5,10 @@ them; it decides nothing itself. Ordering rules (why the code looks like this):
 - Every policy operation runs under one ``asyncio.Lock`` (``NodeState.lock``, shared with the
   DRA driver), so operations are serialized and each returns its ``Changes``.
 - The ``ChangeRouter`` alone decides how a change reaches the runtime: in the reply of the NRI
-  event that caused it, or pushed at once with an unsolicited UpdateContainers by the
-  ``UpdatePusher`` (claims prepared or released, reloads, machine changes, repairs), which the
-  NRI stub only sends when no event reply is outstanding (containerd holds its lock while
-  delivering events).
+  event that caused it, or (claims prepared or released, reloads, machine changes, repairs)
+  handed to the ``UpdatePusher`` at once, which delivers it the way the runtime's NRI version
+  allows (``agent/delivery.py``): an unsolicited UpdateContainers, or the cgroup written at once
+  and the update carried in the next event reply.
 - Start-up: take every local resource first (listen ports and the /state socket, directories,
   the checkpoint restored into the policy), then serve the kubelet, then connect to the runtime,
   whose Synchronize rebuilds container placement (``Policy.sync``). Nothing registers before all
@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from topodra.agent.claims import MeteredDriver, claim_fetchers, kube_client
 from topodra.agent.config import AgentConfig
+from topodra.agent.delivery import CgroupWriter, ReplyDelivery
 from topodra.agent.drift import CgroupReader, DriftChecker
 from topodra.agent.hotplug import MachineFollower
 from topodra.agent.http import HttpEndpoint, json_route
@@ -41,7 +42,6 @@ from topodra.agent.pusher import UpdatePusher
 from topodra.agent.reload import ConfigReloader
 from topodra.agent.state import AgentError, NodeState, load_topology
 from topodra.agent.tasks import Tasks
-from topodra.nri.types import ContainerUpdate
 from topodra.policy import Policy
 from topodra.policy.api import Changes
 from topodra.topology.model import Topology
@@ -213,19 +213,14 @@ class Agent:
 
         cfg = self.node.config
         self.stub = stub = Stub(self.nri, socket_path=str(cfg.nri.socket), name=cfg.nri.plugin_name, idx=cfg.nri.plugin_index)
-
-        def send(updates: list[ContainerUpdate]) -> asyncio.Future[list[ContainerUpdate]]:
-            fut: asyncio.Future[list[ContainerUpdate]] = stub.update_containers(updates)
-            return fut
-
-        router = self.router
-        reader = CgroupReader(self._cgroup_root, proc_root=cfg.sysfs_root / "proc")
-        self.drift = DriftChecker(reader, router, interval=self._drift_interval)
+        router, proc = self.router, cfg.sysfs_root / "proc"
+        replies = ReplyDelivery(CgroupWriter(self._cgroup_root, proc_root=proc), locate=router.cgroup_of, defer=router.hold)
+        self.drift = DriftChecker(CgroupReader(self._cgroup_root, proc_root=proc), router, interval=self._drift_interval)
         pusher = UpdatePusher(
-            send=send, lookup=self.node.pushable, lock=self.node.lock, on_sent=router.counted,
+            send=router.send, lookup=self.node.pushable, lock=self.node.lock, on_sent=router.counted,
             on_sending=router.sending, unapplied=self.drift.unapplied,
         )
-        router.attach(pusher, self.drift)
+        router.attach(stub, pusher, self.drift, replies)
         self.tasks.spawn(pusher.run(), "pusher")
         self.tasks.spawn(self.drift.run(self._stop), "drift")
         self.tasks.spawn(stub.run(), "nri")
@@ -335,6 +330,7 @@ class Agent:
             "offline_cpus": str(node.topology.offline),
             "offline_claims": {uid: str(c) for uid, c in policy.offline_claims().items()},
             "unhealthy_devices": {h.name: h.message for h in self.publisher.device_health() if not h.healthy},
+            "delivery": self.router.delivery.as_dict(),
             "pending_pushes": sorted(pusher.pending) if pusher is not None else [],
             "push_idle": pusher.idle if pusher is not None else True,
             "events": self.notes.recent(50),

@@ -81,7 +81,7 @@ class NriHandlers(Plugin):
         self.placed = asyncio.Event()  # the first Synchronize is done: exclusive grants are known
 
     async def configure(self, config: str, runtime: RuntimeInfo) -> frozenset[Event]:
-        log.info("NRI runtime %s %s (NRI %s)", runtime.name, runtime.version, runtime.nri_version or "unknown")
+        self.router.runtime_connected(runtime)
         return EVENTS
 
     async def run_pod_sandbox(self, pod: Pod) -> None:

@@ -2,10 +2,11 @@
 
 - A change made by an NRI event travels in that event's reply (``reply``, ``updates``).
 - A change made by anything else (a claim prepared or released, a reload, a machine change, a
-  drift repair, a start-window repair) is sent at once with an unsolicited UpdateContainers by
-  the ``UpdatePusher`` (``push``), or, when unsolicited updates are off
-  (``nri.unsolicitedUpdates: false``, for runtimes whose NRI can deadlock on them), held and
-  carried in the next event reply.
+  drift repair, a start-window repair) is handed to the ``UpdatePusher`` (``push``), which
+  delivers the current assignments the way ``delivery`` says (``agent/delivery.py``, decided at
+  every Configure from the runtime's NRI version): an unsolicited UpdateContainers, or
+  (``replies``) the cgroup written at once and the update held for the next event reply.
+  Without a runtime connection it is held for the next event reply.
 - Every policy operation's changes are ``record``-ed: the pusher's versions and the offer follow.
 
 The router also answers the drift checker (``DriftSubject``) and holds a claim's changes that are
@@ -14,12 +15,14 @@ decided but not pushed yet (``decided``): their cgroups still hold the old sets.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
 from collections.abc import Iterable
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
+from topodra.agent.delivery import Delivery, DeliveryChoice, ReplyDelivery, choose_delivery
 from topodra.agent.drift import DriftChecker
 from topodra.agent.metrics import AgentMetrics
 from topodra.agent.observe import EventLog
@@ -29,11 +32,15 @@ from topodra.agent.start_window import StartWindow
 from topodra.agent.state import NodeState
 from topodra.cpuset import CPUSet
 from topodra.nri.types import ContainerUpdate, Placement, placement_update
+from topodra.nri.version import RuntimeInfo
 from topodra.policy.api import Assignment, Changes
+
+if TYPE_CHECKING:
+    from topodra.nri.stub import Stub
 
 __all__ = ["UNPUSHED_GRACE", "ChangeRouter"]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("topodra.agent.agent")  # the agent's lines, under its name
 
 #: Seconds a claim's decided-but-unpushed change keeps the drift check off its containers (the
 #: checkpoint write between them takes milliseconds).
@@ -41,8 +48,9 @@ UNPUSHED_GRACE: Final = 5.0
 
 
 class ChangeRouter:
-    """Replies, pushes or holds each change. ``pusher`` and ``drift``: attached when the agent
-    connects to the runtime (a scratch node for the warm-up has neither)."""
+    """Replies, pushes or holds each change. ``pusher``, ``drift``, the stub and the ``replies``
+    delivery: attached when the agent connects to the runtime (a scratch node for the warm-up has
+    none of them)."""
 
     def __init__(
         self, state: NodeState, window: StartWindow, publisher: DevicePublisher, metrics: AgentMetrics, notes: EventLog
@@ -54,12 +62,46 @@ class ChangeRouter:
         self.notes = notes
         self.pusher: UpdatePusher | None = None
         self.drift: DriftChecker | None = None
-        self._deferred: set[str] = set()  # changes held for the next event reply (unsolicited off)
+        self.stub: Stub | None = None
+        self.replies: ReplyDelivery | None = None
+        self._deferred: set[str] = set()  # changes held for the next event reply
         #: containers a claim moved whose push waits for the claim's checkpoint: container -> monotonic time decided
         self._unpushed: dict[str, float] = {}
+        #: how changes outside events reach containers: decided again at every Configure
+        self.delivery: DeliveryChoice = choose_delivery(state.config.nri.delivery, None)
+        self._show_delivery()
 
-    def attach(self, pusher: UpdatePusher, drift: DriftChecker) -> None:
-        self.pusher, self.drift = pusher, drift
+    def attach(self, stub: Stub, pusher: UpdatePusher, drift: DriftChecker, replies: ReplyDelivery) -> None:
+        self.stub, self.pusher, self.drift, self.replies = stub, pusher, drift, replies
+
+    def hold(self, container_ids: Iterable[str]) -> None:
+        """Carry these containers' assignments in the next event reply."""
+        self._deferred.update(container_ids)
+
+    # --- the delivery of changes outside events ------------------------------------------------------
+    def runtime_connected(self, runtime: RuntimeInfo) -> None:
+        """Configure: decide how changes outside events reach this runtime, and say so once."""
+        self.delivery = choose_delivery(self.state.config.nri.delivery, runtime)
+        self._show_delivery()
+        line = self.delivery.line()
+        warn = self.delivery.mode is Delivery.UNSOLICITED and not runtime.unsolicited_updates_safe
+        writer = self.replies.writer if self.replies is not None else None
+        if self.delivery.mode is Delivery.REPLIES and writer is not None and not writer.writable:
+            line += f"; {writer.root} is not writable, so they wait for the next event reply"
+            warn = True
+        (log.warning if warn else log.info)("%s", line)
+
+    def _show_delivery(self) -> None:
+        for mode in Delivery:
+            self.metrics.delivery.labels(mode.value).set(1 if mode is self.delivery.mode else 0)
+
+    def send(self, updates: list[ContainerUpdate]) -> asyncio.Future[list[ContainerUpdate]]:
+        """The pusher's transport: the cgroups written (``replies``), or an unsolicited UpdateContainers."""
+        if self.delivery.mode is Delivery.REPLIES and self.replies is not None:
+            return asyncio.ensure_future(self.replies.send(updates))
+        assert self.stub is not None, "attached before the pusher runs"
+        fut: asyncio.Future[list[ContainerUpdate]] = self.stub.update_containers(updates)
+        return fut
 
     # --- every policy operation -------------------------------------------------------------------
     def record(self, changes: Changes, *, subject: str | None = None, full: bool = False) -> None:
@@ -113,9 +155,9 @@ class ChangeRouter:
 
     # --- changes made outside an NRI event ----------------------------------------------------------
     def push(self, container_ids: Iterable[str]) -> None:
-        """Send these containers' current assignments now, or with the next event reply when
-        unsolicited updates are turned off."""
-        if self.state.config.nri.unsolicited_updates and self.pusher is not None:
+        """Deliver these containers' current assignments now, the way ``delivery`` says; without
+        an NRI connection, with the next event reply."""
+        if self.pusher is not None:
             self.pusher.push(container_ids)
         else:
             self._deferred.update(container_ids)
@@ -160,8 +202,12 @@ class ChangeRouter:
         self.window.sent(container_ids)
 
     def counted(self, sent: int, failed: int) -> None:
-        self.metrics.updates_sent.inc(sent)
-        self.metrics.updates_failed.inc(failed)
+        if self.delivery.mode is Delivery.REPLIES:
+            self.metrics.cgroup_writes.labels("written").inc(sent)
+            self.metrics.cgroup_writes.labels("failed").inc(failed)
+        else:
+            self.metrics.updates_sent.inc(sent)
+            self.metrics.updates_failed.inc(failed)
 
     # --- the drift checker's questions (``DriftSubject``) ---------------------------------------------
     def assignment(self, container_id: str) -> Assignment | None:

@@ -284,7 +284,7 @@ class EmbeddedKubelet:
         )
         res = await self.runtime.run_pod_sandbox(sandbox)
         if not res.ok:
-            await self.unprepare_claims(run)
+            await self._undo_claims(run)
             raise KubeletError(f"pod {key}: RunPodSandbox failed: {res.error}")
         self.pods[uid] = run
         for c in spec.get("containers") or []:
@@ -329,8 +329,16 @@ class EmbeddedKubelet:
         self._note(f"started pod {key} ({qos}, {len(run.containers)} container(s))")
         return run
 
-    async def unprepare_claims(self, run: PodRun) -> None:
-        """NodeUnprepareResources for every claim of ``run``, per driver."""
+    async def unprepare_claims(self, pod: Mapping[str, Any]) -> None:
+        """NodeUnprepareResources for a running pod's claims, its containers left alone: a claim
+        released while no container event happens (tests of how the release reaches others)."""
+        uid = (pod.get("metadata") or {}).get("uid", "")
+        run = self.pods.get(uid)
+        if run is None:
+            raise KubeletError(f"pod {uid or '(no uid)'} does not run on this node")
+        await self._undo_claims(run)
+
+    async def _undo_claims(self, run: PodRun) -> None:
         per: dict[str, list[tuple[str, str, str]]] = {}
         for drv, ns, uid, name in run.claims:
             per.setdefault(drv, []).append((ns, uid, name))
@@ -354,7 +362,7 @@ class EmbeddedKubelet:
         with contextlib.suppress(Exception):
             await self.runtime.remove_pod_sandbox(run.sandbox_id)
         try:
-            await self.unprepare_claims(run)
+            await self._undo_claims(run)
         except KubeletError:
             self.unprepare_pending.append(run)
             raise
@@ -365,7 +373,7 @@ class EmbeddedKubelet:
         pending, self.unprepare_pending = self.unprepare_pending, []
         for i, run in enumerate(pending):
             try:
-                await self.unprepare_claims(run)
+                await self._undo_claims(run)
             except KubeletError:
                 self.unprepare_pending.extend(pending[i:])
                 raise
