@@ -494,6 +494,8 @@ def _admission_policy_checks(docs: list[dict[str, Any]]) -> None:
         (_request("CREATE", agent), _slice(None), None, "its own node"),  # a cluster-wide slice
         (_request("CREATE", agent), _slice("n1", driver="gpu.example.com"), None, "native.cpu"),
         (_request("CREATE", agent, node=None), mine, None, "names no node"),
+        # a token without extra: the policy's own message, not the evaluation's "no such key"
+        ({"operation": "CREATE", "userInfo": {"username": agent}}, mine, None, "names no node"),
     ]
     for request, obj, old in allowed:
         ok, why = _admit(policy, request, obj, old)
