@@ -61,6 +61,8 @@ EVENTS = frozenset(
 class NriHandlers(Plugin):
     """One policy operation per NRI event, its changes answered through the router."""
 
+    refusals = (ClaimEnvError, ClaimCheckError, PolicyError)  # the reason is logged, no traceback
+
     def __init__(
         self,
         state: NodeState,
