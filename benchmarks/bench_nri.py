@@ -46,11 +46,10 @@ from topodra.nri.types import (
     Pod,
     placement_update,
 )
-from topodra.testing.fixtures import shared_dir
 from topodra.testing.runtime import EmbeddedRuntime
 
 ROOT = Path(__file__).resolve().parents[1]
-TRANSCRIPTS = shared_dir() / "nri-transcripts"
+TRANSCRIPTS = ROOT / "tests" / "data" / "nri-transcripts"
 
 _PLUGIN_PROCESS = """
 import asyncio, sys

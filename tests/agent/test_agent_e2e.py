@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,10 +20,9 @@ from topodra.cpuset import CPUSet
 from topodra.nri.types import Container, ContainerState, Pod
 from topodra.playground.runner import resolve_topology
 from topodra.playground.world import Playground
-from topodra.testing.fixtures import shared_dir
 from topodra.topology.model import CoreType
 
-EXAMPLE = shared_dir() / "examples" / "upstream-prototype.yaml"
+EXAMPLE = Path(__file__).resolve().parents[1] / "data" / "upstream-prototype" / "upstream-prototype.yaml"
 
 
 def _pod(name: str, cpu: str | None = None, limit: str | None = None) -> dict[str, Any]:

@@ -1,6 +1,9 @@
 """Real sysfs trees to test against: hwloc's ``tests/hwloc/linux`` tarballs.
 
-``fixture_dir()`` finds the folder, ``fixture_names()`` lists the trees and
+The trees and hwloc's expected readings ship as package data in
+``topodra/topology/hwloc-linux/`` (its README says where they come from and
+their licence); ``TOPODRA_FIXTURES`` points at another folder of the same kind.
+``fixture_dir()`` returns the folder, ``fixture_names()`` lists the trees and
 ``unpacked_fixture(name)`` unpacks one and returns the root that holds
 ``sys/``, ready for ``read_topology``. Each tree is unpacked once per process
 into a private temp dir removed at exit (RAM-backed ``/dev/shm`` when it has
@@ -20,18 +23,19 @@ import shutil
 import tarfile
 import tempfile
 import threading
+from importlib import resources
 from pathlib import Path
 
 __all__ = [
     "FixtureError",
     "fixture_dir",
-    "shared_dir",
     "fixture_names",
     "fixture_tarball",
     "unpacked_fixture",
 ]
 
-FIXTURE_SUBDIR = Path("shared/fixtures/hwloc-linux")
+#: The folder of hwloc's trees inside the ``topodra.topology`` package (package data).
+PACKAGED_FOLDER = "hwloc-linux"
 _SUFFIX = ".tar.bz2"
 #: Upper bounds on what one fixture may unpack to.
 MAX_UNPACKED_BYTES = 256 << 20
@@ -42,44 +46,23 @@ class FixtureError(LookupError):
     """The fixture folder or a fixture in it cannot be found or unpacked."""
 
 
-def _candidates() -> list[Path]:
-    out: list[Path] = []
-    env = os.environ.get("TOPODRA_FIXTURES")
-    if env:
-        out.append(Path(env))
-    here = Path(__file__).resolve()
-    repo_root = here.parents[3]  # src/topodra/testing/fixtures.py -> repo root
-    out.append(repo_root.parent / FIXTURE_SUBDIR)
-    for start in (here.parent, Path.cwd().resolve()):
-        for parent in (start, *start.parents):
-            out.append(parent / FIXTURE_SUBDIR)
-    seen: set[Path] = set()
-    unique = []
-    for p in out:
-        if p not in seen:
-            seen.add(p)
-            unique.append(p)
-    return unique
+def _packaged_dir() -> Path:
+    """The trees shipped in the package (``topodra/topology/hwloc-linux``)."""
+    folder = resources.files("topodra.topology") / PACKAGED_FOLDER
+    if not isinstance(folder, Path) or not folder.is_dir():
+        # A zipped install has no folder to unpack from; point TOPODRA_FIXTURES at a copy.
+        raise FixtureError(f"the packaged fixture folder {folder} is not a directory; set TOPODRA_FIXTURES")
+    return folder
 
 
 def fixture_dir() -> Path:
-    """The folder of ``NAME.tar.bz2`` trees (env ``TOPODRA_FIXTURES`` first)."""
-    tried = _candidates()
+    """The folder of ``NAME.tar.bz2`` trees: ``$TOPODRA_FIXTURES`` if set, else the packaged one."""
     env = os.environ.get("TOPODRA_FIXTURES")
-    if env and not Path(env).is_dir():
-        raise FixtureError(f"TOPODRA_FIXTURES={env!r} is not a directory")
-    for p in tried:
-        if p.is_dir():
-            return p
-    listing = "\n  ".join(str(p) for p in tried)
-    raise FixtureError(
-        "cannot find the hwloc-linux fixture folder; set TOPODRA_FIXTURES or put it at one of:\n  " + listing
-    )
-
-
-def shared_dir() -> Path:
-    """The ``shared/`` folder the fixtures live in (with ``examples/`` and ``nri-transcripts/``)."""
-    return fixture_dir().parents[1]
+    if env:
+        if not Path(env).is_dir():
+            raise FixtureError(f"TOPODRA_FIXTURES={env!r} is not a directory")
+        return Path(env)
+    return _packaged_dir()
 
 
 def fixture_names() -> list[str]:
