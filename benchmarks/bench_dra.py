@@ -161,8 +161,8 @@ async def _grpc_cycle(rounds: int) -> dict[str, list[float]]:
 
     from topodra.dra.kubeletplugin import KubeletPlugin, PluginPaths
     from topodra.dra.proto import dra_v1_pb2
+    from topodra.embedded.apiserver import ApiServer
     from topodra.kube.client import RESOURCE_CLAIMS, KubeClient
-    from topodra.testing.apiserver import ApiServer
 
     topo = synthetic_topology(MACHINE)
     policy, _ = _policy(topo)
@@ -586,7 +586,7 @@ async def _client_latency(which: str, url: str, rounds: int) -> dict[str, float]
 
 
 async def _clients(rounds: int) -> dict[str, dict[str, float]]:
-    from topodra.testing.apiserver import ApiServer
+    from topodra.embedded.apiserver import ApiServer
 
     out = {}
     for which in ("lightkube", "kubernetes"):
@@ -597,8 +597,8 @@ async def _clients(rounds: int) -> dict[str, dict[str, float]]:
 
 async def _publish(rounds: int) -> list[float]:
     from topodra.dra.reconciler import SliceReconciler
+    from topodra.embedded.apiserver import ApiServer
     from topodra.kube.client import NODES, KubeClient
-    from topodra.testing.apiserver import ApiServer
 
     devices = build_devices(synthetic_topology(MACHINE))
     samples = []

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from benchmarks.common import Result, percentile
 from topodra.cpuset import CPUSet
+from topodra.embedded.runtime import EmbeddedRuntime
 from topodra.nri import convert, mux, replywire, ttrpc
 from topodra.nri.errors import ProtocolError
 from topodra.nri.logger import EventLogger
@@ -46,7 +47,6 @@ from topodra.nri.types import (
     Pod,
     placement_update,
 )
-from topodra.testing.runtime import EmbeddedRuntime
 
 ROOT = Path(__file__).resolve().parents[1]
 TRANSCRIPTS = ROOT / "tests" / "data" / "nri-transcripts"

@@ -17,7 +17,7 @@ from topodra.testing.churn import run_churn
 
 def run(quick: bool) -> list[Result]:
     operations = 200 if quick else 1000
-    logging.getLogger("topodra.testing.runtime").setLevel(logging.ERROR)  # its per-update warnings
+    logging.getLogger("topodra.embedded.runtime").setLevel(logging.ERROR)  # its per-update warnings
     report = asyncio.run(run_churn(operations, seed=7, restarts=3 if quick else 8))
     for line in report.lines():
         print("   " + line)

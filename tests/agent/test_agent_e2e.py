@@ -81,7 +81,7 @@ def test_release_reaches_the_runtime_with_no_further_container_event() -> None:
 
 
 def _pod_key(name: str) -> tuple[Any, str, str]:
-    from topodra.testing.store import KINDS
+    from topodra.embedded.store import KINDS
 
     return KINDS[("", "pods")], "default", name
 

@@ -136,7 +136,7 @@ def _daemonset_checks(docs: list[dict[str, Any]]) -> None:
 def _claim_status_rbac_checks(rules: list[dict[str, Any]]) -> None:
     """Writing status.devices: resourceclaims/status, and from 1.36 the per-driver verbs, for our
     driver only and only on the agent's own node (associated-node, never arbitrary-node)."""
-    from topodra.testing.apiserver import Authorizer
+    from topodra.embedded.apiserver import Authorizer
 
     auth = Authorizer(rules)
     for verb in ("patch", "update"):

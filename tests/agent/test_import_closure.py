@@ -13,8 +13,8 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 AGENT = SRC / "topodra" / "agent"
 #: What must never run on a node: test doubles and oracles, the simulator, the playground,
 #: and the simulator's heavy dependencies (extras, not installed in the image).
-FORBIDDEN = ("topodra.testing", "topodra.sim", "topodra.playground", "numpy", "matplotlib", "cel_expr_python",
-             "celpy", "cel")
+FORBIDDEN = ("topodra.testing", "topodra.embedded", "topodra.sim", "topodra.playground",
+             "numpy", "matplotlib", "cel_expr_python", "celpy", "cel")
 
 
 def _module_file(name: str) -> Path | None:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from topodra.cpuset import CPUSet
+from topodra.embedded.runtime import EmbeddedRuntime
 from topodra.nri import mux, ttrpc
 from topodra.nri.errors import ConnectionClosed, EmptyCPUSetError, RegistrationError
 from topodra.nri.plugin import Plugin
@@ -31,7 +32,6 @@ from topodra.nri.types import (
     Pod,
 )
 from topodra.nri.version import RuntimeInfo
-from topodra.testing.runtime import EmbeddedRuntime
 
 from .nri_harness import RawRuntime, run
 

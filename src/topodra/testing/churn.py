@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from topodra.cpuset import CPUSet
+from topodra.embedded.runtime import ContainerChange
+from topodra.embedded.store import KINDS
 from topodra.playground.world import Playground
-from topodra.testing.runtime import ContainerChange
-from topodra.testing.store import KINDS
 from topodra.topology.synthetic import synthetic_topology
 
 __all__ = ["ChurnReport", "agent_offers", "in_race", "run_churn"]

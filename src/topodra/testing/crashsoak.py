@@ -305,7 +305,7 @@ class CrashSoak:
             raise SoakFailure(self._explain("; ".join(problems)))
 
     def _claim_uids_of(self, pod_key: str) -> set[str]:
-        from topodra.testing.store import KINDS
+        from topodra.embedded.store import KINDS
 
         ns, name = pod_key.split("/", 1)
         out = set()

@@ -88,7 +88,7 @@ from topodra.nri.version import NRIVersion, valid_event_mask
 
 __all__ = ["ContainerChange", "EmbeddedRuntime", "EventResult", "PluginInfo", "RuntimeUsageError"]
 
-log = logging.getLogger("topodra.testing.runtime")
+log = logging.getLogger("topodra.embedded.runtime")
 
 _V0_7: Final = NRIVersion(0, 7, 0)
 _V0_10: Final = NRIVersion(0, 10, 0)

@@ -37,8 +37,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import h11
 import yaml
 
+from topodra.embedded.store import KINDS, Kind, Store, kind_for
 from topodra.kube.errors import ApiError
-from topodra.testing.store import KINDS, Kind, Store, kind_for
 
 __all__ = ["ApiServer", "ApiServerThread", "Authorizer", "Fault"]
 

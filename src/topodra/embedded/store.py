@@ -28,9 +28,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
+from topodra.embedded.apply import Owners, apply_devices, drop_deallocated, owned_by, update_owners
+from topodra.embedded.validation import VALIDATORS
 from topodra.kube.errors import ApiError
-from topodra.testing.apply import Owners, apply_devices, drop_deallocated, owned_by, update_owners
-from topodra.testing.validation import VALIDATORS
 
 _T = TypeVar("_T")
 
