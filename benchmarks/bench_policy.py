@@ -52,7 +52,7 @@ def _machines() -> list[tuple[str, Topology]]:
     """The 2-socket and the largest tree: real fixtures when discovery is available."""
     out: list[tuple[str, Topology]] = []
     try:  # the sysfs reader comes from the topology part
-        fixtures: Any = importlib.import_module("topodra.testing.fixtures")
+        fixtures: Any = importlib.import_module("topodra.topology.fixtures")
         sysfs: Any = importlib.import_module("topodra.topology.sysfs")
     except ImportError:
         fixtures = sysfs = None

@@ -37,8 +37,8 @@ from topodra.kube.client import (
     RESOURCE_SLICES,
     KubeClient,
 )
-from topodra.testing.fixtures import unpacked_fixture
 from topodra.topology import CoreType
+from topodra.topology.fixtures import unpacked_fixture
 from topodra.topology.sysfs import read_topology
 
 from .dra_fakes import RecordingPolicy, allocate

@@ -11,8 +11,8 @@ from cel_expr_python import cel  # type: ignore[import-untyped]
 
 from topodra.dra.attributes import Version, qualify
 from topodra.dra.devices import DRIVER, Device, build_devices, device_class
-from topodra.testing.fixtures import unpacked_fixture
 from topodra.topology import CoreType, Topology, synthetic_topology
+from topodra.topology.fixtures import unpacked_fixture
 from topodra.topology.sysfs import read_topology
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from topodra.testing import fixtures
-from topodra.testing.fixtures import FixtureError, fixture_dir, fixture_names, unpacked_fixture
+from topodra.topology import fixtures
+from topodra.topology.fixtures import FixtureError, fixture_dir, fixture_names, unpacked_fixture
 
 
 def test_the_packaged_fixtures_are_found(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -3,7 +3,7 @@
 ``read_topology(root)`` reads ``<root>/sys/devices/system/{cpu,node}`` (and a
 few neighbours: memory tiers, DAX devices, the hybrid PMU lists) and builds a
 :class:`~topodra.topology.model.Topology`. ``root`` is ``/`` on a live machine
-or the folder of an unpacked tree (``topodra.testing.fixtures``).
+or the folder of an unpacked tree (``topodra.topology.fixtures``).
 
 Error policy, in one rule: a file that exists but cannot be parsed raises
 :class:`TopologyError` naming the file and its content, except for purely
