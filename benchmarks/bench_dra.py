@@ -388,10 +388,11 @@ def _bare_flush(rounds: int) -> list[float]:
 
 async def _flood(claims: int, samples: int) -> dict[str, Any]:
     """The agent (its own process) under one NodePrepareResources of ``claims`` unknown claims."""
+    from testkit.crashsoak import TEMPLATES, _pod
+
     from topodra.dra.proto import dra_v1_pb2
     from topodra.nri.types import Container, ContainerState, LinuxResources, Pod
     from topodra.playground.world import Playground
-    from topodra.testing.crashsoak import TEMPLATES, _pod
 
     spec = "1s1d1n1l4c2t4e"
     out: dict[str, Any] = {}

@@ -1,4 +1,4 @@
-"""The soak: a long randomized churn against the real agent process (topodra.testing.churn).
+"""The soak: a long randomized churn against the real agent process (testkit.churn).
 
 Claim pods, Guaranteed pods and shared pods come and go from concurrent
 workers, the agent process is restarted; at the end every container's applied
@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from testkit.churn import run_churn
+
 from benchmarks.common import Result
-from topodra.testing.churn import run_churn
 
 
 def run(quick: bool) -> list[Result]:

@@ -25,8 +25,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from testkit.sysfs_writer import write_sysfs
+
 from benchmarks.common import Result, median
-from topodra.testing.sysfs_writer import write_sysfs
 from topodra.topology import read_topology, synthetic_topology
 from topodra.topology.fixtures import unpacked_fixture
 

@@ -18,7 +18,7 @@ def _tool(name: str) -> str:
 
 
 def test_ruff_clean() -> None:
-    r = subprocess.run([_tool("ruff"), "check", "src", "tests", "benchmarks"], cwd=ROOT, capture_output=True, text=True)
+    r = subprocess.run([_tool("ruff"), "check", "src", "testkit", "tests", "benchmarks"], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
 
 

@@ -11,10 +11,11 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from testkit.churn import _offered, agent_offers, in_race, run_churn
+
 from topodra.agent.logs import JsonFormatter
 from topodra.cpuset import CPUSet
 from topodra.playground.world import Playground
-from topodra.testing.churn import _offered, agent_offers, in_race, run_churn
 from topodra.topology.synthetic import synthetic_topology
 
 TOPO = "1s1d1n2l4c2t"  # 16 CPUs

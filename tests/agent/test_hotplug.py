@@ -20,13 +20,13 @@ from typing import Any
 
 import grpc.aio
 import pytest
+from testkit.sysfs_writer import TreeStyle, publish_sysfs, with_offline
 
 from topodra.agent.hotplug import MachineWatcher, watch_root
 from topodra.agent.http import get
 from topodra.cpuset import CPUSet
 from topodra.dra.proto import health_v1_pb2, health_v1_pb2_grpc, health_v1alpha1_pb2, health_v1alpha1_pb2_grpc
 from topodra.playground.world import Playground
-from topodra.testing.sysfs_writer import TreeStyle, publish_sysfs, with_offline
 from topodra.topology.synthetic import synthetic_topology
 
 MACHINE = synthetic_topology("1s1d2n1l4c2t")  # 16 CPUs; cores (0,8) (1,9) ...; node 1: 4-7,12-15

@@ -14,10 +14,11 @@ import socket
 from collections import Counter
 from typing import Any
 
+from testkit.crashsoak import TEMPLATES, _pod
+
 from topodra.dra.driver import FETCH_CONCURRENCY
 from topodra.dra.proto import dra_v1_pb2
 from topodra.playground.world import Playground
-from topodra.testing.crashsoak import TEMPLATES, _pod
 from topodra.topology.synthetic import synthetic_topology
 
 FLOOD = 2_000  # 20,000 in the benchmark; the bound is the same

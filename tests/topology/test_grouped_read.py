@@ -14,8 +14,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from testkit.sysfs_writer import TreeStyle, write_sysfs
 
-from topodra.testing.sysfs_writer import TreeStyle, write_sysfs
 from topodra.topology import Topology, read_topology, synthetic_topology
 from topodra.topology import sysfs as sysfs_mod
 from topodra.topology.files import SysfsTree

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from testkit.sysfs_writer import write_sysfs
 
-from topodra.testing.sysfs_writer import write_sysfs
 from topodra.topology import read_topology, synthetic_topology
 from topodra.topology.errors import TopologyError
 from topodra.topology.fixtures import unpacked_fixture

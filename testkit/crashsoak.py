@@ -16,7 +16,7 @@ the node must agree with itself:
   shared containers run on every other CPU (nothing lost);
 - every prepared claim is one the kubelet will still use or release (no leak).
 
-``python -m topodra.testing.crashsoak --cycles 1000`` (or ``scripts/crash-soak``)
+``python -m testkit.crashsoak --cycles 1000`` (or ``scripts/crash-soak``)
 runs the soak and prints the count; the test suite runs a short one.
 """
 
@@ -34,13 +34,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from testkit.agentfork import ForkingPlayground
 from topodra.cpuset import CPUSet
 from topodra.dra import cdi
 from topodra.dra.checkpoint import load_checkpoint
 from topodra.faults import ENV, POINTS
 from topodra.playground.kubelet import KubeletError
 from topodra.playground.world import Playground, PlaygroundError
-from topodra.testing.agentfork import ForkingPlayground
 from topodra.topology.synthetic import synthetic_topology
 
 __all__ = ["SPEC", "CrashSoak", "SoakFailure", "SoakReport", "main", "run_soak"]
@@ -343,7 +343,7 @@ async def run_soak(cycles: int, seed: int, *, progress: Callable[[SoakReport], N
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m topodra.testing.crashsoak", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m testkit.crashsoak", description=__doc__.splitlines()[0])
     ap.add_argument("--cycles", type=int, default=1000, help="crash-restart cycles (default 1000)")
     ap.add_argument("--seed", type=int, default=None, help="random seed (default: time based; printed)")
     args = ap.parse_args(argv)

@@ -7,7 +7,7 @@ imports all that once, then forks each agent from that clean, pre-imported
 image: every agent is still its own process, with fresh state, its own
 environment (``TOPODRA_CRASH_AT``), killed for real and reaped for real.
 
-The server (``python -m topodra.testing.agentfork``) is synchronous: no event
+The server (``python -m testkit.agentfork``) is synchronous: no event
 loop or thread exists when it forks. It reads one JSON request a line on
 stdin (``{"argv": [...], "env": {...}, "log": path}``), answers ``pid N``,
 and reports ``exit N CODE`` (negative: killed by a signal) when a child ends.
@@ -157,11 +157,12 @@ class AgentForker:
         import topodra
 
         src = str(Path(topodra.__file__).resolve().parents[1])
-        pythonpath = os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH", "")) if p)
+        repo = str(Path(__file__).resolve().parents[1])  # the folder holding testkit/
+        pythonpath = os.pathsep.join(p for p in (src, repo, os.environ.get("PYTHONPATH", "")) if p)
         self._server = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "topodra.testing.agentfork",
+            "testkit.agentfork",
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             env={**os.environ, "PYTHONPATH": pythonpath},
