@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from topodra.agent.config import parse_config
-from topodra.agent.validation import check_on_machine
+from topodra.agent.config_check import check_on_machine
 from topodra.topology.synthetic import synthetic_topology
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -159,7 +159,7 @@ def pool_of(slices: Sequence[dict[str, Any]]) -> Any:
 
 
 def _node() -> Any:
-    from topodra.sim.api import parse_node
+    from topodra.sim.objects import parse_node
 
     return parse_node(NODE)
 

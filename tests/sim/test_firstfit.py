@@ -18,9 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from topodra.sim.allocator import AllocatedState, AllocationError, Allocator
-from topodra.sim.api import parse_claim, parse_node
 from topodra.sim.firstfit import FirstFit, plain_specs
 from topodra.sim.layout import NodeLayouts
+from topodra.sim.objects import parse_claim, parse_node
 from topodra.sim.run import RunConfig, run_simulation
 from topodra.sim.scheduler import Scheduler
 

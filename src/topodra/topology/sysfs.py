@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from topodra.cpuset import CPUSet
 from topodra.topology.coretypes import CoreTypeInputs, classify_core_types
 from topodra.topology.errors import TopologyError
-from topodra.topology.files import SysfsTree
 from topodra.topology.memkind import NodeMemoryFacts, classify_memory
 from topodra.topology.model import (
     CacheInstance,
@@ -33,6 +32,7 @@ from topodra.topology.model import (
     NUMANode,
     Topology,
 )
+from topodra.topology.sysfs_tree import SysfsTree
 
 __all__ = ["read_topology", "TopologyError"]
 

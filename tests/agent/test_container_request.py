@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from topodra.agent.requests import container_request, qos_class, shares_to_milli
+from topodra.agent.container_request import container_request, qos_class, shares_to_milli
 from topodra.nri.types import Container, LinuxResources, Pod
 from topodra.policy.api import ContainerRequest, QoSClass
 

@@ -96,7 +96,7 @@ _FIELDS = (
     "memory_limit", "annotations", "claims",
 )
 if tuple(f.name for f in fields(ContainerRequest)) != _FIELDS or hasattr(ContainerRequest, "__post_init__"):
-    raise TypeError("ContainerRequest changed: update topodra.agent.requests._request")
+    raise TypeError("ContainerRequest changed: update topodra.agent.container_request._request")
 _SET = tuple(getattr(ContainerRequest, name).__set__ for name in _FIELDS)
 _new = object.__new__
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from topodra.quantity import Quantity
-from topodra.sim.api import Device, Node, Slice, node_selector_matches
+from topodra.sim.objects import Device, Node, Slice, node_selector_matches
 
 __all__ = ["Pool", "gather_pools"]
 
