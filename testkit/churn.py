@@ -23,9 +23,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from topodra.agent.drift import CgroupReader
 from topodra.cpuset import CPUSet
-from topodra.embedded.runtime import ContainerChange
+from topodra.embedded.nrilocks import RuntimeHung
+from topodra.embedded.runtime import ContainerChange, EmbeddedRuntime
 from topodra.embedded.store import KINDS
+from topodra.nri.types import Container
 from topodra.playground.world import Playground
 from topodra.topology.synthetic import synthetic_topology
 
@@ -57,13 +60,18 @@ class ChurnReport:
     lost_updates: int = 0
     repair_ms: list[float] = field(default_factory=list)  # start end -> task holds the assignment
     unrepaired: int = 0  # starts whose task still ran stale at the end
-    mismatches: dict[str, tuple[str, str]] = field(default_factory=dict)  # container -> (applied, agent)
+    #: container -> (its cgroup, the agent's record): the kernel runs it elsewhere than decided
+    mismatches: dict[str, tuple[str, str]] = field(default_factory=dict)
+    #: containers whose runtime record differs from the agent's (delivery "replies" until the next reply)
+    runtime_behind: list[str] = field(default_factory=list)
+    delivery: str = ""
+    deadlocks: list[str] = field(default_factory=list)  # the runtime's NRI locks hung (never, we hope)
     double_held: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
     @property
     def ok(self) -> bool:
-        return not (self.prepare_failures or self.mismatches or self.double_held) and (
+        return not (self.prepare_failures or self.mismatches or self.double_held or self.deadlocks) and (
             self.exclusive_moved == self.exclusive_moved_in_race
         )
 
@@ -84,7 +92,10 @@ class ChurnReport:
             f"updates the runtime stored but did not apply (start window) {self.lost_updates}; "
             f"tasks repaired after their start ended in max {max(self.repair_ms, default=0):.1f} ms "
             f"({len(self.repair_ms)} repairs, {self.unrepaired} never)",
-            f"applied cpuset != agent record: {len(self.mismatches)}; CPUs held twice: {len(self.double_held)}",
+            f"delivery {self.delivery or '?'}; runtime deadlocks {len(self.deadlocks)}",
+            f"cgroup cpuset != agent record: {len(self.mismatches)}; runtime record behind: "
+            f"{len(self.runtime_behind)}; CPUs held twice: {len(self.double_held)}",
+            *(f"  deadlock: {d}" for d in self.deadlocks[:1]),
             *(f"  Prepare failure: {f}" for f in self.prepare_failures[:5]),
             *(f"  mismatch: {c} applied {a}, agent {b}" for c, (a, b) in list(self.mismatches.items())[:5]),
             *(f"  held twice: {d}" for d in self.double_held[:5]),
@@ -336,6 +347,8 @@ class _Churn:
 
     async def worker(self, ops: int, restart_at: set[int]) -> None:
         for _ in range(ops):
+            if self.pg.runtime is not None and self.pg.runtime.deadlocks:
+                return  # the runtime hung: nothing it does would return any more
             self.report.operations += 1
             if self.report.operations in restart_at:
                 await self.restart()
@@ -348,10 +361,22 @@ class _Churn:
                     await self.start_pod()
                 else:
                     await self.delete_pod()
+            except RuntimeHung:
+                return  # reported from the runtime's deadlocks
             finally:
                 async with self.idle:
                     self.busy -= 1
                     self.idle.notify_all()
+
+
+def _kernel_cpus(rt: EmbeddedRuntime, container: Container) -> CPUSet | None:
+    """What the container's cgroup holds (the kernel's view), or the runtime's record of its task
+    when the runtime writes no cgroup files."""
+    if rt.cgroup_root is None:
+        applied = rt.applied(container.id)
+        return applied[0] if applied is not None else None
+    got = CgroupReader(rt.cgroup_root).read(container.id, container.cgroups_path)
+    return got.cpus if got is not None else None
 
 
 async def _check(pg: Playground, report: ChurnReport) -> None:
@@ -359,6 +384,8 @@ async def _check(pg: Playground, report: ChurnReport) -> None:
     assert rt is not None
     await pg.settle(timeout=15)
     state = await pg.agent_state()
+    report.delivery = state.get("delivery", {}).get("mode", "")
+    report.deadlocks = rt.deadlocks
     record: Mapping[str, Mapping[str, str]] = state["containers"]
     claims = {uid: CPUSet.parse(c) for uid, c in state["claims"].items()}
     for c in rt.containers():
@@ -366,9 +393,12 @@ async def _check(pg: Playground, report: ChurnReport) -> None:
         if applied is None or c.id not in record:
             continue
         want = record[c.id]["cpus"]
-        got = str(applied[0]) if applied[0] is not None else "(unset)"
+        kernel = _kernel_cpus(rt, c)
+        got = str(kernel) if kernel is not None else "(unset)"
         if got != want:
             report.mismatches[c.id] = (got, want)
+        if str(applied[0]) != want:  # the runtime's own record, brought in step by the next reply
+            report.runtime_behind.append(c.id)
     holders: dict[int, str] = {}
     for uid, cpus in claims.items():
         for cpu in cpus:
@@ -387,7 +417,8 @@ async def _check(pg: Playground, report: ChurnReport) -> None:
             holders[cpu] = f"container {c.id}"
     report.lost_updates = len(rt.lost_updates)
     report.repair_ms = [d * 1000 for d in rt.repair_delays]
-    report.unrepaired = len(rt.unrepaired)
+    # A start that missed its update is repaired once the kernel runs the container as recorded.
+    report.unrepaired = sum(1 for cid in rt.unrepaired if cid in report.mismatches)
 
 
 async def run_churn(
@@ -398,6 +429,8 @@ async def run_churn(
     restarts: int = 3,
     topology: str = "synthetic:1s1d1n2l4c2t",
     start_delay: float = 0.003,
+    nri_version: str = "v0.12.2",
+    delivery: str = "auto",
 ) -> ChurnReport:
     """Run ``operations`` random operations (about ``restarts`` of them agent restarts)."""
     report = ChurnReport()
@@ -415,8 +448,10 @@ async def run_churn(
         agent_process=topology,
         cgroups=True,
         on_change=changed,
+        nri_version=nri_version,
         runtime_options={"start_delay": start_delay},
-        agent_overrides={"logFormat": "json"},  # the offers' history is read back from it
+        # the offers' history is read back from the log
+        agent_overrides={"logFormat": "json", "nri": {"delivery": delivery}},
     ) as pg:
         await pg.apply(_templates())
         churn = _Churn(pg, rng, report)

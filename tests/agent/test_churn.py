@@ -112,3 +112,15 @@ def test_claims_never_land_on_a_running_exclusive_container() -> None:
             assert (await pg.apply([_pod("claim-late", claim=1)]))[-1].endswith("running")
 
     asyncio.run(main())
+
+
+def test_churn_on_a_containerd_2_3_runtime_never_hangs_it() -> None:
+    """NRI v0.12.0 (containerd 2.3.x): delivery "replies" is chosen, the runtime's locks never
+    deadlock, and every container's cgroup ends as the agent recorded it."""
+    report = asyncio.run(run_churn(150, seed=5, restarts=1, nri_version="v0.12.0"))
+    assert report.delivery == "replies"
+    assert report.deadlocks == []
+    assert report.mismatches == {}, report.lines()
+    assert report.double_held == []
+    assert report.unrepaired == 0
+    assert sum(report.pods_started.values()) > 40

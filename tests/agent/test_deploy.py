@@ -104,6 +104,12 @@ def _daemonset_checks(docs: list[dict[str, Any]]) -> None:
         assert mounts[name] == path, name
     assert host["sys"] == "/sys"
     assert mounts["sys"] == str(cfg.sysfs_root / "sys")
+    # The cgroup tree is writable where the agent looks for it (delivery "replies" writes cpusets).
+    assert host["cgroup"] == "/sys/fs/cgroup"
+    assert mounts["cgroup"] == str(cfg.sysfs_root / "sys" / "fs" / "cgroup")
+    read_only = {m["name"] for m in pod["containers"][0]["volumeMounts"] if m.get("readOnly")}
+    assert "sys" in read_only
+    assert "cgroup" not in read_only
     env = {e["name"] for e in pod["containers"][0]["env"]}
     assert "NODE_NAME" in env
     # The configuration file is mounted read-only for everyone: the agent refuses one that

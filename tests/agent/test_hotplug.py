@@ -2,7 +2,7 @@
 """CPU hotplug under a running agent process, and the device health it reports to the kubelet.
 
 The agent (``python -m topodra agent``, its own process) reads its machine from a sysfs tree
-(``testing/sysfs_writer``) that the test changes under it, as the kernel does when CPUs go
+(``testkit/sysfs_writer``) that the test changes under it, as the kernel does when CPUs go
 offline: the containers on them are moved by unsolicited updates, the slices are republished
 without them, the claim holding one is reported, and the DRAResourceHealth streams (v1 and
 v1alpha1, over the agent's gRPC socket) turn those devices Unhealthy; brought back, all is

@@ -46,9 +46,11 @@ class NRIConfig(_Section):
     socket: Path = Path("/var/run/nri/nri.sock")
     plugin_name: str = "topodra"
     plugin_index: str = "90"
-    #: Push container changes caused outside NRI events (claim release, reconfiguration)
-    #: with an unsolicited UpdateContainers at once.
-    unsolicited_updates: bool = True
+    #: How container changes made outside NRI events (claim release, reconfiguration) reach the
+    #: containers at once: ``unsolicited`` UpdateContainers, or ``replies`` (the cgroup written
+    #: now, the update carried in the next event reply); ``auto`` picks by the runtime's NRI
+    #: version (agent/delivery.py).
+    delivery: Literal["auto", "unsolicited", "replies"] = "auto"
 
     _socket = field_validator("socket")(_absolute)
 

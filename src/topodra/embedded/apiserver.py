@@ -14,7 +14,7 @@ verbs on ``resourceclaims/driver`` (``associated-node:<verb>`` for the node the
 claim is allocated to, ``arbitrary-node:<verb>`` for any), as the real server's
 ``DRAResourceClaimGranularStatusAuthorization`` check does. That extra check is
 recorded in ``audit`` too, authorizer or not. Server-side apply of claim
-``status.devices`` is served (``testing/apply.py``).
+``status.devices`` is served (``embedded/apply.py``).
 
     async with ApiServer() as server:
         client = KubeClient.for_url(server.url)

@@ -16,9 +16,14 @@ real protocol and the real runtime's rules:
   operation goes on without it; frames checked as Go's reader would take them;
 * notification events as dedicated rpcs (v0.12+) or StateChange (older, or
   for good after a plugin answers UNIMPLEMENTED);
-* containerd's single lock held while an event is delivered, and taken by
-  plugin-initiated UpdateContainers, so an update requested from inside an
-  event handler waits for that event: the plugin deadlocks and is dropped;
+* containerd's two NRI locks (``embedded/nrilocks.py``): a CRI call takes the
+  local NRI lock, then the adaptation's while the event is delivered; a
+  plugin-initiated UpdateContainers takes the local lock (NRI v0.12.1+) or the
+  adaptation's and then the local one (older: the lock inversion of
+  containerd#13733, which hangs the runtime for good when it meets a CRI call
+  between its two locks: ``RuntimeHung``, ``deadlocks``). An update requested
+  from inside an event handler waits for that event: the plugin deadlocks and
+  is dropped;
 * field ownership across plugins, updates of the container being created
   refused, validators consulted after all adjustments;
 * the spec and the running task kept apart, as containerd does: StartContainer
@@ -58,6 +63,7 @@ from google.protobuf.message import DecodeError, Message
 
 from topodra import __version__
 from topodra.cpuset import CPUSet
+from topodra.embedded.nrilocks import NRILocks, RuntimeHung
 from topodra.nri import convert
 from topodra.nri.errors import ConnectionClosed, ConversionError, NRIError, OversizedMessageError, RpcError
 from topodra.nri.merge import (
@@ -93,6 +99,7 @@ log = logging.getLogger("topodra.embedded.runtime")
 _V0_7: Final = NRIVersion(0, 7, 0)
 _V0_10: Final = NRIVersion(0, 10, 0)
 _V0_12: Final = NRIVersion(0, 12, 0)
+_V0_12_1: Final = NRIVersion(0, 12, 1)
 _MIN_SYNC_OBJECTS: Final = 8
 
 #: Notification events and their dedicated rpc (v0.12+); others always have their own rpc.
@@ -258,6 +265,7 @@ class EmbeddedRuntime:
         start_delay: float = 0.0,
         start_gate: Callable[[str], Awaitable[None]] | None = None,
         cgroup_root: str | os.PathLike[str] | None = None,
+        between_locks: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         """``plugin_config`` maps "NN-name" or "name" to the config text sent in Configure.
 
@@ -267,6 +275,8 @@ class EmbeddedRuntime:
         ~170 ms on a real node), ``start_gate`` an awaitable called in that
         window instead (tests act inside it); ``cgroup_root`` makes the runtime
         write each task's cpuset to ``<cgroup_root>/<cgroups_path>/cpuset.{cpus,mems}``.
+        ``between_locks`` is awaited by every CRI call between taking containerd's local NRI lock
+        and the adaptation's (``embedded/nrilocks.py``), with the call's label.
         """
         self.socket_path = Path(socket_path) if socket_path is not None else None
         self.runtime_name = runtime_name
@@ -303,13 +313,26 @@ class EmbeddedRuntime:
         self._containers: dict[str, Container] = {}
         self._plugins: list[_Plugin] = []
         self._all: list[_Plugin] = []
-        self._lock = asyncio.Lock()  # containerd's NRI lock
+        #: containerd's local NRI lock and the NRI adaptation's, in this NRI version's order
+        self._locks = NRILocks(
+            inverted_updates=self.version < _V0_12_1, serialize_updates=containerd_lock, between=between_locks
+        )
         self._accept_lock = asyncio.Lock()
         self._server: asyncio.base_events.Server | None = None
         self._subscribers: list[asyncio.Queue[ContainerChange]] = []
         self._tasks: set[asyncio.Task[Any]] = set()
         self._plugins_changed = asyncio.Event()
         self._pid = 10000
+
+    @property
+    def nri_locks(self) -> NRILocks:
+        """containerd's two NRI locks as this runtime takes them (tests watch who waits)."""
+        return self._locks
+
+    @property
+    def deadlocks(self) -> list[str]:
+        """The lock inversions that hung this runtime (empty: it never hung)."""
+        return list(self._locks.deadlocks)
 
     # ---------------------------------------------------------------- lifecycle
     async def start(self) -> None:
@@ -511,7 +534,7 @@ class EmbeddedRuntime:
         except _Fatal:
             raise _Fatal("failed to register plugin, connection closed") from None
         await self._configure(plugin)
-        async with self._lock:
+        async with self._locks.synchronize(f"Synchronize {plugin.id}"):
             updates = await self._synchronize(plugin)
             self._apply_updates(updates, source="synchronize", plugin=plugin.id)
             plugin.synchronized = True
@@ -543,7 +566,10 @@ class EmbeddedRuntime:
                 return b"", Status(Code.UNKNOWN, f"invalid UpdateContainersRequest: {exc}")
             self._note(f"plugin {plugin.id!r} requested container updates: {', '.join(u.container_id for u in updates)}")
             # runtime-owned: applied even if the plugin is dropped while it waits for the lock
-            failed = await asyncio.shield(self._spawn(self._apply_unsolicited(updates, plugin.id)))
+            try:
+                failed = await asyncio.shield(self._spawn(self._apply_unsolicited(updates, plugin.id)))
+            except RuntimeHung as exc:
+                return b"", Status(Code.UNAVAILABLE, str(exc))
             if failed:
                 # containerd applies what it can, then fails the whole call: ttrpc sends the
                 # error status alone, so the plugin never sees which updates failed.
@@ -552,9 +578,7 @@ class EmbeddedRuntime:
         return b"", Status(Code.UNIMPLEMENTED, f"method {req.method}")
 
     async def _apply_unsolicited(self, updates: list[ContainerUpdate], plugin_id: str) -> list[ContainerUpdate]:
-        if not self.containerd_lock:
-            return self._apply_updates(updates, source="unsolicited", plugin=plugin_id)
-        async with self._lock:
+        async with self._locks.unsolicited(f"UpdateContainers from {plugin_id}"):
             return self._apply_updates(updates, source="unsolicited", plugin=plugin_id)
 
     def _register(self, plugin: _Plugin, msg: api_pb2.RegisterPluginRequest) -> Reply:
@@ -804,7 +828,7 @@ class EmbeddedRuntime:
         """Add a pod sandbox (RunPodSandbox)."""
         if pod.id in self._pods:
             raise RuntimeUsageError(f"pod sandbox {pod.id!r} already exists")
-        async with self._lock:
+        async with self._locks.lifecycle(f"RunPodSandbox {pod.id}"):
             self._pods[pod.id] = pod
             dropped: list[str] = []
             error = await self._notify(Event.RUN_POD_SANDBOX, pod, None, dropped)
@@ -817,7 +841,7 @@ class EmbeddedRuntime:
     ) -> EventResult:
         """UpdatePodSandbox + PostUpdatePodSandbox (NRI v0.10+; older runtimes send nothing)."""
         pod = self.pod(pod_id)
-        async with self._lock:
+        async with self._locks.lifecycle(f"UpdatePodSandbox {pod_id}"):
             pod = dataclasses.replace(pod, resources=resources or pod.resources, overhead=overhead or pod.overhead)
             self._pods[pod_id] = pod
             dropped: list[str] = []
@@ -839,7 +863,7 @@ class EmbeddedRuntime:
 
     async def stop_pod_sandbox(self, pod_id: str) -> EventResult:
         pod = self.pod(pod_id)
-        async with self._lock:
+        async with self._locks.lifecycle(f"StopPodSandbox {pod_id}"):
             dropped: list[str] = []
             error = await self._notify(Event.STOP_POD_SANDBOX, pod, None, dropped)
             return EventResult("StopPodSandbox", pod=pod, error=error, dropped=tuple(dropped), plugins=self._ids())
@@ -848,7 +872,7 @@ class EmbeddedRuntime:
         pod = self.pod(pod_id)
         if any(c.pod_sandbox_id == pod_id for c in self._containers.values()):
             raise RuntimeUsageError(f"pod sandbox {pod_id!r} still has containers")
-        async with self._lock:
+        async with self._locks.lifecycle(f"RemovePodSandbox {pod_id}"):
             dropped: list[str] = []
             error = await self._notify(Event.REMOVE_POD_SANDBOX, pod, None, dropped)
             del self._pods[pod_id]
@@ -865,7 +889,7 @@ class EmbeddedRuntime:
             raise RuntimeUsageError(f"container {container.id!r} already exists")
         self._pid += 1
         ctr = dataclasses.replace(container, state=ContainerState.CREATED, created_at=time.time_ns(), pid=self._pid)
-        async with self._lock:
+        async with self._locks.lifecycle(f"CreateContainer {container.id}"):
             result = await self._create(pod, ctr)
             if result.error is not None or result.container is None:
                 return result
@@ -981,7 +1005,7 @@ class EmbeddedRuntime:
             self._set_task(ctr)  # NewTask: the cgroup gets the spec as it is now
             # Until the task runs, the container stays CREATED (what Synchronize reports), as in CRI.
             started = dataclasses.replace(ctr, state=ContainerState.RUNNING, started_at=time.time_ns())
-            async with self._lock:
+            async with self._locks.lifecycle(f"StartContainer {container_id}"):
                 error = await self._notify(Event.START_CONTAINER, pod, started, dropped)
             if error is None:
                 if self.start_gate is not None:
@@ -999,7 +1023,7 @@ class EmbeddedRuntime:
         if container_id in self._task and cpus_and_mems(ctr) != self._task[container_id]:
             self._unrepaired[container_id] = time.monotonic()  # the task runs on a stale cpuset
         if error is None:
-            async with self._lock:
+            async with self._locks.lifecycle(f"PostStartContainer {container_id}"):
                 error = await self._notify(Event.POST_START_CONTAINER, pod, ctr, dropped)
         return EventResult("StartContainer", pod=pod, container=ctr, error=error, dropped=tuple(dropped),
                            plugins=self._ids())
@@ -1012,7 +1036,7 @@ class EmbeddedRuntime:
         """
         ctr = self.container(container_id)
         pod = self.pod(ctr.pod_sandbox_id)
-        async with self._lock:
+        async with self._locks.lifecycle(f"UpdateContainer {container_id}"):
             owners = Owners()
             updates: dict[str, ContainerUpdate] = {}
             dropped: list[str] = []
@@ -1052,7 +1076,7 @@ class EmbeddedRuntime:
         """StopContainer; the plugins' updates (e.g. CPUs given back to others) are applied."""
         ctr = self.container(container_id)
         pod = self.pod(ctr.pod_sandbox_id)
-        async with self._lock:
+        async with self._locks.lifecycle(f"StopContainer {container_id}"):
             ctr = dataclasses.replace(ctr, state=ContainerState.STOPPED, finished_at=time.time_ns())
             self._set_container(ctr, source="stop", plugin=None)
             owners = Owners()
@@ -1090,7 +1114,7 @@ class EmbeddedRuntime:
     async def remove_container(self, container_id: str) -> EventResult:
         ctr = self.container(container_id)
         pod = self.pod(ctr.pod_sandbox_id)
-        async with self._lock:
+        async with self._locks.lifecycle(f"RemoveContainer {container_id}"):
             dropped: list[str] = []
             error = await self._notify(Event.REMOVE_CONTAINER, pod, ctr, dropped)
             del self._containers[container_id]

@@ -287,7 +287,6 @@ class Stub:
         self._stopping = False
         self._wake = asyncio.Event()
         self._state_changed = asyncio.Event()
-        self._warned_unsafe = False
         #: (method, seconds) of the latest answered calls: request bytes in to reply bytes out
         #: (decode, handler, encode), the plugin's own share of a round trip.
         self.handler_times: deque[tuple[str, float]] = deque(maxlen=4096)
@@ -461,16 +460,6 @@ class Stub:
         elif link is None or link.conn is None or link.conn.closed:
             fut.set_exception(ConnectionClosed("not connected to a runtime"))
         else:
-            runtime = link.runtime
-            if runtime is not None and not runtime.unsolicited_updates_safe and not self._warned_unsafe:
-                self._warned_unsafe = True
-                log.warning(
-                    "runtime %s %s (NRI %s) may deadlock on unsolicited updates (containerd#13733, fixed in "
-                    "NRI v0.12.1); prefer returning updates from event handlers",
-                    runtime.name,
-                    runtime.version,
-                    runtime.nri_version or "unknown",
-                )
             link.updates.put_nowait((request, fut))
         return fut
 

@@ -329,6 +329,15 @@ class EmbeddedKubelet:
         self._note(f"started pod {key} ({qos}, {len(run.containers)} container(s))")
         return run
 
+    async def unprepare_claims(self, pod: Mapping[str, Any]) -> None:
+        """NodeUnprepareResources for a running pod's claims, its containers left alone: a claim
+        released while no container event happens (tests of how the release reaches others)."""
+        uid = (pod.get("metadata") or {}).get("uid", "")
+        run = self.pods.get(uid)
+        if run is None:
+            raise KubeletError(f"pod {uid or '(no uid)'} does not run on this node")
+        await self._undo_claims(run)
+
     async def _undo_claims(self, run: PodRun) -> None:
         per: dict[str, list[tuple[str, str, str]]] = {}
         for drv, ns, uid, name in run.claims:
