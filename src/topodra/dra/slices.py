@@ -207,7 +207,8 @@ def iter_slices(
     chunks: Sequence[Sequence[Device]] | None = None,
 ) -> Iterator[dict[str, Any]]:
     """``build_slices`` one slice at a time (checked before the first): a caller on an event
-    loop lets other work run between slices (at 1,024 CPUs the whole pool is ~1 ms of CPU)."""
+    loop lets other work run between slices (the whole pool in one step would hold it longest
+    on the largest nodes)."""
     check_pool(node_name, devices, generation)
     if chunks is None:
         chunks = chunk_devices(devices)

@@ -71,7 +71,7 @@ def topology_command(
     else:
         import yaml
 
-        dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml when present: 10x faster
+        dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml when present: much faster
         typer.echo(yaml.dump(data, Dumper=dumper, sort_keys=False), nl=False)
 
 
