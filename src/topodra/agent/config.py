@@ -15,7 +15,7 @@ import socket
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from topodra.agent.config_file import MAX_CONFIG_BYTES, ConfigError, check_file_mode, read_config_file
@@ -51,6 +51,16 @@ class NRIConfig(_Section):
     #: now, the update carried in the next event reply); ``auto`` picks by the runtime's NRI
     #: version (agent/delivery.py).
     delivery: Literal["auto", "unsolicited", "replies"] = "auto"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _retired(cls, data: Any) -> Any:
+        if isinstance(data, dict) and {"unsolicitedUpdates", "unsolicited_updates"} & data.keys():
+            raise ValueError(
+                "unsolicitedUpdates was replaced by delivery: auto (the default), unsolicited or replies"
+                " (what false meant)"
+            )
+        return data
 
     _socket = field_validator("socket")(_absolute)
 
