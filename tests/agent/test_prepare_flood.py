@@ -14,6 +14,8 @@ import socket
 from collections import Counter
 from typing import Any
 
+import pytest
+
 from topodra.dra.driver import FETCH_CONCURRENCY
 from topodra.dra.proto import dra_v1_pb2
 from topodra.playground.world import Playground
@@ -39,6 +41,7 @@ async def _get(port: int, path: str) -> tuple[int, bytes]:
     return int(head.split()[1]), body
 
 
+@pytest.mark.slow
 def test_a_flood_of_unknown_claims_leaves_the_agent_responsive() -> None:
     async def main() -> None:
         port = _free_port()
