@@ -13,11 +13,13 @@ import asyncio
 import os
 import random
 
+import pytest
 from testkit.crashsoak import run_soak
 
 CYCLES = 50
 
 
+@pytest.mark.slow
 def test_random_crash_restart_cycles_lose_and_double_nothing() -> None:
     seed = int(os.environ.get("TOPODRA_SOAK_SEED") or random.randrange(1 << 30))
     report = asyncio.run(run_soak(CYCLES, seed))

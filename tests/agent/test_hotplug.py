@@ -73,6 +73,7 @@ async def _health(stream: AsyncIterator[Any], want: Callable[[dict[str, tuple[in
             return got
 
 
+@pytest.mark.slow
 def test_cpus_going_offline_and_back_under_a_running_agent_process() -> None:
     async def main() -> None:
         with tempfile.TemporaryDirectory(prefix="hp", dir="/tmp") as tmp:
@@ -175,6 +176,7 @@ def test_cpus_going_offline_and_back_under_a_running_agent_process() -> None:
     asyncio.run(main())
 
 
+@pytest.mark.slow
 def test_an_agent_restarted_while_a_claimed_cpu_is_offline_keeps_the_claim_whole() -> None:
     async def main() -> None:
         with tempfile.TemporaryDirectory(prefix="hp", dir="/tmp") as tmp:

@@ -275,6 +275,7 @@ async def _scenario(steps: list[tuple[str, int]]) -> None:
         max_size=8,
     )
 )
+@pytest.mark.slow
 def test_withdraw_and_reoffer_keep_the_pool_whole(steps: list[tuple[str, int]]) -> None:
     asyncio.run(asyncio.wait_for(_scenario(steps), 60))
 

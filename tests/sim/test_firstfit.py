@@ -14,6 +14,7 @@ import dataclasses
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -86,6 +87,7 @@ def _stats(s: Any) -> tuple[int, ...]:
     return (s.calls, s.visits, s.checks, s.cel_evals, s.devices)
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(scenario())
 def test_first_fit_equals_the_allocator(sc: dict[str, Any]) -> None:
