@@ -15,12 +15,12 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from testkit.crashsoak import TEMPLATES, _pod
 
 from topodra.dra.driver import FETCH_CONCURRENCY
 from topodra.dra.proto import dra_v1_pb2
 from topodra.kube.client import RESOURCE_CLAIMS, KubeClient, Resource
 from topodra.playground.world import Playground
-from topodra.testing.crashsoak import TEMPLATES, _pod
 from topodra.topology.synthetic import synthetic_topology
 
 FLOOD = 2_000  # 20,000 in the benchmark; the bound is the same
@@ -42,6 +42,7 @@ async def _get(port: int, path: str) -> tuple[int, bytes]:
     return int(head.split()[1]), body
 
 
+@pytest.mark.slow
 def test_a_flood_of_unknown_claims_leaves_the_agent_responsive(monkeypatch: pytest.MonkeyPatch) -> None:
     async def main() -> None:
         port = _free_port()

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from topodra.agent.claims import ClaimBridge
+from topodra.agent.container_request import container_request
 from topodra.agent.metrics import AgentMetrics
 from topodra.agent.observe import CreateTimes, EventLog
-from topodra.agent.requests import container_request
 from topodra.agent.router import ChangeRouter
 from topodra.agent.start_window import StartWindow
 from topodra.agent.state import NodeState

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from topodra.agent.config import AgentConfig, ConfigError, load_config
+from topodra.agent.config_check import check_on_machine
 from topodra.agent.metrics import AgentMetrics
 from topodra.agent.observe import EventLog
 from topodra.agent.state import NodeState
-from topodra.agent.validation import check_on_machine
 from topodra.dra.devices import Device, follow_devices
 from topodra.policy.api import Changes, PolicyError
 

@@ -12,7 +12,7 @@ import asyncio
 from dataclasses import dataclass, field
 
 from topodra.agent.config import AgentConfig, ConfigError
-from topodra.agent.validation import check_on_machine
+from topodra.agent.config_check import check_on_machine
 from topodra.dra.devices import Device
 from topodra.nri.types import Container, Pod
 from topodra.policy import Policy
