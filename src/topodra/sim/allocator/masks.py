@@ -3,7 +3,8 @@
 Runs of devices that are in use, not selected, or rejected by the constraints without side
 effect are counted (visits, checks, selector evaluations) in one step; only the devices that
 could be allocated, or whose rejection has a side effect, are walked (through the plain
-search's ``allocate_device`` and ``allocate_one``). Answers for slots under constraints once the
+search's ``allocate_device``, or ``take_proven`` for a device the masks prove acceptable, and
+``allocate_one``). Answers for slots under constraints once the
 search is past first fit (``fast_after`` calls, or a device taken back under a
 ``distinctAttribute``), on nodes without counters or shareable devices, for requests without
 capacity requests or admin access; declines (don't know) elsewhere.
@@ -81,6 +82,7 @@ class MaskScan:
         sel, err = bits.sel_mask(rd, rkey)
         counted = bits.counted.get(rkey, 0)
         last = start
+        applying = [(c, bits.values(ci, j)) for j, c in enumerate(s.constraints[ci]) if c.matches(rd.base, rd.sub)]
         while True:
             free = ~bits.busy() & ~((1 << last) - 1) & s.all_mask
             base = free & sel & ~err
@@ -101,10 +103,14 @@ class MaskScan:
             if not s.is_selectable(cand, rd, rkey, True):  # raises for an evaluation error
                 continue
             counted |= 1 << p
-            if not cand.simple_cap and not s.cmp_request_over_capacity(cand, rd.spec):
-                continue
-            if not s.allocate_device(ci, rd, cand, False):
-                continue
+            bit = 1 << p
+            if acc & bit and not (slow | bits.special_mask) & bit:
+                s.take_proven(ci, rd, cand, applying)  # nothing can reject it here
+            else:
+                if not cand.simple_cap and not s.cmp_request_over_capacity(cand, rd.spec):
+                    continue
+                if not s.allocate_device(ci, rd, cand, False):
+                    continue
             try:
                 done = s.allocate_one(ci, ri, si, di + 1, in_sub, p + 1)
             except MaxSizeExceeded:

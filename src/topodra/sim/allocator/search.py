@@ -411,9 +411,8 @@ class Search:
 
     def answer(self, at: Slot, after: int = 0) -> bool:
         """The slot's answer: from the accelerations (from index ``after`` on), else the device loop."""
-        accs = self.accelerations
-        for i in range(after, len(accs)):
-            got = accs[i].answer(at)
+        for acc in self.accelerations[after:] if after else self.accelerations:
+            got = acc.answer(at)
             if got is not None:
                 return got
         return self.allocate_from_devices(at)
@@ -544,6 +543,21 @@ class Search:
                 agg[k] = agg.get(k, _ZERO) + q.amount
         self.results[ci].append(PickedDevice(rd, cand, share, consumed if consumed else None))
         return True
+
+    def take_proven(self, ci: int, rd: RequestData, cand: Candidate, applying: list[tuple[ClaimConstraint, list[Typed | None]]]) -> None:
+        """``allocate_device`` for a device the caller has proven to pass every check (free,
+        exclusive, no counters, no taints, always fits, accepted without side effect by the
+        constraints in ``applying``, with their values by position): the check is counted and
+        the device held exactly as ``allocate_device`` holds it."""
+        self.stats.checks += 1
+        base, p = rd.base, cand.pos
+        for c, vals in applying:
+            v = vals[p]
+            assert v is not None
+            c.add(base, v)
+        self.allocating.setdefault(cand.id, set()).add(ci)
+        self.amask[ci] |= 1 << p
+        self.results[ci].append(PickedDevice(rd, cand, None, None))
 
     def _add_to_constraints(self, ci: int, rd: RequestData, cand: Candidate, must: bool) -> bool:
         """Each constraint of the claim in order takes the device's value, or the ones before it
