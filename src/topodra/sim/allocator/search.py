@@ -703,18 +703,12 @@ class Search:
             )
         return ClaimAllocation(claim.key, tuple(results), self._config(ci), self.create_node_selector(ci))
 
-    def _chosen(self, ci: int, ri: int) -> RequestData:
-        rd = self.req[(ci, ri, 0)]
-        if rd.parent is not None:
-            return self.req[(ci, ri, rd.selected_sub)]
-        return rd
-
     def _config(self, ci: int) -> tuple[Mapping[str, Any], ...]:
         claim = self.claims[ci]
         out: list[dict[str, Any]] = []
         class_ranges: dict[str, tuple[int, int]] = {}
         for ri in range(len(claim.requests)):
-            rd = self._chosen(ci, ri)
+            rd = _chosen(self.req, ci, ri)
             rng = class_ranges.get(rd.cls.name)
             if rng is not None:
                 for i in range(*rng):
@@ -734,7 +728,7 @@ class Search:
                 if req.name in reqs:
                     out.append({"source": "FromClaim", "requests": reqs, **body})
                     break
-                rd = self._chosen(ci, ri)
+                rd = _chosen(self.req, ci, ri)
                 if rd.parent is not None and rd.name in reqs:
                     out.append({"source": "FromClaim", "requests": reqs, **body})
                     break
@@ -742,7 +736,7 @@ class Search:
             entry_reqs = entry.get("requests")
             if not entry_reqs:
                 continue
-            if all(req.name in entry_reqs or self._chosen(ci, ri).name in entry_reqs for ri, req in enumerate(claim.requests)):
+            if all(req.name in entry_reqs or _chosen(self.req, ci, ri).name in entry_reqs for ri, req in enumerate(claim.requests)):
                 del entry["requests"]
         # key order as the API prints it
         return tuple({k: e[k] for k in ("source", "requests", "opaque") if k in e} | e for e in out)
@@ -772,3 +766,10 @@ class Search:
             raise FilterTimeout(secs)
         self.next_budget_check = self.stats.calls + 32
 
+
+def _chosen(req: Mapping[RequestKey, RequestData], ci: int, ri: int) -> RequestData:
+    """The request, or for ``firstAvailable`` the subrequest the search chose."""
+    rd = req[(ci, ri, 0)]
+    if rd.parent is not None:
+        return req[(ci, ri, rd.selected_sub)]
+    return rd
