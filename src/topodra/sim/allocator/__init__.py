@@ -24,7 +24,7 @@ runs ``internal/incubating``. This package follows that variant, module by modul
   ``internal/incubating/constraint.go`` (``distinctAttributeConstraint``);
 - ``capacity``: ``internal/incubating/consumable_capacity.go``;
 - ``taints``: ``taintPreventsAllocation`` (``allocator_incubating.go``);
-- ``pools``: ``internal/incubating/pools_incubating.go`` (``GatherPools``, ``NodeMatches``);
+- ``resourcepools``: ``internal/incubating/pools_incubating.go`` (``GatherPools``, ``NodeMatches``);
 - ``results``: the API records, ``AllocatedState`` (``internal/allocatedstate.go``), the
   counted work and the Filter timeout (``FilterBudget``).
 

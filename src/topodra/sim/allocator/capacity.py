@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from fractions import Fraction
 
 from topodra.quantity import Quantity
-from topodra.sim.api import Capacity, Device
+from topodra.sim.objects import Capacity, Device
 
 __all__ = ["cmp_request_over_capacity", "consumed_capacity", "violates_policy"]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from topodra.sim.api import Constraint, Device
+from topodra.sim.objects import Constraint, Device
 
 __all__ = ["ClaimConstraint", "DistinctAttributeConstraint", "MatchAttributeConstraint", "lookup_attribute", "make_constraint"]
 

@@ -31,8 +31,8 @@ import numpy as np
 from topodra.sim.allocator.prune import hopeless_group_work
 from topodra.sim.allocator.results import ClaimAllocation, DeviceResult, SearchStats
 from topodra.sim.allocator.search import Allocator
-from topodra.sim.api import MAX_RESULTS, Claim, Device, DeviceClass, DeviceID, Node, RequestSpec
 from topodra.sim.cel import CelError, compile_selector
+from topodra.sim.objects import MAX_RESULTS, Claim, Device, DeviceClass, DeviceID, Node, RequestSpec
 
 __all__ = ["Fit", "FirstFit", "plain_specs"]
 

@@ -15,7 +15,7 @@ from fractions import Fraction
 from typing import Any
 
 from topodra.dra.allocation import AllocatedResult, AllocationFormatError, parse_allocation
-from topodra.sim.api import DeviceID, ObjectError
+from topodra.sim.objects import DeviceID, ObjectError
 
 __all__ = [
     "ObjectError",

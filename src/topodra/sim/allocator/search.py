@@ -9,7 +9,7 @@ body of ``Allocate``: requests validated, constraints built, the search started,
 ``check_available_counters``, ``device_in_use``,
 ``deallocate_counters_for_device`` and ``create_node_selector``. Constraints are in
 ``constraints``, consumable capacity in ``capacity``, ``taintPreventsAllocation`` in ``taints``,
-pool gathering in ``pools``.
+pool gathering in ``resourcepools``.
 
 What differs from upstream and why:
 
@@ -44,8 +44,8 @@ from topodra.sim.allocator.constraints import ClaimConstraint, Typed, lookup_att
 from topodra.sim.allocator.hooks import Acceleration
 from topodra.sim.allocator.masks import MaskScan
 from topodra.sim.allocator.memo import DeadStateMemo
-from topodra.sim.allocator.pools import Pool, gather_pools, node_matches
 from topodra.sim.allocator.prune import Prune
+from topodra.sim.allocator.resourcepools import Pool, gather_pools, node_matches
 from topodra.sim.allocator.results import (
     AllocatedState,
     AllocationError,
@@ -67,7 +67,8 @@ from topodra.sim.allocator.types import (
     RequestKey,
     Slot,
 )
-from topodra.sim.api import (
+from topodra.sim.cel import CelCompileError, CelError, CelRuntimeError, compile_selector
+from topodra.sim.objects import (
     MAX_RESULTS,
     Claim,
     Device,
@@ -82,7 +83,6 @@ from topodra.sim.api import (
     parse_node,
     parse_slice,
 )
-from topodra.sim.cel import CelCompileError, CelError, CelRuntimeError, compile_selector
 
 __all__ = ["Allocator", "Search", "reads_only_driver"]
 

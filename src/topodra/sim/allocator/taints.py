@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from topodra.sim.api import Device, RequestSpec
+from topodra.sim.objects import Device, RequestSpec
 
 __all__ = ["taint_prevents_allocation"]
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from topodra.quantity import Quantity
-from topodra.sim.allocator.pools import Pool
-from topodra.sim.api import Device, DeviceClass, DeviceID, RequestSpec, Slice
+from topodra.sim.allocator.resourcepools import Pool
+from topodra.sim.objects import Device, DeviceClass, DeviceID, RequestSpec, Slice
 
 __all__ = ["Candidate", "MaxSizeExceeded", "PickedDevice", "RequestData", "RequestKey", "Slot"]
 
