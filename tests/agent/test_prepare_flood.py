@@ -15,7 +15,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from testkit.crashsoak import TEMPLATES, _pod
+from testkit.crashsoak import TEMPLATES, soak_pod
 
 from topodra.dra.driver import FETCH_CONCURRENCY
 from topodra.dra.proto import dra_v1_pb2
@@ -82,7 +82,7 @@ def test_a_flood_of_unknown_claims_leaves_the_agent_responsive(monkeypatch: pyte
 
             status, body = await asyncio.wait_for(_get(port, "/healthz"), 10)
             assert (status, body) == (200, b"ok\n")
-            lines = await asyncio.wait_for(pg.apply([_pod("claimer", {}, "one-cpu"), _pod("web", {"requests": {"cpu": "250m"}})]), 60)
+            lines = await asyncio.wait_for(pg.apply([soak_pod("claimer", {}, "one-cpu"), soak_pod("web", {"requests": {"cpu": "250m"}})]), 60)
             assert lines == ["pod/claimer created", "pod/web created", "pod/claimer running", "pod/web running"]
             assert len(pg.cpus_of("claimer")) == 1
             assert not flood.done(), "the flood was still in flight the whole time"
