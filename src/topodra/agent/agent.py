@@ -820,20 +820,13 @@ class Agent:
 
     def _placements(self, changes: Changes, *, exclude: str | None = None) -> list[Placement]:
         """The updates ``changes`` make of the runtime's containers, by id, as (id, cpus, mems or
-        None). Followers moved together share one ``Assignment``: its sets are read once, and
-        the same objects let the reply writer reuse their bytes."""
+        None)."""
         containers = self.containers
-        out: list[Placement] = []
-        last: Assignment | None = None
-        cpus: CPUSet | None = None
-        mems: CPUSet | None = None
-        for cid, a in sorted(changes.items()):
-            if cid == exclude or cid not in containers:
-                continue
-            if a is not last:
-                last, cpus, mems = a, a.cpus, a.mems or None
-            assert cpus is not None
-            out.append((cid, cpus, mems))
+        out: list[Placement] = [
+            (cid, a.cpus, a.mems or None)
+            for cid, a in sorted(changes.items())
+            if cid != exclude and cid in containers
+        ]
         if out and self._starting:  # event replies reach starting tasks no better
             self._mark_overlap([p[0] for p in out])
         return out
