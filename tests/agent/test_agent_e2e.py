@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,10 +21,9 @@ from topodra.cpuset import CPUSet
 from topodra.nri.types import Container, ContainerState, Pod
 from topodra.playground.runner import resolve_topology
 from topodra.playground.world import Playground
-from topodra.testing.fixtures import shared_dir
 from topodra.topology.model import CoreType
 
-EXAMPLE = shared_dir() / "examples" / "upstream-prototype.yaml"
+EXAMPLE = Path(__file__).resolve().parents[1] / "data" / "upstream-prototype" / "upstream-prototype.yaml"
 
 
 def _pod(name: str, cpu: str | None = None, limit: str | None = None) -> dict[str, Any]:
@@ -69,7 +70,7 @@ def test_release_reaches_the_runtime_with_no_further_container_event() -> None:
             assert (await pg.runtime.remove_container(cid)).ok
         changes = pg.runtime.subscribe()
         events_before = _nri_events(pg)
-        await pg.kubelet._undo_claims(run_)
+        await pg.kubelet.unprepare_claims(pod)
         change = await asyncio.wait_for(changes.get(), 5)
         assert change.source == "unsolicited"
         assert change.cpus == pg.topology.online
@@ -81,7 +82,7 @@ def test_release_reaches_the_runtime_with_no_further_container_event() -> None:
 
 
 def _pod_key(name: str) -> tuple[Any, str, str]:
-    from topodra.testing.store import KINDS
+    from topodra.embedded.store import KINDS
 
     return KINDS[("", "pods")], "default", name
 
@@ -202,8 +203,9 @@ def test_metrics_and_state_endpoints() -> None:
     run(body)
 
 
-def test_unsolicited_updates_off_defers_to_the_next_event_reply() -> None:
-    """For runtimes whose NRI may deadlock on unsolicited updates: the changes ride on the next reply."""
+def test_replies_delivery_defers_to_the_next_event_reply() -> None:
+    """Delivery "replies" (runtimes whose NRI may deadlock on unsolicited updates): with no cgroup
+    to write, the changes ride on the next reply, and no UpdateContainers is ever sent."""
 
     async def body(pg: Playground) -> None:
         await pg.apply([_pod("web", "500m")])
@@ -220,6 +222,70 @@ def test_unsolicited_updates_off_defers_to_the_next_event_reply() -> None:
         await pg.apply([_pod("later", "100m")])
         # ...which carries it.
         assert claimed <= pg.cpus_of("web")
-        assert pg.agent.pusher.stats.sent == 0
+        assert pg.runtime is not None
+        assert not [line for line in pg.runtime.log if "requested container updates" in line]
 
-    run(body, agent_overrides={"nri": {"unsolicitedUpdates": False}})
+    run(body, agent_overrides={"nri": {"delivery": "replies"}})
+
+
+def _claim_pod(name: str, count: int) -> list[dict[str, Any]]:
+    """A pod whose only container runs on a claim of ``count`` CPUs (no CPU request of its own)."""
+    template = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": f"{name}-cpus"},
+        "spec": {"spec": {"devices": {"requests": [
+            {"name": "cpu", "exactly": {"deviceClassName": "native.cpu", "count": count}}
+        ]}}},
+    }
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "resourceClaims": [{"name": "cpus", "resourceClaimTemplateName": f"{name}-cpus"}],
+            "containers": [{"name": "c", "image": "x", "resources": {"claims": [{"name": "cpus"}]}}],
+        },
+    }
+    return [template, pod]
+
+
+def test_a_guaranteed_pod_refused_for_claimed_cpus_is_told_why_in_one_line(caplog: pytest.LogCaptureFixture) -> None:
+    """The scheduler does not count claimed CPUs against the node's CPU: a Guaranteed pod that
+    needs them is refused, and the CRI error (the pod's event) says so, with the policy's figures,
+    on one line; the agent logs the refusal as one warning line, without a traceback."""
+    from topodra.nri.types import LinuxResources
+    from topodra.topology.synthetic import synthetic_topology
+
+    topology = synthetic_topology("1s1d1n1l4c1t")  # 4 CPUs, one of them the shared floor
+
+    async def body(pg: Playground) -> None:
+        assert pg.runtime is not None
+        assert pg.agent is not None
+        await pg.apply(_claim_pod("holder", 3))
+        claimed = pg.cpus_of("holder", "c")
+        assert len(claimed) == 3
+        sandbox = Pod(id="g-sandbox", name="g", uid="g-uid", namespace="default", cgroup_parent="/kubepods/podg-uid")
+        assert (await pg.runtime.run_pod_sandbox(sandbox)).ok
+        two_cpus = LinuxResources(cpu_shares=2048, cpu_quota=200_000, cpu_period=100_000, memory_limit=1 << 28)
+        ctr = Container(id="g-ctr", pod_sandbox_id="g-sandbox", name="c", state=ContainerState.CREATED,
+                        resources=two_cpus)
+        caplog.clear()
+        result = await pg.runtime.create_container(ctr)
+        assert not result.ok
+        error = result.error or ""
+        assert "\n" not in error
+        total = len(pg.topology.online)
+        assert f"no CPU left for 2 exclusive CPU(s): {len(claimed)} of {total} CPUs are held by DRA claims" in error
+        assert f"the rest can give at most {total - len(claimed)}" in error
+        assert "the scheduler counts claimed CPUs as free node CPU" in error
+        refusals = [r for r in caplog.records if r.name == "topodra.nri.stub" and r.levelno >= logging.WARNING]
+        assert [(r.levelno, r.exc_info) for r in refusals] == [(logging.WARNING, None)]
+        assert "no CPU left for 2 exclusive CPU(s)" in refusals[0].getMessage()
+
+    async def main() -> None:
+        async with Playground(topology=topology) as pg:
+            await body(pg)
+
+    caplog.set_level(logging.WARNING)
+    asyncio.run(main())

@@ -31,6 +31,8 @@ def test_defaults_and_keys() -> None:
         ({"devices": {"model": "socket"}}, "devices.model"),
         ({"unknownKey": 1}, "unknownKey"),
         ({"dra": {"enabled": "perhaps"}}, "dra.enabled"),
+        ({"nri": {"delivery": "push"}}, "nri.delivery"),
+        ({"nri": {"unsolicitedUpdates": False}}, "replaced by delivery"),
     ],
 )
 def test_errors_name_the_field(data: dict[str, object], fragment: str) -> None:

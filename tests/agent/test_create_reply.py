@@ -32,14 +32,14 @@ from topodra.topology.synthetic import synthetic_topology
 TOPO = synthetic_topology("1s1d2n1l4c2t")  # 16 CPUs, two memory nodes
 
 
-def _agent(tmp: Path, unsolicited: bool) -> Agent:
+def _agent(tmp: Path, delivery: str) -> Agent:
     cfg = parse_config(
         {
             "nodeName": "n",
             "stateDir": str(tmp / "state"),
             "cdiDir": str(tmp / "cdi"),
             "metricsAddress": "",
-            "nri": {"unsolicitedUpdates": unsolicited},
+            "nri": {"delivery": delivery},
         }
     )
     return Agent(cfg, topology=TOPO)
@@ -83,11 +83,11 @@ def _reference(agent: Agent, created: str, ids: list[str]) -> bytes:
 ops = st.lists(st.tuples(st.sampled_from(["create", "stop", "remove"]), st.integers(0, 9), st.integers(0, 3)), max_size=30)
 
 
-@pytest.mark.parametrize("unsolicited", [True, False])
+@pytest.mark.parametrize("delivery", ["unsolicited", "replies"])
 def test_create_replies_are_the_reference_bytes_of_the_current_sets(
-    tmp_path_factory: pytest.TempPathFactory, unsolicited: bool
+    tmp_path_factory: pytest.TempPathFactory, delivery: str
 ) -> None:
-    """Random creations (shared and exclusive), stops and removals; without unsolicited updates the
+    """Random creations (shared and exclusive), stops and removals; with no runtime connection the
     changes of removals ride on the next creation's reply. Each reply: every container whose set
     changed, none twice, not the new one, in the reference's bytes."""
 
@@ -97,7 +97,7 @@ def test_create_replies_are_the_reference_bytes_of_the_current_sets(
     @example([("create", 0, 0), ("create", 1, 2), ("create", 2, 0), ("remove", 1, 0), ("create", 3, 1)])
     def prop(steps: list[tuple[str, int, int]]) -> None:
         async def main() -> None:
-            agent = _agent(tmp_path_factory.mktemp("a"), unsolicited)
+            agent = _agent(tmp_path_factory.mktemp("a"), delivery)
             stub = Stub(_AgentPlugin(agent), name="t", idx="10", env={})
             live: dict[int, tuple[Pod, Container]] = {}
             for op, i, cpus in steps:
@@ -129,7 +129,7 @@ def test_create_replies_are_the_reference_bytes_of_the_current_sets(
 def test_notes_are_formatted_when_read_with_the_time_they_were_made(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    agent = _agent(tmp_path, True)
+    agent = _agent(tmp_path, "auto")
     caplog.set_level(logging.INFO, logger="topodra.agent.agent")
     made = time.mktime((2026, 1, 2, 3, 4, 5, 0, 0, -1))
     monkeypatch.setattr(time, "time", lambda: made)
@@ -149,7 +149,7 @@ def test_notes_are_formatted_when_read_with_the_time_they_were_made(
 def test_placements_follow_each_containers_own_assignment(tmp_path: Path) -> None:
     """Followers of two pools in one change set, a container the runtime never reported, the one
     excluded: each placement carries its own container's sets, runs share the set objects."""
-    agent = _agent(tmp_path, True)
+    agent = _agent(tmp_path, "auto")
     one, two = Assignment(CPUSet.parse("2-7"), CPUSet({0})), Assignment(CPUSet.parse("8-15"), CPUSet())
     for cid in ("a", "b", "c", "d", "e"):
         agent.containers[cid] = Container(cid, "p")
@@ -162,7 +162,7 @@ def test_placements_follow_each_containers_own_assignment(tmp_path: Path) -> Non
 
 def test_create_latencies_are_observed_after_the_reply(tmp_path: Path) -> None:
     async def main() -> None:
-        agent = _agent(tmp_path, True)
+        agent = _agent(tmp_path, "auto")
         count = 'topodra_nri_event_seconds_count{event="CreateContainer"}'
         for i in range(3):
             await agent.create_container(*_objects(i, i % 2))

@@ -18,9 +18,9 @@ from topodra.agent.agent import Agent
 from topodra.agent.config import parse_config
 from topodra.agent.warmup import warm_up, warm_up_calls
 from topodra.cpuset import CPUSet
+from topodra.embedded.runtime import EmbeddedRuntime
 from topodra.nri.stub import Stub
 from topodra.nri.types import Container, ContainerState, LinuxResources, Pod
-from topodra.testing.runtime import EmbeddedRuntime
 from topodra.topology.synthetic import synthetic_topology
 
 
@@ -128,6 +128,22 @@ def test_an_armed_crash_point_neither_fires_nor_counts_during_the_warm_up(
     finally:
         monkeypatch.delenv(faults.ENV)
         faults.rearm()
+
+
+def test_on_a_node_too_small_for_the_mix_the_warm_up_logs_one_line_without_a_traceback(
+    base: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    scratch = Agent(parse_config(_config(base)), topology=synthetic_topology("1s1d1n1l2c1t"))  # 2 CPUs
+    answered = asyncio.run(warm_up(scratch))
+    total = len(list(warm_up_calls()))
+    assert 0 < answered < total  # the node cannot hold the mix's exclusive containers
+    loud = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [(r.name, r.exc_info) for r in loud] == [("topodra.agent.warmup", None)]
+    message = loud[0].getMessage()
+    assert f"ran {answered} of its {total} calls" in message
+    assert "CreateContainer was refused" in message
+    assert "no pool can supply" in message
 
 
 def test_a_failing_warm_up_costs_the_start_nothing(base: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from topodra.cpuset import CPUSet
 from topodra.dra.devices import DeviceModelConfig, build_devices, offer_devices
 from topodra.dra.slices import build_slices, chunk_devices, encode_slice, event_head, read_answer
+from topodra.embedded.apiserver import ApiServer
 from topodra.kube.client import RESOURCE_SLICES, KubeClient
-from topodra.testing.apiserver import ApiServer
 from topodra.topology import synthetic_topology
 
 TOPO = synthetic_topology("2s1d2n2l8c2t")  # 128 CPUs
@@ -92,6 +92,26 @@ def test_an_answer_is_as_sent_exactly_when_it_decodes_equal(offer: Any, data: st
             continue  # nothing to change (no devices to drop)
         for text in (json.dumps(changed), json.dumps(changed, separators=(",", ":"))):
             assert _read(text, obj, chunk) is None
+
+
+def test_an_empty_list_or_map_left_out_by_the_server_is_as_sent() -> None:
+    """The server stores no ``devices`` for a slice offering none (omitempty): the same slice.
+    A member with content left out still differs."""
+    (obj, chunk), *_ = _slices(("cpu", set(range(len(TOPO.online))), 3, "uid-1", "node-a"))
+    assert obj["spec"]["devices"] == []
+    stored = copy.deepcopy(obj)
+    stored["metadata"].update(uid="u-1", resourceVersion="42")
+    del stored["spec"]["devices"]
+    for text in (json.dumps(stored), json.dumps(stored, separators=(",", ":"))):
+        assert _read(text, obj, chunk) == stored["metadata"]
+    (full, full_chunk), *_ = _slices(("cpu", set(), 3, "uid-1", "node-a"))
+    assert _read(json.dumps({**full, "spec": {**full["spec"], "devices": []}}), full, full_chunk) is None
+    assert _read(json.dumps({**full, "spec": {k: v for k, v in full["spec"].items() if k != "devices"}}), full,
+                 full_chunk) is None
+    # deeper: a device sent with an empty map, stored without it (decoded: not the bytes sent)
+    sent = {**full, "spec": {**full["spec"], "devices": [{**full_chunk[0].to_api(), "capacity": {}}]}}
+    answer = {**full, "spec": {**full["spec"], "devices": [full_chunk[0].to_api()]}}
+    assert _read(json.dumps(answer, indent=1, sort_keys=True), sent, full_chunk[:1]) == full["metadata"]
 
 
 def test_garbage_answers_are_not_as_sent() -> None:

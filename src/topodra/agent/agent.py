@@ -38,12 +38,13 @@ from pathlib import Path
 from typing import Any, Final
 
 from topodra.agent.config import AgentConfig, ConfigError, load_config
+from topodra.agent.config_check import check_on_machine
+from topodra.agent.container_request import container_request
+from topodra.agent.delivery import CgroupWriter, Delivery, DeliveryChoice, ReplyDelivery, choose_delivery
 from topodra.agent.drift import CgroupReader, DriftChecker
 from topodra.agent.http import HttpEndpoint, Route, json_route, parse_listen
 from topodra.agent.metrics import AgentMetrics
 from topodra.agent.pusher import UpdatePusher
-from topodra.agent.requests import container_request
-from topodra.agent.validation import check_on_machine
 from topodra.cpuset import CPUSet
 from topodra.dra.devices import (
     Device,
@@ -174,11 +175,13 @@ class _OfferedPicks:
 class _AgentPlugin(Plugin):
     """NRI handlers: each takes the policy lock, runs one policy operation, answers its changes."""
 
+    refusals = (ClaimEnvError, ClaimCheckError, PolicyError)  # the reason is logged, no traceback
+
     def __init__(self, agent: Agent) -> None:
         self.agent = agent
 
     async def configure(self, config: str, runtime: RuntimeInfo) -> frozenset[Event]:
-        log.info("NRI runtime %s %s (NRI %s)", runtime.name, runtime.version, runtime.nri_version or "unknown")
+        self.agent.runtime_connected(runtime)
         return EVENTS
 
     async def synchronize(self, pods: Sequence[Pod], containers: Sequence[Container]) -> list[ContainerUpdate]:
@@ -293,7 +296,11 @@ class Agent:
         self.log = log  # notes and offers (a scratch agent's logger is silent: agent/warmup.py)
         self._notes: list[_Note] = []  # recent notable events, newest last (``events``)
         self._log_backlog: list[_Note] = []  # notes not logged yet (written after the current step)
-        self._deferred: set[str] = set()  # changes held for the next event reply (unsolicited off)
+        self._deferred: set[str] = set()  # changes held for the next event reply (delivery "replies")
+        #: how changes outside events reach containers: decided again at every Configure
+        self.delivery: DeliveryChoice = choose_delivery(config.nri.delivery, None)
+        self.reply_delivery: ReplyDelivery | None = None
+        self._show_delivery()
         # Start window: created, PostStartContainer not seen yet. An update reaching such a
         # container may be stored in its spec only (containerd), so it is sent again after the start.
         self._starting: set[str] = set()
@@ -527,7 +534,16 @@ class Agent:
         )
         stub = self.stub
 
+        replies = ReplyDelivery(
+            CgroupWriter(self._cgroup_root, proc_root=cfg.sysfs_root / "proc"),
+            locate=self._cgroup_of,
+            defer=self._deferred.update,
+        )
+        self.reply_delivery = replies
+
         def send(updates: list[ContainerUpdate]) -> asyncio.Future[list[ContainerUpdate]]:
+            if self.delivery.mode is Delivery.REPLIES:
+                return asyncio.ensure_future(replies.send(updates))
             fut: asyncio.Future[list[ContainerUpdate]] = stub.update_containers(updates)
             return fut
 
@@ -561,8 +577,28 @@ class Agent:
         return self.policy.assignment(container_id)
 
     def _count_pushed(self, sent: int, failed: int) -> None:
-        self.metrics.updates_sent.inc(sent)
-        self.metrics.updates_failed.inc(failed)
+        if self.delivery.mode is Delivery.REPLIES:
+            self.metrics.cgroup_writes.labels("written").inc(sent)
+            self.metrics.cgroup_writes.labels("failed").inc(failed)
+        else:
+            self.metrics.updates_sent.inc(sent)
+            self.metrics.updates_failed.inc(failed)
+
+    def _show_delivery(self) -> None:
+        for mode in Delivery:
+            self.metrics.delivery.labels(mode.value).set(1 if mode is self.delivery.mode else 0)
+
+    def runtime_connected(self, runtime: RuntimeInfo) -> None:
+        """Configure: decide how changes outside events reach this runtime, and say so once."""
+        self.delivery = choose_delivery(self.config.nri.delivery, runtime)
+        self._show_delivery()
+        line = self.delivery.line()
+        warn = self.delivery.mode is Delivery.UNSOLICITED and not runtime.unsolicited_updates_safe
+        writer = self.reply_delivery.writer if self.reply_delivery is not None else None
+        if self.delivery.mode is Delivery.REPLIES and writer is not None and not writer.writable:
+            line += f"; {writer.root} is not writable, so they wait for the next event reply"
+            warn = True
+        (log.warning if warn else log.info)("%s", line)
 
     # --- start window and drift ---------------------------------------------------------------------
     def _mark_overlap(self, container_ids: Iterable[str]) -> None:
@@ -797,10 +833,9 @@ class Agent:
         self._push(changes)
 
     def _push(self, container_ids: Iterable[str]) -> None:
-        """Send these containers' current assignments now, or with the next event reply when
-        unsolicited updates are turned off (``nri.unsolicitedUpdates: false``, for runtimes whose
-        NRI can deadlock on them)."""
-        if self.config.nri.unsolicited_updates and self.pusher is not None:
+        """Deliver these containers' current assignments now, the way ``self.delivery`` says
+        (``agent/delivery.py``); without an NRI connection, with the next event reply."""
+        if self.pusher is not None:
             self.pusher.push(container_ids)
         else:
             self._deferred.update(container_ids)
@@ -1168,6 +1203,7 @@ class Agent:
             "offline_cpus": str(self.topology.offline),
             "offline_claims": {uid: str(c) for uid, c in self.policy.offline_claims().items()},
             "unhealthy_devices": {h.name: h.message for h in self.device_health() if not h.healthy},
+            "delivery": self.delivery.as_dict(),
             "pending_pushes": sorted(self.pusher.pending) if self.pusher is not None else [],
             "push_idle": self.pusher.idle if self.pusher is not None else True,
             "events": self.recent_events(50),

@@ -2,7 +2,7 @@
 
 Every error names the file, the field path and the bad value. Keys are
 camelCase as in Kubernetes objects (snake_case is accepted too). This module
-checks the file on its own; ``topodra.agent.validation`` adds what only the
+checks the file on its own; ``topodra.agent.config_check`` adds what only the
 machine can say, and both run for ``--check``, start and reload alike.
 """
 
@@ -15,7 +15,7 @@ import socket
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from topodra.agent.config_file import MAX_CONFIG_BYTES, ConfigError, check_file_mode, read_config_file
@@ -46,9 +46,21 @@ class NRIConfig(_Section):
     socket: Path = Path("/var/run/nri/nri.sock")
     plugin_name: str = "topodra"
     plugin_index: str = "90"
-    #: Push container changes caused outside NRI events (claim release, reconfiguration)
-    #: with an unsolicited UpdateContainers at once.
-    unsolicited_updates: bool = True
+    #: How container changes made outside NRI events (claim release, reconfiguration) reach the
+    #: containers at once: ``unsolicited`` UpdateContainers, or ``replies`` (the cgroup written
+    #: now, the update carried in the next event reply); ``auto`` picks by the runtime's NRI
+    #: version (agent/delivery.py).
+    delivery: Literal["auto", "unsolicited", "replies"] = "auto"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _retired(cls, data: Any) -> Any:
+        if isinstance(data, dict) and {"unsolicitedUpdates", "unsolicited_updates"} & data.keys():
+            raise ValueError(
+                "unsolicitedUpdates was replaced by delivery: auto (the default), unsolicited or replies"
+                " (what false meant)"
+            )
+        return data
 
     _socket = field_validator("socket")(_absolute)
 

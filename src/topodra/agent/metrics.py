@@ -49,6 +49,18 @@ class AgentMetrics:
         self.updates_failed = Counter(
             "topodra_unsolicited_updates_failed", "Unsolicited container updates the runtime reported failed.", registry=r
         )
+        self.cgroup_writes = Counter(
+            "topodra_cgroup_writes",
+            "Container cpusets written straight to their cgroups (delivery 'replies'), by result.",
+            ["result"],
+            registry=r,
+        )
+        self.delivery = Gauge(
+            "topodra_nri_delivery",
+            "How changes outside NRI events reach containers (1 for the mode in use).",
+            ["mode"],
+            registry=r,
+        )
         self.checkpoint_recoveries = Counter(
             "topodra_dra_checkpoint_recoveries",
             "Damaged DRA checkpoints repaired at start-up, by how (previous-generation, rebuilt).",

@@ -1,15 +1,14 @@
 """The NRI create path run on a scratch copy of the node before the runtime connects.
 
-The first CreateContainer after a start paid for everything done for the first time: the
+The first CreateContainer calls after a start pay for everything done for the first time: the
 interpreter specialising each function's bytecode over its first runs, the encoders' and the
-policy's caches filling, first-use imports. In process at 256 CPUs the first call took
-0.63-0.68 ms and the second 0.19 ms, against ~0.1 ms from the tenth on; through the whole
-agent the first two calls were the two slowest of a 150-container benchmark run, and so its p99.
+policy's caches filling, first-use imports. Left to real containers, they would be the slowest
+calls of a start, and so its p99.
 
 ``warm_up`` answers a short, node-like mix of calls (exclusive, shared and best-effort creates,
 an update, stops) on a scratch agent built from the same configuration and machine: its own
 policy, never connected, logging nothing, with crash points held. The node's state is not
-touched and no peer sees anything; the start pays a few tens of milliseconds instead.
+touched and no peer sees anything; the start pays for the scratch policy instead.
 """
 
 from __future__ import annotations
@@ -95,15 +94,18 @@ async def warm_up(scratch: Agent, count: int = 16) -> int:
     scratch.log = SILENT
     scratch._after_pending = True  # its after-step work runs here, below, not on the loop
     stub = Stub(_AgentPlugin(scratch), socket_path="", name="warm-up", idx="99", env={}, reconnect=False)
+    stub.log = SILENT  # a refusal is reported below, in one line
     answered = 0
     try:
         with faults.held():
-            for method, payload in warm_up_calls(count):
+            calls = list(warm_up_calls(count))
+            for method, payload in calls:
                 _, status = await stub.handle(method, payload)
                 scratch._after_step()
                 scratch._after_pending = True
                 if status is not None:
-                    log.warning("NRI warm-up: %s answered %s; the first calls may be slower", method, status)
+                    log.warning("NRI warm-up: ran %d of its %d calls, not the rest: %s was refused (%s); the first "
+                                "calls may be slower", answered, len(calls), method, status.message)
                     break
                 answered += 1
     except Exception as exc:  # a warm-up must never cost the start

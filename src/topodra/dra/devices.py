@@ -529,7 +529,7 @@ def offered_cpus(
         tails = _tail_masks(order if order is not None else ordered_cpus(topology, topology.online, config.order))
         # The floor is the free CPUs among the shortest tail of the order holding ``want`` of them
         # (all of them when fewer): a binary search over the tails, not a walk through the order
-        # (which, with the first exclusive grants taken from its far end, took ~20 us a placement).
+        # (which, once the first exclusive grants are taken from its far end, tests every CPU held).
         # The floor moves rarely: the last answer is tried first.
         lo, hi = 0, len(tails) - 1
         last = _LAST_TAIL[0]

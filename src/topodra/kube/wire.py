@@ -1,10 +1,11 @@
 """A lean HTTP/1.1 path for the agent's pre-encoded writes (ResourceSlices), beside httpx.
 
-A 60 KB PUT through httpx/httpcore/anyio costs about 1 ms of event-loop CPU, in
-thousands of small calls (layers, context managers, header validation), and a
-CreateContainer arriving meanwhile waits for it. This path sends the same request
-bytes (headers taken from the httpx client's own request building and auth flow,
-framed by h11 as httpcore frames them) on one persistent connection of its own
+A slice PUT through httpx/httpcore/anyio spends its event-loop CPU in thousands of
+small calls (layers, context managers, header validation), and a CreateContainer
+arriving meanwhile waits for it (``python -m benchmarks agent`` compares the two
+paths). This path sends the same request bytes (headers taken from the httpx
+client's own request building and auth flow, framed by h11 as httpcore frames
+them) on one persistent connection of its own
 (an asyncio protocol, TLS from the client's SSL context), and parses the answer
 with h11. Anything unusual goes back to the httpx path: a proxy or custom
 transport, HTTP/2, a Unix socket, an auth needing the body, a 401 (token
@@ -190,7 +191,7 @@ class Lean:
         h.send(request)
         h.send(_END)
         # The body in pieces, the loop free between them: on loopback (and in the TLS layer) the
-        # kernel's and the cipher's work on a send is done in the sender's step, ~0.3 ms for 60 KB.
+        # kernel's and the cipher's work on a send is done in the sender's step.
         # The head goes with the first piece: one send, not two.
         transport.write(head + body[:_PIECE])
         view = memoryview(body)
@@ -273,8 +274,8 @@ class Lean:
 
 class Watch:
     """One watch answer's event lines, split from the body's bytes as they come: no text
-    decoding or line scanning of the whole stream in layers above (a 60 KB slice event costs
-    a few tens of µs here, ~0.3 ms through httpx's line iterator)."""
+    decoding or line scanning of the whole stream in layers above (httpx's line iterator
+    costs several times as much per slice event)."""
 
     def __init__(self, conn: _Protocol, read_timeout: float | None) -> None:
         self._conn = conn

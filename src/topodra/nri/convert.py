@@ -269,7 +269,7 @@ _CONTAINER_SCALARS: frozenset[str] = frozenset(
 )
 
 
-#: Wire state -> ContainerState (a dict lookup; calling the enum costs 0.4 us); unknown ones are UNKNOWN.
+#: Wire state -> ContainerState (a dict lookup, cheaper than calling the enum); unknown ones are UNKNOWN.
 _STATES: dict[int, ContainerState] = {int(s): s for s in ContainerState}
 
 

@@ -65,6 +65,7 @@ __all__ = [
     "UpdateFuture",
     "check_plugin_index",
     "check_plugin_name",
+    "one_line",
 ]
 
 log = logging.getLogger("topodra.nri.stub")
@@ -91,6 +92,11 @@ _NOTIFICATIONS: Final = {
     "PostUpdateContainer": Event.POST_UPDATE_CONTAINER,
     "RemoveContainer": Event.REMOVE_CONTAINER,
 }
+
+
+def one_line(text: str) -> str:
+    """An error text as one line (the kubelet shows a CreateContainer error in the pod's events)."""
+    return " ".join(part for part in (line.strip() for line in text.splitlines()) if part)
 
 
 def check_plugin_index(idx: str) -> None:
@@ -254,6 +260,8 @@ class Stub:
         """
         environ = os.environ if env is None else env
         self.plugin = plugin
+        #: where handler failures and refusals are logged (a scratch stub may silence them)
+        self.log = log
         self.socket_path = socket_path
         self.launched_fd: int | None = None
         if environ.get(ENV_SOCKET):
@@ -287,7 +295,6 @@ class Stub:
         self._stopping = False
         self._wake = asyncio.Event()
         self._state_changed = asyncio.Event()
-        self._warned_unsafe = False
         #: (method, seconds) of the latest answered calls: request bytes in to reply bytes out
         #: (decode, handler, encode), the plugin's own share of a round trip.
         self.handler_times: deque[tuple[str, float]] = deque(maxlen=4096)
@@ -461,16 +468,6 @@ class Stub:
         elif link is None or link.conn is None or link.conn.closed:
             fut.set_exception(ConnectionClosed("not connected to a runtime"))
         else:
-            runtime = link.runtime
-            if runtime is not None and not runtime.unsolicited_updates_safe and not self._warned_unsafe:
-                self._warned_unsafe = True
-                log.warning(
-                    "runtime %s %s (NRI %s) may deadlock on unsolicited updates (containerd#13733, fixed in "
-                    "NRI v0.12.1); prefer returning updates from event handlers",
-                    runtime.name,
-                    runtime.version,
-                    runtime.nri_version or "unknown",
-                )
             link.updates.put_nowait((request, fut))
         return fut
 
@@ -565,8 +562,8 @@ class Stub:
             log.error("%s handler still running after %.2f s: cancelled, answering DEADLINE_EXCEEDED", req.method, budget)
             return b"", Status(Code.DEADLINE_EXCEEDED, f"{req.method} handler did not finish within {budget:.2f} s")
         except TimeoutError as exc:  # the handler's own
-            log.warning("%s handler failed: %s", req.method, exc, exc_info=True)
-            return b"", Status(Code.UNKNOWN, str(exc) or type(exc).__name__)
+            self.log.warning("%s handler failed: %s", req.method, exc, exc_info=True)
+            return b"", Status(Code.UNKNOWN, one_line(str(exc)) or type(exc).__name__)
         except RpcError as exc:
             return b"", Status(exc.code, exc.message)
         except EmptyCPUSetError as exc:  # the plugin tried to send "": never let that pass as "no change"
@@ -579,8 +576,12 @@ class Stub:
                 return b"", Status(Code.CANCELLED, f"{req.method} handler was cancelled")
             raise
         except Exception as exc:
-            log.warning("%s handler failed: %s", req.method, exc, exc_info=not isinstance(exc, NRIError))
-            return b"", Status(Code.UNKNOWN, str(exc) or type(exc).__name__)
+            text = one_line(str(exc)) or type(exc).__name__
+            if isinstance(exc, self.plugin.refusals):
+                self.log.warning("%s refused: %s", req.method, text)
+            else:
+                self.log.warning("%s handler failed: %s", req.method, text, exc_info=not isinstance(exc, NRIError))
+            return b"", Status(Code.UNKNOWN, text)
         elapsed = time.monotonic() - started
         if elapsed > budget / 2:
             log.warning("%s handler took %.3f s of its %.2f s budget", req.method, elapsed, budget)

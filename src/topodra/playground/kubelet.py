@@ -31,9 +31,9 @@ import grpc
 import grpc.aio
 
 from topodra.dra.proto import dra_v1_pb2, dra_v1_pb2_grpc, pluginregistration_pb2, pluginregistration_pb2_grpc
+from topodra.embedded.runtime import EmbeddedRuntime
 from topodra.nri.types import Container, ContainerState, LinuxResources, Pod
-from topodra.playground.quantities import cpu_milli, memory_bytes
-from topodra.testing.runtime import EmbeddedRuntime
+from topodra.quantity import cpu_milli, memory_bytes
 
 __all__ = ["DRAConnection", "EmbeddedKubelet", "KubeletError", "PodRun", "pod_qos"]
 
@@ -328,6 +328,15 @@ class EmbeddedKubelet:
                 raise KubeletError(f"pod {key}: starting container {c['name']}: {started.error}")
         self._note(f"started pod {key} ({qos}, {len(run.containers)} container(s))")
         return run
+
+    async def unprepare_claims(self, pod: Mapping[str, Any]) -> None:
+        """NodeUnprepareResources for a running pod's claims, its containers left alone: a claim
+        released while no container event happens (tests of how the release reaches others)."""
+        uid = (pod.get("metadata") or {}).get("uid", "")
+        run = self.pods.get(uid)
+        if run is None:
+            raise KubeletError(f"pod {uid or '(no uid)'} does not run on this node")
+        await self._undo_claims(run)
 
     async def _undo_claims(self, run: PodRun) -> None:
         per: dict[str, list[tuple[str, str, str]]] = {}

@@ -48,8 +48,8 @@ class Isolation(enum.StrEnum):
     REQUIRE = "require"
 
 
-# The members as module names: Python 3.11 reads an enum member through its class about 7x slower
-# than a global, and the hot paths compare kinds by identity several times per operation.
+# The members as module names: Python 3.11 reads an enum member through its class several times
+# slower than a global, and the hot paths compare kinds by identity several times per operation.
 SHARED, EXCLUSIVE, MIXED = GrantKind.SHARED, GrantKind.EXCLUSIVE, GrantKind.MIXED
 CLAIMED, RESERVED, PRESERVE = GrantKind.CLAIMED, GrantKind.RESERVED, GrantKind.PRESERVE
 ISOLATION_NO, ISOLATION_REQUIRE = Isolation.NO, Isolation.REQUIRE
@@ -59,7 +59,7 @@ _BEST_EFFORT, _BURSTABLE = QoSClass.BEST_EFFORT, QoSClass.BURSTABLE
 @dataclass(slots=True)
 class Need:
     """The policy's reading of one ContainerRequest; never changed once made (``replace`` makes
-    another). Not frozen: one is built on every operation, and a frozen dataclass builds 4x slower."""
+    another). Not frozen: one is built on every operation, and a frozen dataclass builds several times slower."""
 
     kind: GrantKind
     exclusive: int = 0  # whole CPUs (exclusive, mixed)

@@ -52,7 +52,7 @@ class Grant:
         claims: tuple[str, ...] = (),
     ) -> None:
         """The fields set through their slots: one grant is built per operation, and a frozen
-        dataclass's own ``__init__`` (``object.__setattr__`` per field) takes 3x as long."""
+        dataclass's own ``__init__`` (``object.__setattr__`` per field) takes several times as long."""
         s_req, s_kind, s_pool, s_excl, s_iso, s_milli, s_mpool, s_mems, s_mem, s_hide, s_pres, s_deg, s_claims = (
             _SETTERS
         )

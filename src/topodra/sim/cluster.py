@@ -312,8 +312,8 @@ def _fill(cluster: Cluster, templates: Mapping[str, Sequence[Mapping[str, Any]]]
     node_pattern = np.zeros(len(node_names), dtype=np.int64)
     if spec.model == "grouped":
         # A few devices per node: Python's generator, drawn in the order the fill always drew
-        # (a machine's patterns when its first node comes, then each node's choice), so
-        # grouped runs place pods exactly as before.
+        # (a machine's patterns when its first node comes, then each node's choice): the golden
+        # digests pin grouped runs' placements to this order.
         import random  # only the grouped model's fill draws with it
 
         py = random.Random(spec.seed)

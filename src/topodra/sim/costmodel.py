@@ -7,8 +7,8 @@ per step gives the Filter latency of that node; a pod's filter phase is the
 sum over the nodes it filters divided by the scheduler's parallel workers.
 
 The default per-step costs are fitted (``calibrate``) to figures measured
-with the real Go allocator on a 2-core machine like ours (issue 6, and the
-scheduler_perf numbers in the DRA reference):
+with the real Go allocator on a 2-core machine like ours (``topodra.sim.calibration``,
+and the scheduler_perf numbers in the DRA reference):
 
 - a selector that matches nothing scans ~13 us per device (one class and one
   request selector evaluation per device);

@@ -20,7 +20,7 @@ cost + the Filter phase on its workers) is slower: binding runs
 asynchronously, so only that cycle is serial.
 
 ``per_write_s`` is fitted (``fit_per_write``) to two end-to-end runs of a real
-kube-scheduler + kube-apiserver + etcd 3.4 on a 2-core machine (issue 14):
+kube-scheduler + kube-apiserver + etcd 3.4 on a 2-core machine:
 43.5 pods/s on 500 nodes x 64 per-CPU devices and 51.8 pods/s on 100 nodes x
 256, one 4-CPU P-core claim per pod.
 """

@@ -113,7 +113,7 @@ class Workload:
 def _builtin_root() -> Traversable:
     """The built-in workloads' directory: beside this module when the package is installed as
     files (as pip installs it), which spares a run importing ``importlib.resources`` and its
-    readers (~4 ms of a small ``sim run``); else through ``importlib.resources``."""
+    readers; else through ``importlib.resources``."""
     here = Path(__file__).with_name("workloads")
     if here.is_dir():
         return here
@@ -130,7 +130,7 @@ def builtin_workloads() -> list[str]:
 
 #: The built-in workloads parsed ahead of time (``scripts/genworkloads.py`` writes it, a test
 #: checks it): name -> the SHA-256 of its YAML and its documents. A run of a built-in then
-#: needs no YAML parser (its import and parse were ~5 % of a small ``sim run``); a built-in
+#: needs no YAML parser (importing and parsing one is a visible share of a small ``sim run``); a built-in
 #: whose YAML no longer matches its hash is parsed from the YAML.
 BUILTIN_INDEX = "builtin.json"
 

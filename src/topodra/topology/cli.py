@@ -42,8 +42,8 @@ def topology_command(
     """
     from rich.console import Console
 
-    from topodra.testing.fixtures import FixtureError, fixture_dir, fixture_names
     from topodra.topology.errors import TopologyError
+    from topodra.topology.fixtures import FixtureError, fixture_dir, fixture_names
     from topodra.topology.machine import load_machine
     from topodra.topology.serialize import topology_to_dict
 
@@ -71,7 +71,7 @@ def topology_command(
     else:
         import yaml
 
-        dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml when present: 10x faster
+        dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml when present: much faster
         typer.echo(yaml.dump(data, Dumper=dumper, sort_keys=False), nl=False)
 
 
@@ -107,9 +107,9 @@ def topology_check_command(
     from rich.progress import track
     from rich.table import Table
 
-    from topodra.testing import hwloc
-    from topodra.testing.fixtures import FixtureError, fixture_dir, fixture_names, unpacked_fixture
+    from topodra.topology import hwloc
     from topodra.topology.errors import TopologyError
+    from topodra.topology.fixtures import FixtureError, fixture_dir, fixture_names, unpacked_fixture
     from topodra.topology.sysfs import read_topology
 
     console = Console()
