@@ -1,45 +1,17 @@
 """The ``topodra`` command line: one typer app, each part adds its commands.
 
-Start-up is kept short (``topodra sim run`` on a small cluster in well under a second):
-only the module of the command being run is imported (``topodra --help`` imports none:
-it lists the commands from :data:`_COMMANDS`), and plain parameters are converted
-without pydantic (:func:`_fast_coercion`), whose import and per-parameter schema
-building were a third of a small run's start.
+Start-up is kept short: only the module of the command being run is imported
+(``topodra --help`` imports none: it lists the commands from :data:`_COMMANDS`).
 """
 
 from __future__ import annotations
 
-import gc
 import os
-import re
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import Any
 
+import typer
 
-@contextmanager
-def paused_gc() -> Iterator[None]:
-    """The cyclic collector off for a block of imports, then as it was, with what the block
-    built frozen (``gc.freeze``: left out of later collections). Imports build many
-    long-lived objects and almost no garbage, and the collector's passes over them were
-    ~10 % of a small ``sim run``; without the freeze the next collection pays them at once."""
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.freeze()
-        if collecting:
-            gc.enable()
-
-
-# typer's import is a fifth of a small run's; importing this module therefore freezes what
-# is loaded so far (harmless for a command line, and the agent freezes its start-up anyway).
-with paused_gc():
-    import typer
-
-    from topodra import __version__
+from topodra import __version__
 
 _HELP = "Topology-aware CPU and memory placement for Kubernetes, with Dynamic Resource Allocation."
 
@@ -132,99 +104,6 @@ def __getattr__(name: str) -> typer.Typer:
 #: Packages of the optional extras (pyproject.toml) -> the extra that brings them.
 _EXTRAS: dict[str, str] = {"numpy": "sim", "matplotlib": "sim", "cel_expr_python": "sim"}
 
-_INT = re.compile(r"-?(0|[1-9][0-9]*)")
-_FLOAT = re.compile(r"-?[0-9]+(\.[0-9]+)?")
-
-
-class _PlainParam:
-    """typer's runtime conversion of one parameter, for the plain cases without pydantic.
-
-    Absent values, bools, strings (one or a list), and int/float values written plainly
-    (``12``, ``0.5``) within the parameter's min/max convert here to exactly what typer's
-    pydantic adapter gives; anything else (an error to report, other spellings, other
-    types) goes to typer's own conversion, built on first need, so values and messages
-    stay typer's.
-    """
-
-    def __init__(self, descriptor: Any, build: Callable[[Any], Any]) -> None:
-        self._descriptor = descriptor
-        self._build = build
-        self._full: Any = None
-        info = descriptor.parameter_info
-        self._min, self._max = info.min, info.max
-        self._kind: Any = descriptor.annotation
-
-    def coerce(self, value: Any, param: Any, ctx: Any) -> Any:
-        kind = self._kind
-        multi = param.multiple or param.nargs == -1
-        if value is None:  # as typer: nothing given and no default
-            return () if multi else None
-        out: Any = None
-        if kind is str or kind is bool:
-            if type(value) is kind:
-                return value
-        elif kind == list[str]:
-            if isinstance(value, (list, tuple)) and all(type(v) is str for v in value):
-                return list(value)
-        elif kind is int:
-            if type(value) is int:
-                out = value
-            elif type(value) is str and _INT.fullmatch(value):
-                out = int(value)
-        elif kind is float and (type(value) in (int, float) or (type(value) is str and _FLOAT.fullmatch(value))):
-            out = float(value)
-        if out is not None and (self._min is None or out >= self._min) and (self._max is None or out <= self._max):
-            return out
-        if self._full is None:
-            self._full = self._build(self._descriptor)
-        return self._full.coerce(value, param=param, ctx=ctx)
-
-
-def _fast_coercion() -> None:
-    """Convert plain parameters without building pydantic adapters (see :class:`_PlainParam`).
-    Leaves typer alone if its internals are not the expected ones."""
-    try:
-        from typer import core
-    except ImportError:  # pragma: no cover - another typer layout
-        return
-    build = getattr(core, "build_runtime_param", None)
-    if build is None or getattr(build, "_topodra_plain", False):
-        return
-
-    def build_runtime_param(descriptor: Any) -> Any:
-        info = getattr(descriptor, "parameter_info", None)
-        plain = (
-            info is not None
-            and getattr(descriptor, "file_annotation", None) is None
-            and getattr(info, "parser", None) is None
-            and getattr(info, "click_type", None) is None
-            and not getattr(info, "clamp", False)
-        )
-        return _PlainParam(descriptor, build) if plain else build(descriptor)
-
-    build_runtime_param._topodra_plain = True  # type: ignore[attr-defined]
-    setattr(core, "build_runtime_param", build_runtime_param)  # noqa: B010 - typer.core's private name
-
-
-def _exit_without_teardown(done: SystemExit) -> None:
-    """End the process now with DONE's status, skipping the interpreter's tear-down (freeing
-    every module, numpy's and the CEL runtime's included: ~35 ms, a sixth of a small ``sim
-    run``), when skipping it changes nothing: an integer status, stdout and stderr flushed,
-    no exit handler registered and no other thread. Otherwise returns, to exit as usual.
-    (Every file a command writes is closed by then: ``with`` blocks and ``write_text``.)"""
-    import atexit
-    import threading
-
-    code = done.code
-    if not (code is None or isinstance(code, int)) or atexit._ncallbacks() or threading.active_count() > 1:
-        return
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except (OSError, ValueError):  # a closed pipe or stream: the usual exit reports it
-        return
-    os._exit(code or 0)
-
 
 def main() -> None:
     words = [a for a in sys.argv[1:] if not a.startswith("-")]
@@ -237,15 +116,9 @@ def main() -> None:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     # the subcommand of a group: the next word, unless an option came between (a value, maybe)
     sub = words[1] if len(words) > 1 and sys.argv[1:].index(words[1]) == sys.argv[1:].index(words[0]) + 1 else None
-    with paused_gc():
-        _fast_coercion()
-        app = make_app(named, sub) if named in _COMMANDS else listing_app()
+    app = make_app(named, sub) if named in _COMMANDS else listing_app()
     try:
         app()
-    except SystemExit as done:
-        if named == "sim":
-            _exit_without_teardown(done)
-        raise
     except ModuleNotFoundError as err:
         # The core install is the node agent's; the simulator and the playground need an extra.
         top = (err.name or "").split(".")[0]

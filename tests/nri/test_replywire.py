@@ -25,12 +25,8 @@ from topodra.nri.types import (
     ContainerUpdate,
     CreateContainerResult,
     LinuxResources,
-    Mount,
     PlacementUpdates,
     Pod,
-    build_container,
-    build_mount,
-    build_pod,
     placement_adjustment,
     placement_update,
 )
@@ -40,7 +36,7 @@ UINT64 = st.integers(0, 2**64 - 1) | st.sampled_from([0, 1, 127, 128, 2**63, 2**
 #: ids and env strings: any unicode, surrogates included (both encoders must refuse those alike)
 text = st.text(max_size=10) | st.text(st.characters(codec="utf-8"), min_size=100, max_size=300)
 cpusets = st.frozensets(st.integers(0, 1023), min_size=1, max_size=40).map(CPUSet)
-#: a few sets shared by identity between updates, as the policy's one Assignment is
+#: a few sets repeated between updates, as a pool's followers share their new sets
 shared = st.lists(cpusets, min_size=1, max_size=3)
 
 
@@ -192,7 +188,7 @@ def test_placement_updates_equal_checked_ones_and_keep_the_id_check() -> None:
         placement_update("", cpus, None)
 
 
-def test_a_long_run_of_followers_shares_its_body_and_matches_upb() -> None:
+def test_a_long_run_of_followers_matches_upb() -> None:
     """Twenty-four followers moved to one new set, with ids long enough to need 2-byte lengths."""
     cpus, mems = CPUSet.parse("52-63,180-191"), CPUSet({1})
     updates = [placement_update(f"c{i}" + "x" * (i * 7), cpus, mems) for i in range(24)]
@@ -211,24 +207,6 @@ def test_set_fields_memo_is_bounded_and_stays_exact() -> None:
         updates = [placement_update("a", cpus, CPUSet({i % 4})), ContainerUpdate("b", cpus=CPUSet.from_mask(i + 1))]
         assert replywire.updates_message(updates) == _reference_updates(updates)
         assert len(replywire._SET_FIELDS) <= replywire._SET_FIELDS_MAX
-
-
-@given(st.dictionaries(st.sampled_from(["name", "uid", "namespace", "cgroup_parent", "runtime_handler"]), text),
-       st.integers(0, 2**31))
-def test_decoder_builders_equal_the_dataclass_constructors(strings: dict[str, Any], pid: int) -> None:
-    """``build_pod``/``build_container`` set every field as ``Pod(...)``/``Container(...)`` do,
-    defaults included, each default map a fresh one."""
-    assert build_pod(id="p", pid=pid, **strings) == Pod(id="p", pid=pid, **strings)
-    name = strings.get("name", "")
-    assert build_container(id="c", pod_sandbox_id="p", name=name, pid=pid) == Container("c", "p", name, pid=pid)
-    one, two = build_container(id="c", pod_sandbox_id="p"), build_container(id="c", pod_sandbox_id="p")
-    assert one.labels == {}
-    assert one.labels is not two.labels
-    assert build_pod(id="p").annotations is not build_pod(id="p").annotations
-    with pytest.raises(TypeError):
-        build_container(id="c")
-    assert build_mount("/etc/hosts", "bind", "/src", ("ro",)) == Mount("/etc/hosts", "bind", "/src", ("ro",))
-    assert build_mount(destination="/d") == Mount("/d")
 
 
 def test_unknown_container_states_decode_as_unknown() -> None:
@@ -340,15 +318,22 @@ def test_placement_updates_read_as_the_updates_they_stand_for() -> None:
         list(PlacementUpdates([("", cpus, None)]))
 
 
-def test_placement_adjustments_equal_checked_ones_and_empty_sets_are_still_refused() -> None:
+def test_placement_adjustments_equal_checked_ones_and_refuse_empty_sets() -> None:
     cpus, mems = CPUSet({4, 5}), CPUSet({1})
     for m in (mems, None):
-        fast = placement_adjustment(cpus, m)
-        assert fast == ContainerAdjustment(cpus=cpus, mems=m)
-        assert replywire.adjustment_bytes(fast) == replywire.adjustment_bytes(ContainerAdjustment(cpus=cpus, mems=m))
-    for bad in (placement_adjustment(CPUSet(), mems), placement_adjustment(cpus, CPUSet())):
-        with pytest.raises(EmptyCPUSetError, match="refusing to encode an empty set"):
-            replywire.adjustment_bytes(bad)
+        placed = placement_adjustment(cpus, m)
+        assert placed == ContainerAdjustment(cpus=cpus, mems=m)
+        assert replywire.adjustment_bytes(placed) == replywire.adjustment_bytes(ContainerAdjustment(cpus=cpus, mems=m))
+    for name, bad in (("cpus", (CPUSet(), mems)), ("mems", (cpus, CPUSet()))):
+        with pytest.raises(EmptyCPUSetError, match=rf"ContainerAdjustment\.{name} is an empty set"):
+            placement_adjustment(*bad)
+
+
+def test_placement_updates_refuse_empty_sets() -> None:
+    cpus = CPUSet({4, 5})
+    for name, bad in (("cpus", (CPUSet(), None)), ("mems", (cpus, CPUSet()))):
+        with pytest.raises(EmptyCPUSetError, match=rf"ContainerUpdate\(c1\)\.{name} is an empty set"):
+            placement_update("c1", *bad)
 
 
 def test_the_stub_refuses_placement_updates_of_the_container_being_created() -> None:
@@ -375,7 +360,7 @@ def test_the_stub_refuses_placement_updates_of_the_container_being_created() -> 
         assert reply == b""
         assert status is not None
         assert status.code == Code.UNKNOWN
-        assert "refusing to encode an empty set" in status.message
+        assert "ContainerUpdate(b).cpus is an empty set" in status.message
         ok = PlacementUpdates([("a", cpus, None), ("b", cpus, cpus)])
         answer.append(CreateContainerResult(adjust=placement_adjustment(cpus, cpus), updates=ok))
         assert await stub.handle("CreateContainer", payload) == (

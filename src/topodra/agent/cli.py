@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import signal
 from collections.abc import Callable
 from pathlib import Path
@@ -12,7 +11,6 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
-    from topodra.agent.agent import Agent
     from topodra.agent.config import AgentConfig
     from topodra.topology.model import Topology
 
@@ -92,15 +90,6 @@ def _print_state(path: Path, fail: Callable[[Exception], typer.Exit]) -> int:
     return 0
 
 
-async def _freeze_after_start(agent: Agent) -> None:
-    """Once started, move everything alive (modules, topology, configuration) out of the
-    collector's sight (``gc.freeze``): later full collections walk only what the agent makes
-    while it runs, so fewer long pauses land on an NRI reply."""
-    await agent.started.wait()
-    gc.collect()
-    gc.freeze()
-
-
 async def _run(cfg: AgentConfig, path: Path, topology: Topology) -> None:
     from topodra.agent.agent import Agent, AgentError
 
@@ -111,13 +100,10 @@ async def _run(cfg: AgentConfig, path: Path, topology: Topology) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, agent.request_stop)
-    freezing = loop.create_task(_freeze_after_start(agent))
     try:
         await agent.run_forever()
     except AgentError as exc:
         raise SystemExit(f"error: {exc}") from None
-    finally:
-        freezing.cancel()
 
 
 def register(app: typer.Typer) -> None:

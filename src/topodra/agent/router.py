@@ -30,7 +30,6 @@ from topodra.agent.publisher import DevicePublisher
 from topodra.agent.pusher import UpdatePusher
 from topodra.agent.start_window import StartWindow
 from topodra.agent.state import NodeState
-from topodra.cpuset import CPUSet
 from topodra.nri.types import ContainerUpdate, Placement, placement_update
 from topodra.nri.version import RuntimeInfo
 from topodra.policy.api import Assignment, Changes
@@ -131,20 +130,13 @@ class ChangeRouter:
 
     def placements(self, changes: Changes, *, exclude: str | None = None) -> list[Placement]:
         """The updates ``changes`` make of the runtime's containers, by id, as (id, cpus, mems or
-        None). Followers moved together share one ``Assignment``: its sets are read once, and
-        the same objects let the reply writer reuse their bytes."""
+        None)."""
         containers = self.state.containers
-        out: list[Placement] = []
-        last: Assignment | None = None
-        cpus: CPUSet | None = None
-        mems: CPUSet | None = None
-        for cid, a in sorted(changes.items()):
-            if cid == exclude or cid not in containers:
-                continue
-            if a is not last:
-                last, cpus, mems = a, a.cpus, a.mems or None
-            assert cpus is not None
-            out.append((cid, cpus, mems))
+        out: list[Placement] = [
+            (cid, a.cpus, a.mems or None)
+            for cid, a in sorted(changes.items())
+            if cid != exclude and cid in containers
+        ]
         if out and self.window:  # event replies reach starting tasks no better
             self.window.sent([p[0] for p in out])
         return out

@@ -10,6 +10,7 @@ written when one of their fields is set, as Go plugins write them.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
@@ -22,10 +23,8 @@ from topodra.nri.types import (
     ContainerState,
     ContainerUpdate,
     LinuxResources,
+    Mount,
     Pod,
-    build_container,
-    build_mount,
-    build_pod,
 )
 
 __all__ = [
@@ -215,8 +214,7 @@ def resources_to_proto(res: LinuxResources, out: api_pb2.LinuxResources, where: 
 # ---------------------------------------------------------------- pods and containers
 def pod_from_proto(pb: api_pb2.PodSandbox) -> Pod:
     """Empty maps and lists are tested before they are copied: copying an empty protobuf map
-    costs ten times asking whether it is empty. ``build_pod``: the frozen dataclass' own
-    ``__init__`` cost more than the decoding."""
+    costs ten times asking whether it is empty."""
     linux = pb.linux
     labels, annotations, ips = pb.labels, pb.annotations, pb.ips
     resources = overhead = None
@@ -226,7 +224,7 @@ def pod_from_proto(pb: api_pb2.PodSandbox) -> Pod:
             resources = resources_from_proto(value, f"pod {pb.id or '?'}: linux.pod_resources")
         elif name == "pod_overhead":
             overhead = resources_from_proto(value, f"pod {pb.id or '?'}: linux.pod_overhead")
-    return build_pod(
+    return Pod(
         id=pb.id,
         name=pb.name,
         uid=pb.uid,
@@ -277,7 +275,7 @@ _STATES: dict[int, ContainerState] = {int(s): s for s in ContainerState}
 
 def container_from_proto(pb: api_pb2.Container) -> Container:
     """Only the fields the runtime set (``ListFields``), each read once."""
-    kw: dict[str, object] = {"id": pb.id, "pod_sandbox_id": pb.pod_sandbox_id}
+    kw: dict[str, Any] = {"id": pb.id, "pod_sandbox_id": pb.pod_sandbox_id}
     for fd, value in pb.ListFields():
         name = fd.name
         if name in _CONTAINER_SCALARS:
@@ -289,7 +287,7 @@ def container_from_proto(pb: api_pb2.Container) -> Container:
         elif name in ("args", "env"):
             kw[name] = tuple(value)
         elif name == "mounts":
-            kw["mounts"] = tuple(build_mount(m.destination, m.type, m.source, tuple(m.options)) for m in value)
+            kw["mounts"] = tuple(Mount(m.destination, m.type, m.source, tuple(m.options)) for m in value)
         elif name == "CDI_devices":
             kw["cdi_devices"] = tuple(d.name for d in value)
         elif name == "image":
@@ -302,7 +300,7 @@ def container_from_proto(pb: api_pb2.Container) -> Container:
                     kw["cgroups_path"] = v
                 elif sub.name == "oom_score_adj":
                     kw["oom_score_adj"] = v.value
-    return build_container(**kw)
+    return Container(**kw)
 
 
 def container_to_proto(ctr: Container, out: api_pb2.Container | None = None) -> api_pb2.Container:

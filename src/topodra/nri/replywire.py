@@ -4,9 +4,7 @@ A CreateContainer reply with an adjustment and a dozen ContainerUpdates cost mor
 as upb messages (one Python call per field set, a CopyFrom per update) than the placement
 behind it. Here the bytes are written directly: tags, varints and length-delimited fields in
 field-number order, exactly as upb's ``SerializeToString`` writes the same message (property
-tests compare the two). What follows an update's id is written once per reply for the same
-(cpus, mems, shares, quota, period, memory limit, ignore_failure) objects and its bytes reused;
-formatted cpus/mems fields are memoised by mask.
+tests compare the two). Formatted cpus/mems fields are memoised by mask.
 
 Only plain values take this path: exact ``CPUSet``s, ``int``s in range, strings that encode
 as UTF-8, an adjustment without annotations (upb orders map entries by its own hash). Anything
@@ -158,138 +156,59 @@ def _text(value: str) -> bytes | None:
         return None
 
 
-#: What a reply remembers of the updates it wrote: identities of an update's values -> that
-#: update (kept so the identities stay unique) and the bytes after its id.
-_Memo = dict[tuple[int, ...], tuple[ContainerUpdate, bytes]]
-
-
-def _rest(update: ContainerUpdate, memo: _Memo) -> bytes | None:
-    """What follows the id in an update's message (linux, ignore_failure), written once for
-    the same value objects (the policy hands many containers one ``Assignment``); None when
-    the reference encoder must handle it."""
-    cpus, mems, shares, quota, period, limit, flag = (
-        update.cpus, update.mems, update.cpu_shares, update.cpu_quota, update.cpu_period, update.memory_limit,
-        update.ignore_failure,
-    )
-    key = (id(cpus), id(mems), id(shares), id(quota), id(period), id(limit), id(flag))
-    hit = memo.get(key)
-    if hit is not None:
-        return hit[1]
-    if flag is not True and flag is not False:
+def _rest(
+    cpus: CPUSet | None,
+    mems: CPUSet | None,
+    shares: int | None,
+    quota: int | None,
+    period: int | None,
+    limit: int | None,
+    ignore_failure: bool,
+) -> bytes | None:
+    """What follows the id in an update's message (linux, ignore_failure); None when the
+    reference encoder must handle it."""
+    if ignore_failure is not True and ignore_failure is not False:
         return None
     res = _resources(cpus, mems, shares, quota, period, limit)
     if res is None:
         return None
-    rest = b"\x12" + _BYTE[len(res) + 2] + b"\x0a" + _BYTE[len(res)] + res if len(res) < 126 else _field(
-        b"\x12", _field(b"\x0a", res)
-    )
-    if flag:
-        rest += b"\x18\x01"
-    memo[key] = (update, rest)
-    return rest
+    rest = _field(b"\x12", _field(b"\x0a", res))
+    return rest + b"\x18\x01" if ignore_failure else rest
 
 
-def update_bytes(update: ContainerUpdate, memo: _Memo | None = None) -> bytes:
+def update_bytes(update: ContainerUpdate) -> bytes:
     """One ContainerUpdate message body, as ``convert.update_to_proto`` writes it."""
     cid = _text(update.container_id)
     if cid is not None:
-        rest = _rest(update, {} if memo is None else memo)
+        rest = _rest(
+            update.cpus, update.mems, update.cpu_shares, update.cpu_quota, update.cpu_period, update.memory_limit,
+            update.ignore_failure,
+        )
         if rest is not None:
             return (_field(b"\x0a", cid) + rest) if cid else rest
     return convert.update_to_proto(update).SerializeToString()
 
 
 def _updates(tag: bytes, updates: Iterable[ContainerUpdate]) -> bytes:
-    """The repeated ContainerUpdate field ``tag``, one item per update.
-
-    The agent's updates carry only cpus and mems, and runs of them share the very same sets
-    (sorted by id, the followers of one pool come together): those take the short way here,
-    compared by identity with the previous update; the rest goes through ``_rest``."""
+    """The repeated ContainerUpdate field ``tag``, one item per update."""
     if type(updates) is PlacementUpdates:
         return _placements(tag, updates.placements)
-    memo: _Memo = {}
-    out: list[bytes] = []
-    last_cpus: object = _NO_SET
-    last_mems: object = _NO_SET
-    plain = b""  # the bytes after the id of an update with only last_cpus and last_mems
-    for update in updates:
-        cid = update.container_id
-        if (
-            type(cid) is str
-            and cid
-            and update.cpu_shares is None
-            and update.cpu_quota is None
-            and update.cpu_period is None
-            and update.memory_limit is None
-            and update.ignore_failure is False
-        ):
-            cpus, mems = update.cpus, update.mems
-            if cpus is not last_cpus or mems is not last_mems:
-                rest = _rest(update, memo)
-                if rest is None:  # not plain after all (an empty set, a CPUSet subclass): the reference
-                    out.append(_field(tag, update_bytes(update)))
-                    continue
-                plain, last_cpus, last_mems = rest, cpus, mems
-            try:
-                text = cid.encode()
-            except UnicodeEncodeError:
-                out.append(_field(tag, update_bytes(update)))
-                continue
-            n = len(text)
-            size = n + len(plain) + 2
-            if size < 128:
-                out.append(tag + _BYTE[size] + b"\x0a" + _BYTE[n] + text + plain)
-            else:
-                out.append(_field(tag, _field(b"\x0a", text) + plain))
-            continue
-        text_or_none = _text(cid)
-        rest = _rest(update, memo) if text_or_none is not None else None
-        if text_or_none is not None and rest is not None:
-            out.append(_field(tag, (_field(b"\x0a", text_or_none) + rest) if text_or_none else rest))
-        else:
-            out.append(_field(tag, update_bytes(update)))
-    return b"".join(out)
-
-
-#: No set: what the first update's sets are compared with.
-_NO_SET = object()
+    return b"".join(_field(tag, update_bytes(update)) for update in updates)
 
 
 def _placements(tag: bytes, placements: tuple[Placement, ...]) -> bytes:
     """The repeated ContainerUpdate field ``tag`` of ``PlacementUpdates``, from its triples: the
-    bytes ``_updates`` writes for the same ``placement_update``s, without building them. Runs
-    sharing their sets (by identity) share the bytes after the id. Anything not plain (an empty
-    or odd set, an empty or unencodable id) sends the whole list the general way, built as
-    ``placement_update``s: refused as it would have been, with the same error."""
+    bytes ``_updates`` writes for the same ``placement_update``s, without building them. Anything
+    not plain (an empty or odd set, an empty or unencodable id) sends the whole list the general
+    way, built as ``placement_update``s: refused as it would have been, with the same error."""
     out: list[bytes] = []
-    add = out.extend  # the pieces of an update, joined once at the end
-    last_cpus: object = _NO_SET
-    last_mems: object = _NO_SET
-    plain = b""
-    room = 0  # the longest id whose update still has a one-byte length
     for cid, cpus, mems in placements:
-        if cpus is not last_cpus or mems is not last_mems:
-            res = _resources(cpus, mems, None, None, None, None) if type(cpus) is CPUSet else None
-            if res is None:
-                break
-            n = len(res)
-            plain = b"\x12" + _BYTE[n + 2] + b"\x0a" + _BYTE[n] + res if n < 126 else _field(b"\x12", _field(b"\x0a", res))
-            room = 125 - len(plain)
-            last_cpus, last_mems = cpus, mems
-        if type(cid) is not str or not cid:
-            break
-        try:
-            text = cid.encode()
-        except UnicodeEncodeError:
-            break
-        n = len(text)
-        if n <= room:
-            add((tag, _BYTE[n + len(plain) + 2], b"\x0a", _BYTE[n], text, plain))
-        else:
-            out.append(_field(tag, _field(b"\x0a", text) + plain))
-    else:
-        return b"".join(out)
-    return _updates(tag, [placement_update(*p) for p in placements])
+        text = _text(cid) if cid else None
+        rest = None if text is None else _rest(cpus, mems, None, None, None, None, False)
+        if text is None or rest is None:
+            return _updates(tag, [placement_update(*p) for p in placements])
+        out.append(_field(tag, _field(b"\x0a", text) + rest))
+    return b"".join(out)
 
 
 def updates_message(updates: Iterable[ContainerUpdate]) -> bytes:

@@ -10,9 +10,9 @@ is never what a placement decision means.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, Final, TypeVar, overload
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final, overload
 
 from topodra.cpuset import CPUSet
 from topodra.nri.errors import EmptyCPUSetError
@@ -247,69 +247,16 @@ class ContainerUpdate:
             _refuse_empty(f"ContainerUpdate({self.container_id})", "mems", mems)
 
 
-_T = TypeVar("_T")
-
-
-def _builder(cls: type[_T], *, unchecked: bool = False) -> Callable[..., _T]:
-    """A function taking ``cls``'s arguments, defaults included, that fills the slots
-    directly: a frozen dataclass' ``__init__`` writes each field through ``object.__setattr__``,
-    which for a 13-field Pod cost more than decoding it. For classes without ``__post_init__``
-    (nothing is skipped but the frozen-field write), fed by the decoders; ``unchecked``: also
-    for one with checks, skipped, where the caller's values are known good."""
-    assert unchecked or not hasattr(cls, "__post_init__")
-    env: dict[str, Any] = {"_new": object.__new__, "_cls": cls, "_MISSING": MISSING}
-    params: list[str] = []
-    body: list[str] = ["    obj = _new(_cls)"]
-    for i, f in enumerate(fields(cls)):  # type: ignore[arg-type]
-        env[f"_set{i}"] = getattr(cls, f.name).__set__
-        if f.default is not MISSING:
-            env[f"_default{i}"] = f.default
-            params.append(f"{f.name}=_default{i}")
-            body.append(f"    _set{i}(obj, {f.name})")
-        elif f.default_factory is not MISSING:
-            env[f"_factory{i}"] = f.default_factory
-            params.append(f"{f.name}=_MISSING")
-            body.append(f"    _set{i}(obj, _factory{i}() if {f.name} is _MISSING else {f.name})")
-        else:
-            params.append(f.name)
-            body.append(f"    _set{i}(obj, {f.name})")
-    source = f"def build({', '.join(params)}):\n" + "\n".join(body) + "\n    return obj\n"
-    exec(source, env)  # built from the dataclass's own field names
-    build: Callable[..., _T] = env["build"]
-    build.__qualname__ = build.__name__ = f"build_{cls.__name__}"
-    return build
-
-
-#: ``Pod(...)``, ``Container(...)`` and ``Mount(...)`` for the decoders (``topodra.nri.convert``).
-build_pod: Final = _builder(Pod)
-build_container: Final = _builder(Container)
-build_mount: Final = _builder(Mount)
-
-_build_update: Final = _builder(ContainerUpdate, unchecked=True)
-_build_adjustment: Final = _builder(ContainerAdjustment, unchecked=True)
-_NO_TEXT: Final[Mapping[str, str]] = {}
-
-
 def placement_update(container_id: str, cpus: CPUSet, mems: CPUSet | None) -> ContainerUpdate:
-    """A ContainerUpdate of a placement decision, built without the dataclass machinery.
-
-    For values already known good: a policy ``Assignment`` never has an empty cpuset, and its
-    empty mems become None. Building the dataclass (eight frozen-field writes and the checks)
-    cost more than encoding the update; a reply moving two dozen containers paid it each time.
-    The id is still checked, and the encoders still refuse an empty set. Plugins' own updates
-    go through ``ContainerUpdate(...)`` and all its checks.
-    """
-    if not container_id:
-        raise ValueError("ContainerUpdate.container_id must not be empty")
-    return _build_update(container_id, cpus, mems)
+    """The ContainerUpdate of a placement decision: ``container_id`` on ``cpus`` (and ``mems``
+    when pinned), with every check ``ContainerUpdate`` makes."""
+    return ContainerUpdate(container_id, cpus, mems)
 
 
 def placement_adjustment(cpus: CPUSet, mems: CPUSet | None) -> ContainerAdjustment:
-    """A ContainerAdjustment of a placement decision (cpus, and mems when pinned), built without
-    the dataclass machinery, as ``placement_update``: for a policy ``Assignment``'s sets, never
-    empty. The encoders still refuse an empty set. Its maps are one shared empty dict (read-only
-    by type)."""
-    return _build_adjustment(cpus, mems, annotations=_NO_TEXT, env=_NO_TEXT)
+    """The ContainerAdjustment of a placement decision: ``cpus`` (and ``mems`` when pinned),
+    with every check ``ContainerAdjustment`` makes."""
+    return ContainerAdjustment(cpus, mems)
 
 
 #: (container id, cpus, mems or None) of one placement update.

@@ -443,10 +443,10 @@ class Placer:
         ancestors, the best deepest pool below it, keyed as ``_ranked`` orders them (the lead key,
         the whole-core counts along the path top down, the candidates, the milli-CPU charged, the
         index). A pool's key is made from its children's by putting each child's whole-core count
-        in front of its tie, so only the pools whose figures changed since (``Capacity.journal``) and
+        in front of its tie, so only the pools whose figures changed since (``Supply.journal``) and
         their ancestors are worked out again."""
         supply = self.supply
-        journal, base = cap.journal.changes, cap.journal.base
+        journal, base = supply.journal.changes, supply.journal.base
         end = base + len(journal)
         kept = self._kept.get((n, kinds))
         if kept is None or kept.pos < base or end - kept.pos > len(self._lead_all):

@@ -61,9 +61,7 @@ class Journal:
     """The pools whose figures (any of ``Capacity``'s, or the milli-CPU charged) a settle changed,
     in order, for readers that keep something worked out from them (``Placer``'s ranking):
     ``changes[k]`` is change number ``base + k``; trimmed now and then (a reader behind ``base``
-    starts over). Kept with the figures, not as attributes of the supply: at 30 attributes an
-    instance loses CPython 3.11's fast attribute reads (measured side by side: a remove 4-5 % slower),
-    and the supply's are read on every operation."""
+    starts over). Current as of the last ``Supply.capacity()`` call."""
 
     changes: list[int]
     base: int
@@ -79,7 +77,6 @@ class Capacity:
     slack: list[int]  # CPUs the pool itself can give up and still hold its shared requests
     reach: list[int]  # slack bounded by the ancestors: the most an exclusive grant may take here
     whole: list[int]  # shared CPUs on cores whose every usable thread is shared (full cores free)
-    journal: Journal  # which pools' figures changed, in order
 
 
 class Supply:
@@ -131,7 +128,8 @@ class Supply:
         sharable = [p.sharable.bit_count() for p in part.pools]
         self._top_slack = [max((sharable[c] for c in kids), default=0) for kids in part.children]
         self._top_free = [1000 * t for t in self._top_slack]
-        self._capacity = Capacity(self._counts, self._free, self._slack, self._reach, self._whole, Journal([], 0))
+        self._capacity = Capacity(self._counts, self._free, self._slack, self._reach, self._whole)
+        self.journal = Journal([], 0)  # which pools' figures a settle changed, in order
 
     # --- the rules -----------------------------------------------------------------
     @property
@@ -179,7 +177,7 @@ class Supply:
         used = self.excl | self.claimed
         dirty = self._dirty
         counts, own, slack, milli = self._counts, self._own, self._slack, self.milli
-        kept = self._capacity.journal
+        kept = self.journal
         journal = kept.changes
         if len(journal) > _JOURNAL_MAX:
             kept.base += len(journal)

@@ -111,13 +111,10 @@ def run_cmd(
     Exit codes: 0 every pod scheduled, 1 some pod could not be scheduled
     (unschedulable, timeout or error), 2 bad input.
     """
-    from topodra.cli import paused_gc
-
-    with paused_gc():
-        from topodra.sim.cluster import ClusterError
-        from topodra.sim.costmodel import DEFAULT_COSTS
-        from topodra.sim.run import RunConfig, parse_models, run_simulation
-        from topodra.sim.workload import WorkloadError
+    from topodra.sim.cluster import ClusterError
+    from topodra.sim.costmodel import DEFAULT_COSTS
+    from topodra.sim.run import RunConfig, parse_models, run_simulation
+    from topodra.sim.workload import WorkloadError
 
     try:
         (mod, group), = parse_models([model])
