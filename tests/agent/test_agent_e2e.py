@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -225,3 +226,66 @@ def test_replies_delivery_defers_to_the_next_event_reply() -> None:
         assert not [line for line in pg.runtime.log if "requested container updates" in line]
 
     run(body, agent_overrides={"nri": {"delivery": "replies"}})
+
+
+def _claim_pod(name: str, count: int) -> list[dict[str, Any]]:
+    """A pod whose only container runs on a claim of ``count`` CPUs (no CPU request of its own)."""
+    template = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": f"{name}-cpus"},
+        "spec": {"spec": {"devices": {"requests": [
+            {"name": "cpu", "exactly": {"deviceClassName": "native.cpu", "count": count}}
+        ]}}},
+    }
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "resourceClaims": [{"name": "cpus", "resourceClaimTemplateName": f"{name}-cpus"}],
+            "containers": [{"name": "c", "image": "x", "resources": {"claims": [{"name": "cpus"}]}}],
+        },
+    }
+    return [template, pod]
+
+
+def test_a_guaranteed_pod_refused_for_claimed_cpus_is_told_why_in_one_line(caplog: pytest.LogCaptureFixture) -> None:
+    """The scheduler does not count claimed CPUs against the node's CPU: a Guaranteed pod that
+    needs them is refused, and the CRI error (the pod's event) says so, with the policy's figures,
+    on one line; the agent logs the refusal as one warning line, without a traceback."""
+    from topodra.nri.types import LinuxResources
+    from topodra.topology.synthetic import synthetic_topology
+
+    topology = synthetic_topology("1s1d1n1l4c1t")  # 4 CPUs, one of them the shared floor
+
+    async def body(pg: Playground) -> None:
+        assert pg.runtime is not None
+        assert pg.agent is not None
+        await pg.apply(_claim_pod("holder", 3))
+        claimed = pg.cpus_of("holder", "c")
+        assert len(claimed) == 3
+        sandbox = Pod(id="g-sandbox", name="g", uid="g-uid", namespace="default", cgroup_parent="/kubepods/podg-uid")
+        assert (await pg.runtime.run_pod_sandbox(sandbox)).ok
+        two_cpus = LinuxResources(cpu_shares=2048, cpu_quota=200_000, cpu_period=100_000, memory_limit=1 << 28)
+        ctr = Container(id="g-ctr", pod_sandbox_id="g-sandbox", name="c", state=ContainerState.CREATED,
+                        resources=two_cpus)
+        caplog.clear()
+        result = await pg.runtime.create_container(ctr)
+        assert not result.ok
+        error = result.error or ""
+        assert "\n" not in error
+        total = len(pg.topology.online)
+        assert f"no CPU left for 2 exclusive CPU(s): {len(claimed)} of {total} CPUs are held by DRA claims" in error
+        assert f"the rest can give at most {total - len(claimed)}" in error
+        assert "the scheduler counts claimed CPUs as free node CPU" in error
+        refusals = [r for r in caplog.records if r.name == "topodra.nri.stub" and r.levelno >= logging.WARNING]
+        assert [(r.levelno, r.exc_info) for r in refusals] == [(logging.WARNING, None)]
+        assert "no CPU left for 2 exclusive CPU(s)" in refusals[0].getMessage()
+
+    async def main() -> None:
+        async with Playground(topology=topology) as pg:
+            await body(pg)
+
+    caplog.set_level(logging.WARNING)
+    asyncio.run(main())

@@ -139,6 +139,34 @@ def _daemonset_checks(docs: list[dict[str, Any]]) -> None:
     _admission_policy_checks(docs)
 
 
+#: Every API call the agent makes, as (group, resource, verb, resourceName): what the ClusterRole of
+#: the chart, the plain manifests and examples/rbac.yaml grant, and nothing more (the example
+#: says why each). tests/dra/test_e2e.py and tests/agent/test_claim_status.py run the driver and
+#: the agent under these roles with every call checked.
+AGENT_API = frozenset({
+    ("", "nodes", "get", ""),
+    *(("resource.k8s.io", "resourceslices", verb, "") for verb in ("list", "watch", "create", "update", "delete")),
+    ("resource.k8s.io", "resourceclaims", "get", ""),
+    ("resource.k8s.io", "resourceclaims", "list", ""),
+    ("resource.k8s.io", "resourceclaims/status", "update", ""),
+    ("resource.k8s.io", "resourceclaims/status", "patch", ""),
+    ("resource.k8s.io", "resourceclaims/driver", "associated-node:patch", "native.cpu"),
+    ("resource.k8s.io", "resourceclaims/driver", "associated-node:update", "native.cpu"),
+})
+
+
+def _grants(docs: list[dict[str, Any]]) -> set[tuple[str, str, str, str]]:
+    """Everything the ClusterRole among ``docs`` grants, one (group, resource, verb, name) each."""
+    return {
+        (group, resource, verb, name)
+        for rule in _one(docs, "ClusterRole")["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+        for name in rule.get("resourceNames") or [""]
+    }
+
+
 def _claim_status_rbac_checks(rules: list[dict[str, Any]]) -> None:
     """Writing status.devices: resourceclaims/status, and from 1.36 the per-driver verbs, for our
     driver only and only on the agent's own node (associated-node, never arbitrary-node)."""
@@ -343,6 +371,16 @@ def test_example_rbac_applies_on_a_fresh_cluster() -> None:
     _admission_policy_checks(docs)
 
 
+def test_example_rbac_grants_exactly_what_the_agent_uses() -> None:
+    assert _grants(_docs(EXAMPLE_RBAC)) == AGENT_API
+
+
+def test_chart_rbac_grants_exactly_what_the_agent_uses() -> None:
+    """The ClusterRole `helm template` renders (and the plain manifests, the chart rendered)."""
+    assert _grants(_rendered()) == AGENT_API
+    assert _grants(_docs(MANIFESTS)) == AGENT_API
+
+
 def test_claim_status_rbac_check_catches_a_missing_driver_rule() -> None:
     role = _one(_docs(MANIFESTS), "ClusterRole")
     rules = [r for r in role["rules"] if "resourceclaims/driver" not in r["resources"]]
@@ -462,6 +500,8 @@ def _admission_policy_checks(docs: list[dict[str, Any]]) -> None:
         (_request("CREATE", agent), _slice(None), None, "its own node"),  # a cluster-wide slice
         (_request("CREATE", agent), _slice("n1", driver="gpu.example.com"), None, "native.cpu"),
         (_request("CREATE", agent, node=None), mine, None, "names no node"),
+        # a token without extra: the policy's own message, not the evaluation's "no such key"
+        ({"operation": "CREATE", "userInfo": {"username": agent}}, mine, None, "names no node"),
     ]
     for request, obj, old in allowed:
         ok, why = _admit(policy, request, obj, old)

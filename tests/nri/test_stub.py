@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import random
 import signal
@@ -422,6 +423,42 @@ def test_os_environ_is_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
     stub = Stub(Plugin())
     assert (stub.name, stub.idx, stub.launched_fd) == ("fromenv", "33", 7)
     assert os.environ["NRI_PLUGIN_SOCKET"] == "7"
+
+
+class _Refusal(Exception):
+    """A plugin's own "no" (declared in its ``refusals``)."""
+
+
+def test_a_refusal_answers_one_line_and_logs_one_line_a_bug_keeps_its_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Refuser(Plugin):
+        refusals = (_Refusal,)
+
+        async def create_container(self, pod: Pod, container: Container) -> ContainerAdjustment:
+            if container.id == "refused":
+                raise _Refusal("no CPU left for 2 exclusive CPU(s):\n  3 of 4 CPUs are held by DRA claims\n")
+            raise KeyError("a bug")
+
+    async def main() -> None:
+        stub = Stub(Refuser(), name="t", idx="42", env={})
+        caplog.clear()
+        _, status = await stub.handle("CreateContainer", _create_request("refused").SerializeToString())
+        assert status is not None
+        assert status.code == Code.UNKNOWN
+        assert status.message == "no CPU left for 2 exclusive CPU(s): 3 of 4 CPUs are held by DRA claims"
+        [refused] = [r for r in caplog.records if r.name == "topodra.nri.stub"]
+        assert (refused.levelno, refused.exc_info) == (logging.WARNING, None)
+        assert refused.getMessage() == f"CreateContainer refused: {status.message}"
+        caplog.clear()
+        _, status = await stub.handle("CreateContainer", _create_request("buggy").SerializeToString())
+        assert status is not None
+        assert status.message == "'a bug'"
+        [failed] = [r for r in caplog.records if r.name == "topodra.nri.stub"]
+        assert failed.exc_info is not None  # an unexpected exception keeps its traceback
+
+    caplog.set_level(logging.WARNING)
+    run(main())
 
 
 def test_handle_answers_a_call_without_a_socket() -> None:

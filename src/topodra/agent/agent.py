@@ -175,6 +175,8 @@ class _OfferedPicks:
 class _AgentPlugin(Plugin):
     """NRI handlers: each takes the policy lock, runs one policy operation, answers its changes."""
 
+    refusals = (ClaimEnvError, ClaimCheckError, PolicyError)  # the reason is logged, no traceback
+
     def __init__(self, agent: Agent) -> None:
         self.agent = agent
 

@@ -94,15 +94,18 @@ async def warm_up(scratch: Agent, count: int = 16) -> int:
     scratch.log = SILENT
     scratch._after_pending = True  # its after-step work runs here, below, not on the loop
     stub = Stub(_AgentPlugin(scratch), socket_path="", name="warm-up", idx="99", env={}, reconnect=False)
+    stub.log = SILENT  # a refusal is reported below, in one line
     answered = 0
     try:
         with faults.held():
-            for method, payload in warm_up_calls(count):
+            calls = list(warm_up_calls(count))
+            for method, payload in calls:
                 _, status = await stub.handle(method, payload)
                 scratch._after_step()
                 scratch._after_pending = True
                 if status is not None:
-                    log.warning("NRI warm-up: %s answered %s; the first calls may be slower", method, status)
+                    log.warning("NRI warm-up: ran %d of its %d calls, not the rest: %s was refused (%s); the first "
+                                "calls may be slower", answered, len(calls), method, status.message)
                     break
                 answered += 1
     except Exception as exc:  # a warm-up must never cost the start

@@ -169,6 +169,16 @@ async def _no_changes(_: Changes) -> None:
     return None
 
 
+def _log_refusals(results: Mapping[str, PrepareResult]) -> None:
+    """One warning line per Prepare call that refused claims (the kubelet retries it): how many,
+    and the first one's reason."""
+    errors = [r.error for r in results.values() if r.error]
+    if errors:
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        first = " ".join(errors[0].split("\n"))
+        log.warning("Prepare refused %d of %d claim(s): %s%s", len(errors), len(results), first, more)
+
+
 class Driver:
     """The DRA driver's node-side state machine for ``native.cpu`` claims."""
 
@@ -366,16 +376,24 @@ class Driver:
                     await asyncio.sleep(0)  # let the event loop breathe on huge calls
             else:
                 pending.append((ref, obj))
-        if not pending:
-            return out
-        async with self._serial:
-            for ref, obj in pending:
-                try:
-                    out[ref.uid] = await self._prepare_one(ref, obj)
-                except Exception as exc:  # one bad claim must not fail the whole call
-                    log.exception("prepare %s failed", ref)
-                    out[ref.uid] = PrepareResult(error=f"claim {ref}: internal error: {exc!r}")
+        if pending:
+            async with self._serial:
+                for ref, obj in pending:
+                    out[ref.uid] = await self._prepare_guarded(ref, obj)
+        _log_refusals(out)
         return out
+
+    async def _prepare_guarded(self, ref: ClaimRef, obj: Mapping[str, Any] | BaseException) -> PrepareResult:
+        """``_prepare_one``; an exception answers this claim only (one bad claim must not fail the
+        whole call): a refusal (``ClaimError``, ``PolicyError``) with its reason, anything else as
+        an internal error, logged with its traceback."""
+        try:
+            return await self._prepare_one(ref, obj)
+        except (ClaimError, PolicyError) as exc:
+            return PrepareResult(error=f"claim {ref}: {exc}")
+        except Exception as exc:
+            log.exception("prepare %s failed", ref)
+            return PrepareResult(error=f"claim {ref}: internal error: {exc!r}")
 
     async def _fetch_all(self, refs: Sequence[ClaimRef]) -> list[Mapping[str, Any] | BaseException]:
         """Fetch with at most ``fetch_concurrency`` requests in flight, until the call's deadline."""

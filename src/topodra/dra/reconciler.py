@@ -47,6 +47,7 @@ from topodra.dra.slices import (
     event_head,
     owner_references,
     read_answer,
+    same_spec,
     slice_name,
     slice_object,
 )
@@ -77,7 +78,7 @@ def _same_devices(a: Sequence[Device], b: Sequence[Device]) -> bool:
 
 
 def _same(existing: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
-    return existing.get("spec") == desired.get("spec") and (existing.get("metadata") or {}).get(
+    return same_spec(existing.get("spec"), desired.get("spec")) and (existing.get("metadata") or {}).get(
         "ownerReferences"
     ) == desired["metadata"].get("ownerReferences")
 

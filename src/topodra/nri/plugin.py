@@ -10,14 +10,16 @@ timeout (2 s by default): a handler still running shortly before that deadline
 is cancelled (it sees ``CancelledError`` and should undo what it started) and
 the runtime gets a DEADLINE_EXCEEDED error instead of silently dropping the
 plugin. Raise ``RpcError(code, message)`` to answer with a specific status;
-any other exception answers UNKNOWN with its message, which makes the CRI call
-fail (for CreateContainer: the container is not created).
+any other exception answers UNKNOWN with its message on one line, which makes the CRI
+call fail (for CreateContainer: the container is not created; the kubelet shows the message in
+the pod's events). Exceptions listed in ``refusals`` are expected answers (the message says
+why): logged as one warning line; any other exception is logged with its traceback.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Final
+from typing import ClassVar, Final
 
 from topodra.nri.types import (
     Container,
@@ -38,6 +40,9 @@ HANDLER_NAMES: Final = {event: event.name.lower() for event in Event}
 
 class Plugin:
     """Base class of NRI plugins; every handler defaults to doing nothing."""
+
+    #: Exceptions a handler raises to refuse a request: logged as one line, without a traceback.
+    refusals: ClassVar[tuple[type[Exception], ...]] = ()
 
     async def configure(self, config: str, runtime: RuntimeInfo) -> Iterable[Event] | None:
         """Called once per connection with the runtime's config text for this plugin.

@@ -65,6 +65,7 @@ __all__ = [
     "UpdateFuture",
     "check_plugin_index",
     "check_plugin_name",
+    "one_line",
 ]
 
 log = logging.getLogger("topodra.nri.stub")
@@ -91,6 +92,11 @@ _NOTIFICATIONS: Final = {
     "PostUpdateContainer": Event.POST_UPDATE_CONTAINER,
     "RemoveContainer": Event.REMOVE_CONTAINER,
 }
+
+
+def one_line(text: str) -> str:
+    """An error text as one line (the kubelet shows a CreateContainer error in the pod's events)."""
+    return " ".join(part for part in (line.strip() for line in text.splitlines()) if part)
 
 
 def check_plugin_index(idx: str) -> None:
@@ -254,6 +260,8 @@ class Stub:
         """
         environ = os.environ if env is None else env
         self.plugin = plugin
+        #: where handler failures and refusals are logged (a scratch stub may silence them)
+        self.log = log
         self.socket_path = socket_path
         self.launched_fd: int | None = None
         if environ.get(ENV_SOCKET):
@@ -554,8 +562,8 @@ class Stub:
             log.error("%s handler still running after %.2f s: cancelled, answering DEADLINE_EXCEEDED", req.method, budget)
             return b"", Status(Code.DEADLINE_EXCEEDED, f"{req.method} handler did not finish within {budget:.2f} s")
         except TimeoutError as exc:  # the handler's own
-            log.warning("%s handler failed: %s", req.method, exc, exc_info=True)
-            return b"", Status(Code.UNKNOWN, str(exc) or type(exc).__name__)
+            self.log.warning("%s handler failed: %s", req.method, exc, exc_info=True)
+            return b"", Status(Code.UNKNOWN, one_line(str(exc)) or type(exc).__name__)
         except RpcError as exc:
             return b"", Status(exc.code, exc.message)
         except EmptyCPUSetError as exc:  # the plugin tried to send "": never let that pass as "no change"
@@ -568,8 +576,12 @@ class Stub:
                 return b"", Status(Code.CANCELLED, f"{req.method} handler was cancelled")
             raise
         except Exception as exc:
-            log.warning("%s handler failed: %s", req.method, exc, exc_info=not isinstance(exc, NRIError))
-            return b"", Status(Code.UNKNOWN, str(exc) or type(exc).__name__)
+            text = one_line(str(exc)) or type(exc).__name__
+            if isinstance(exc, self.plugin.refusals):
+                self.log.warning("%s refused: %s", req.method, text)
+            else:
+                self.log.warning("%s handler failed: %s", req.method, text, exc_info=not isinstance(exc, NRIError))
+            return b"", Status(Code.UNKNOWN, text)
         elapsed = time.monotonic() - started
         if elapsed > budget / 2:
             log.warning("%s handler took %.3f s of its %.2f s budget", req.method, elapsed, budget)

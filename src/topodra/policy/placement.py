@@ -342,15 +342,33 @@ class Placer:
         raise NoFitError(self._no_fit(req, need))
 
     def _no_fit(self, req: ContainerRequest, need: Need) -> str:
+        """Why no pool can supply ``need``, on one line. When the CPUs held by DRA claims are what
+        is missing, say so first: the scheduler does not count them against the node's CPU, so it
+        keeps sending Guaranteed pods here (docs/dra.md, "Node CPU accounting")."""
         cap = self.supply.capacity()
         pools = self.part.pools
         held = (self.supply.milli[0] + 999) // 1000
         what = f"{need.exclusive} exclusive CPUs" + (f" + {need.milli}m shared" if need.kind is MIXED else "")
         best = max(range(len(pools)), key=lambda i: (cap.reach[i], -i))
+        most = max(0, cap.reach[best])
+        claimed = (self.supply.claimed & self.part.allowed).bit_count()
+        if claimed and need.exclusive <= most + claimed:
+            return self._no_fit_claimed(req, need, claimed, most)
         return (
             f"{where(req)}: no pool can supply {what}: {pools[0].name} has {cap.counts[0]} shared CPUs of which "
             f"{held} hold its shared containers' requests; the most any pool can give is "
-            f"{max(0, cap.reach[best])} ({pools[best].name})"
+            f"{most} ({pools[best].name})"
+        )
+
+    def _no_fit_claimed(self, req: ContainerRequest, need: Need, claimed: int, most: int) -> str:
+        reserved = self.part.reserved.bit_count()
+        total = self.part.allowed.bit_count()
+        what = f"{need.exclusive} exclusive CPU(s)" + (f" + {need.milli}m shared" if need.kind is MIXED else "")
+        by = f"DRA claims ({claimed}) or reserved ({reserved})" if reserved else "DRA claims"
+        return (
+            f"{where(req)}: no CPU left for {what}: {claimed + reserved} of {total} CPUs are held by {by} and "
+            f"the rest can give at most {most}; the scheduler counts claimed CPUs as free node CPU "
+            f"(see docs/dra.md, node CPU accounting)"
         )
 
     def _search(self, a: _Ask) -> tuple[int, int] | None:
