@@ -4,7 +4,7 @@ Three processes besides this one, so no peer's work lands inside another's figur
 
 * the agent (``python -m topodra agent``) on a synthetic machine, DRA and slice
   publication on;
-* the API server double (``topodra.testing.apiserver``), which receives the
+* the API server double (``topodra.embedded.apiserver``), which receives the
   agent's ResourceSlice writes;
 * a bare NRI plugin: our ``Stub`` with a plugin that changes nothing.
 
@@ -55,8 +55,8 @@ GOAL_RSS_MIB = 80.0
 _API_PROCESS = """
 import asyncio, sys
 sys.path.insert(0, {src!r})
-from topodra.testing.apiserver import ApiServer
-from topodra.testing.store import KINDS, Store
+from topodra.embedded.apiserver import ApiServer
+from topodra.embedded.store import KINDS, Store
 async def main():
     store = Store()
     store.create(KINDS[("", "nodes")], None, {{"apiVersion": "v1", "kind": "Node", "metadata": {{"name": {node!r}}}}})

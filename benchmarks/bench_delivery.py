@@ -18,9 +18,9 @@ from typing import Any
 from benchmarks.common import Result, median
 from topodra.agent.drift import CgroupReader
 from topodra.cpuset import CPUSet
+from topodra.embedded.store import KINDS
 from topodra.playground.runner import resolve_topology
 from topodra.playground.world import Playground
-from topodra.testing.store import KINDS
 
 _TEMPLATE: dict[str, Any] = {
     "apiVersion": "resource.k8s.io/v1",

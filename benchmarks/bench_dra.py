@@ -161,8 +161,8 @@ async def _grpc_cycle(rounds: int) -> dict[str, list[float]]:
 
     from topodra.dra.kubeletplugin import KubeletPlugin, PluginPaths
     from topodra.dra.proto import dra_v1_pb2
+    from topodra.embedded.apiserver import ApiServer
     from topodra.kube.client import RESOURCE_CLAIMS, KubeClient
-    from topodra.testing.apiserver import ApiServer
 
     topo = synthetic_topology(MACHINE)
     policy, _ = _policy(topo)
@@ -388,10 +388,11 @@ def _bare_flush(rounds: int) -> list[float]:
 
 async def _flood(claims: int, samples: int) -> dict[str, Any]:
     """The agent (its own process) under one NodePrepareResources of ``claims`` unknown claims."""
+    from testkit.crashsoak import TEMPLATES, _pod
+
     from topodra.dra.proto import dra_v1_pb2
     from topodra.nri.types import Container, ContainerState, LinuxResources, Pod
     from topodra.playground.world import Playground
-    from topodra.testing.crashsoak import TEMPLATES, _pod
 
     spec = "1s1d1n1l4c2t4e"
     out: dict[str, Any] = {}
@@ -586,7 +587,7 @@ async def _client_latency(which: str, url: str, rounds: int) -> dict[str, float]
 
 
 async def _clients(rounds: int) -> dict[str, dict[str, float]]:
-    from topodra.testing.apiserver import ApiServer
+    from topodra.embedded.apiserver import ApiServer
 
     out = {}
     for which in ("lightkube", "kubernetes"):
@@ -597,8 +598,8 @@ async def _clients(rounds: int) -> dict[str, dict[str, float]]:
 
 async def _publish(rounds: int) -> list[float]:
     from topodra.dra.reconciler import SliceReconciler
+    from topodra.embedded.apiserver import ApiServer
     from topodra.kube.client import NODES, KubeClient
-    from topodra.testing.apiserver import ApiServer
 
     devices = build_devices(synthetic_topology(MACHINE))
     samples = []

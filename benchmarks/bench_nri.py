@@ -31,6 +31,7 @@ from pathlib import Path
 
 from benchmarks.common import Result, percentile
 from topodra.cpuset import CPUSet
+from topodra.embedded.runtime import EmbeddedRuntime
 from topodra.nri import convert, mux, replywire, ttrpc
 from topodra.nri.errors import ProtocolError
 from topodra.nri.logger import EventLogger
@@ -46,11 +47,9 @@ from topodra.nri.types import (
     Pod,
     placement_update,
 )
-from topodra.testing.fixtures import shared_dir
-from topodra.testing.runtime import EmbeddedRuntime
 
 ROOT = Path(__file__).resolve().parents[1]
-TRANSCRIPTS = shared_dir() / "nri-transcripts"
+TRANSCRIPTS = ROOT / "tests" / "data" / "nri-transcripts"
 
 _PLUGIN_PROCESS = """
 import asyncio, sys

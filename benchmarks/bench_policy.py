@@ -13,7 +13,7 @@ a 256-CPU machine (and 2,000 on a 1,024-CPU one); steady-state remove+add,
 resize, claim+release and pick are timed one call each, and the adds once
 more by kind (an exclusive add against a shared one, issue 15 item 1). Goal: median <= 200 us. The peer, measured in the
 same run on the same free CPUs: the kubelet static policy's takeByTopology
-(``topodra.testing.kubelet_baseline``); add and update are reported as a
+(``testkit.kubelet_baseline``); add and update are reported as a
 ratio to it, next to the ratio measured before the accounting rework.
 """
 
@@ -27,10 +27,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from testkit.kubelet_baseline import take_by_topology
+
 from benchmarks.common import Result, percentile
 from topodra.cpuset import CPUSet
 from topodra.policy import ContainerRequest, GrantKind, Policy, PolicyConfig, PolicyError, QoSClass
-from topodra.testing.kubelet_baseline import take_by_topology
 from topodra.topology.model import Topology
 from topodra.topology.synthetic import synthetic_topology
 
@@ -52,7 +53,7 @@ def _machines() -> list[tuple[str, Topology]]:
     """The 2-socket and the largest tree: real fixtures when discovery is available."""
     out: list[tuple[str, Topology]] = []
     try:  # the sysfs reader comes from the topology part
-        fixtures: Any = importlib.import_module("topodra.testing.fixtures")
+        fixtures: Any = importlib.import_module("topodra.topology.fixtures")
         sysfs: Any = importlib.import_module("topodra.topology.sysfs")
     except ImportError:
         fixtures = sysfs = None
@@ -343,7 +344,7 @@ def _speed(quick: bool) -> list[Result]:
 def _hotplug(quick: bool) -> list[Result]:
     """``Policy.follow`` (8 CPUs offline, then back) on the 500-container node, with the peer
     measured in the same run: ``reconfigure`` with the same configuration (a full rebuild too)."""
-    from topodra.testing.sysfs_writer import with_offline
+    from testkit.sysfs_writer import with_offline
 
     topo = synthetic_topology("2s1d2n2l16c2t")
     policy = Policy(topo, PolicyConfig(reserved_cpu_count=2))

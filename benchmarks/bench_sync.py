@@ -1,4 +1,4 @@
-"""The soak: a long randomized churn against the real agent process (topodra.testing.churn).
+"""The soak: a long randomized churn against the real agent process (testkit.churn).
 
 Claim pods, Guaranteed pods and shared pods come and go from concurrent
 workers, the agent process is restarted; at the end every container's applied
@@ -11,13 +11,14 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from testkit.churn import run_churn
+
 from benchmarks.common import Result
-from topodra.testing.churn import run_churn
 
 
 def run(quick: bool) -> list[Result]:
     operations = 200 if quick else 1000
-    logging.getLogger("topodra.testing.runtime").setLevel(logging.ERROR)  # its per-update warnings
+    logging.getLogger("topodra.embedded.runtime").setLevel(logging.ERROR)  # its per-update warnings
     report = asyncio.run(run_churn(operations, seed=7, restarts=3 if quick else 8))
     for line in report.lines():
         print("   " + line)

@@ -25,10 +25,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from testkit.sysfs_writer import write_sysfs
+
 from benchmarks.common import Result, median
-from topodra.testing.fixtures import unpacked_fixture
-from topodra.testing.sysfs_writer import write_sysfs
 from topodra.topology import read_topology, synthetic_topology
+from topodra.topology.fixtures import unpacked_fixture
 
 GOAL_MS = 50.0
 SYNTHETIC = "2s1d2n2l16c2t"  # 2 sockets x 2 nodes x 2 L3 x 16 cores x 2 threads = 256 CPUs

@@ -2,7 +2,7 @@
 
 Quantities appear in device capacities, capacity requests, request policies,
 shared counters and pod resources; the simulator, the DRA driver, the API
-server double and the playground all parse them here. They are kept as exact ``Fraction`` values so that sums
+server double, the policy and the playground all parse them here. They are kept as exact ``Fraction`` values so that sums
 and comparisons never round; ``value()`` rounds up to an integer as Go's
 ``Quantity.Value()`` does (used by the ``validRange.step`` arithmetic).
 """
@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from fractions import Fraction
 
-__all__ = ["Quantity", "QuantityError", "parse_quantity"]
+__all__ = ["Quantity", "QuantityError", "cpu_milli", "memory_bytes", "parse_quantity"]
 
 
 class QuantityError(ValueError):
@@ -150,3 +150,26 @@ def format_quantity(amount: Fraction, fmt: str = "DecimalSI") -> str:
                 return f"{sign}{mant}" + (f"e{e}" if e else "")
             return f"{sign}{mant}{suffix}"
     return f"{sign}{nanos}n"  # unreachable: exp 0 always divides
+
+
+def _amount(value: object, what: str, example: str) -> Fraction:
+    """The exact, non-negative amount of ``value``; errors name ``what`` and show an example."""
+    try:
+        amount = parse_quantity(value).amount
+    except (QuantityError, ValueError, OverflowError):  # floats: nan and inf are not quantities
+        raise QuantityError(f"{what}: expected a {example}, got {value!r}") from None
+    if amount < 0:
+        raise QuantityError(f"{what}: expected a {example}, got {value!r}, which is negative")
+    return amount
+
+
+def cpu_milli(value: object, what: str = "cpu") -> int:
+    """A CPU quantity (``2``, ``750m``, ``1.5``, ``2e0``) in milli-CPU, rounded up as the
+    kubelet's ``MilliValue()`` does."""
+    return math.ceil(_amount(value, what, "CPU quantity like 2, 1.5 or 750m") * 1000)
+
+
+def memory_bytes(value: object, what: str = "memory") -> int:
+    """A memory quantity (``512Mi``, ``1G``, ``1k``, ``1000``) in bytes, rounded up as the
+    kubelet's ``Value()`` does (``1m`` is one byte)."""
+    return math.ceil(_amount(value, what, "memory quantity like 512Mi or 2G"))

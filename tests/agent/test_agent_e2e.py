@@ -10,6 +10,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,10 +21,9 @@ from topodra.cpuset import CPUSet
 from topodra.nri.types import Container, ContainerState, Pod
 from topodra.playground.runner import resolve_topology
 from topodra.playground.world import Playground
-from topodra.testing.fixtures import shared_dir
 from topodra.topology.model import CoreType
 
-EXAMPLE = shared_dir() / "examples" / "upstream-prototype.yaml"
+EXAMPLE = Path(__file__).resolve().parents[1] / "data" / "upstream-prototype" / "upstream-prototype.yaml"
 
 
 def _pod(name: str, cpu: str | None = None, limit: str | None = None) -> dict[str, Any]:
@@ -82,7 +82,7 @@ def test_release_reaches_the_runtime_with_no_further_container_event() -> None:
 
 
 def _pod_key(name: str) -> tuple[Any, str, str]:
-    from topodra.testing.store import KINDS
+    from topodra.embedded.store import KINDS
 
     return KINDS[("", "pods")], "default", name
 

@@ -11,15 +11,18 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import pytest
+from testkit.churn import _offered, agent_offers, in_race, run_churn
+
 from topodra.agent.logs import JsonFormatter
 from topodra.cpuset import CPUSet
 from topodra.playground.world import Playground
-from topodra.testing.churn import _offered, agent_offers, in_race, run_churn
 from topodra.topology.synthetic import synthetic_topology
 
 TOPO = "1s1d1n2l4c2t"  # 16 CPUs
 
 
+@pytest.mark.slow
 def test_randomized_churn_with_agent_restarts_ends_consistent() -> None:
     report = asyncio.run(run_churn(200, seed=3, restarts=2))
     assert report.operations == 200
@@ -113,6 +116,7 @@ def test_claims_never_land_on_a_running_exclusive_container() -> None:
     asyncio.run(main())
 
 
+@pytest.mark.slow
 def test_churn_on_a_containerd_2_3_runtime_never_hangs_it() -> None:
     """NRI v0.12.0 (containerd 2.3.x): delivery "replies" is chosen, the runtime's locks never
     deadlock, and every container's cgroup ends as the agent recorded it."""

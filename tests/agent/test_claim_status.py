@@ -19,14 +19,14 @@ from typing import Any
 
 import grpc.aio
 import yaml
+from testkit.sysfs_writer import publish_sysfs, with_offline
 
 from topodra.agent.http import get
 from topodra.cpuset import CPUSet
 from topodra.dra.proto import dra_v1_pb2, dra_v1_pb2_grpc
+from topodra.embedded.apiserver import Authorizer
+from topodra.embedded.store import KINDS
 from topodra.playground.world import NODE_NAME, Playground
-from topodra.testing.apiserver import Authorizer
-from topodra.testing.store import KINDS
-from topodra.testing.sysfs_writer import publish_sysfs, with_offline
 from topodra.topology.synthetic import synthetic_topology
 
 ROOT = Path(__file__).resolve().parents[2]

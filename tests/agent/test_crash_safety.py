@@ -111,7 +111,13 @@ async def _crash(pg: Playground, point: str) -> None:
     assert code == CRASH_EXIT_CODE, f"the agent should have crashed at {point} (exit {code})"
 
 
-@pytest.mark.parametrize("point", POINTS)
+#: The points every default run crashes at; the others run with the slow tests.
+QUICK_POINTS = ("create.placed", "unprepare.released")
+
+
+@pytest.mark.parametrize(
+    "point", [p if p in QUICK_POINTS else pytest.param(p, marks=pytest.mark.slow) for p in POINTS]
+)
 def test_crash_and_restart_loses_and_doubles_nothing(point: str) -> None:
     async def main() -> None:
         topo = synthetic_topology(SPEC)
@@ -148,6 +154,7 @@ def test_crash_and_restart_loses_and_doubles_nothing(point: str) -> None:
     asyncio.run(main())
 
 
+@pytest.mark.slow
 def test_a_damaged_checkpoint_is_repaired_at_start_and_counted() -> None:
     """The newest slot bit-flipped while the agent was down: it starts, loses nothing, counts it."""
 

@@ -1,7 +1,7 @@
 """Changes outside NRI events on runtimes whose NRI deadlocks on unsolicited updates.
 
 The embedded runtime takes containerd's two NRI locks in the order of the NRI version it
-emulates (``testing/nrilocks.py``). Up to NRI v0.12.0 a plugin's unsolicited UpdateContainers
+emulates (``embedded/nrilocks.py``). Up to NRI v0.12.0 a plugin's unsolicited UpdateContainers
 takes the adaptation lock and then the local one, while a CRI call takes the local lock and then
 the adaptation's: opened deterministically with ``between_locks``, that window hangs the runtime.
 """
@@ -19,14 +19,13 @@ import yaml
 from topodra.agent.delivery import CgroupWriter, Delivery, choose_delivery
 from topodra.agent.drift import CgroupReader
 from topodra.cpuset import CPUSet
+from topodra.embedded.nrilocks import RuntimeHung
 from topodra.nri.types import Container, ContainerState, Pod
 from topodra.nri.version import RuntimeInfo
 from topodra.playground.runner import resolve_topology
 from topodra.playground.world import Playground
-from topodra.testing.fixtures import shared_dir
-from topodra.testing.nrilocks import RuntimeHung
 
-EXAMPLE = shared_dir() / "examples" / "upstream-prototype.yaml"
+EXAMPLE = Path(__file__).resolve().parents[1] / "data" / "upstream-prototype" / "upstream-prototype.yaml"
 
 
 def _runtime(name: str, version: str, nri: str = "") -> RuntimeInfo:
@@ -197,7 +196,7 @@ def _cid(pg: Playground, pod: str) -> str:
 
 
 def _pod_key(name: str) -> tuple[Any, str, str]:
-    from topodra.testing.store import KINDS
+    from topodra.embedded.store import KINDS
 
     return KINDS[("", "pods")], "default", name
 

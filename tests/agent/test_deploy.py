@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from topodra.agent.config import parse_config
-from topodra.agent.validation import check_on_machine
+from topodra.agent.config_check import check_on_machine
 from topodra.topology.synthetic import synthetic_topology
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -170,7 +170,7 @@ def _grants(docs: list[dict[str, Any]]) -> set[tuple[str, str, str, str]]:
 def _claim_status_rbac_checks(rules: list[dict[str, Any]]) -> None:
     """Writing status.devices: resourceclaims/status, and from 1.36 the per-driver verbs, for our
     driver only and only on the agent's own node (associated-node, never arbitrary-node)."""
-    from topodra.testing.apiserver import Authorizer
+    from topodra.embedded.apiserver import Authorizer
 
     auth = Authorizer(rules)
     for verb in ("patch", "update"):

@@ -2,7 +2,7 @@
 """CPU hotplug under a running agent process, and the device health it reports to the kubelet.
 
 The agent (``python -m topodra agent``, its own process) reads its machine from a sysfs tree
-(``testing/sysfs_writer``) that the test changes under it, as the kernel does when CPUs go
+(``testkit/sysfs_writer``) that the test changes under it, as the kernel does when CPUs go
 offline: the containers on them are moved by unsolicited updates, the slices are republished
 without them, the claim holding one is reported, and the DRAResourceHealth streams (v1 and
 v1alpha1, over the agent's gRPC socket) turn those devices Unhealthy; brought back, all is
@@ -20,13 +20,13 @@ from typing import Any
 
 import grpc.aio
 import pytest
+from testkit.sysfs_writer import TreeStyle, publish_sysfs, with_offline
 
 from topodra.agent.hotplug import MachineWatcher, watch_root
 from topodra.agent.http import get
 from topodra.cpuset import CPUSet
 from topodra.dra.proto import health_v1_pb2, health_v1_pb2_grpc, health_v1alpha1_pb2, health_v1alpha1_pb2_grpc
 from topodra.playground.world import Playground
-from topodra.testing.sysfs_writer import TreeStyle, publish_sysfs, with_offline
 from topodra.topology.synthetic import synthetic_topology
 
 MACHINE = synthetic_topology("1s1d2n1l4c2t")  # 16 CPUs; cores (0,8) (1,9) ...; node 1: 4-7,12-15
@@ -73,6 +73,7 @@ async def _health(stream: AsyncIterator[Any], want: Callable[[dict[str, tuple[in
             return got
 
 
+@pytest.mark.slow
 def test_cpus_going_offline_and_back_under_a_running_agent_process() -> None:
     async def main() -> None:
         with tempfile.TemporaryDirectory(prefix="hp", dir="/tmp") as tmp:
@@ -175,6 +176,7 @@ def test_cpus_going_offline_and_back_under_a_running_agent_process() -> None:
     asyncio.run(main())
 
 
+@pytest.mark.slow
 def test_an_agent_restarted_while_a_claimed_cpu_is_offline_keeps_the_claim_whole() -> None:
     async def main() -> None:
         with tempfile.TemporaryDirectory(prefix="hp", dir="/tmp") as tmp:

@@ -11,10 +11,11 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 AGENT = SRC / "topodra" / "agent"
-#: What must never run on a node: test doubles and oracles, the simulator, the playground,
-#: and the simulator's heavy dependencies (extras, not installed in the image).
-FORBIDDEN = ("topodra.testing", "topodra.sim", "topodra.playground", "numpy", "matplotlib", "cel_expr_python",
-             "celpy", "cel")
+#: What must never run on a node: test oracles and the test kit, the playground's embedded peers,
+#: the simulator, the playground, and the simulator's heavy dependencies (extras, not installed
+#: in the image).
+FORBIDDEN = ("topodra.testing", "testkit", "topodra.embedded", "topodra.sim", "topodra.playground",
+             "numpy", "matplotlib", "cel_expr_python", "celpy", "cel")
 
 
 def _module_file(name: str) -> Path | None:

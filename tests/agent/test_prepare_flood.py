@@ -14,10 +14,12 @@ import socket
 from collections import Counter
 from typing import Any
 
+import pytest
+from testkit.crashsoak import TEMPLATES, _pod
+
 from topodra.dra.driver import FETCH_CONCURRENCY
 from topodra.dra.proto import dra_v1_pb2
 from topodra.playground.world import Playground
-from topodra.testing.crashsoak import TEMPLATES, _pod
 from topodra.topology.synthetic import synthetic_topology
 
 FLOOD = 2_000  # 20,000 in the benchmark; the bound is the same
@@ -39,6 +41,7 @@ async def _get(port: int, path: str) -> tuple[int, bytes]:
     return int(head.split()[1]), body
 
 
+@pytest.mark.slow
 def test_a_flood_of_unknown_claims_leaves_the_agent_responsive() -> None:
     async def main() -> None:
         port = _free_port()

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 from topodra.playground.runner import resolve_topology
 from topodra.playground.world import Playground
-from topodra.testing.fixtures import shared_dir
 
-EXAMPLE = shared_dir() / "examples" / "upstream-prototype.yaml"
+EXAMPLE = Path(__file__).resolve().parents[1] / "data" / "upstream-prototype" / "upstream-prototype.yaml"
 
 
 def _pod(name: str) -> dict[str, Any]:

@@ -19,7 +19,7 @@ import pytest
 import topodra
 from topodra.agent.agent import Agent, AgentError
 from topodra.agent.config import parse_config
-from topodra.testing.runtime import EmbeddedRuntime
+from topodra.embedded.runtime import EmbeddedRuntime
 
 SRC = str(Path(topodra.__file__).resolve().parents[1])
 

@@ -18,9 +18,9 @@ from topodra.agent.agent import Agent
 from topodra.agent.config import parse_config
 from topodra.agent.warmup import warm_up, warm_up_calls
 from topodra.cpuset import CPUSet
+from topodra.embedded.runtime import EmbeddedRuntime
 from topodra.nri.stub import Stub
 from topodra.nri.types import Container, ContainerState, LinuxResources, Pod
-from topodra.testing.runtime import EmbeddedRuntime
 from topodra.topology.synthetic import synthetic_topology
 
 

@@ -29,6 +29,7 @@ from topodra.dra.kubeletplugin import KubeletPlugin, PluginPaths
 from topodra.dra.proto import dra_v1_pb2, dra_v1_pb2_grpc, pluginregistration_pb2, pluginregistration_pb2_grpc
 from topodra.dra.reconciler import SliceReconciler
 from topodra.dra.status import kube_claim_status
+from topodra.embedded.apiserver import ApiServer
 from topodra.kube.client import (
     DEVICE_CLASSES,
     NODES,
@@ -38,9 +39,8 @@ from topodra.kube.client import (
     RESOURCE_SLICES,
     KubeClient,
 )
-from topodra.testing.apiserver import ApiServer
-from topodra.testing.fixtures import unpacked_fixture
 from topodra.topology import CoreType
+from topodra.topology.fixtures import unpacked_fixture
 from topodra.topology.sysfs import read_topology
 
 from .dra_fakes import RecordingPolicy, allocate

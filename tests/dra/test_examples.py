@@ -11,18 +11,15 @@ from cel_expr_python import cel  # type: ignore[import-untyped]
 
 from topodra.dra.attributes import Version, qualify
 from topodra.dra.devices import DRIVER, Device, build_devices, device_class
-from topodra.testing.fixtures import shared_dir, unpacked_fixture
 from topodra.topology import CoreType, Topology, synthetic_topology
+from topodra.topology.fixtures import unpacked_fixture
 from topodra.topology.sysfs import read_topology
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "upstream-prototype.yaml"
 
-def _shared_example() -> Path:
-    """The original in shared/examples, beside shared/fixtures wherever the fixture lookup finds it."""
-    candidate = shared_dir() / "examples" / "upstream-prototype.yaml"
-    assert candidate.is_file(), f"{candidate} not found"
-    return candidate
+#: The upstream prototype's example as published (tests/data/upstream-prototype).
+UPSTREAM = ROOT / "tests" / "data" / "upstream-prototype" / "upstream-prototype.yaml"
 
 HYBRID = synthetic_topology("1s1n2l4c2t4e")
 INTEL_HYBRID_FIXTURE = "20em64t-hybrid-1p6c2t+2ca4co1t"  # a real Alder Lake: 6 P-cores x 2 threads + 8 E-cores
@@ -50,7 +47,7 @@ def _templates() -> dict[str, dict[str, Any]]:
 
 
 def test_example_is_the_upstream_file_unchanged() -> None:
-    assert EXAMPLE.read_bytes() == _shared_example().read_bytes()
+    assert EXAMPLE.read_bytes() == UPSTREAM.read_bytes()
     docs = list(yaml.safe_load_all(EXAMPLE.read_text()))
     assert [d["kind"] for d in docs] == ["ResourceClaimTemplate"] * 3 + ["Pod"]
 

@@ -6,8 +6,8 @@ import pytest
 
 from topodra.dra.devices import DeviceModelConfig, build_devices
 from topodra.dra.slices import build_slices
-from topodra.testing.fixtures import unpacked_fixture
-from topodra.testing.validation import validate_resource_slice
+from topodra.embedded.validation import validate_resource_slice
+from topodra.topology.fixtures import unpacked_fixture
 from topodra.topology.sysfs import read_topology
 
 FIXTURES = [

@@ -22,9 +22,9 @@ from topodra.dra.checkpoint import (
     parse_checkpoint,
 )
 from topodra.dra.claims import ClaimError, ClaimRef, allocated_devices, parse_quantity
+from topodra.embedded.apiserver import ApiServer
+from topodra.embedded.validation import VALIDATORS
 from topodra.kube.errors import FieldError
-from topodra.testing.apiserver import ApiServer
-from topodra.testing.validation import VALIDATORS
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False) | st.text(max_size=20),

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from testkit.sysfs_writer import with_offline
 
 from topodra.cpuset import CPUSet
 from topodra.dra.devices import DeviceModelConfig, build_devices, follow_devices, offer_devices
 from topodra.dra.health import MESSAGE_MAX, device_health
-from topodra.testing.sysfs_writer import with_offline
 from topodra.topology.follow import carry_numbers
 from topodra.topology.synthetic import synthetic_topology
 

@@ -15,9 +15,9 @@ from topodra.cpuset import CPUSet
 from topodra.dra.devices import DeviceModelConfig, build_devices
 from topodra.dra.reconciler import SliceReconciler
 from topodra.dra.slices import build_slices
+from topodra.embedded.apiserver import ApiServer
+from topodra.embedded.store import Kind, Store
 from topodra.kube.client import NODES, RESOURCE_SLICES, KubeClient
-from topodra.testing.apiserver import ApiServer
-from topodra.testing.store import Kind, Store
 from topodra.topology import synthetic_topology
 
 TOPO = synthetic_topology("2s1d2n2l16c2t")  # 256 CPUs

@@ -16,10 +16,10 @@ from topodra.cpuset import CPUSet
 from topodra.dra.devices import Device, build_devices, device_class
 from topodra.dra.reconciler import SliceReconciler
 from topodra.dra.slices import Homes, chunk_devices
+from topodra.embedded.apiserver import ApiServer
+from topodra.embedded.store import Store, Watch, kind_for
 from topodra.kube.client import NODES, RESOURCE_SLICES, KubeClient
 from topodra.sim.allocator import AllocationError, Allocator
-from topodra.testing.apiserver import ApiServer
-from topodra.testing.store import Store, Watch, kind_for
 from topodra.topology import synthetic_topology
 
 TOPO = synthetic_topology("2s1d2n2l16c2t")  # 256 CPUs, 128 cores of 2 threads
@@ -159,7 +159,7 @@ def pool_of(slices: Sequence[dict[str, Any]]) -> Any:
 
 
 def _node() -> Any:
-    from topodra.sim.api import parse_node
+    from topodra.sim.objects import parse_node
 
     return parse_node(NODE)
 
@@ -275,6 +275,7 @@ async def _scenario(steps: list[tuple[str, int]]) -> None:
         max_size=8,
     )
 )
+@pytest.mark.slow
 def test_withdraw_and_reoffer_keep_the_pool_whole(steps: list[tuple[str, int]]) -> None:
     asyncio.run(asyncio.wait_for(_scenario(steps), 60))
 

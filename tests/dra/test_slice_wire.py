@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from topodra.cpuset import CPUSet
 from topodra.dra.devices import DeviceModelConfig, build_devices, offer_devices
 from topodra.dra.slices import build_slices, chunk_devices, encode_slice, event_head, read_answer
+from topodra.embedded.apiserver import ApiServer
 from topodra.kube.client import RESOURCE_SLICES, KubeClient
-from topodra.testing.apiserver import ApiServer
 from topodra.topology import synthetic_topology
 
 TOPO = synthetic_topology("2s1d2n2l8c2t")  # 128 CPUs

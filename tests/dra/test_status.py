@@ -28,10 +28,10 @@ from topodra.dra.status import (
     apply_body,
     device_statuses,
 )
+from topodra.embedded.apiserver import ApiServer, Authorizer
+from topodra.embedded.validation import validate_resource_claim
 from topodra.kube.client import NAMESPACES, RESOURCE_CLAIMS, KubeClient
 from topodra.kube.errors import ApiError
-from topodra.testing.apiserver import ApiServer, Authorizer
-from topodra.testing.validation import validate_resource_claim
 from topodra.topology import synthetic_topology
 
 from .dra_fakes import RecordingPolicy, make_claim
@@ -498,7 +498,7 @@ _DEVICES = [f"cpu{i}" for i in range(6)]
 def test_applies_of_two_drivers_leave_each_ones_last_configuration(steps: list[tuple[str, set[str], int]]) -> None:
     """Each driver (its own field manager, its own entries) ends with exactly what it applied last,
     whatever the other did in between."""
-    from topodra.testing.apply import apply_devices
+    from topodra.embedded.apply import apply_devices
 
     items: list[dict[str, Any]] = []
     owners: dict[Any, Any] = {}
@@ -552,7 +552,7 @@ def test_the_double_serves_discovery_so_kubectl_finds_resourceclaims() -> None:
     import json
     import urllib.request
 
-    from topodra.testing.apiserver import ApiServerThread
+    from topodra.embedded.apiserver import ApiServerThread
 
     with ApiServerThread() as server:
 

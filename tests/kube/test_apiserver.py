@@ -11,6 +11,8 @@ import pytest
 
 from topodra.dra.devices import Device, build_devices
 from topodra.dra.slices import build_slices
+from topodra.embedded.apiserver import ApiServer, ApiServerThread
+from topodra.embedded.store import KINDS, Store, parse_field_selector, parse_label_selector
 from topodra.kube.client import (
     DEVICE_CLASSES,
     NODES,
@@ -21,8 +23,6 @@ from topodra.kube.client import (
     KubeClient,
 )
 from topodra.kube.errors import ApiError
-from topodra.testing.apiserver import ApiServer, ApiServerThread
-from topodra.testing.store import KINDS, Store, parse_field_selector, parse_label_selector
 from topodra.topology import synthetic_topology
 
 SLICES = build_slices("node-a", build_devices(synthetic_topology("1s1n1l4c2t")))
@@ -416,7 +416,7 @@ def test_double_does_not_share_the_drivers_validator() -> None:
     import ast
     from pathlib import Path
 
-    import topodra.testing.validation as v
+    import topodra.embedded.validation as v
 
     tree = ast.parse(Path(v.__file__).read_text())
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}

@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from topodra.testing.store import KINDS, Store, _copy
+from topodra.embedded.store import KINDS, Store, _copy
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70) | st.floats(allow_nan=False) | st.text(max_size=8),

@@ -19,10 +19,10 @@ from lightkube import AsyncClient, KubeConfig
 
 from topodra.dra.devices import build_devices
 from topodra.dra.slices import build_slices, chunk_devices, encode_slice
+from topodra.embedded.apiserver import ApiServer
 from topodra.kube.client import RESOURCE_SLICES, KubeClient
 from topodra.kube.errors import ApiError
 from topodra.kube.wire import Lean
-from topodra.testing.apiserver import ApiServer
 from topodra.topology import synthetic_topology
 
 DEVICES = build_devices(synthetic_topology("1s1n1l4c2t"))

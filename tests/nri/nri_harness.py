@@ -13,13 +13,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
+from topodra.embedded.runtime import EmbeddedRuntime
 from topodra.nri import mux, ttrpc
 from topodra.nri.plugin import Plugin
 from topodra.nri.proto import api_pb2
 from topodra.nri.session import RequestReceived, ResponseReceived, Role, Session
 from topodra.nri.stub import PLUGIN_SERVICE, RUNTIME_SERVICE, Stub
 from topodra.nri.ttrpc import Status
-from topodra.testing.runtime import EmbeddedRuntime
 
 T = TypeVar("T")
 

@@ -22,9 +22,8 @@ from typing import Any
 from google.protobuf.message import Message
 
 from topodra.nri.proto import api_pb2, ttrpc_pb2
-from topodra.testing.fixtures import shared_dir
 
-TRANSCRIPTS = shared_dir() / "nri-transcripts"
+TRANSCRIPTS = Path(__file__).resolve().parents[1] / "data" / "nri-transcripts"
 
 Key = tuple[int, int, int]  # (mux conn, ttrpc type, stream id)
 

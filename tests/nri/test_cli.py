@@ -11,10 +11,10 @@ from typer.testing import CliRunner
 
 from topodra.cli import app
 from topodra.cpuset import CPUSet
+from topodra.embedded.runtime import EmbeddedRuntime
 from topodra.nri.logger import EventLogger, parse_events
 from topodra.nri.types import Container, Event, LinuxResources, Pod
 from topodra.nri.version import RuntimeInfo
-from topodra.testing.runtime import EmbeddedRuntime
 
 
 def _drive_runtime(path: Path, seen: dict[str, object], ready: threading.Event) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from topodra.cpuset import CPUSet
+from topodra.embedded.runtime import ContainerChange, EmbeddedRuntime
 from topodra.nri.errors import RpcError
 from topodra.nri.plugin import Plugin
 from topodra.nri.proto import api_pb2
@@ -23,7 +24,6 @@ from topodra.nri.types import (
     LinuxResources,
     Pod,
 )
-from topodra.testing.runtime import ContainerChange, EmbeddedRuntime
 
 from .nri_harness import RawPlugin, run, runtime_with
 

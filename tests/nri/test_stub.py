@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from topodra.cpuset import CPUSet
+from topodra.embedded.runtime import EmbeddedRuntime
 from topodra.nri import mux, ttrpc
 from topodra.nri.errors import ConnectionClosed, EmptyCPUSetError, RegistrationError
 from topodra.nri.plugin import Plugin
@@ -32,7 +33,6 @@ from topodra.nri.types import (
     Pod,
 )
 from topodra.nri.version import RuntimeInfo
-from topodra.testing.runtime import EmbeddedRuntime
 
 from .nri_harness import RawRuntime, run
 

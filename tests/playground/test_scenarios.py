@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 import yaml
@@ -10,12 +11,11 @@ import yaml
 from topodra.cpuset import CPUSet
 from topodra.playground.runner import resolve_topology, run_scenario
 from topodra.playground.scenario import builtin_names, builtin_scenario
-from topodra.playground.world import Playground
-from topodra.testing.fixtures import shared_dir
+from topodra.playground.world import DEFAULT_TOPOLOGY, Playground
 from topodra.topology.model import CoreType
 
-# ../shared/examples next to ../shared/fixtures, wherever the fixture lookup found them.
-SHARED_EXAMPLE = shared_dir() / "examples" / "upstream-prototype.yaml"
+#: The upstream prototype's example as published (tests/data/upstream-prototype).
+UPSTREAM_EXAMPLE = Path(__file__).resolve().parents[1] / "data" / "upstream-prototype" / "upstream-prototype.yaml"
 
 
 @pytest.mark.parametrize("name", ["default", "count", "numa", "grouped", "unsatisfiable"])
@@ -34,7 +34,7 @@ def test_builtin_scenario_expectations_hold(name: str) -> None:
 
 def test_upstream_example_step_by_step() -> None:
     """The upstream example, verbatim: a P-core claim; shared containers shrink, then widen at once."""
-    docs = list(yaml.safe_load_all(SHARED_EXAMPLE.read_text()))
+    docs = list(yaml.safe_load_all(UPSTREAM_EXAMPLE.read_text()))
 
     async def run() -> None:
         topo, _ = resolve_topology(None)
@@ -76,7 +76,16 @@ def test_packaged_example_is_the_upstream_one() -> None:
     from importlib import resources
 
     packaged = (resources.files("topodra.playground") / "scenarios" / "upstream-prototype.yaml").read_text()
-    assert packaged == SHARED_EXAMPLE.read_text()
+    assert packaged == UPSTREAM_EXAMPLE.read_text()
+
+
+def test_default_machine_is_the_packaged_hybrid_fixture() -> None:
+    """The playground's default machine is the real Intel hybrid tree, shipped in the package."""
+    topo, label = resolve_topology(None)
+    assert label == f"fixture:{DEFAULT_TOPOLOGY}"
+    assert len(topo.cpus) == 20
+    assert len(topo.cpus_of_type(CoreType.P_CORE)) == 12
+    assert len(topo.cpus_of_type(CoreType.E_CORE)) == 8
 
 
 def test_e_core_claim_and_any_core_claim_coexist() -> None:
@@ -84,7 +93,7 @@ def test_e_core_claim_and_any_core_claim_coexist() -> None:
         topo, _ = resolve_topology(None)
         ecores = topo.cpus_of_type(CoreType.E_CORE)
         async with Playground(topology=topo) as pg:
-            docs = list(yaml.safe_load_all(SHARED_EXAMPLE.read_text()))
+            docs = list(yaml.safe_load_all(UPSTREAM_EXAMPLE.read_text()))
             await pg.apply([d for d in docs if d["kind"] == "ResourceClaimTemplate"])
             pods = []
             for name, template in (("e1", "e-cores"), ("e2", "e-cores"), ("any", "any-cores")):

@@ -8,8 +8,8 @@ import pytest
 
 from topodra.cpuset import CPUSet
 from topodra.policy import Policy, PolicyConfig, PolicyError
-from topodra.testing.fixtures import fixture_names, unpacked_fixture
 from topodra.topology import CoreType, Topology, read_topology
+from topodra.topology.fixtures import fixture_names, unpacked_fixture
 
 from .helpers import besteffort, burstable, check_invariants, guaranteed
 

@@ -14,10 +14,10 @@ import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from testkit.sysfs_writer import with_offline
 
 from topodra.cpuset import CPUSet
 from topodra.policy import BadRequestError, Changes, ContainerRequest, Policy, PolicyConfig, PolicyError
-from topodra.testing.sysfs_writer import with_offline
 from topodra.topology.model import Topology
 from topodra.topology.synthetic import synthetic_topology
 

@@ -7,12 +7,12 @@ import copy
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from testkit.kubelet_baseline import take_by_topology
 
 from topodra.cpuset import CPUSet
 from topodra.policy import PolicyError
 from topodra.policy.groups import GroupTree, build_group_tree
 from topodra.policy.packing import pack, pack_near
-from topodra.testing.kubelet_baseline import take_by_topology
 from topodra.topology.model import Topology
 from topodra.topology.synthetic import synthetic_topology
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -292,6 +293,7 @@ def distinct_scenario(draw: Any) -> dict[str, Any]:
     return {"slices": slices, "claims": [claim("c", *reqs, constraints=constraints)], "in_use": {f"d{k}" for k in in_use}}
 
 
+@pytest.mark.slow
 @settings(max_examples=400)
 @given(distinct_scenario())
 def test_memoised_search_equals_plain_search(sc: dict[str, Any]) -> None:

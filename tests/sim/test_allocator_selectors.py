@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from topodra.sim.allocator import Allocator, reads_only_driver
-from topodra.sim.api import parse_slice
 from topodra.sim.cel import CelError, compile_selector
+from topodra.sim.objects import parse_slice
 
 from .builders import DRIVER, attrs, claim, dclass, device, req, slice_
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -86,6 +87,7 @@ def _fast(sc: dict[str, Any], fast_after: int = 0, backtrack: bool = True) -> tu
     return (None if got is None else [[(r.request, r.device) for r in c.results] for c in got]), stats
 
 
+@pytest.mark.slow
 @settings(max_examples=600, deadline=None)
 @given(node_and_claims())
 def test_fast_allocator_equals_reference(sc: dict[str, Any]) -> None:
@@ -120,6 +122,7 @@ def distinct_groups(draw: Any) -> dict[str, Any]:
     return {"slices": [slice_("s", "node-1", devices)], "claims": [claim("c", *reqs, constraints=constraints)], "in_use": in_use}
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(distinct_groups())
 def test_distinct_searches_equal_reference(sc: dict[str, Any]) -> None:
@@ -238,6 +241,7 @@ def last_requests(draw: Any) -> dict[str, Any]:
     return {"slices": slices, "claims": claims, "in_use": in_use}
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(last_requests())
 def test_last_request_solver_equals_reference(sc: dict[str, Any]) -> None:

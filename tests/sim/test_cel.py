@@ -218,7 +218,7 @@ _json = st.recursive(
 
 @given(_json)
 def test_api_parsers_reject_garbage_with_api_error(obj: Any) -> None:
-    from topodra.sim.api import ObjectError, parse_claim, parse_class, parse_slice
+    from topodra.sim.objects import ObjectError, parse_claim, parse_class, parse_slice
 
     for parse in (parse_slice, parse_claim, parse_class):
         with contextlib.suppress(ObjectError):
@@ -273,7 +273,7 @@ def _mutate(base: Any, path: tuple[Any, ...], value: Any) -> Any:
 
 @given(st.data(), _json)
 def test_parsers_reject_mutated_objects_with_api_error(data: Any, garbage: Any) -> None:
-    from topodra.sim.api import ObjectError, parse_claim, parse_slice
+    from topodra.sim.objects import ObjectError, parse_claim, parse_slice
 
     for base, parse in ((_BASE_SLICE, parse_slice), (_BASE_CLAIM, parse_claim)):
         path = data.draw(st.sampled_from(_paths(base)))

@@ -10,9 +10,8 @@ from typer.testing import CliRunner
 
 from topodra.cli import app
 from topodra.sim.cluster import ClusterSpec, build_cluster
-from topodra.testing.fixtures import shared_dir
 
-RECORDED = shared_dir() / "sched-recorded"
+RECORDED = Path(__file__).resolve().parents[1] / "data" / "sched-recorded"
 V1 = RECORDED / "v1-core-siblings"
 V3 = RECORDED / "v3-shared-claim-lifecycle"
 

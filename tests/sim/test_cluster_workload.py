@@ -18,14 +18,13 @@ from topodra.sim.cluster import ClusterError, ClusterSpec, build_cluster, machin
 from topodra.sim.run import RunConfig, run_simulation
 from topodra.sim.sweep import SweepConfig, run_sweep, write_outputs
 from topodra.sim.workload import WorkloadError, builtin_workloads, load_workload, parse_workload
-from topodra.testing.fixtures import shared_dir
 from topodra.topology.model import CoreType
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _shared_example() -> Path:
-    p = shared_dir() / "examples" / "upstream-prototype.yaml"
+def _upstream_example() -> Path:
+    p = ROOT / "tests" / "data" / "upstream-prototype" / "upstream-prototype.yaml"
     assert p.is_file(), f"{p} not found"
     return p
 
@@ -74,7 +73,7 @@ def test_background_fill_occupies_the_fraction() -> None:
 
 
 def test_upstream_example_loads_unchanged_and_schedules() -> None:
-    wl = parse_workload(_shared_example().read_text(), "upstream")
+    wl = parse_workload(_upstream_example().read_text(), "upstream")
     assert set(wl.templates) == {"any-cores", "p-cores", "e-cores"}
     summary, results = run_simulation(RunConfig(nodes=4, machines={"64": 1}, pods=20), workload=wl)
     assert summary.scheduled == 20

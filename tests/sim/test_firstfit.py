@@ -14,13 +14,14 @@ import dataclasses
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from topodra.sim.allocator import AllocatedState, AllocationError, Allocator
-from topodra.sim.api import parse_claim, parse_node
 from topodra.sim.firstfit import FirstFit, plain_specs
 from topodra.sim.layout import NodeLayouts
+from topodra.sim.objects import parse_claim, parse_node
 from topodra.sim.run import RunConfig, run_simulation
 from topodra.sim.scheduler import Scheduler
 
@@ -86,6 +87,7 @@ def _stats(s: Any) -> tuple[int, ...]:
     return (s.calls, s.visits, s.checks, s.cel_evals, s.devices)
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(scenario())
 def test_first_fit_equals_the_allocator(sc: dict[str, Any]) -> None:

@@ -1,4 +1,4 @@
-"""Replay + diff against allocations recorded from a real kube-scheduler 1.36 (shared/sched-recorded)."""
+"""Replay + diff against allocations recorded from a real kube-scheduler 1.36 (tests/data/sched-recorded)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,9 @@ import pytest
 
 from topodra.sim.diff import diff_replay, load_recorded
 from topodra.sim.replay import replay
-from topodra.testing.fixtures import shared_dir
 from topodra.yamldocs import expand_lists, load_documents
 
-RECORDED = shared_dir() / "sched-recorded"
+RECORDED = Path(__file__).resolve().parents[1] / "data" / "sched-recorded"
 SCENARIOS = ["v1-core-siblings", "v2-mixed-nodes", "v3-shared-claim-lifecycle", "v4-kubectl-dump"]
 
 

@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from topodra.sim.allocator import Allocator
-from topodra.sim.api import parse_node
 from topodra.sim.layout import NodeLayouts
+from topodra.sim.objects import parse_node
 from topodra.sim.scheduler import Pod, Scheduler
 
 from .builders import DRIVER, attrs, claim, dclass, device, req, slice_

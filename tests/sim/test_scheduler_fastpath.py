@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from topodra.sim.api import Claim, parse_claim
+from topodra.sim.objects import Claim, parse_claim
 from topodra.sim.scheduler import Pod, Scheduler
 
 from .builders import DRIVER, attrs, claim, dclass, device, first_available, req, slice_, sub

@@ -7,11 +7,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from testkit.sysfs_writer import write_sysfs
 from typer.testing import CliRunner
 
 from topodra.cli import app
 from topodra.cpuset import CPUSet
-from topodra.testing.sysfs_writer import write_sysfs
 from topodra.topology import TopologyError, read_topology, synthetic_topology
 
 CPU = "sys/devices/system/cpu"

@@ -9,8 +9,8 @@ import yaml
 from typer.testing import CliRunner
 
 from topodra.cli import app
-from topodra.testing.fixtures import unpacked_fixture
 from topodra.topology import read_topology
+from topodra.topology.fixtures import unpacked_fixture
 from topodra.topology.serialize import topology_from_dict
 
 runner = CliRunner()

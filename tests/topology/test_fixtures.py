@@ -4,17 +4,25 @@ from __future__ import annotations
 
 import io
 import tarfile
+from importlib import resources
 from pathlib import Path
 
 import pytest
 
-from topodra.testing import fixtures
-from topodra.testing.fixtures import FixtureError, fixture_dir, fixture_names, unpacked_fixture
+from topodra.topology import fixtures
+from topodra.topology.fixtures import FixtureError, fixture_dir, fixture_names, unpacked_fixture
 
 
-def test_the_shared_fixtures_are_found() -> None:
-    assert (fixture_dir() / "README.md").is_file()
+def test_the_packaged_fixtures_are_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TOPODRA_FIXTURES", raising=False)
+    folder = fixture_dir()
+    assert folder == Path(str(resources.files("topodra.topology") / "hwloc-linux"))
+    assert (folder / "README.md").is_file()
+    assert (folder / "COPYING").is_file()
     assert "20em64t-hybrid-1p6c2t+2ca4co1t" in fixture_names()
+    # topology-check reads hwloc's expected readings from the same folder.
+    assert (folder / "20em64t-hybrid-1p6c2t+2ca4co1t.test").is_file()
+    assert (folder / "20em64t-hybrid-1p6c2t+2ca4co1t.console").is_file()
 
 
 def test_unpacked_root_holds_sys_even_when_the_folder_is_named_differently() -> None:
@@ -103,15 +111,6 @@ def test_bad_env_var_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.setenv("TOPODRA_FIXTURES", str(tmp_path / "missing"))
     with pytest.raises(FixtureError, match="is not a directory"):
         fixture_dir()
-
-
-def test_where_it_looked_is_listed(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("TOPODRA_FIXTURES", raising=False)
-    monkeypatch.setattr(fixtures, "_candidates", lambda: [Path("/nowhere/a"), Path("/nowhere/b")])
-    with pytest.raises(FixtureError) as exc:
-        fixture_dir()
-    assert "/nowhere/a" in str(exc.value)
-    assert "/nowhere/b" in str(exc.value)
 
 
 def test_not_a_tarball(own_dir: Path) -> None:

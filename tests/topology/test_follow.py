@@ -7,9 +7,9 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from testkit.sysfs_writer import publish_sysfs, with_offline
 
 from topodra.cpuset import CPUSet
-from topodra.testing.sysfs_writer import publish_sysfs, with_offline
 from topodra.topology.follow import carry_numbers
 from topodra.topology.model import CPUInfo, Topology
 from topodra.topology.synthetic import synthetic_topology

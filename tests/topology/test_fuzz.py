@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from testkit.sysfs_writer import write_sysfs
 
-from topodra.testing import hwloc as hw
-from topodra.testing.sysfs_writer import write_sysfs
 from topodra.topology import Topology, TopologyError, read_topology, synthetic_topology
+from topodra.topology import hwloc as hw
 from topodra.topology.serialize import topology_from_dict, topology_to_dict
 
 from .conftest import FAST_TMP

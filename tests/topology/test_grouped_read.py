@@ -14,12 +14,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from testkit.sysfs_writer import TreeStyle, write_sysfs
 
-from topodra.testing.fixtures import fixture_names, unpacked_fixture
-from topodra.testing.sysfs_writer import TreeStyle, write_sysfs
 from topodra.topology import Topology, read_topology, synthetic_topology
 from topodra.topology import sysfs as sysfs_mod
-from topodra.topology.files import SysfsTree
+from topodra.topology.fixtures import fixture_names, unpacked_fixture
+from topodra.topology.sysfs_tree import SysfsTree
 
 CPU = "sys/devices/system/cpu"
 

@@ -18,9 +18,9 @@ from typer.testing import CliRunner
 
 from topodra.cli import app
 from topodra.cpuset import CPUSet
-from topodra.testing import hwloc as hw
-from topodra.testing.fixtures import fixture_dir, fixture_names, unpacked_fixture
 from topodra.topology import CoreType, MemoryKind, read_topology
+from topodra.topology import hwloc as hw
+from topodra.topology.fixtures import fixture_dir, fixture_names, unpacked_fixture
 
 EXPECTATIONS = [hw.parse_test_file(p) for p in sorted(fixture_dir().glob("*.test"))]
 

@@ -11,8 +11,9 @@ import os
 import shutil
 from pathlib import Path
 
+from testkit.sysfs_writer import TreeStyle, format_hexmask, write_sysfs
+
 from topodra.cpuset import CPUSet
-from topodra.testing.sysfs_writer import TreeStyle, format_hexmask, write_sysfs
 from topodra.topology import MemoryKind, read_topology, synthetic_topology
 from topodra.topology.serialize import topology_from_dict, topology_to_dict
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from testkit.sysfs_writer import write_sysfs
 
-from topodra.testing.fixtures import unpacked_fixture
-from topodra.testing.sysfs_writer import write_sysfs
 from topodra.topology import read_topology, synthetic_topology
 from topodra.topology.errors import TopologyError
+from topodra.topology.fixtures import unpacked_fixture
 from topodra.topology.machine import MachineSpecError, load_machine, machine_label
 
 HYBRID = "20em64t-hybrid-1p6c2t+2ca4co1t"

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from topodra.testing.fixtures import fixture_names, unpacked_fixture
 from topodra.topology import TopologyError, read_topology, synthetic_topology
+from topodra.topology.fixtures import fixture_names, unpacked_fixture
 from topodra.topology.serialize import topology_from_dict, topology_to_dict
 
 

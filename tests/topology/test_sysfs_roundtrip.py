@@ -13,9 +13,9 @@ from collections.abc import Mapping
 
 from hypothesis import given
 from hypothesis import strategies as st
+from testkit.sysfs_writer import TreeStyle, format_hexmask, write_sysfs
 
 from topodra.cpuset import CPUSet
-from topodra.testing.sysfs_writer import TreeStyle, format_hexmask, write_sysfs
 from topodra.topology import (
     CacheInstance,
     CoreType,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from topodra.cpuset import CPUSet
-from topodra.testing.fixtures import fixture_names, unpacked_fixture
 from topodra.topology import CoreType, CoreTypeSource, MemoryKind, read_topology
+from topodra.topology.fixtures import fixture_names, unpacked_fixture
 
 
 def test_hybrid_laptop_has_p_and_e_cores() -> None:

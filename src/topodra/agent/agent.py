@@ -38,13 +38,13 @@ from pathlib import Path
 from typing import Any, Final
 
 from topodra.agent.config import AgentConfig, ConfigError, load_config
+from topodra.agent.config_check import check_on_machine
+from topodra.agent.container_request import container_request
 from topodra.agent.delivery import CgroupWriter, Delivery, DeliveryChoice, ReplyDelivery, choose_delivery
 from topodra.agent.drift import CgroupReader, DriftChecker
 from topodra.agent.http import HttpEndpoint, Route, json_route, parse_listen
 from topodra.agent.metrics import AgentMetrics
 from topodra.agent.pusher import UpdatePusher
-from topodra.agent.requests import container_request
-from topodra.agent.validation import check_on_machine
 from topodra.cpuset import CPUSet
 from topodra.dra.devices import (
     Device,

@@ -36,7 +36,7 @@ def agent_command(
 
     from topodra.agent.agent import AgentError, load_topology
     from topodra.agent.config import ConfigError, load_config
-    from topodra.agent.validation import check_on_machine
+    from topodra.agent.config_check import check_on_machine
 
     err = Console(stderr=True)
 

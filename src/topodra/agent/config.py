@@ -2,7 +2,7 @@
 
 Every error names the file, the field path and the bad value. Keys are
 camelCase as in Kubernetes objects (snake_case is accepted too). This module
-checks the file on its own; ``topodra.agent.validation`` adds what only the
+checks the file on its own; ``topodra.agent.config_check`` adds what only the
 machine can say, and both run for ``--check``, start and reload alike.
 """
 

@@ -226,8 +226,8 @@ def apiserver_command(
     import yaml
     from rich.console import Console
 
+    from topodra.embedded.apiserver import ApiServer
     from topodra.kube.errors import ApiError
-    from topodra.testing.apiserver import ApiServer
 
     console = Console()
 

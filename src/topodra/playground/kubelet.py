@@ -31,9 +31,9 @@ import grpc
 import grpc.aio
 
 from topodra.dra.proto import dra_v1_pb2, dra_v1_pb2_grpc, pluginregistration_pb2, pluginregistration_pb2_grpc
+from topodra.embedded.runtime import EmbeddedRuntime
 from topodra.nri.types import Container, ContainerState, LinuxResources, Pod
-from topodra.playground.quantities import cpu_milli, memory_bytes
-from topodra.testing.runtime import EmbeddedRuntime
+from topodra.quantity import cpu_milli, memory_bytes
 
 __all__ = ["DRAConnection", "EmbeddedKubelet", "KubeletError", "PodRun", "pod_qos"]
 

@@ -10,13 +10,8 @@ from topodra.playground.scenario import Check, Scenario, Step
 from topodra.playground.world import Playground, PlaygroundError
 from topodra.topology.machine import load_machine, machine_label
 from topodra.topology.model import Topology
-from topodra.topology.synthetic import synthetic_topology
 
 __all__ = ["CheckResult", "StepResult", "evaluate", "resolve_topology", "run_scenario"]
-
-#: Stands in for the default fixture when the fixture trees are not on this machine.
-FALLBACK_HYBRID = "1s1d1n1l6c2t8e"
-
 
 @dataclass(frozen=True)
 class CheckResult:
@@ -46,11 +41,6 @@ def resolve_topology(spec: str | None) -> tuple[Topology, str]:
     try:
         return load_machine(name), machine_label(name)
     except TopologyError as err:
-        if spec is None or spec == DEFAULT_TOPOLOGY:
-            # The README's first command must work even where the fixture trees are absent.
-            return synthetic_topology(FALLBACK_HYBRID), (
-                f"synthetic:{FALLBACK_HYBRID} (6 P-cores with 2 threads + 8 E-cores; fixture {name} not found)"
-            )
         raise PlaygroundError(str(err)) from None
 
 

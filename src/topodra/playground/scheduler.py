@@ -20,9 +20,9 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
+from topodra.embedded.store import KINDS, Store
 from topodra.kube.errors import ApiError
 from topodra.sim.allocator import AllocatedState, AllocationError, Allocator, write_allocation
-from topodra.testing.store import KINDS, Store
 
 __all__ = ["EmbeddedScheduler", "SchedulingError"]
 

@@ -23,12 +23,12 @@ from topodra.agent.agent import Agent
 from topodra.agent.config import AgentConfig, parse_config
 from topodra.cpuset import CPUSet
 from topodra.dra.devices import DRIVER, device_class
+from topodra.embedded.apiserver import ApiServer
+from topodra.embedded.runtime import ContainerChange, EmbeddedRuntime
+from topodra.embedded.store import KINDS, Kind, Store
 from topodra.kube.errors import ApiError
 from topodra.playground.kubelet import EmbeddedKubelet, KubeletError
 from topodra.playground.scheduler import EmbeddedScheduler, SchedulingError
-from topodra.testing.apiserver import ApiServer
-from topodra.testing.runtime import ContainerChange, EmbeddedRuntime
-from topodra.testing.store import KINDS, Kind, Store
 from topodra.topology.model import Topology
 
 __all__ = ["DEFAULT_TOPOLOGY", "ContainerRow", "Playground", "PlaygroundError"]

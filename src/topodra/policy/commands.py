@@ -36,9 +36,16 @@ class OutputFormat(enum.StrEnum):
 
 
 def parse_memory_quantity(value: object, what: str) -> int:
-    """A Kubernetes memory quantity (``512Mi``, ``1G``, ``1000``) in bytes, rounded up."""
-    from topodra.policy.quantities import memory_bytes
+    """A Kubernetes memory quantity (``512Mi``, ``1G``, ``1000``) in bytes, rounded up.
 
+    Milli-bytes and smaller (``1m``) are Kubernetes-legal but in a hand-written
+    workload always a slip for ``1M`` or ``1Mi``; they are refused.
+    """
+    from topodra.quantity import memory_bytes
+
+    example = "memory quantity like 512Mi or 2G"
+    if isinstance(value, str) and value.strip()[-1:] in ("m", "u", "n"):
+        raise ValueError(f"{what}: expected a {example}, got {value!r} (a fraction of a byte: did you mean M or Mi?)")
     return memory_bytes(value, what)
 
 

@@ -27,7 +27,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from topodra.cpuset import CPUSet, CPUSetParseError
-from topodra.policy.quantities import cpu_milli
+from topodra.quantity import cpu_milli
 from topodra.topology.model import MemoryKind
 
 __all__ = ["PolicyConfig", "CPUPriority", "TopologyLevel", "parse_cpu_quantity"]

@@ -43,7 +43,8 @@ from typing import Any
 
 from topodra.dra.allocation import AllocatedResult, AllocationFormatError, parse_allocation
 from topodra.quantity import Quantity
-from topodra.sim.api import (
+from topodra.sim.cel import CelCompileError, CelError, CelRuntimeError, compile_selector
+from topodra.sim.objects import (
     MAX_RESULTS,
     Capacity,
     Claim,
@@ -61,8 +62,7 @@ from topodra.sim.api import (
     parse_node,
     parse_slice,
 )
-from topodra.sim.cel import CelCompileError, CelError, CelRuntimeError, compile_selector
-from topodra.sim.pools import Pool, _device_matches, gather_pools
+from topodra.sim.resourcepools import Pool, _device_matches, gather_pools
 
 __all__ = [
     "ObjectError",

@@ -320,7 +320,7 @@ def allocate_cmd(
     import yaml
 
     from topodra.sim.allocator import AllocationError, Allocator
-    from topodra.sim.api import ObjectError
+    from topodra.sim.objects import ObjectError
 
     kinds: dict[str, list[dict[str, Any]]] = {}
     for d in _load(files):

@@ -3,9 +3,10 @@
 The recording is either Kubernetes objects read back from the cluster
 (``kubectl get pods,resourceclaims -o yaml``: Pods with ``spec.nodeName`` or a
 ``PodScheduled=False`` condition, ResourceClaims with ``status.allocation``),
-compared with the replay's final state; or a step log in the ``sched-recorded``
-format (``{"steps": [...]}``: every pod's outcome when it was created, deletions,
-pods scheduled later), compared step by step.
+compared with the replay's final state; or a step log (``{"steps": [...]}``, the
+format of the recorded runs in the repository's ``tests/data/sched-recorded``: every
+pod's outcome when it was created, deletions, pods scheduled later), compared step
+by step.
 
 What is compared: the node (or that the pod stayed pending, with the part of
 kube-scheduler's message before its preemption summary), and per pod claim the

@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 
 from topodra.sim.allocator import Allocator, ClaimAllocation, DeviceResult, SearchStats, hopeless_group_work
-from topodra.sim.api import MAX_RESULTS, Claim, Device, DeviceClass, DeviceID, Node, RequestSpec
 from topodra.sim.cel import CelError, compile_selector
+from topodra.sim.objects import MAX_RESULTS, Claim, Device, DeviceClass, DeviceID, Node, RequestSpec
 
 __all__ = ["Fit", "FirstFit", "plain_specs"]
 

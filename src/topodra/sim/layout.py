@@ -21,7 +21,7 @@ from itertools import repeat
 from typing import Any
 
 from topodra.sim.allocator import Allocator
-from topodra.sim.api import Device, DeviceID, Node
+from topodra.sim.objects import Device, DeviceID, Node
 
 __all__ = ["NodeLayouts"]
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from topodra.quantity import QuantityError, parse_quantity
-from topodra.sim.api import Node, ObjectError, node_selector_matches
+from topodra.sim.objects import Node, ObjectError, node_selector_matches
 
 __all__ = [
     "NodeView",

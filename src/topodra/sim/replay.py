@@ -35,8 +35,8 @@ from topodra.sim.allocator import (
     ClaimAllocation,
     allocation_of_claim,
 )
-from topodra.sim.api import Claim, ObjectError, node_selector_matches, parse_claim
 from topodra.sim.costmodel import num_feasible_nodes_to_find
+from topodra.sim.objects import Claim, ObjectError, node_selector_matches, parse_claim
 from topodra.sim.podfit import (
     NodeUsage,
     NodeView,

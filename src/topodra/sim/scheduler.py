@@ -46,10 +46,10 @@ from topodra.sim.allocator import (
     SearchStats,
     share_id,
 )
-from topodra.sim.api import Claim, DeviceID, Node, parse_claim, parse_node
 from topodra.sim.costmodel import DEFAULT_COSTS, CostModel, num_feasible_nodes_to_find
 from topodra.sim.firstfit import FirstFit, Fit, plain_specs
 from topodra.sim.layout import NodeLayouts
+from topodra.sim.objects import Claim, DeviceID, Node, parse_claim, parse_node
 
 __all__ = ["Pod", "PodResult", "Scheduler"]
 

@@ -1,9 +1,9 @@
-"""Test doubles and oracles: never imported by the node agent.
+"""Test oracles: never imported by the node agent.
 
-The embedded NRI runtime (with containerd's rules), the Kubernetes API server
-double and its store and validation, the sysfs tree writer, the hwloc
-comparison, the hwloc fixture trees and the kubelet static-policy baseline.
-The playground runs some of them as its embedded peers; the tests and the
-benchmarks use them as peers and oracles. ``tests/agent/test_import_closure.py``
-checks that the agent's import closure holds none of them.
+``simref`` is the allocator's plain reference search, the oracle the fast
+allocator is checked against. The playground's embedded peers are in
+``topodra.embedded``, the hwloc fixture trees and the hwloc comparison in
+``topodra.topology``, and what only the tests and benchmarks use in the
+repository's ``testkit/``. ``tests/agent/test_import_closure.py`` checks that
+the agent's import closure holds none of them.
 """

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from topodra.sim.api import Claim, Device, DeviceClass, Slice, parse_claim, parse_class, parse_slice
 from topodra.sim.cel import compile_selector
+from topodra.sim.objects import Claim, Device, DeviceClass, Slice, parse_claim, parse_class, parse_slice
 
 __all__ = ["RefStats", "reference_allocate"]
 

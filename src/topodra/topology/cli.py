@@ -14,7 +14,7 @@ from topodra.topology.machine import TOPOLOGY_HELP
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from topodra.testing.hwloc import Check
+    from topodra.topology.hwloc import Check
 
 __all__ = ["register"]
 
@@ -47,8 +47,8 @@ def topology_command(
     """
     from rich.console import Console
 
-    from topodra.testing.fixtures import FixtureError, fixture_dir, fixture_names
     from topodra.topology.errors import TopologyError
+    from topodra.topology.fixtures import FixtureError, fixture_dir, fixture_names
     from topodra.topology.machine import load_machine
     from topodra.topology.serialize import topology_to_dict
 
@@ -110,9 +110,9 @@ def topology_check_command(
     """
     from rich.console import Console
 
-    from topodra.testing import hwloc
-    from topodra.testing.fixtures import FixtureError
+    from topodra.topology import hwloc
     from topodra.topology.errors import TopologyError
+    from topodra.topology.fixtures import FixtureError
 
     console = Console()
     err = Console(stderr=True)
@@ -133,7 +133,7 @@ _Run = tuple[str, str, list["Check"]]
 
 def _compare_root(root: Path, err: Console) -> list[_Run]:
     """The tree at ``root`` against lstopo-no-graphics (exit 1 when lstopo is missing)."""
-    from topodra.testing import hwloc
+    from topodra.topology import hwloc
     from topodra.topology.sysfs import read_topology
 
     if not hwloc.lstopo_available():
@@ -148,8 +148,8 @@ def _compare_fixtures(fixture: list[str], live: bool, err: Console) -> list[_Run
     expectations and, with ``live``, against lstopo-no-graphics."""
     from rich.progress import track
 
-    from topodra.testing import hwloc
-    from topodra.testing.fixtures import FixtureError, fixture_dir, fixture_names, unpacked_fixture
+    from topodra.topology import hwloc
+    from topodra.topology.fixtures import FixtureError, fixture_dir, fixture_names, unpacked_fixture
     from topodra.topology.sysfs import read_topology
 
     runs: list[_Run] = []
@@ -185,7 +185,7 @@ def _print_check_table(console: Console, runs: list[_Run], verbose: bool) -> Non
     of the documented ones."""
     from rich.table import Table
 
-    from topodra.testing import hwloc
+    from topodra.topology import hwloc
 
     table = Table(title="topodra vs hwloc")
     table.add_column("tree", overflow="fold")
@@ -213,7 +213,7 @@ def _print_check_table(console: Console, runs: list[_Run], verbose: bool) -> Non
 
 def _print_match_rates(console: Console, runs: list[_Run]) -> list[Check]:
     """The match rate of the recorded expectations, of live lstopo and of all; returns all checks."""
-    from topodra.testing import hwloc
+    from topodra.topology import hwloc
 
     all_checks = [c for _, _, checks in runs for c in checks]
     for label, subset in (

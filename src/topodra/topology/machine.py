@@ -8,7 +8,7 @@ forms and their errors are the same everywhere:
 - a directory (a path with ``/`` or an existing folder): a sysfs root holding ``sys/``;
 - ``synthetic:SPEC`` or a bare spec such as ``2s1d2n2l8c2t``: a generated machine;
 - ``fixture:NAME`` or a bare fixture name: one of hwloc's recorded trees (test data,
-  found through ``topodra.testing.fixtures`` only when asked for).
+  found through ``topodra.topology.fixtures`` only when asked for).
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def load_machine(spec: str | None, *, host_root: Path | str = "/") -> Topology:
 
 
 def _is_fixture(name: str) -> bool:
-    from topodra.testing.fixtures import FixtureError, fixture_tarball
+    from topodra.topology.fixtures import FixtureError, fixture_tarball
 
     try:
         fixture_tarball(name)
@@ -91,7 +91,7 @@ def _is_fixture(name: str) -> bool:
 
 
 def _fixture(name: str) -> Topology:
-    from topodra.testing.fixtures import FixtureError, unpacked_fixture
+    from topodra.topology.fixtures import FixtureError, unpacked_fixture
     from topodra.topology.sysfs import read_topology
 
     try:

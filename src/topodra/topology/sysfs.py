@@ -3,7 +3,7 @@
 ``read_topology(root)`` reads ``<root>/sys/devices/system/{cpu,node}`` (and a
 few neighbours: memory tiers, DAX devices, the hybrid PMU lists) and builds a
 :class:`~topodra.topology.model.Topology`. ``root`` is ``/`` on a live machine
-or the folder of an unpacked tree (``topodra.testing.fixtures``).
+or the folder of an unpacked tree (``topodra.topology.fixtures``).
 
 Error policy, in one rule: a file that exists but cannot be parsed raises
 :class:`TopologyError` naming the file and its content, except for purely
@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from topodra.cpuset import CPUSet
 from topodra.topology.coretypes import CoreTypeInputs, classify_core_types
 from topodra.topology.errors import TopologyError
-from topodra.topology.files import SysfsTree
 from topodra.topology.memkind import NodeMemoryFacts, classify_memory
 from topodra.topology.model import (
     CacheInstance,
@@ -33,6 +32,7 @@ from topodra.topology.model import (
     NUMANode,
     Topology,
 )
+from topodra.topology.sysfs_tree import SysfsTree
 
 __all__ = ["read_topology", "TopologyError"]
 
