@@ -14,7 +14,7 @@ AGENT = SRC / "topodra" / "agent"
 #: What must never run on a node: test oracles and the test kit, the playground's embedded peers,
 #: the simulator, the playground, and the simulator's heavy dependencies (extras, not installed
 #: in the image).
-FORBIDDEN = ("topodra.testing", "testkit", "topodra.embedded", "topodra.sim", "topodra.playground",
+FORBIDDEN = ("testkit", "topodra.embedded", "topodra.sim", "topodra.playground",
              "numpy", "matplotlib", "cel_expr_python", "celpy", "cel")
 
 

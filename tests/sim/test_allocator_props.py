@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from topodra.sim.allocator import AllocatedState, Allocator
+from topodra.sim.allocator import AllocatedState, AllocationError, Allocator
 
 from .builders import DRIVER, attrs, claim, dclass, device, first_available, req, slice_, sub
 
@@ -143,6 +143,26 @@ def test_pruning_changes_neither_result_nor_counted_work(sc: dict[str, Any]) -> 
     assert fast == slow
     assert (fs.calls, fs.visits, fs.checks, fs.cel_evals) == (ss.calls, ss.visits, ss.checks, ss.cel_evals)
     assert fs.our_calls <= ss.our_calls
+
+
+@given(scenario(), st.sampled_from([0, 5, 16]))
+def test_accelerations_answer_as_the_plain_search(sc: dict[str, Any], fast_after: int) -> None:
+    """Every acceleration on (from the first call or later) against ``plain=True``: the same
+    answer, or the same error, and the same counted work."""
+    node = {"metadata": {"name": "node-1"}}
+
+    def run(**kw: Any) -> tuple[Any, tuple[int, int, int, int], int]:
+        a = Allocator(sc["slices"], CLASSES, _state(sc["in_use"]), budget=None, **kw)
+        try:
+            got: Any = a.allocate(node, sc["claims"])
+        except AllocationError as e:
+            got = str(e)
+        s = a.last_stats
+        return got, (s.calls, s.visits, s.checks, s.cel_evals), s.pruned
+
+    plain = run(plain=True)
+    assert plain[2] == 0  # the plain search decides nothing without walking it
+    assert run(fast_after=fast_after, solve_after=fast_after)[:2] == plain[:2]
 
 
 @st.composite

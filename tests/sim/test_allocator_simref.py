@@ -1,4 +1,4 @@
-"""The fast allocator against the plain reference search (``topodra.testing.simref``).
+"""The fast allocator against the plain reference search (``tests/sim/simref.py``).
 
 Random small nodes and claims with ``distinctAttribute``, ``matchAttribute``,
 shared counters, taints, several requests and claims, ``All`` and ``ExactCount``,
@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from topodra.sim.allocator import AllocatedState, Allocator
-from topodra.testing.simref import reference_allocate
 
 from .builders import DRIVER, attrs, claim, dclass, device, req, slice_
+from .simref import reference_allocate
 
 CLASSES = [dclass("cls", f'device.driver == "{DRIVER}"'), dclass("even", f'device.attributes["{DRIVER}"].id % 2 == 0')]
 SELECTORS = [None, f'device.attributes["{DRIVER}"].kind == "p"', f'device.attributes["{DRIVER}"].numa != 1']

@@ -1,4 +1,4 @@
-"""The first-fit shortcut (``topodra.sim.firstfit``) against the general allocator.
+"""The first-fit shortcut (``topodra.sim.allocator.firstfit``) against the general allocator.
 
 Where the shortcut answers, its allocation and counted work (calls, visits, checks, CEL
 evaluations, devices) must be the allocator's exactly, so the predicted Filter time does
@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from topodra.sim.allocator import AllocatedState, AllocationError, Allocator
-from topodra.sim.firstfit import FirstFit, plain_specs
+from topodra.sim.allocator.firstfit import FirstFit, plain_specs
 from topodra.sim.layout import NodeLayouts
 from topodra.sim.objects import parse_claim, parse_node
 from topodra.sim.run import RunConfig, run_simulation

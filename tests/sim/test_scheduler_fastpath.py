@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from topodra.sim.objects import Claim, parse_claim
-from topodra.sim.scheduler import Pod, Scheduler
+from topodra.sim.scheduler import FilterScan, Pod, Scheduler
 
 from .builders import DRIVER, attrs, claim, dclass, device, first_available, req, slice_, sub
 
@@ -41,7 +41,7 @@ class _Counting(Scheduler):
 
     general_scans = 0
 
-    def _filter_scan(self, claims: list[Claim], sig: str) -> tuple[Any, ...]:
+    def _filter_scan(self, claims: list[Claim], sig: str) -> FilterScan:
         self.general_scans += 1
         return super()._filter_scan(claims, sig)
 

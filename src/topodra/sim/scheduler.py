@@ -30,7 +30,7 @@ import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -46,12 +46,12 @@ from topodra.sim.allocator import (
     SearchStats,
     share_id,
 )
+from topodra.sim.allocator.firstfit import FirstFit, Fit, plain_specs
 from topodra.sim.costmodel import DEFAULT_COSTS, CostModel, num_feasible_nodes_to_find
-from topodra.sim.firstfit import FirstFit, Fit, plain_specs
 from topodra.sim.layout import NodeLayouts
 from topodra.sim.objects import Claim, DeviceID, Node, parse_claim, parse_node
 
-__all__ = ["Pod", "PodResult", "Scheduler"]
+__all__ = ["FilterScan", "Pod", "PodResult", "Scheduler"]
 
 #: How to choose among feasible nodes after the DRA score: "least-allocated" (the free
 #: share of the node's devices, as NodeResourcesFit's default strategy spreads pods) or
@@ -114,6 +114,24 @@ class _Entry:
     positions: list[list[int]] | None = None  # the plan's device positions per claim (filled on first use)
     fit: tuple[int, Fit] | None = None  # a first fit not yet built into ``plan``
     exclusive: bool = False  # the plan takes whole devices only (no admin access, no shares): see _touch_added
+
+
+class FilterScan(NamedTuple):
+    """What one pod's filter loop found: the nodes to choose from, how far it went, the
+    counted work summed over the nodes it filtered, and why the pod fails, if it does."""
+
+    feasible: list[tuple[int, _Entry]]  # (node, answer); one entry when the scan chose the node itself
+    found: int  # feasible nodes found
+    processed: int  # nodes filtered
+    total_s: float  # predicted Filter seconds, summed
+    slowest_s: float  # the slowest node's predicted Filter seconds
+    calls: int
+    visits: int
+    checks: int
+    cel_evals: int
+    timeouts: int  # nodes at the Filter timeout
+    failure: tuple[str, str] | None  # (kind, message) of the node error that ends the attempt
+    invalid_only: bool  # every node filtered had only invalid pools
 
 
 def _new_entry(
@@ -313,10 +331,10 @@ class Scheduler:
         claims, sig = self._parse(pod)
         if self.memo_enabled:
             scan = self._quick_scan(sig) if self.fast_scan else None
-            return self._finish(pod, claims, *(scan or self._filter_scan(claims, sig)))
-        return self._finish(pod, claims, *self._filter_loop(claims, sig))
+            return self._finish(pod, claims, scan or self._filter_scan(claims, sig))
+        return self._finish(pod, claims, self._filter_loop(claims, sig))
 
-    def _quick_scan(self, sig: str) -> tuple[Any, ...] | None:
+    def _quick_scan(self, sig: str) -> FilterScan | None:
         """The memoised scan when no evaluation is needed: None unless every class the scan
         reaches before ``want`` feasible nodes (or the whole rotation) has an answer, none of
         them a Filter error, and at least one node is feasible; the general scan takes the rest.
@@ -431,7 +449,7 @@ class Scheduler:
         start: int,
         stop: int,
         feas: np.ndarray[Any, np.dtype[np.intp]] | None,
-    ) -> tuple[Any, ...]:
+    ) -> FilterScan:
         """``_quick_scan``'s answer for the first ``stop`` nodes from ``start`` (classes ``seen``),
         those at offsets ``feas`` feasible (None: all of them): the choice exactly as the general
         scan makes it."""
@@ -455,9 +473,9 @@ class Scheduler:
         self.next_start = (start + stop) % N
         found = stop if feas is None else int(feas.size)
         total_s, calls, visits, checks, evals, slowest = sums
-        return ([((start + best) % N, entry)], found, stop, total_s, slowest, calls, visits, checks, evals, 0, None, False)
+        return FilterScan([((start + best) % N, entry)], found, stop, total_s, slowest, calls, visits, checks, evals, 0, None, False)
 
-    def _filter_scan(self, claims: list[Claim], sig: str) -> tuple[Any, ...]:
+    def _filter_scan(self, claims: list[Claim], sig: str) -> FilterScan:
         """The filter loop over node classes: numpy for the scan, one evaluation per class not yet seen.
 
         Nodes are taken in scan order in chunks; a class without an answer for these claims is
@@ -501,7 +519,7 @@ class Scheduler:
         if self._memo_size > MEMO_LIMIT:
             self._memo.clear()
             self._memo_size = 0
-        return (feasible, found, stop, total_s, slowest, int(calls), int(visits), int(checks), int(evals), timeouts, failure, invalid_only)
+        return FilterScan(feasible, found, stop, total_s, slowest, int(calls), int(visits), int(checks), int(evals), timeouts, failure, invalid_only)
 
     def _scan_classes(
         self, memo: _SigMemo, claims: list[Claim], sig: str, start: int
@@ -571,7 +589,7 @@ class Scheduler:
             return self._kid[begin:end]
         return np.concatenate((self._kid[begin:], self._kid[: end - N]))
 
-    def _filter_loop(self, claims: list[Claim], sig: str) -> tuple[Any, ...]:
+    def _filter_loop(self, claims: list[Claim], sig: str) -> FilterScan:
         """The filter loop node by node (used when slices are shared between nodes)."""
         N = len(self.nodes)
         feasible: list[tuple[int, _Entry]] = []
@@ -613,36 +631,22 @@ class Scheduler:
                 if len(feasible) >= self.want:
                     break
         self.next_start = (start + processed) % N
-        return feasible, len(feasible), processed, total_s, slowest, calls, visits, checks, evals, timeouts, failure, invalid_only
+        return FilterScan(feasible, len(feasible), processed, total_s, slowest, calls, visits, checks, evals, timeouts, failure, invalid_only)
 
-    def _finish(
-        self,
-        pod: Pod,
-        claims: list[Claim],
-        feasible: list[tuple[int, _Entry]],
-        found: int,
-        processed: int,
-        total_s: float,
-        slowest: float,
-        calls: int,
-        visits: int,
-        checks: int,
-        evals: int,
-        timeouts: int,
-        failure: tuple[str, str] | None,
-        invalid_only: bool,
-    ) -> PodResult:
+    def _finish(self, pod: Pod, claims: list[Claim], scan: FilterScan) -> PodResult:
         N = len(self.nodes)
+        feasible, processed, failure = scan.feasible, scan.processed, scan.failure
         # positional: a keyword call of 16 fields is a measurable share of a fast-scan pod
         result = PodResult(
-            pod.name, pod.template, None, [], None, None, processed, found, calls, visits, checks, evals, total_s, slowest, self.costs.pod_seconds(total_s, slowest), timeouts
+            pod.name, pod.template, None, [], None, None, processed, scan.found, scan.calls, scan.visits, scan.checks, scan.cel_evals,
+            scan.total_s, scan.slowest_s, self.costs.pod_seconds(scan.total_s, scan.slowest_s), scan.timeouts,
         )
         if failure is not None:
             result.failure_kind, result.failure = failure
             return result
         if not feasible:
             result.failure_kind = "unschedulable"
-            why = "invalid resource pools on every node" if invalid_only and processed else "no node can allocate the claims"
+            why = "invalid resource pools on every node" if scan.invalid_only and processed else "no node can allocate the claims"
             result.failure = f"0/{N} nodes are available: {why}"
             return result
         if len(feasible) == 1:  # the memoised scans choose the node themselves

@@ -9,7 +9,7 @@ when each request finds them. Its counted work is then a closed form: per reques
 + 1 allocateOne calls, devices visited up to the last one taken, one allocation check per
 device taken, and every selector evaluation of the free devices visited; one more call per
 claim and one at the end. A single request that cannot be filled is decided by the
-allocator's own counting rule (``_prune``), reproduced here.
+allocator's own counting rule (``prune``), reproduced here.
 
 The selector results per device position are computed once per node template (nodes with
 the same device shapes in the same order) and request, so each node costs a few numpy
@@ -28,7 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from topodra.sim.allocator import Allocator, ClaimAllocation, DeviceResult, SearchStats, hopeless_group_work
+from topodra.sim.allocator.prune import hopeless_group_work
+from topodra.sim.allocator.results import ClaimAllocation, DeviceResult, SearchStats
+from topodra.sim.allocator.search import Allocator
 from topodra.sim.cel import CelError, compile_selector
 from topodra.sim.objects import MAX_RESULTS, Claim, Device, DeviceClass, DeviceID, Node, RequestSpec
 

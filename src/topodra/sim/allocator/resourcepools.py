@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from topodra.quantity import Quantity
 from topodra.sim.objects import Device, Node, Slice, node_selector_matches
 
-__all__ = ["Pool", "gather_pools"]
+__all__ = ["Pool", "gather_pools", "node_matches"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +74,7 @@ class Pool:
         return (self.driver, self.name)
 
 
-def _device_matches(node: Node, node_name: str, all_nodes: bool, selector: object) -> bool:
+def node_matches(node: Node, node_name: str, all_nodes: bool, selector: object) -> bool:
     if node_name:
         return node.name == node_name
     if all_nodes:
@@ -87,9 +87,9 @@ def _device_matches(node: Node, node_name: str, all_nodes: bool, selector: objec
 def _relevant(s: Slice, node: Node) -> bool | None:
     """True/False, or None when the slice has no known node-selection field (skipped)."""
     if s.node_name or s.all_nodes or s.node_selector is not None:
-        return _device_matches(node, s.node_name, s.all_nodes, s.node_selector)
+        return node_matches(node, s.node_name, s.all_nodes, s.node_selector)
     if s.per_device_node_selection:
-        return any(_device_matches(node, d.node_name, d.all_nodes, d.node_selector) for d in s.devices)
+        return any(node_matches(node, d.node_name, d.all_nodes, d.node_selector) for d in s.devices)
     return None
 
 

@@ -1,11 +1,16 @@
 """A slow, plain reference of the structured allocator's search: the oracle for the fast one.
 
-Written from the allocator notes (``dra-cel.md`` section 2), not from
-``topodra.sim.allocator``: depth-first over claims, requests and device slots;
-devices in pool (driver, name), slice (name) and list order; inside a request
-combinations (a slot starts after the previous slot's device); per device: in
-use, then selectable (class selectors, then the request's), then
-``allocateDevice`` (counters, taints, constraints in order); exact rollback.
+Only the property tests use it (``test_allocator_simref.py``). Written from kube-scheduler's
+search as Kubernetes 1.36's incubating allocator does it
+(``staging/src/k8s.io/dynamic-resource-allocation/structured/internal/incubating/``:
+``allocateOne``, ``isSelectable`` and ``allocateDevice`` in ``allocator_incubating.go``,
+``distinctAttributeConstraint`` in ``constraint.go``; ``GatherPools``'s device order in
+``pools_incubating.go``), not from ``topodra.sim.allocator``: depth-first over claims,
+requests and device slots; devices in pool (driver, name), slice (name) and list order; inside
+a request combinations (a slot starts after the previous slot's device); per device: in use,
+then selectable (class selectors, then the request's), then ``allocateDevice`` (counters,
+taints, constraints in order); exact rollback.
+
 Upstream quirks that change the answer are kept: ``distinctAttribute`` keeps one
 value per request name (removing a device forgets the request's value), and
 counters charged by a device that a taint or a constraint then rejects stay
