@@ -43,7 +43,7 @@ class _Node:
     def __init__(self, pg: Playground) -> None:
         self.pg = pg
         assert pg.agent is not None
-        self.reader = CgroupReader(pg.agent.config.sysfs_root / "sys" / "fs" / "cgroup")
+        self.reader = CgroupReader(pg.agent.node.config.sysfs_root / "sys" / "fs" / "cgroup")
 
     def _web_cpus(self) -> CPUSet | None:
         rt = self.pg.runtime

@@ -388,7 +388,7 @@ def _bare_flush(rounds: int) -> list[float]:
 
 async def _flood(claims: int, samples: int) -> dict[str, Any]:
     """The agent (its own process) under one NodePrepareResources of ``claims`` unknown claims."""
-    from testkit.crashsoak import TEMPLATES, _pod
+    from testkit.crashsoak import TEMPLATES, soak_pod
 
     from topodra.dra.proto import dra_v1_pb2
     from topodra.nri.types import Container, ContainerState, LinuxResources, Pod
@@ -431,7 +431,7 @@ async def _flood(claims: int, samples: int) -> dict[str, Any]:
 
         async def claimer(name: str) -> float:
             t0 = time.perf_counter()
-            lines = await pg.apply([_pod(name, {}, "one-cpu")])
+            lines = await pg.apply([soak_pod(name, {}, "one-cpu")])
             if not lines[-1].endswith("running"):
                 raise RuntimeError(f"{name}: {lines[-1]}")
             return time.perf_counter() - t0

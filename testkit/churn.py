@@ -32,7 +32,7 @@ from topodra.nri.types import Container
 from topodra.playground.world import Playground
 from topodra.topology.synthetic import synthetic_topology
 
-__all__ = ["ChurnReport", "agent_offers", "in_race", "run_churn"]
+__all__ = ["ChurnReport", "agent_offers", "in_race", "offered_cpus", "run_churn"]
 
 SLICES = KINDS[("resource.k8s.io", "resourceslices")]
 
@@ -162,7 +162,7 @@ def in_race(cpus: CPUSet, allocated: float, failed: float, agent_offers: list[tu
     return any(not cpus <= offered for offered in window)
 
 
-def _offered(pg: Playground) -> CPUSet:
+def offered_cpus(pg: Playground) -> CPUSet:
     cpus: set[int] = set()
     for s in pg.store.list(SLICES)["items"]:
         for d in s["spec"].get("devices") or []:
@@ -227,7 +227,7 @@ class _Churn:
         held = CPUSet()
         for cpus in self.exclusive.values():
             held |= cpus
-        if (pod.get("spec") or {}).get("resourceClaims") and not _offered(self.pg).isdisjoint(held):
+        if (pod.get("spec") or {}).get("resourceClaims") and not offered_cpus(self.pg).isdisjoint(held):
             self.race_allocations.add(name)
             self.report.race_allocations += 1
         out: list[dict[str, Any]] = self._schedule(pod)
@@ -306,7 +306,7 @@ class _Churn:
             self.report.exclusive_grants += 1
             created = rt.container(cid).created_at / 1e9
             deadline = time.monotonic() + 5
-            while not _offered(self.pg).isdisjoint(cpus) and time.monotonic() < deadline:
+            while not offered_cpus(self.pg).isdisjoint(cpus) and time.monotonic() < deadline:
                 if self.exclusive.get(cid) != cpus:
                     return  # already moved (a claim took them first)
                 await asyncio.sleep(0.002)
@@ -319,7 +319,7 @@ class _Churn:
     async def watch_offers(self) -> None:
         watch = self.pg.store.watch(SLICES)
         async for _ in watch:
-            self.offers.append((time.time(), _offered(self.pg)))
+            self.offers.append((time.time(), offered_cpus(self.pg)))
 
     async def delete_pod(self) -> None:
         if not self.live:

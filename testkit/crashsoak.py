@@ -43,7 +43,7 @@ from topodra.playground.kubelet import KubeletError
 from topodra.playground.world import Playground, PlaygroundError
 from topodra.topology.synthetic import synthetic_topology
 
-__all__ = ["SPEC", "CrashSoak", "SoakFailure", "SoakReport", "main", "run_soak"]
+__all__ = ["SPEC", "TEMPLATES", "CrashSoak", "SoakFailure", "SoakReport", "main", "run_soak", "soak_pod"]
 
 SPEC = "1s1d1n1l4c2t4e"  # 4 P-cores x 2 threads + 4 E-cores: 12 CPUs, hybrid
 MAX_OPS = 6  # operations per cycle before an unplanned SIGKILL
@@ -72,7 +72,7 @@ TEMPLATES = [
 ]
 
 
-def _pod(name: str, resources: dict[str, Any], template: str | None = None) -> dict[str, Any]:
+def soak_pod(name: str, resources: dict[str, Any], template: str | None = None) -> dict[str, Any]:
     spec: dict[str, Any] = {"containers": [{"name": "c", "image": "x", "resources": dict(resources)}]}
     if template:
         spec["resourceClaims"] = [{"name": "cpus", "resourceClaimTemplateName": template}]
@@ -82,11 +82,11 @@ def _pod(name: str, resources: dict[str, Any], template: str | None = None) -> d
 
 _GUARANTEED = {"requests": {"cpu": "1", "memory": "64Mi"}, "limits": {"cpu": "1", "memory": "64Mi"}}
 _KINDS: dict[str, Callable[[str], dict[str, Any]]] = {
-    "s": lambda n: _pod(n, {"requests": {"cpu": "250m"}}),
-    "b": lambda n: _pod(n, {}),
-    "g": lambda n: _pod(n, _GUARANTEED),
-    "c": lambda n: _pod(n, dict(_GUARANTEED), "two-pcores"),
-    "d": lambda n: _pod(n, dict(_GUARANTEED), "one-cpu"),
+    "s": lambda n: soak_pod(n, {"requests": {"cpu": "250m"}}),
+    "b": lambda n: soak_pod(n, {}),
+    "g": lambda n: soak_pod(n, _GUARANTEED),
+    "c": lambda n: soak_pod(n, dict(_GUARANTEED), "two-pcores"),
+    "d": lambda n: soak_pod(n, dict(_GUARANTEED), "one-cpu"),
 }
 
 

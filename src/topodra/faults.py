@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Iterator
 
-__all__ = ["CRASH_EXIT_CODE", "ENV", "POINTS", "crash_point", "held", "rearm"]
+__all__ = ["CRASH_EXIT_CODE", "ENV", "POINTS", "armed", "crash_point", "held", "rearm"]
 
 ENV = "TOPODRA_CRASH_AT"
 CRASH_EXIT_CODE = 86
@@ -51,6 +51,11 @@ def rearm() -> None:
     """Read ``TOPODRA_CRASH_AT`` again (a process forked after import, as the crash soak does)."""
     _ARMED.clear()
     _ARMED.update(_armed())
+
+
+def armed() -> dict[str, int]:
+    """The armed points and how many passes each has left (a copy)."""
+    return dict(_ARMED)
 
 
 @contextlib.contextmanager

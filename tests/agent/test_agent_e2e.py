@@ -165,8 +165,8 @@ def test_config_reload_applies_policy_and_pushes() -> None:
         assert pg.agent is not None
         await pg.apply([_pod("web", "500m")])
         assert pg.cpus_of("web") == pg.topology.online
-        new = pg.agent.config.model_copy(
-            update={"policy": pg.agent.config.policy.model_copy(update={"reserved_cpus": CPUSet([0, 1])})}
+        new = pg.agent.node.config.model_copy(
+            update={"policy": pg.agent.node.config.policy.model_copy(update={"reserved_cpus": CPUSet([0, 1])})}
         )
         changes = await pg.agent.reload(new)
         assert "web" not in changes  # keyed by container id
@@ -182,7 +182,7 @@ def test_metrics_and_state_endpoints() -> None:
         await pg.apply([_pod("web", "500m")])
         await pg.apply(list(yaml.safe_load_all(EXAMPLE.read_text())))
         await pg.delete_pod("pcore-test")
-        status, _, text = pg.agent._metrics_route()
+        status, _, text = pg.agent.metrics_page()
         body_text = text.decode()
         assert status == 200
         assert 'topodra_dra_prepare_total{result="ok"} 1.0' in body_text
@@ -212,7 +212,7 @@ def test_replies_delivery_defers_to_the_next_event_reply() -> None:
         await pg.apply(list(yaml.safe_load_all(EXAMPLE.read_text())))
         claimed = pg.cpus_of("pcore-test", "ctr0")
         assert pg.agent is not None
-        assert pg.agent.pusher is not None
+        assert pg.agent.router.pusher is not None
         # The shrink rode on the claiming container's CreateContainer reply, not a push.
         assert pg.cpus_of("web").isdisjoint(claimed)
         assert pg.last_source[_cid(pg, "web")] == "update"

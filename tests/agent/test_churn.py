@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from testkit.churn import _offered, agent_offers, in_race, run_churn
+from testkit.churn import agent_offers, in_race, offered_cpus, run_churn
 
 from topodra.agent.logs import JsonFormatter
 from topodra.cpuset import CPUSet
@@ -101,16 +101,16 @@ def test_claims_never_land_on_a_running_exclusive_container() -> None:
             exclusive = pg.runtime.container(db).cpus
             assert exclusive is not None
             assert len(exclusive) == 2
-            await pg.agent.settle_offer()
-            assert _offered(pg).isdisjoint(exclusive), "exclusive CPUs must leave the slices while held"
+            await pg.agent.publisher.settle()
+            assert offered_cpus(pg).isdisjoint(exclusive), "exclusive CPUs must leave the slices while held"
             lines = [(await pg.apply([_pod(f"claim-{i}", claim=1)]))[-1] for i in range(15)]
             assert sum(line.endswith("running") for line in lines) == 13  # 16 CPUs - 2 exclusive - the floor
             assert all("pending" in line for line in lines if not line.endswith("running")), lines
             assert pg.runtime.container(db).cpus == exclusive
             assert b"topodra_exclusive_moved_by_claim_total 0.0" in pg.agent.metrics.render()
             await pg.delete_pod("db")  # released: offered again (after dra.publishDelay)
-            await pg.agent.settle_offer()
-            assert exclusive <= _offered(pg)
+            await pg.agent.publisher.settle()
+            assert exclusive <= offered_cpus(pg)
             assert (await pg.apply([_pod("claim-late", claim=1)]))[-1].endswith("running")
 
     asyncio.run(main())

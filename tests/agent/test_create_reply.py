@@ -6,14 +6,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from topodra.agent.agent import Agent, _AgentPlugin
-from topodra.agent.config import parse_config
+from topodra.agent.agent import Agent
 from topodra.cpuset import CPUSet
 from topodra.nri import convert
 from topodra.nri.proto import api_pb2
@@ -30,19 +29,6 @@ from topodra.policy.api import Assignment
 from topodra.topology.synthetic import synthetic_topology
 
 TOPO = synthetic_topology("1s1d2n1l4c2t")  # 16 CPUs, two memory nodes
-
-
-def _agent(tmp: Path, delivery: str) -> Agent:
-    cfg = parse_config(
-        {
-            "nodeName": "n",
-            "stateDir": str(tmp / "state"),
-            "cdiDir": str(tmp / "cdi"),
-            "metricsAddress": "",
-            "nri": {"delivery": delivery},
-        }
-    )
-    return Agent(cfg, topology=TOPO)
 
 
 def _objects(i: int, cpus: int) -> tuple[Pod, Container]:
@@ -85,7 +71,7 @@ ops = st.lists(st.tuples(st.sampled_from(["create", "stop", "remove"]), st.integ
 
 @pytest.mark.parametrize("delivery", ["unsolicited", "replies"])
 def test_create_replies_are_the_reference_bytes_of_the_current_sets(
-    tmp_path_factory: pytest.TempPathFactory, delivery: str
+    make_agent: Callable[..., Agent], delivery: str
 ) -> None:
     """Random creations (shared and exclusive), stops and removals; with no runtime connection the
     changes of removals ride on the next creation's reply. Each reply: every container whose set
@@ -97,8 +83,8 @@ def test_create_replies_are_the_reference_bytes_of_the_current_sets(
     @example([("create", 0, 0), ("create", 1, 2), ("create", 2, 0), ("remove", 1, 0), ("create", 3, 1)])
     def prop(steps: list[tuple[str, int, int]]) -> None:
         async def main() -> None:
-            agent = _agent(tmp_path_factory.mktemp("a"), delivery)
-            stub = Stub(_AgentPlugin(agent), name="t", idx="10", env={})
+            agent = make_agent(TOPO, nri={"delivery": delivery})
+            stub = Stub(agent.nri, name="t", idx="10", env={})
             live: dict[int, tuple[Pod, Container]] = {}
             for op, i, cpus in steps:
                 if op == "create" and i not in live:
@@ -116,9 +102,9 @@ def test_create_replies_are_the_reference_bytes_of_the_current_sets(
                     moved = {c for c, a in agent.policy.assignments().items() if c in before and before[c] != a}
                     assert moved <= set(ids)
                 elif op == "stop" and i in live:
-                    await agent.stop_container(*live[i])
+                    await agent.nri.stop_container(*live[i])
                 elif op == "remove" and i in live:
-                    await agent.remove_container(*live.pop(i))
+                    await agent.nri.remove_container(*live.pop(i))
                 await asyncio.sleep(0)
 
         asyncio.run(main())
@@ -127,49 +113,49 @@ def test_create_replies_are_the_reference_bytes_of_the_current_sets(
 
 
 def test_notes_are_formatted_when_read_with_the_time_they_were_made(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    make_agent: Callable[..., Agent], caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    agent = _agent(tmp_path, "auto")
+    agent = make_agent(TOPO)
     caplog.set_level(logging.INFO, logger="topodra.agent.agent")
     made = time.mktime((2026, 1, 2, 3, 4, 5, 0, 0, -1))
     monkeypatch.setattr(time, "time", lambda: made)
-    agent._note("moved %s to %s (%d%%)", "c1", TOPO.online, 50)
-    agent._note("100% verbatim %s")
+    agent.notes.note("moved %s to %s (%d%%)", "c1", TOPO.online, 50)
+    agent.notes.note("100% verbatim %s")
     monkeypatch.undo()
     assert agent.events[-2:] == ["03:04:05 moved c1 to 0-15 (50%)", "03:04:05 100% verbatim %s"]
     assert [r.getMessage() for r in caplog.records] == ["moved c1 to 0-15 (50%)", "100% verbatim %s"]
     for i in range(450):
-        agent._note("n%d", i)
+        agent.notes.note("n%d", i)
     assert len(agent.events) == 200
     assert agent.events[-1].endswith(" n449")
-    assert agent.recent_events(2)[0].endswith(" n448")
-    assert agent.recent_events(0) == []
+    assert agent.notes.recent(2)[0].endswith(" n448")
+    assert agent.notes.recent(0) == []
 
 
-def test_placements_follow_each_containers_own_assignment(tmp_path: Path) -> None:
+def test_placements_follow_each_containers_own_assignment(make_agent: Callable[..., Agent]) -> None:
     """Followers of two pools in one change set, a container the runtime never reported, the one
     excluded: each placement carries its own container's sets, runs share the set objects."""
-    agent = _agent(tmp_path, "auto")
+    agent = make_agent(TOPO)
     one, two = Assignment(CPUSet.parse("2-7"), CPUSet({0})), Assignment(CPUSet.parse("8-15"), CPUSet())
     for cid in ("a", "b", "c", "d", "e"):
-        agent.containers[cid] = Container(cid, "p")
+        agent.node.containers[cid] = Container(cid, "p")
     changes = {"d": one, "a": one, "c": two, "b": one, "e": two, "ghost": one}
-    got = agent._placements(changes, exclude="e")
+    got = agent.router.placements(changes, exclude="e")
     assert got == [("a", one.cpus, one.mems), ("b", one.cpus, one.mems), ("c", two.cpus, None), ("d", one.cpus, one.mems)]
     assert got[0][1] is got[1][1] is got[3][1]
-    assert agent._updates(changes) == [ContainerUpdate(c, cpus=a.cpus, mems=a.mems or None) for c, a in sorted(changes.items()) if c != "ghost"]
+    assert agent.router.updates(changes) == [ContainerUpdate(c, cpus=a.cpus, mems=a.mems or None) for c, a in sorted(changes.items()) if c != "ghost"]
 
 
-def test_create_latencies_are_observed_after_the_reply(tmp_path: Path) -> None:
+def test_create_latencies_are_observed_after_the_reply(make_agent: Callable[..., Agent]) -> None:
     async def main() -> None:
-        agent = _agent(tmp_path, "auto")
+        agent = make_agent(TOPO)
         count = 'topodra_nri_event_seconds_count{event="CreateContainer"}'
         for i in range(3):
-            await agent.create_container(*_objects(i, i % 2))
+            await agent.nri.create_container(*_objects(i, i % 2))
         assert f"{count} 0.0" in agent.metrics.render().decode()  # not on the reply path
         await asyncio.sleep(0)
         assert f"{count} 3.0" in agent.metrics.render().decode()
-        await agent.create_container(*_objects(3, 0))
+        await agent.nri.create_container(*_objects(3, 0))
         await agent.stop()  # stopping observes what is left
         assert f"{count} 4.0" in agent.metrics.render().decode()
 

@@ -161,10 +161,10 @@ def test_replies_delivery_widens_at_once_without_entering_the_knot() -> None:
     async def body(pg: Playground, window: _Window) -> None:
         assert pg.runtime is not None
         assert pg.agent is not None
-        assert pg.agent.pusher is not None
+        assert pg.agent.router.pusher is not None
         assert pg.agent.state()["delivery"]["mode"] == "replies"
         create = await _claim_then_release_during_a_create(pg, window)
-        await pg.agent.pusher.wait_idle(5)
+        await pg.agent.router.pusher.wait_idle(5)
         assert _cgroup_cpus(pg, _cid(pg, "web")) == pg.topology.online  # the kernel runs web widened
         assert pg.cpus_of("web") != pg.topology.online  # the runtime does not know yet
         window.release.set()
@@ -184,7 +184,7 @@ def _cgroup_cpus(pg: Playground, container_id: str) -> CPUSet:
     assert pg.runtime is not None
     ctr = pg.runtime.container(container_id)
     assert pg.agent is not None
-    got = CgroupReader(pg.agent.config.sysfs_root / "sys" / "fs" / "cgroup").read(container_id, ctr.cgroups_path)
+    got = CgroupReader(pg.agent.node.config.sysfs_root / "sys" / "fs" / "cgroup").read(container_id, ctr.cgroups_path)
     assert got is not None
     return got.cpus
 
@@ -229,8 +229,8 @@ def test_replies_delivery_repairs_the_start_window_through_the_cgroup() -> None:
         await pg.apply([_pod("web", "100m")])
         assert fired
         assert pg.runtime.lost_updates, "the claim's reply reached web's spec, not its starting task"
-        assert pg.agent.pusher is not None
-        await pg.agent.pusher.wait_idle(5)
+        assert pg.agent.router.pusher is not None
+        await pg.agent.router.pusher.wait_idle(5)
         claimed = next(iter(pg.agent.policy.claims().values()))
         web = _cid(pg, "web")
         assignment = pg.agent.policy.assignment(web)

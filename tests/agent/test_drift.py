@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,33 @@ SYSTEMD = f"kubepods-burstable-pod{UID}.slice:cri-containerd:{CID}"
 SYSTEMD_DIR = (
     f"kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID}.slice/cri-containerd-{CID}.scope"
 )
+
+
+class _Subject:
+    """The checker's view of an agent: fixed cgroup paths, assignments from ``assignments``."""
+
+    def __init__(self, assignments: Callable[[str], Assignment | None], unpushed: Iterable[str] = ()) -> None:
+        self.assignments = assignments
+        self.unpushed = unpushed
+        self.repaired: list[list[str]] = []
+
+    def assignment(self, container_id: str) -> Assignment | None:
+        return self.assignments(container_id)
+
+    def cgroup_of(self, container_id: str) -> tuple[str, int] | None:
+        return CGROUPFS, 0
+
+    def container_ids(self) -> list[str]:
+        return [CID]
+
+    def awaits_push(self, container_id: str) -> bool:
+        return container_id in self.unpushed
+
+    async def settled(self) -> None:
+        return None
+
+    def repair(self, container_ids: list[str]) -> None:
+        self.repaired.append(container_ids)
 
 
 def _tree(root: Path, version: int, rel: str, cpus: str = "2-3", mems: str = "0") -> Path:
@@ -112,7 +140,6 @@ def test_a_decision_made_during_the_read_is_not_drift(tmp_path: Path) -> None:
 
     _tree(tmp_path, 2, CGROUPFS.lstrip("/"), cpus="0-7")
     assignment = {CID: Assignment(CPUSet.parse("0-7"), CPUSet())}
-    repaired: list[list[str]] = []
 
     class Reader(CgroupReader):
         def read(self, container_id: str, cgroups_path: str = "", pid: int = 0) -> AppliedCpuset | None:
@@ -120,17 +147,12 @@ def test_a_decision_made_during_the_read_is_not_drift(tmp_path: Path) -> None:
             assignment[CID] = Assignment(CPUSet.parse("0-3"), CPUSet())  # decided meanwhile
             return got
 
-    checker = DriftChecker(
-        Reader(tmp_path),
-        lookup=assignment.get,
-        locate=lambda cid: (CGROUPFS, 0),
-        all_ids=lambda: [CID],
-        repair=repaired.append,
-        counted=lambda n: None,
-    )
+    subject = _Subject(assignment.get)
+    repaired = subject.repaired
+    checker = DriftChecker(Reader(tmp_path), subject)
     assert asyncio.run(checker.check([CID])) == []
     assert repaired == []
-    assert checker._soon == {CID}, "checked again after the push"
+    assert checker.pending == {CID}, "checked again after the push"
     # The next pass reads the cgroup against an unchanged decision: a real difference is repaired.
     checker.reader = CgroupReader(tmp_path)
     assert asyncio.run(checker.check([CID])) == [CID]
@@ -146,38 +168,33 @@ def test_a_decision_not_pushed_yet_is_not_drift(tmp_path: Path) -> None:
 
     _tree(tmp_path, 2, CGROUPFS.lstrip("/"), cpus="0-7")
     unpushed = {CID}
-    repaired: list[list[str]] = []
-    checker = DriftChecker(
-        CgroupReader(tmp_path),
-        lookup=lambda cid: Assignment(CPUSet.parse("0-3"), CPUSet()),
-        locate=lambda cid: (CGROUPFS, 0),
-        all_ids=lambda: [CID],
-        repair=repaired.append,
-        counted=lambda n: None,
-        unpushed=unpushed.__contains__,
-    )
+    subject = _Subject(lambda cid: Assignment(CPUSet.parse("0-3"), CPUSet()), unpushed)
+    repaired = subject.repaired
+    checker = DriftChecker(CgroupReader(tmp_path), subject)
     assert asyncio.run(checker.check([CID])) == []
     unpushed.clear()  # pushed, and the runtime did not apply it: now it is drift
     assert asyncio.run(checker.check([CID])) == [CID]
     assert repaired == [[CID]]
 
 
-def test_a_claim_change_keeps_the_check_off_only_until_its_push_or_the_grace() -> None:
+def test_a_claim_change_keeps_the_check_off_only_until_its_push_or_the_grace(monkeypatch: pytest.MonkeyPatch) -> None:
     """A Prepare cancelled between its decision and its push never pushes: then the drift check
     must deliver the set, so the mark does not outlive a short grace."""
     import asyncio
+    import time
 
-    from topodra.agent import agent as agent_module
     from topodra.agent.agent import Agent
     from topodra.agent.config import parse_config
+    from topodra.agent.router import UNPUSHED_GRACE
     from topodra.topology.synthetic import synthetic_topology
 
     agent = Agent(parse_config({"nodeName": "n", "metricsAddress": ""}), topology=synthetic_topology("1s1d1n1l2c2t"))
     assignment = Assignment(CPUSet.parse("0-1"), CPUSet())
-    agent.decided({CID: assignment})
-    assert agent._awaits_push(CID)
-    asyncio.run(agent._on_driver_changes({CID: assignment}))
-    assert not agent._awaits_push(CID), "pushed: checked again like any container"
-    agent.decided({CID: assignment})
-    agent._unpushed[CID] -= agent_module.UNPUSHED_GRACE  # decided long ago, never pushed
-    assert not agent._awaits_push(CID)
+    agent.router.decided({CID: assignment})
+    assert agent.router.awaits_push(CID)
+    asyncio.run(agent.claims.changed({CID: assignment}))
+    assert not agent.router.awaits_push(CID), "pushed: checked again like any container"
+    agent.router.decided({CID: assignment})
+    decided_at = time.monotonic()
+    monkeypatch.setattr(time, "monotonic", lambda: decided_at + UNPUSHED_GRACE)  # decided long ago, never pushed
+    assert not agent.router.awaits_push(CID)

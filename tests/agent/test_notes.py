@@ -4,19 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
 from topodra.agent.agent import Agent
-from topodra.agent.config import parse_config
 from topodra.nri.types import Container, ContainerState, LinuxResources, Pod
 from topodra.topology.synthetic import synthetic_topology
 
-
-def _agent(tmp: Path) -> Agent:
-    cfg = parse_config({"nodeName": "n", "stateDir": str(tmp / "state"), "cdiDir": str(tmp / "cdi"), "metricsAddress": ""})
-    return Agent(cfg, topology=synthetic_topology("1s1d1n1l4c2t"))
+TOPO = synthetic_topology("1s1d1n1l4c2t")
 
 
 def _create(i: int, cpus: int) -> tuple[Pod, Container]:
@@ -29,12 +25,12 @@ def _create(i: int, cpus: int) -> tuple[Pod, Container]:
     return pod, ctr
 
 
-def test_notes_are_logged_after_the_reply_in_order(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_notes_are_logged_after_the_reply_in_order(make_agent: Callable[..., Agent], caplog: pytest.LogCaptureFixture) -> None:
     async def main() -> None:
-        agent = _agent(tmp_path)
+        agent = make_agent(TOPO)
         caplog.set_level(logging.INFO, logger="topodra.agent.agent")
         for i, cpus in enumerate((0, 2, 0)):
-            await agent.create_container(*_create(i, cpus))
+            await agent.nri.create_container(*_create(i, cpus))
         placed = [e.split(" ", 1)[1] for e in agent.events if "placed" in e]
         assert [p.split(" ")[1] for p in placed] == ["ns/pod0/app", "ns/pod1/app", "ns/pod2/app"]
         logged = [r.getMessage() for r in caplog.records if "placed" in r.getMessage()]
@@ -42,15 +38,15 @@ def test_notes_are_logged_after_the_reply_in_order(tmp_path: Path, caplog: pytes
         await asyncio.sleep(0)
         logged = [r.getMessage() for r in caplog.records if "placed" in r.getMessage()]
         assert logged == placed
-        await agent.create_container(*_create(3, 1))
+        await agent.nri.create_container(*_create(3, 1))
         await agent.stop()  # stopping writes what is left
         assert [r.getMessage() for r in caplog.records if "pod3" in r.getMessage()] == [agent.events[-1].split(" ", 1)[1]]
 
     asyncio.run(main())
 
 
-def test_a_note_without_a_loop_is_logged_at_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    agent = _agent(tmp_path)
+def test_a_note_without_a_loop_is_logged_at_once(make_agent: Callable[..., Agent], caplog: pytest.LogCaptureFixture) -> None:
+    agent = make_agent(TOPO)
     caplog.set_level(logging.INFO, logger="topodra.agent.agent")
-    agent._note("hello")
+    agent.notes.note("hello")
     assert [r.getMessage() for r in caplog.records] == ["hello"]

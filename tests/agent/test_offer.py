@@ -8,7 +8,8 @@ shared and Guaranteed containers come and go in between.
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
+import threading
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -16,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from topodra.agent.agent import Agent
-from topodra.agent.config import parse_config
 from topodra.cpuset import CPUSet
+from topodra.dra.checkpoint import CheckpointStore
 from topodra.dra.devices import DRIVER, DeviceModelConfig, device_class, offered_cpus, ordered_cpus
 from topodra.dra.driver import ClaimRef, Driver
 from topodra.dra.slices import build_slices
@@ -29,17 +30,17 @@ NODE = "node-a"
 TOPO = synthetic_topology("1s1d1n1l3c2t")  # 6 CPUs: small enough to run out often
 
 
-def _agent(tmp: Path, model: str = "cpu", floor: int = 1) -> Agent:
-    cfg = parse_config(
-        {
-            "nodeName": NODE,
-            "stateDir": str(tmp / "state"),
-            "cdiDir": str(tmp / "cdi"),
-            "metricsAddress": "",
-            "devices": {"model": model, "sharedFloor": floor},
-        }
+def _agent(make_agent: Callable[..., Agent], model: str = "cpu", floor: int = 1) -> Agent:
+    return make_agent(TOPO, nodeName=NODE, devices={"model": model, "sharedFloor": floor})
+
+
+def _driver(agent: Agent, fetch: Callable[[str, str], Awaitable[dict[str, Any]]], **extra: Any) -> Driver:
+    """A DRA driver over the agent's claim bridge, its CDI and checkpoint in the agent's directories."""
+    cfg = agent.node.config
+    return Driver(
+        policy=agent.claims, lock=agent.node.lock, fetch_claim=fetch, cdi_dir=cfg.cdi_dir,
+        checkpoint_path=cfg.state_dir / "cp.json", devices=agent.node.devices, pool=NODE, **extra,
     )
-    return Agent(cfg, topology=TOPO)
 
 
 def _claim(uid: str, count: int, model: str) -> dict[str, Any]:
@@ -83,18 +84,15 @@ OPS = st.lists(
 )
 
 
-async def _churn(tmp: Path, ops: list[tuple[str, int]], model: str, floor: int) -> list[str]:
+async def _churn(make_agent: Callable[..., Agent], ops: list[tuple[str, int]], model: str, floor: int) -> list[str]:
     """Run the operations; returns every Prepare error."""
-    agent = _agent(tmp, model, floor)
+    agent = _agent(make_agent, model, floor)
     claims: dict[tuple[str, str], dict[str, Any]] = {}
 
     async def fetch(namespace: str, name: str) -> dict[str, Any]:
         return claims[(namespace, name)]
 
-    driver = Driver(
-        policy=agent.claim_view(), lock=agent.lock, fetch_claim=fetch, cdi_dir=tmp / "cdi",
-        checkpoint_path=tmp / "state" / "cp.json", devices=agent.devices, pool=NODE,
-    )
+    driver = _driver(agent, fetch)
     state = AllocatedState()
     prepared: list[tuple[ClaimRef, dict[str, Any]]] = []
     containers: list[str] = []
@@ -102,7 +100,7 @@ async def _churn(tmp: Path, ops: list[tuple[str, int]], model: str, floor: int) 
     node = {"metadata": {"name": NODE, "labels": {}}}
     for n, (op, arg) in enumerate(ops):
         if op == "claim":
-            slices = build_slices(NODE, agent.offered_devices())
+            slices = build_slices(NODE, agent.publisher.offered_devices())
             claim = _claim(f"u{n}", arg, model)
             result = Allocator(slices, [device_class()], state).allocate(node, [claim])
             if result is None:
@@ -129,21 +127,21 @@ async def _churn(tmp: Path, ops: list[tuple[str, int]], model: str, floor: int) 
             state.remove(alloc)
         elif op in ("shared", "guaranteed"):
             try:
-                agent.record(agent.policy.add(_container(n, arg)))
+                agent.router.record(agent.policy.add(_container(n, arg)))
                 containers.append(f"c{n}")
             except PolicyError:
                 pass  # the node is full for it: the kubelet would refuse the pod too
         elif op == "remove" and containers:
             cid = containers.pop(arg % len(containers))
-            agent.record(agent.policy.remove(cid), subject=cid)
-        agent.refresh_offer()
-        offered = agent.offer
-        agent.refresh_offer(full=True)
-        assert agent.offer == offered, "the offer kept up from changes equals one from every grant"
+            agent.router.record(agent.policy.remove(cid), subject=cid)
+        agent.publisher.refresh_offer()
+        offered = agent.publisher.offer
+        agent.publisher.refresh_offer(full=True)
+        assert agent.publisher.offer == offered, "the offer kept up from changes equals one from every grant"
         stats = agent.policy.stats().total
         assert offered.isdisjoint(stats.allocated), "exclusive CPUs must not be on offer"
         published = CPUSet()
-        for d in agent.offered_devices():
+        for d in agent.publisher.offered_devices():
             published |= d.cpus
         assert published.isdisjoint(stats.allocated), "no published device may stand for an exclusive CPU"
         if floor and stats.shared:
@@ -152,22 +150,21 @@ async def _churn(tmp: Path, ops: list[tuple[str, int]], model: str, floor: int) 
 
 
 @pytest.mark.parametrize("model", ["cpu", "core", "grouped"])
-def test_no_prepare_fails_for_what_the_slices_offered(tmp_path_factory: pytest.TempPathFactory, model: str) -> None:
+def test_no_prepare_fails_for_what_the_slices_offered(make_agent: Callable[..., Agent], model: str) -> None:
     @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
     @given(OPS)
     def prop(ops: list[tuple[str, int]]) -> None:
-        tmp = tmp_path_factory.mktemp("offer")
-        assert asyncio.run(_churn(tmp, ops, model, floor=1)) == []
+        assert asyncio.run(_churn(make_agent, ops, model, floor=1)) == []
 
     prop()
 
 
-def test_without_the_floor_the_scheduler_allocates_what_prepare_refuses(tmp_path: Path) -> None:
+def test_without_the_floor_the_scheduler_allocates_what_prepare_refuses(make_agent: Callable[..., Agent]) -> None:
     """The issue's case, the reason for the floor: a shared container, then a claim of every CPU."""
-    errors = asyncio.run(_churn(tmp_path, [("shared", 0), ("claim", 6)], "cpu", floor=0))
+    errors = asyncio.run(_churn(make_agent, [("shared", 0), ("claim", 6)], "cpu", floor=0))
     assert len(errors) == 1
     assert "no shared CPU" in errors[0]
-    assert asyncio.run(_churn(tmp_path / "floor", [("shared", 0), ("claim", 6)], "cpu", floor=1)) == []
+    assert asyncio.run(_churn(make_agent, [("shared", 0), ("claim", 6)], "cpu", floor=1)) == []
 
 
 @given(
@@ -214,16 +211,18 @@ def test_the_floor_is_the_last_free_cpus_in_device_order(
 
 
 @pytest.mark.parametrize("step", ["prepare", "unprepare"])
-def test_a_claim_cancelled_while_its_checkpoint_is_written_still_moves_its_containers(tmp_path: Path, step: str) -> None:
+def test_a_claim_cancelled_while_its_checkpoint_is_written_still_moves_its_containers(
+    make_agent: Callable[..., Agent], monkeypatch: pytest.MonkeyPatch, step: str
+) -> None:
     """The kubelet's deadline cancels Prepare (or Unprepare) after the policy decided, while the
     checkpoint is written: the shared container it shrinks (or grows back) hears of it now, not
     at the next drift check 30 s later."""
 
     async def main() -> None:
-        agent = _agent(tmp_path)
-        agent.record(agent.policy.add(_container(0, 0)))  # a shared container on every CPU
+        agent = _agent(make_agent)
+        agent.router.record(agent.policy.add(_container(0, 0)))  # a shared container on every CPU
         claim = _claim("u1", 1, "cpu")
-        result = Allocator(build_slices(NODE, agent.offered_devices()), [device_class()], AllocatedState()).allocate(
+        result = Allocator(build_slices(NODE, agent.publisher.offered_devices()), [device_class()], AllocatedState()).allocate(
             {"metadata": {"name": NODE, "labels": {}}}, [claim]
         )
         assert result is not None
@@ -238,28 +237,29 @@ def test_a_claim_cancelled_while_its_checkpoint_is_written_still_moves_its_conta
         async def fetch(namespace: str, name: str) -> dict[str, Any]:
             return claim
 
-        driver = Driver(
-            policy=agent.claim_view(), lock=agent.lock, fetch_claim=fetch, cdi_dir=tmp_path / "cdi",
-            checkpoint_path=tmp_path / "state" / "cp.json", devices=agent.devices, pool=NODE, on_changes=on_changes,
-        )
+        driver = _driver(agent, fetch, on_changes=on_changes)
         ref = ClaimRef("default", "u1", claim["metadata"]["name"])
         if step == "unprepare":
             assert (await driver.prepare([ref]))[ref.uid].error == ""
             pushed.clear()
             heard.clear()
-        saving, never = asyncio.Event(), asyncio.Event()
+        loop = asyncio.get_running_loop()
+        saving, released = asyncio.Event(), threading.Event()
 
-        async def stuck_save() -> None:
-            saving.set()
-            await never.wait()  # a checkpoint write outliving the kubelet's deadline
+        def stuck_save(store: CheckpointStore, claims: object) -> None:  # in the driver's worker thread
+            loop.call_soon_threadsafe(saving.set)
+            released.wait(10)  # a checkpoint write outliving the kubelet's deadline
 
-        driver._save = stuck_save  # type: ignore[method-assign]
+        monkeypatch.setattr(CheckpointStore, "save", stuck_save)
         call = asyncio.ensure_future(driver.prepare([ref]) if step == "prepare" else driver.unprepare([ref]))
-        await saving.wait()
-        call.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await call
-        await asyncio.wait_for(heard.wait(), 5)  # pushed by itself, no other event needed
+        try:
+            await saving.wait()
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+            await asyncio.wait_for(heard.wait(), 5)  # pushed by itself, no other event needed
+        finally:
+            released.set()
         assert pushed == [{"c0"}]
 
     asyncio.run(main())

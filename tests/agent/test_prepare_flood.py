@@ -15,10 +15,11 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from testkit.crashsoak import TEMPLATES, _pod
+from testkit.crashsoak import TEMPLATES, soak_pod
 
 from topodra.dra.driver import FETCH_CONCURRENCY
 from topodra.dra.proto import dra_v1_pb2
+from topodra.kube.client import RESOURCE_CLAIMS, KubeClient, Resource
 from topodra.playground.world import Playground
 from topodra.topology.synthetic import synthetic_topology
 
@@ -42,22 +43,21 @@ async def _get(port: int, path: str) -> tuple[int, bytes]:
 
 
 @pytest.mark.slow
-def test_a_flood_of_unknown_claims_leaves_the_agent_responsive() -> None:
+def test_a_flood_of_unknown_claims_leaves_the_agent_responsive(monkeypatch: pytest.MonkeyPatch) -> None:
     async def main() -> None:
         port = _free_port()
         topo = synthetic_topology("1s1d1n1l4c2t4e")
         async with Playground(topology=topo, agent_overrides={"metricsAddress": f"127.0.0.1:{port}"}) as pg:
             assert pg.agent is not None
-            assert pg.agent.driver is not None
+            assert pg.agent.claims.driver is not None
             assert pg.kubelet is not None
-            driver = pg.agent.driver
-            real_fetch = driver._fetch
+            real_get = KubeClient.get
             gate = asyncio.Event()
             saturated = asyncio.Event()
             in_flight = [0, 0]  # now, most
 
-            async def gated(namespace: str, name: str) -> Any:
-                if name.startswith("flood-"):
+            async def gated(kube: KubeClient, resource: Resource, name: str, namespace: str | None = None) -> Any:
+                if resource is RESOURCE_CLAIMS and name.startswith("flood-"):  # the driver's fetches
                     in_flight[0] += 1
                     in_flight[1] = max(in_flight)
                     if in_flight[0] >= FETCH_CONCURRENCY:
@@ -66,9 +66,9 @@ def test_a_flood_of_unknown_claims_leaves_the_agent_responsive() -> None:
                         await gate.wait()
                     finally:
                         in_flight[0] -= 1
-                return await real_fetch(namespace, name)
+                return await real_get(kube, resource, name, namespace)
 
-            driver._fetch = gated
+            monkeypatch.setattr(KubeClient, "get", gated)
             await pg.apply(TEMPLATES)
             stub = pg.kubelet.plugins["native.cpu"].stub
             request = dra_v1_pb2.NodePrepareResourcesRequest(
@@ -82,7 +82,7 @@ def test_a_flood_of_unknown_claims_leaves_the_agent_responsive() -> None:
 
             status, body = await asyncio.wait_for(_get(port, "/healthz"), 10)
             assert (status, body) == (200, b"ok\n")
-            lines = await asyncio.wait_for(pg.apply([_pod("claimer", {}, "one-cpu"), _pod("web", {"requests": {"cpu": "250m"}})]), 60)
+            lines = await asyncio.wait_for(pg.apply([soak_pod("claimer", {}, "one-cpu"), soak_pod("web", {"requests": {"cpu": "250m"}})]), 60)
             assert lines == ["pod/claimer created", "pod/web created", "pod/claimer running", "pod/web running"]
             assert len(pg.cpus_of("claimer")) == 1
             assert not flood.done(), "the flood was still in flight the whole time"

@@ -48,7 +48,7 @@ def test_file_changes_are_applied_or_refused(tmp_path: Path) -> None:
                     break
                 await asyncio.sleep(0.01)
             assert applied in agent.metrics.render()
-            assert agent.config.node_name == "n1"  # restart-only field kept
+            assert agent.node.config.node_name == "n1"  # restart-only field kept
         finally:
             await agent.stop()
 
@@ -65,7 +65,7 @@ def test_reload_applies_only_what_a_fresh_start_would_accept(tmp_path: Path) -> 
         agent = Agent(load_config(cfg), config_path=cfg, reload_interval=3600)
         await agent.start()
         try:
-            before = [d.to_api() for d in agent.devices]
+            before = [d.to_api() for d in agent.node.devices]
             for bad in (
                 "policy: {reservedCPUs: '0-1'}\ndevices: {attributeHook: 'no_such_module_xyz:f'}\n",
                 "policy: {reservedCPUs: '100-200'}\n",
@@ -74,14 +74,14 @@ def test_reload_applies_only_what_a_fresh_start_would_accept(tmp_path: Path) -> 
                 _write(cfg, BASE + bad, 1)
                 assert await agent.reload() == {}
                 assert agent.policy.reserved_cpus == CPUSet([0])
-                assert agent.config.devices.attribute_hook is None
-                assert [d.to_api() for d in agent.devices] == before
+                assert agent.node.config.devices.attribute_hook is None
+                assert [d.to_api() for d in agent.node.devices] == before
             assert b'topodra_config_reloads_total{result="invalid"} 3.0' in agent.metrics.render()
             assert b'result="applied"' not in agent.metrics.render()
             _write(cfg, BASE + "policy: {reservedCPUs: '0-1'}\n", 2)
             await agent.reload()
             assert agent.policy.reserved_cpus == CPUSet([0, 1])
-            assert len(agent.devices) == len(before) - 1
+            assert len(agent.node.devices) == len(before) - 1
         finally:
             await agent.stop()
 

@@ -98,13 +98,13 @@ def test_drift_found_in_the_cgroup_is_repaired_and_counted() -> None:
         assert pg.runtime.cgroup_root is not None
         cpus_file = pg.runtime.cgroup_root / web.cgroups_path.lstrip("/") / "cpuset.cpus"
         cpus_file.write_text("0\n")  # someone else rewrote the cgroup
-        await pg.agent.drift.check(list(pg.agent.containers))
+        await pg.agent.drift.check(list(pg.agent.node.containers))
         assert pg.agent.drift.drifts == 1  # found once (by this pass or a background one), repaired
         await pg.settle()
         assert _applied_equals_assigned(pg) == {}
         assert cpus_file.read_text().strip() == str(pg.agent.policy.assignment(web.id).cpus)  # type: ignore[union-attr]
         assert b"topodra_cpuset_drift_total 1.0" in pg.agent.metrics.render()
-        assert await pg.agent.drift.check(list(pg.agent.containers)) == []
+        assert await pg.agent.drift.check(list(pg.agent.node.containers)) == []
 
     run(body)
 
@@ -116,7 +116,7 @@ def test_a_rejected_batch_is_counted_and_only_what_still_differs_is_sent_again()
     async def body(pg: Playground) -> None:
         assert pg.runtime is not None
         assert pg.agent is not None
-        assert pg.agent.pusher is not None
+        assert pg.agent.router.pusher is not None
         await pg.apply([_pod("web"), _pod("db")])
         await pg.settle()  # a start-window repair of web or db is pushed before the count starts
         pods = {p.id: p.name for p in pg.runtime.pods()}
@@ -125,7 +125,7 @@ def test_a_rejected_batch_is_counted_and_only_what_still_differs_is_sent_again()
         calls_before = sum("requested container updates" in line for line in pg.runtime.log)
         await pg.apply(list(yaml.safe_load_all(EXAMPLE.read_text())))  # db and web shrink: one batch
         await pg.settle()
-        stats = pg.agent.pusher.stats
+        stats = pg.agent.router.pusher.stats
         assert stats.rejected_calls == 1
         assert b"topodra_unsolicited_updates_failed_total 1.0" in pg.agent.metrics.render()
         sent = [line for line in pg.runtime.log if "requested container updates" in line][calls_before:]

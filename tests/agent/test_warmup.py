@@ -16,7 +16,7 @@ import pytest
 from topodra import faults
 from topodra.agent.agent import Agent
 from topodra.agent.config import parse_config
-from topodra.agent.warmup import warm_up, warm_up_calls
+from topodra.agent.warmup import scratch_node, warm_up, warm_up_calls
 from topodra.cpuset import CPUSet
 from topodra.embedded.runtime import EmbeddedRuntime
 from topodra.nri.stub import Stub
@@ -56,11 +56,11 @@ def test_every_call_of_the_mix_is_answered_on_the_scratch_agent(
     base: Path, machine: str, policy: dict[str, object]
 ) -> None:
     cfg = parse_config(_config(base, policy=policy))
-    scratch = Agent(cfg, topology=synthetic_topology(machine))
+    scratch = scratch_node(cfg, synthetic_topology(machine))
     answered = asyncio.run(warm_up(scratch))
     assert answered == len(list(warm_up_calls()))
-    assert not scratch.containers  # every one stopped again
-    assert not scratch.policy.grants()
+    assert not scratch.state.containers  # every one stopped again
+    assert not scratch.state.policy.grants()
 
 
 def test_the_started_agent_keeps_nothing_of_the_warm_up_and_logs_none_of_it(
@@ -86,10 +86,10 @@ def test_the_started_agent_keeps_nothing_of_the_warm_up_and_logs_none_of_it(
             try:
                 assert calls == [m for m, _ in warm_up_calls()]  # it ran, before the start returned
                 await runtime.wait_for_plugins(1)
-                assert not agent.containers
+                assert not agent.node.containers
                 assert not agent.policy.grants()
                 assert not [e for e in agent.events if "warm-up" in e]
-                assert agent.offer == Agent(cfg, topology=topology).offer  # nothing withdrawn by the scratch's grants
+                assert agent.publisher.offer == Agent(cfg, topology=topology).publisher.offer  # nothing withdrawn by the scratch's grants
                 # the node's own first container is placed as on any start
                 pod = Pod(id="p", name="p", uid="u", namespace="d", cgroup_parent="/kubepods/podu")
                 assert (await runtime.run_pod_sandbox(pod)).ok
@@ -122,9 +122,9 @@ def test_an_armed_crash_point_neither_fires_nor_counts_during_the_warm_up(
     monkeypatch.setenv(faults.ENV, "create.placed@2,stop.removed")
     faults.rearm()
     try:
-        scratch = Agent(parse_config(_config(base)), topology=synthetic_topology("2s1d2n2l4c2t"))
+        scratch = scratch_node(parse_config(_config(base)), synthetic_topology("2s1d2n2l4c2t"))
         assert asyncio.run(warm_up(scratch)) == len(list(warm_up_calls()))  # still alive
-        assert faults._ARMED == {"create.placed": 2, "stop.removed": 1}
+        assert faults.armed() == {"create.placed": 2, "stop.removed": 1}
     finally:
         monkeypatch.delenv(faults.ENV)
         faults.rearm()
@@ -134,7 +134,7 @@ def test_on_a_node_too_small_for_the_mix_the_warm_up_logs_one_line_without_a_tra
     base: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    scratch = Agent(parse_config(_config(base)), topology=synthetic_topology("1s1d1n1l2c1t"))  # 2 CPUs
+    scratch = scratch_node(parse_config(_config(base)), synthetic_topology("1s1d1n1l2c1t"))  # 2 CPUs
     answered = asyncio.run(warm_up(scratch))
     total = len(list(warm_up_calls()))
     assert 0 < answered < total  # the node cannot hold the mix's exclusive containers
@@ -150,7 +150,7 @@ def test_a_failing_warm_up_costs_the_start_nothing(base: Path, caplog: pytest.Lo
     async def broken(self: Stub, method: str, payload: bytes = b"", *, timeout_nano: int = 0) -> object:
         raise RuntimeError("boom")
 
-    scratch = Agent(parse_config(_config(base)), topology=synthetic_topology("1s1d1n1l4c2t"))
+    scratch = scratch_node(parse_config(_config(base)), synthetic_topology("1s1d1n1l4c2t"))
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(Stub, "handle", broken)
         assert asyncio.run(warm_up(scratch)) == 0
@@ -162,10 +162,8 @@ def test_the_mix_places_exclusive_and_shared_containers(base: Path) -> None:
     best-effort placements (then a resize and the stops)."""
     from topodra.nri.proto import api_pb2
 
-    scratch = Agent(parse_config(_config(base)), topology=synthetic_topology("2s1d2n2l4c2t"))
-    from topodra.agent.agent import _AgentPlugin
-
-    plugin_stub = Stub(_AgentPlugin(scratch), socket_path="", name="t", idx="10", env={}, reconnect=False)
+    scratch = scratch_node(parse_config(_config(base)), synthetic_topology("2s1d2n2l4c2t"))
+    plugin_stub = Stub(scratch.nri, socket_path="", name="t", idx="10", env={}, reconnect=False)
     exclusive = shared = 0
 
     async def main() -> None:

@@ -376,14 +376,14 @@ def test_the_agent_withdraws_an_exclusive_core_with_one_slice_write() -> None:
         async with Playground(topology=TOPO, agent_overrides={"devices": {"order": "topology"}}) as pg:
             assert pg.agent is not None
             assert pg.runtime is not None
-            await pg.agent.settle_offer()
+            await pg.agent.publisher.settle()
             before = slices(pg)
             assert len(before) == 2
             pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "db"}, "spec": {"containers": [
                 {"name": "c", "image": "x", "resources": {"requests": {"cpu": "2", "memory": "64Mi"}, "limits": {"cpu": "2", "memory": "64Mi"}}}
             ]}}
             await pg.apply([pod])
-            await pg.agent.settle_offer()
+            await pg.agent.publisher.settle()
             after = slices(pg)
             held = next(c.cpus for c in pg.runtime.containers() if pg.runtime.pod(c.pod_sandbox_id).name == "db")
             assert held is not None
@@ -392,9 +392,9 @@ def test_the_agent_withdraws_an_exclusive_core_with_one_slice_write() -> None:
             assert len(changed) == 1
             assert changed[0].endswith("-0")
             assert {s["spec"]["pool"]["generation"] for s in after.values()} == {before[changed[0]]["spec"]["pool"]["generation"]}
-            offered = pg.agent.offered_devices()
+            offered = pg.agent.publisher.offered_devices()
             assert not {NAME_OF_CPU[c] for c in held} & {d.name for d in offered}
-            placed = Homes(pg.agent.home_devices()).place(offered)
+            placed = Homes(pg.agent.publisher.home_devices()).place(offered)
             assert placed is not None
             assert published(after) == [[d.name for d in c] for c in placed]
 

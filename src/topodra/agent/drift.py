@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from topodra.cpuset import CPUSet
 from topodra.nri.types import ContainerUpdate
@@ -37,6 +38,7 @@ __all__ = [
     "AppliedCpuset",
     "CgroupReader",
     "DriftChecker",
+    "DriftSubject",
     "cgroup_dir",
     "parse_proc_cgroup",
     "systemd_path",
@@ -143,47 +145,49 @@ class CgroupReader:
             return None
 
 
-#: container id -> (cgroups_path, pid), or None when the agent does not track it
-Locate = Callable[[str], "tuple[str, int] | None"]
+class DriftSubject(Protocol):
+    """What the checker asks of the agent about its containers."""
+
+    def assignment(self, container_id: str) -> Assignment | None:
+        """The container's current assignment; None: not ours (any more)."""
+
+    def cgroup_of(self, container_id: str) -> tuple[str, int] | None:
+        """(cgroups_path, pid) of a container whose cgroup can be checked; None: not tracked, or
+        its task is not running yet."""
+
+    def container_ids(self) -> Iterable[str]:
+        """Every container a full pass checks."""
+
+    def awaits_push(self, container_id: str) -> bool:
+        """Its new assignment is decided but not sent yet: the cgroup cannot hold it."""
+
+    async def settled(self) -> None:
+        """Until the pending pushes are done (or a short while)."""
+
+    def repair(self, container_ids: list[str]) -> None:
+        """These drifted (counted once here): send their assignments again."""
 
 
 class DriftChecker:
-    """Compares cgroups with the agent's assignments and repairs differences.
-
-    ``lookup`` gives a container's current assignment (None: not ours any
-    more), ``locate`` its cgroup, ``repair`` re-pushes containers, ``counted``
-    records each drift found, ``unpushed`` tells a container whose new assignment
-    is decided but not sent yet. ``check`` runs once; ``run`` every
-    ``interval`` seconds, and ``check_soon`` after a container started.
+    """Compares cgroups with the agent's assignments and hands the differences to
+    ``subject.repair``. ``check`` runs once; ``run`` every ``interval`` seconds, and
+    ``check_soon`` after a container started.
     """
 
-    def __init__(
-        self,
-        reader: CgroupReader,
-        *,
-        lookup: Callable[[str], Assignment | None],
-        locate: Locate,
-        all_ids: Callable[[], Iterable[str]],
-        repair: Callable[[list[str]], None],
-        counted: Callable[[int], None],
-        settled: Callable[[], Awaitable[None]] | None = None,
-        unpushed: Callable[[str], bool] | None = None,
-        interval: float = 30.0,
-    ) -> None:
+    def __init__(self, reader: CgroupReader, subject: DriftSubject, *, interval: float = 30.0) -> None:
         self.reader = reader
-        self._lookup = lookup
-        self._locate = locate
-        self._all = all_ids
-        self._repair = repair
-        self._counted = counted
-        self._settled = settled
-        self._unpushed = unpushed or (lambda cid: False)
+        self.subject = subject
         self.interval = interval
         self._soon: set[str] = set()
         self._wake = asyncio.Event()
         self._serial = asyncio.Lock()
         self.checks = 0
         self.drifts = 0
+
+    @property
+    def pending(self) -> frozenset[str]:
+        """The containers to check on the next wake-up."""
+        return frozenset(self._soon)
 
     def check_soon(self, container_ids: Iterable[str]) -> None:
         """Check these containers as soon as the pending pushes are done."""
@@ -197,25 +201,25 @@ class DriftChecker:
             return await self._check(list(container_ids))
 
     async def _check(self, container_ids: list[str]) -> list[str]:
-        if self._settled is not None:
-            await self._settled()
+        subject = self.subject
+        await subject.settled()
         where: dict[str, tuple[str, int]] = {}
         for cid in container_ids:
-            loc = self._locate(cid)
+            loc = subject.cgroup_of(cid)
             if loc is not None:
                 where[cid] = loc
         if not where:
             return []
-        decided = {cid: self._lookup(cid) for cid in where}
+        decided = {cid: subject.assignment(cid) for cid in where}
         applied = await asyncio.to_thread(self._read_all, where)
         drifted: list[str] = []
         for cid, got in applied.items():
-            want = self._lookup(cid)  # read after the I/O: the newest decision
+            want = subject.assignment(cid)  # read after the I/O: the newest decision
             if want is None or got is None or not got.differs(want):
                 continue
-            if self._locate(cid) is None:
+            if subject.cgroup_of(cid) is None:
                 continue
-            if self._unpushed(cid):
+            if subject.awaits_push(cid):
                 continue  # decided, its push waiting for the claim's checkpoint: the cgroup cannot hold it yet
             if want != decided[cid]:
                 self.check_soon([cid])  # decided anew during the read: checked again after its push
@@ -228,8 +232,7 @@ class DriftChecker:
         self.checks += 1
         if drifted:
             self.drifts += len(drifted)
-            self._counted(len(drifted))
-            self._repair(drifted)
+            subject.repair(drifted)
         return drifted
 
     async def unapplied(self, updates: list[ContainerUpdate]) -> tuple[list[str], list[str]]:
@@ -245,7 +248,7 @@ class DriftChecker:
         retry: list[str] = []
         confirmed: list[str] = []
         for u in updates:
-            loc = self._locate(u.container_id)
+            loc = self.subject.cgroup_of(u.container_id)
             if loc is None:
                 retry.append(u.container_id)  # still starting: its cgroup says nothing yet
             else:
@@ -282,7 +285,7 @@ class DriftChecker:
                 return
             self._wake.clear()
             if loop.time() >= next_full:
-                ids = set(self._all())
+                ids = set(self.subject.container_ids())
                 next_full = loop.time() + self.interval
             else:
                 ids = set()

@@ -88,7 +88,10 @@ class AgentMetrics:
             "Exclusive containers moved because a prepared claim took their CPUs (the publication race).",
             registry=r,
         )
+        self._machine_and_status_metrics(r)
 
+    def _machine_and_status_metrics(self, r: CollectorRegistry) -> None:
+        """The machine's changes (hotplug) and the claim status writer."""
         self.machine_changes = Counter(
             "topodra_machine_changes",
             "CPU/NUMA hotplug or isolated-set changes seen (applied, or refused: no policy fits).",

@@ -6,9 +6,10 @@ policy's caches filling, first-use imports. Left to real containers, they would 
 calls of a start, and so its p99.
 
 ``warm_up`` answers a short, node-like mix of calls (exclusive, shared and best-effort creates,
-an update, stops) on a scratch agent built from the same configuration and machine: its own
-policy, never connected, logging nothing, with crash points held. The node's state is not
-touched and no peer sees anything; the start pays for the scratch policy instead.
+an update, stops) on a scratch node (``scratch_node``): the NRI-handling components built on a
+``NodeState`` of their own from the same configuration and machine, never connected, logging
+nothing, with crash points held. The node's state is not touched and no peer sees anything;
+the start pays for the scratch policy instead.
 """
 
 from __future__ import annotations
@@ -16,21 +17,21 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 from topodra import faults
+from topodra.agent.config import AgentConfig
+from topodra.agent.parts import NodeParts
+from topodra.agent.state import NodeState
 from topodra.nri import convert
 from topodra.nri.proto import api_pb2
 from topodra.nri.types import Container, ContainerState, LinuxResources, Pod
+from topodra.topology.model import Topology
 
-if TYPE_CHECKING:
-    from topodra.agent.agent import Agent
-
-__all__ = ["warm_up", "warm_up_calls"]
+__all__ = ["scratch_node", "warm_up", "warm_up_calls"]
 
 log = logging.getLogger(__name__)
 
-#: Scratch agents log nothing: what they decide is not the node's.
+#: Scratch nodes log nothing: what they decide is not the node's.
 SILENT = logging.getLogger("topodra.agent.warmup.scratch")
 SILENT.setLevel(logging.CRITICAL + 1)
 SILENT.propagate = False
@@ -84,16 +85,21 @@ def warm_up_calls(count: int = 16) -> Iterator[tuple[str, bytes]]:
         yield "StopContainer", stop.SerializeToString()
 
 
-async def warm_up(scratch: Agent, count: int = 16) -> int:
-    """Answer the mix on ``scratch`` (an agent that is never started); the number of calls
-    answered without an error. A failure is logged and ends the warm-up, never the start."""
-    from topodra.agent.agent import _AgentPlugin
+def scratch_node(config: AgentConfig, topology: Topology) -> NodeParts:
+    """The NRI-handling components on a state of their own, logging nothing (``AgentError`` when
+    the configuration does not hold on the machine)."""
+    scratch = NodeParts.build(NodeState.build(config, topology), logger=SILENT)
+    scratch.after.hold()  # its after-step work runs in ``warm_up``, not on the loop
+    return scratch
+
+
+async def warm_up(scratch: NodeParts, count: int = 16) -> int:
+    """Answer the mix on ``scratch`` (``scratch_node``); the number of calls answered without an
+    error. A failure is logged and ends the warm-up, never the start."""
     from topodra.nri.stub import Stub
 
     t0 = time.perf_counter()
-    scratch.log = SILENT
-    scratch._after_pending = True  # its after-step work runs here, below, not on the loop
-    stub = Stub(_AgentPlugin(scratch), socket_path="", name="warm-up", idx="99", env={}, reconnect=False)
+    stub = Stub(scratch.nri, socket_path="", name="warm-up", idx="99", env={}, reconnect=False)
     stub.log = SILENT  # a refusal is reported below, in one line
     answered = 0
     try:
@@ -101,8 +107,8 @@ async def warm_up(scratch: Agent, count: int = 16) -> int:
             calls = list(warm_up_calls(count))
             for method, payload in calls:
                 _, status = await stub.handle(method, payload)
-                scratch._after_step()
-                scratch._after_pending = True
+                scratch.after.run()
+                scratch.after.hold()
                 if status is not None:
                     log.warning("NRI warm-up: ran %d of its %d calls, not the rest: %s was refused (%s); the first "
                                 "calls may be slower", answered, len(calls), method, status.message)

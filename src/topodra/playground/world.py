@@ -298,8 +298,8 @@ class Playground:
         return state
 
     async def wait_slices(self, timeout: float = 10.0) -> None:
-        if self.agent is not None and self.agent.reconciler is not None:
-            await asyncio.wait_for(self.agent.reconciler.synced.wait(), timeout)
+        if self.agent is not None and self.agent.publisher.reconciler is not None:
+            await asyncio.wait_for(self.agent.publisher.reconciler.synced.wait(), timeout)
             return
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
@@ -310,8 +310,8 @@ class Playground:
 
     async def settle(self, timeout: float = 5.0) -> None:
         """Until the agent has pushed every pending container update."""
-        if self.agent is not None and self.agent.pusher is not None:
-            await self.agent.pusher.wait_idle(timeout)
+        if self.agent is not None and self.agent.router.pusher is not None:
+            await self.agent.router.pusher.wait_idle(timeout)
         elif self.process is not None:
             loop = asyncio.get_running_loop()
             deadline = loop.time() + timeout
