@@ -53,6 +53,16 @@ def _parse_id(token: str, whole: str) -> int:
     return value
 
 
+def _ranges(mask: int) -> Iterator[tuple[int, int]]:
+    """Maximal runs of consecutive ids in ``mask`` as (first, last)."""
+    while mask:
+        low = (mask & -mask).bit_length() - 1
+        run = mask >> low
+        length = ((run + 1) & ~run).bit_length() - 1  # trailing ones
+        yield low, low + length - 1
+        mask &= ~(((1 << length) - 1) << low)
+
+
 class CPUSet:
     """Immutable, hashable set of CPU ids, iterated in ascending order."""
 
@@ -157,22 +167,11 @@ class CPUSet:
         """The kernel list format: ascending ids, runs of two or more as A-B."""
         text = self._text
         if text is None:
-            text = ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in self.ranges())
+            text = ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in _ranges(self._mask))
             object.__setattr__(self, "_text", text)
         return text
 
-    def ranges(self) -> Iterator[tuple[int, int]]:
-        """Maximal runs of consecutive ids as (first, last)."""
-        mask = self._mask
-        while mask:
-            low = (mask & -mask).bit_length() - 1
-            run = mask >> low
-            length = ((run + 1) & ~run).bit_length() - 1  # trailing ones
-            yield low, low + length - 1
-            mask &= ~(((1 << length) - 1) << low)
-
-    def __str__(self) -> str:
-        return self.format()
+    __str__ = format
 
     def __repr__(self) -> str:
         return f"CPUSet({self.format()!r})"

@@ -179,6 +179,23 @@ def _log_refusals(results: Mapping[str, PrepareResult]) -> None:
         log.warning("Prepare refused %d of %d claim(s): %s%s", len(errors), len(results), first, more)
 
 
+def _fetch_error(ref: ClaimRef, exc: BaseException) -> str:
+    """Why a claim could not be prepared because its ResourceClaim was not fetched."""
+    if isinstance(exc, ClaimError):
+        return str(exc)
+    return f"claim {ref}: cannot fetch the ResourceClaim: {exc}"
+
+
+def _identity_error(ref: ClaimRef, known: PreparedClaim) -> str:
+    """Empty when ``ref`` names the claim prepared under its UID, else the refusal."""
+    if (known.namespace, known.name) == (ref.namespace, ref.name):
+        return ""
+    return (
+        f"claim {ref}: UID {ref.uid} was prepared for claim {known.namespace}/{known.name}; "
+        "a request naming another claim with this UID is refused"
+    )
+
+
 class Driver:
     """The DRA driver's node-side state machine for ``native.cpu`` claims."""
 
@@ -371,7 +388,7 @@ class Driver:
         for i, (ref, obj) in enumerate(zip(unique, fetched, strict=True)):
             if isinstance(obj, BaseException) and ref.uid not in self._prepared:
                 # Nothing to look up under the lock: answer now.
-                out[ref.uid] = PrepareResult(error=self._fetch_error(ref, obj))
+                out[ref.uid] = PrepareResult(error=_fetch_error(ref, obj))
                 if i % 512 == 511:
                     await asyncio.sleep(0)  # let the event loop breathe on huge calls
             else:
@@ -424,35 +441,20 @@ class Driver:
         check_uid(ref.uid)
         return await self._fetch(ref.namespace, ref.name)
 
-    @staticmethod
-    def _fetch_error(ref: ClaimRef, exc: BaseException) -> str:
-        if isinstance(exc, ClaimError):
-            return str(exc)
-        return f"claim {ref}: cannot fetch the ResourceClaim: {exc}"
-
-    @staticmethod
-    def _identity_error(ref: ClaimRef, known: PreparedClaim) -> str:
-        if (known.namespace, known.name) == (ref.namespace, ref.name):
-            return ""
-        return (
-            f"claim {ref}: UID {ref.uid} was prepared for claim {known.namespace}/{known.name}; "
-            "a request naming another claim with this UID is refused"
-        )
-
     async def _prepare_one(self, ref: ClaimRef, obj: Mapping[str, Any] | BaseException) -> PrepareResult:
         try:
             check_uid(ref.uid)
         except ClaimError as exc:
             return PrepareResult(error=str(exc))
         known = self._prepared.get(ref.uid)
-        if known is not None and (mismatch := self._identity_error(ref, known)):
+        if known is not None and (mismatch := _identity_error(ref, known)):
             return PrepareResult(error=mismatch)
         if known is not None and known.error:
             return PrepareResult(error=known.error)
         if isinstance(obj, BaseException):
             if known is not None:  # API server blip: the prepared answer still stands
                 return PrepareResult(claim=known)
-            return PrepareResult(error=self._fetch_error(ref, obj))
+            return PrepareResult(error=_fetch_error(ref, obj))
         try:
             allocated = allocated_devices(obj, ref, pool=self._pool, driver=self._driver)
         except ClaimError as exc:
@@ -565,7 +567,7 @@ class Driver:
         except ClaimError as exc:
             return UnprepareResult(error=str(exc))
         known = self._prepared.get(ref.uid)
-        if known is not None and (mismatch := self._identity_error(ref, known)):
+        if known is not None and (mismatch := _identity_error(ref, known)):
             return UnprepareResult(error=mismatch)
         changes: Changes = {}
         if known is not None and not known.error:

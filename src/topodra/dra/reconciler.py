@@ -300,9 +300,68 @@ class SliceReconciler:
         else:
             check_pool(self.node_name, (), generation)
         await asyncio.sleep(0)  # the device list chunked and checked
-        # A slice whose devices are the same objects as at its last build lists the same device
-        # dicts (shared, so comparing it with what was published is cheap too); the others are
-        # built, one per loop step.
+        desired = await self._build_slices(chunks, generation, owner)
+        listed = {name: chunk for name, (chunk, _) in self._built.items()}
+        names = {d["metadata"]["name"] for d in desired}
+        stale += [s for name, s in existing.items() if name not in names]
+        new = any(d["metadata"]["name"] not in existing for d in desired)
+        removed = any(name not in names for name in existing)
+        changed = sum(1 for d in desired if (have := existing.get(d["metadata"]["name"])) is not None and not _same(have, d))
+        # The upstream helper's rule: one existing slice rewritten in place keeps the generation
+        # (the pool stays complete while it is written); anything more is a new generation.
+        if (new or removed or changed > 1) and (existing or self._generation or seen_gen):
+            generation += 1
+            for d in desired:  # the same slices at the next generation (no second build)
+                d["spec"]["pool"] = {**d["spec"]["pool"], "generation": generation}
+        self._desired = {d["metadata"]["name"]: d for d in desired}
+        published: dict[str, dict[str, Any]] = {}
+        # The loop is free between building the slices, encoding each and sending it: three short
+        # steps, not one long one, for an NRI call that arrives meanwhile.
+        await asyncio.sleep(0)
+
+        deleted = await self._delete_stale(stale)
+        created: list[str] = []
+        updated: list[str] = []
+        unchanged: list[str] = []
+        for d in desired:
+            name = d["metadata"]["name"]
+            have = existing.get(name)
+            # Encoded from the devices' cached JSON, the answer read device by device with the loop
+            # free between steps: the agent's NRI calls wait for no slice write.
+            if have is not None and _same(have, d):
+                unchanged.append(name)
+                published[name] = have
+                continue
+            if created or updated:
+                await asyncio.sleep(0)  # the last answer read, and this slice encoded: two steps
+            answer = await self._write_slice(d, have, listed[name])
+            (created if have is None else updated).append(name)
+            published[name] = await self._stored_slice(d, listed[name], answer)
+            # the watch, open across writes, skips this write's event by its resourceVersion
+            self._wrote[name] = str((published[name].get("metadata") or {}).get("resourceVersion", ""))
+        await asyncio.sleep(0)
+        self._generation = generation
+        self._published = published
+        # The watch resumes after our own writes, so it does not replay them as drift.
+        rvs = [int(v) for o in published.values() if str(v := (o.get("metadata") or {}).get("resourceVersion", "")).isdigit()]
+        if rvs and (not self._list_rv.isdigit() or max(rvs) > int(self._list_rv)):
+            self._list_rv = str(max(rvs))
+        self.syncs += 1
+        report = SyncReport(generation, tuple(created), tuple(updated), tuple(deleted), tuple(unchanged))
+        if report.changed:
+            log.info(
+                "pool %s generation %d: created %s, updated %s, deleted %s",
+                self.node_name, generation, created, updated, deleted,
+            )
+        return report
+
+    async def _build_slices(self, chunks: list[list[Device]], generation: int, owner: str | None) -> list[dict[str, Any]]:
+        """The desired slice objects, one per chunk; kept in ``_built`` with their device dicts.
+
+        A slice whose devices are the same objects as at its last build lists the same device
+        dicts (shared, so comparing it with what was published is cheap too); the others are
+        built, one per loop step.
+        """
         desired: list[dict[str, Any]] = []
         built: dict[str, tuple[list[Device], list[dict[str, Any]]]] = {}
         owner_refs = owner_references(self.node_name, owner)
@@ -327,29 +386,12 @@ class SliceReconciler:
                 )
             )
         self._built = built
-        listed = {name: chunk for name, (chunk, _) in built.items()}
-        names = {d["metadata"]["name"] for d in desired}
-        stale += [s for name, s in existing.items() if name not in names]
-        new = any(d["metadata"]["name"] not in existing for d in desired)
-        removed = any(name not in names for name in existing)
-        changed = sum(1 for d in desired if (have := existing.get(d["metadata"]["name"])) is not None and not _same(have, d))
-        # The upstream helper's rule: one existing slice rewritten in place keeps the generation
-        # (the pool stays complete while it is written); anything more is a new generation.
-        if (new or removed or changed > 1) and (existing or self._generation or seen_gen):
-            generation += 1
-            for d in desired:  # the same slices at the next generation (no second build)
-                d["spec"]["pool"] = {**d["spec"]["pool"], "generation": generation}
-        self._desired = {d["metadata"]["name"]: d for d in desired}
-        published: dict[str, dict[str, Any]] = {}
-        # The loop is free between building the slices, encoding each and sending it: three short
-        # steps, not one long one, for an NRI call that arrives meanwhile.
-        await asyncio.sleep(0)
+        return desired
 
+    async def _delete_stale(self, stale: list[dict[str, Any]]) -> list[str]:
+        """Delete obsolete slices, each only if it is still what we saw (gone already is fine)."""
         deleted: list[str] = []
-        created: list[str] = []
-        updated: list[str] = []
-        unchanged: list[str] = []
-        for s in stale:  # obsolete slices go first, only if they are still what we saw
+        for s in stale:
             meta = s["metadata"]
             try:
                 await self._client.delete(RESOURCE_SLICES, meta["name"], uid=meta.get("uid"), resource_version=meta.get("resourceVersion"))
@@ -357,64 +399,41 @@ class SliceReconciler:
                 if not exc.is_not_found:
                     raise
             deleted.append(meta["name"])
-        for d in desired:
-            name = d["metadata"]["name"]
-            have = existing.get(name)
-            # Encoded from the devices' cached JSON, the answer read device by device with the loop
-            # free between steps: the agent's NRI calls wait for no slice write.
-            if have is not None and _same(have, d):
-                unchanged.append(name)
-                published[name] = have
-                continue
-            if created or updated:
-                await asyncio.sleep(0)  # the last answer read, and this slice encoded: two steps
-            if have is None:
-                encoded = encode_slice(d, listed[name])
-                await asyncio.sleep(0)
-                answer = await self._client.create_encoded(RESOURCE_SLICES, encoded)
-                created.append(name)
-            else:
-                body = {**d, "metadata": {**d["metadata"], "resourceVersion": have["metadata"]["resourceVersion"]}}
-                encoded = encode_slice(body, listed[name])
-                await asyncio.sleep(0)
-                answer = await self._client.replace_encoded(RESOURCE_SLICES, name, encoded)
-                updated.append(name)
-            metadata = await _read_answer(answer, d, listed[name])
-            if metadata is not None:
-                # Stored as sent: keep what was sent (its device dicts are shared with the device
-                # list) under the server's metadata, not a decoded copy: one copy of the pool
-                # in memory, not two (about 10 MiB at 1,024 CPUs).
-                published[name] = {**d, "metadata": metadata}
-            else:
-                stored = _decoded(answer, f"answer for ResourceSlice {name}")
-                # The server dropped or changed fields (a feature gate off, e.g. DRAConsumableCapacity
-                # for grouped devices). Say so, and take its version as the published state so the
-                # watch does not re-sync forever.
-                published[name] = stored
-                log.error(
-                    "API server changed ResourceSlice %s on write (fields dropped by a disabled feature gate?); "
-                    "devices may not be allocatable as published",
-                    name,
-                )
-                self.dropped_fields.add(name)
-                self._desired[name] = {**d, "spec": stored.get("spec"), "metadata": {**d["metadata"]}}
-            # the watch, open across writes, skips this write's event by its resourceVersion
-            self._wrote[name] = str((published[name].get("metadata") or {}).get("resourceVersion", ""))
+        return deleted
+
+    async def _write_slice(self, d: dict[str, Any], have: Mapping[str, Any] | None, chunk: list[Device]) -> Any:
+        """Create slice ``d`` (``have`` None) or replace ``have`` with it; the server's answer."""
+        if have is None:
+            encoded = encode_slice(d, chunk)
+            await asyncio.sleep(0)
+            return await self._client.create_encoded(RESOURCE_SLICES, encoded)
+        name = d["metadata"]["name"]
+        body = {**d, "metadata": {**d["metadata"], "resourceVersion": have["metadata"]["resourceVersion"]}}
+        encoded = encode_slice(body, chunk)
         await asyncio.sleep(0)
-        self._generation = generation
-        self._published = published
-        # The watch resumes after our own writes, so it does not replay them as drift.
-        rvs = [int(v) for o in published.values() if str(v := (o.get("metadata") or {}).get("resourceVersion", "")).isdigit()]
-        if rvs and (not self._list_rv.isdigit() or max(rvs) > int(self._list_rv)):
-            self._list_rv = str(max(rvs))
-        self.syncs += 1
-        report = SyncReport(generation, tuple(created), tuple(updated), tuple(deleted), tuple(unchanged))
-        if report.changed:
-            log.info(
-                "pool %s generation %d: created %s, updated %s, deleted %s",
-                self.node_name, generation, created, updated, deleted,
-            )
-        return report
+        return await self._client.replace_encoded(RESOURCE_SLICES, name, encoded)
+
+    async def _stored_slice(self, d: dict[str, Any], chunk: list[Device], answer: Any) -> dict[str, Any]:
+        """What the server stored for the slice ``d`` just written, from its answer."""
+        name = d["metadata"]["name"]
+        metadata = await _read_answer(answer, d, chunk)
+        if metadata is not None:
+            # Stored as sent: keep what was sent (its device dicts are shared with the device
+            # list) under the server's metadata, not a decoded copy: one copy of the pool
+            # in memory, not two (about 10 MiB at 1,024 CPUs).
+            return {**d, "metadata": metadata}
+        stored = _decoded(answer, f"answer for ResourceSlice {name}")
+        # The server dropped or changed fields (a feature gate off, e.g. DRAConsumableCapacity
+        # for grouped devices). Say so, and take its version as the published state so the
+        # watch does not re-sync forever.
+        log.error(
+            "API server changed ResourceSlice %s on write (fields dropped by a disabled feature gate?); "
+            "devices may not be allocatable as published",
+            name,
+        )
+        self.dropped_fields.add(name)
+        self._desired[name] = {**d, "spec": stored.get("spec"), "metadata": {**d["metadata"]}}
+        return stored
 
     def _drifted(self, event_type: str, obj: Mapping[str, Any]) -> bool:
         spec = obj.get("spec") or {}

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
 import typer
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from topodra.nri.stub import Stub
 
 __all__ = ["register"]
 
@@ -35,10 +43,7 @@ def nri_logger(
     """
     import asyncio
     import contextlib
-    import json
     import logging
-    from datetime import datetime
-    from typing import Any
 
     from rich.console import Console
     from rich.logging import RichHandler
@@ -57,6 +62,29 @@ def nri_logger(
         chosen = parse_events(events)
     except LoggerConfigError as exc:
         raise typer.BadParameter(str(exc), param_hint="--events") from None
+    plugin = EventLogger(_event_printer(console, as_json), events=chosen, add_annotation=add_annotation, add_env=add_env)
+    if log_file:
+        plugin.open_log(log_file)
+    try:
+        stub = Stub(plugin, socket_path=socket_path, name=name, idx=idx, reconnect=reconnect)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    try:
+        asyncio.run(_run_until_stopped(stub))
+    except KeyboardInterrupt:
+        pass
+    except NRIError as exc:
+        console.print(f"[red]nri-logger: {exc}[/red]")
+        raise typer.Exit(1) from None
+    finally:
+        with contextlib.suppress(Exception):
+            plugin.close()
+
+
+def _event_printer(console: Console, as_json: bool) -> Callable[[dict[str, Any]], None]:
+    """What prints one event record: a JSON object, or a timestamped table row."""
+    import json
+    from datetime import datetime
 
     def show(record: dict[str, Any]) -> None:
         if as_json:
@@ -69,28 +97,15 @@ def nri_logger(
         stamp = datetime.now().strftime("%H:%M:%S.%f")[:-3]
         console.print(f"[dim]{stamp}[/dim] [bold cyan]{record['event']:<28}[/bold cyan] {text}")
 
-    plugin = EventLogger(show, events=chosen, add_annotation=add_annotation, add_env=add_env)
-    if log_file:
-        plugin.open_log(log_file)
-    try:
-        stub = Stub(plugin, socket_path=socket_path, name=name, idx=idx, reconnect=reconnect)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
+    return show
 
-    async def main() -> None:
-        task = asyncio.get_running_loop().create_task(stub.run())
-        try:
-            await task
-        finally:
-            await stub.stop()
 
+async def _run_until_stopped(stub: Stub) -> None:
+    """Run the stub; stop it however the run ends."""
+    import asyncio
+
+    task = asyncio.get_running_loop().create_task(stub.run())
     try:
-        asyncio.run(main())
-    except KeyboardInterrupt:
-        pass
-    except NRIError as exc:
-        console.print(f"[red]nri-logger: {exc}[/red]")
-        raise typer.Exit(1) from None
+        await task
     finally:
-        with contextlib.suppress(Exception):
-            plugin.close()
+        await stub.stop()

@@ -599,161 +599,173 @@ class Stub:
             total = DEFAULT_REQUEST_TIMEOUT
         return max(0.001, total - max(0.005, min(0.25, total * 0.1)))
 
-    # ---------------------------------------------------------------- handlers
-    async def _on_configure(self, link: _Link, req: api_pb2.ConfigureRequest) -> Message:
-        info = RuntimeInfo.from_configure(
-            req.runtime_name, req.runtime_version, req.NRI_version, req.registration_timeout, req.request_timeout
-        )
-        link.runtime = info
-        chosen = await self.plugin.configure(req.config, info)
-        wanted = frozenset(chosen) if chosen is not None else self.plugin.overridden_events()
-        mask = event_mask(wanted)
-        valid = info.valid_events
-        if mask & ~valid:
-            dropped = sorted(e.rpc for e in events_in_mask(mask & ~valid))
-            log.warning(
-                "runtime %s %s (NRI %s) does not know %s; not subscribing to them",
-                info.name,
-                info.version,
-                info.nri_version or "unknown",
-                ", ".join(dropped),
-            )
-            mask &= valid
-        if mask == 0:
-            log.info("no events subscribed: the runtime reads an empty mask as 'all events'")
-        link.events = mask or valid
-        log.info(
-            "configured by %s %s (NRI %s%s), events 0x%x",
-            info.name,
-            info.version,
-            info.nri_version or "unknown",
-            ", inferred" if info.nri_version_inferred else "",
-            mask,
-        )
-        return api_pb2.ConfigureResponse(events=mask)
-
-    async def _on_synchronize(self, link: _Link, req: api_pb2.SynchronizeRequest) -> Message | bytes:
-        link.sync_pods.extend(convert.pod_from_proto(p) for p in req.pods)
-        link.sync_containers.extend(convert.container_from_proto(c) for c in req.containers)
-        if req.more:
-            return api_pb2.SynchronizeResponse(more=True)
-        pods, containers = link.sync_pods, link.sync_containers
-        link.sync_pods, link.sync_containers = [], []
-        updates = await self.plugin.synchronize(pods, containers) or ()
-        reply = replywire.updates_message(updates)  # a final SynchronizeResponse: only its updates
-        link.synchronized.set()
-        if link is self._link:
-            self._set_state(StubState.SYNCHRONIZED)
-        return reply
-
-    async def _on_shutdown(self, link: _Link, req: api_pb2.Empty) -> Message:
-        log.info("runtime asked the plugin to shut down")
-        return api_pb2.Empty()
-
-    async def _on_create_container(self, link: _Link, req: api_pb2.CreateContainerRequest) -> Message | bytes:
-        pod, ctr = convert.pod_from_proto(req.pod), convert.container_from_proto(req.container)
-        result = await self.plugin.create_container(pod, ctr)
-        if isinstance(result, ContainerAdjustment):
-            result = CreateContainerResult(adjust=result)
-        if result is None:
-            return b""  # an empty CreateContainerResponse
-        adjust = replywire.adjustment_bytes(result.adjust) if result.adjust is not None else None
-        updates = result.updates
-        cid = ctr.id
-        ids = updates.container_ids if type(updates) is PlacementUpdates else [u.container_id for u in updates]
-        if cid in ids:
-            raise ValueError(
-                f"an update of {cid} during its own creation fails the creation; put its resources in the adjustment"
-            )
-        return replywire.create_container_response(adjust, updates)
-
-    async def _on_update_container(self, link: _Link, req: api_pb2.UpdateContainerRequest) -> Message | bytes:
-        pod, ctr = convert.pod_from_proto(req.pod), convert.container_from_proto(req.container)
-        resources = (
-            convert.resources_from_proto(req.linux_resources, "UpdateContainerRequest.linux_resources")
-            if req.HasField("linux_resources")
-            else None
-        )
-        updates = await self.plugin.update_container(pod, ctr, resources) or ()
-        return replywire.updates_message(updates)  # an UpdateContainerResponse
-
-    async def _on_stop_container(self, link: _Link, req: api_pb2.StopContainerRequest) -> Message | bytes:
-        pod, ctr = convert.pod_from_proto(req.pod), convert.container_from_proto(req.container)
-        updates = await self.plugin.stop_container(pod, ctr) or ()
-        return replywire.updates_message(updates)  # a StopContainerResponse
-
-    async def _on_update_pod_sandbox(self, link: _Link, req: api_pb2.UpdatePodSandboxRequest) -> Message:
-        overhead = (
-            convert.resources_from_proto(req.overhead_linux_resources, "overhead_linux_resources")
-            if req.HasField("overhead_linux_resources")
-            else None
-        )
-        resources = (
-            convert.resources_from_proto(req.linux_resources, "linux_resources") if req.HasField("linux_resources") else None
-        )
-        await self.plugin.update_pod_sandbox(convert.pod_from_proto(req.pod), overhead, resources)
-        return api_pb2.UpdatePodSandboxResponse()
-
-    async def _on_validate(self, link: _Link, req: api_pb2.ValidateContainerAdjustmentRequest) -> Message:
-        adjust = convert.adjustment_from_proto(req.adjust) if req.HasField("adjust") else None
-        reason = await self.plugin.validate_container_adjustment(
-            convert.pod_from_proto(req.pod),
-            convert.container_from_proto(req.container),
-            adjust,
-            convert.updates_from_proto(req.update),
-        )
-        if reason is None:
-            return api_pb2.ValidateContainerAdjustmentResponse()
-        return api_pb2.ValidateContainerAdjustmentResponse(reject=True, reason=reason)
-
-    async def _notify(self, event: Event, pod_pb: api_pb2.PodSandbox, ctr_pb: api_pb2.Container | None) -> None:
-        pod = convert.pod_from_proto(pod_pb)
-        plugin = self.plugin
-        if event is Event.RUN_POD_SANDBOX:
-            await plugin.run_pod_sandbox(pod)
-        elif event is Event.STOP_POD_SANDBOX:
-            await plugin.stop_pod_sandbox(pod)
-        elif event is Event.REMOVE_POD_SANDBOX:
-            await plugin.remove_pod_sandbox(pod)
-        elif event is Event.POST_UPDATE_POD_SANDBOX:
-            await plugin.post_update_pod_sandbox(pod)
-        else:
-            ctr = convert.container_from_proto(ctr_pb if ctr_pb is not None else api_pb2.Container())
-            if event is Event.POST_CREATE_CONTAINER:
-                await plugin.post_create_container(pod, ctr)
-            elif event is Event.START_CONTAINER:
-                await plugin.start_container(pod, ctr)
-            elif event is Event.POST_START_CONTAINER:
-                await plugin.post_start_container(pod, ctr)
-            elif event is Event.POST_UPDATE_CONTAINER:
-                await plugin.post_update_container(pod, ctr)
-            elif event is Event.REMOVE_CONTAINER:
-                await plugin.remove_container(pod, ctr)
-            else:
-                raise RpcError(Code.INVALID_ARGUMENT, f"event {event.name} is not a notification")
-
-    async def _on_state_change(self, link: _Link, req: api_pb2.StateChangeEvent) -> Message:
-        try:
-            event = Event(req.event)
-        except ValueError:
-            log.warning("StateChange with unknown event %d ignored", req.event)
-            return api_pb2.Empty()
-        await self._notify(event, req.pod, req.container if req.HasField("container") else None)
-        return api_pb2.Empty()
-
-    @staticmethod
-    def _notification(event: Event, response: type[Message]) -> _Run:
-        async def run(stub: Stub, link: _Link, req: Any) -> Message:
-            await stub._notify(event, req.pod, req.container if "container" in req.DESCRIPTOR.fields_by_name else None)
-            return response()
-
-        return run
-
     _METHODS: dict[str, tuple[type[Message], _Run]]
 
 
 #: A handler answers a message, or its wire bytes already written (``replywire``).
 _Run = Callable[[Stub, _Link, Any], Awaitable[Message | bytes]]
+
+
+# --- the Plugin-service handlers: (stub, link, request) -> reply, looked up in Stub._METHODS ---
+
+
+async def _on_configure(stub: Stub, link: _Link, req: api_pb2.ConfigureRequest) -> Message:
+    info = RuntimeInfo.from_configure(
+        req.runtime_name, req.runtime_version, req.NRI_version, req.registration_timeout, req.request_timeout
+    )
+    link.runtime = info
+    chosen = await stub.plugin.configure(req.config, info)
+    wanted = frozenset(chosen) if chosen is not None else stub.plugin.overridden_events()
+    mask = event_mask(wanted)
+    valid = info.valid_events
+    if mask & ~valid:
+        dropped = sorted(e.rpc for e in events_in_mask(mask & ~valid))
+        log.warning(
+            "runtime %s %s (NRI %s) does not know %s; not subscribing to them",
+            info.name,
+            info.version,
+            info.nri_version or "unknown",
+            ", ".join(dropped),
+        )
+        mask &= valid
+    if mask == 0:
+        log.info("no events subscribed: the runtime reads an empty mask as 'all events'")
+    link.events = mask or valid
+    log.info(
+        "configured by %s %s (NRI %s%s), events 0x%x",
+        info.name,
+        info.version,
+        info.nri_version or "unknown",
+        ", inferred" if info.nri_version_inferred else "",
+        mask,
+    )
+    return api_pb2.ConfigureResponse(events=mask)
+
+
+async def _on_synchronize(stub: Stub, link: _Link, req: api_pb2.SynchronizeRequest) -> Message | bytes:
+    link.sync_pods.extend(convert.pod_from_proto(p) for p in req.pods)
+    link.sync_containers.extend(convert.container_from_proto(c) for c in req.containers)
+    if req.more:
+        return api_pb2.SynchronizeResponse(more=True)
+    pods, containers = link.sync_pods, link.sync_containers
+    link.sync_pods, link.sync_containers = [], []
+    updates = await stub.plugin.synchronize(pods, containers) or ()
+    reply = replywire.updates_message(updates)  # a final SynchronizeResponse: only its updates
+    link.synchronized.set()
+    if link is stub._link:
+        stub._set_state(StubState.SYNCHRONIZED)
+    return reply
+
+
+async def _on_shutdown(stub: Stub, link: _Link, req: api_pb2.Empty) -> Message:
+    log.info("runtime asked the plugin to shut down")
+    return api_pb2.Empty()
+
+
+async def _on_create_container(stub: Stub, link: _Link, req: api_pb2.CreateContainerRequest) -> Message | bytes:
+    pod, ctr = convert.pod_from_proto(req.pod), convert.container_from_proto(req.container)
+    result = await stub.plugin.create_container(pod, ctr)
+    if isinstance(result, ContainerAdjustment):
+        result = CreateContainerResult(adjust=result)
+    if result is None:
+        return b""  # an empty CreateContainerResponse
+    adjust = replywire.adjustment_bytes(result.adjust) if result.adjust is not None else None
+    updates = result.updates
+    cid = ctr.id
+    ids = updates.container_ids if type(updates) is PlacementUpdates else [u.container_id for u in updates]
+    if cid in ids:
+        raise ValueError(
+            f"an update of {cid} during its own creation fails the creation; put its resources in the adjustment"
+        )
+    return replywire.create_container_response(adjust, updates)
+
+
+async def _on_update_container(stub: Stub, link: _Link, req: api_pb2.UpdateContainerRequest) -> Message | bytes:
+    pod, ctr = convert.pod_from_proto(req.pod), convert.container_from_proto(req.container)
+    resources = (
+        convert.resources_from_proto(req.linux_resources, "UpdateContainerRequest.linux_resources")
+        if req.HasField("linux_resources")
+        else None
+    )
+    updates = await stub.plugin.update_container(pod, ctr, resources) or ()
+    return replywire.updates_message(updates)  # an UpdateContainerResponse
+
+
+async def _on_stop_container(stub: Stub, link: _Link, req: api_pb2.StopContainerRequest) -> Message | bytes:
+    pod, ctr = convert.pod_from_proto(req.pod), convert.container_from_proto(req.container)
+    updates = await stub.plugin.stop_container(pod, ctr) or ()
+    return replywire.updates_message(updates)  # a StopContainerResponse
+
+
+async def _on_update_pod_sandbox(stub: Stub, link: _Link, req: api_pb2.UpdatePodSandboxRequest) -> Message:
+    overhead = (
+        convert.resources_from_proto(req.overhead_linux_resources, "overhead_linux_resources")
+        if req.HasField("overhead_linux_resources")
+        else None
+    )
+    resources = (
+        convert.resources_from_proto(req.linux_resources, "linux_resources") if req.HasField("linux_resources") else None
+    )
+    await stub.plugin.update_pod_sandbox(convert.pod_from_proto(req.pod), overhead, resources)
+    return api_pb2.UpdatePodSandboxResponse()
+
+
+async def _on_validate(stub: Stub, link: _Link, req: api_pb2.ValidateContainerAdjustmentRequest) -> Message:
+    adjust = convert.adjustment_from_proto(req.adjust) if req.HasField("adjust") else None
+    reason = await stub.plugin.validate_container_adjustment(
+        convert.pod_from_proto(req.pod),
+        convert.container_from_proto(req.container),
+        adjust,
+        convert.updates_from_proto(req.update),
+    )
+    if reason is None:
+        return api_pb2.ValidateContainerAdjustmentResponse()
+    return api_pb2.ValidateContainerAdjustmentResponse(reject=True, reason=reason)
+
+
+async def _notify(stub: Stub, event: Event, pod_pb: api_pb2.PodSandbox, ctr_pb: api_pb2.Container | None) -> None:
+    pod = convert.pod_from_proto(pod_pb)
+    plugin = stub.plugin
+    if event is Event.RUN_POD_SANDBOX:
+        await plugin.run_pod_sandbox(pod)
+    elif event is Event.STOP_POD_SANDBOX:
+        await plugin.stop_pod_sandbox(pod)
+    elif event is Event.REMOVE_POD_SANDBOX:
+        await plugin.remove_pod_sandbox(pod)
+    elif event is Event.POST_UPDATE_POD_SANDBOX:
+        await plugin.post_update_pod_sandbox(pod)
+    else:
+        ctr = convert.container_from_proto(ctr_pb if ctr_pb is not None else api_pb2.Container())
+        if event is Event.POST_CREATE_CONTAINER:
+            await plugin.post_create_container(pod, ctr)
+        elif event is Event.START_CONTAINER:
+            await plugin.start_container(pod, ctr)
+        elif event is Event.POST_START_CONTAINER:
+            await plugin.post_start_container(pod, ctr)
+        elif event is Event.POST_UPDATE_CONTAINER:
+            await plugin.post_update_container(pod, ctr)
+        elif event is Event.REMOVE_CONTAINER:
+            await plugin.remove_container(pod, ctr)
+        else:
+            raise RpcError(Code.INVALID_ARGUMENT, f"event {event.name} is not a notification")
+
+
+async def _on_state_change(stub: Stub, link: _Link, req: api_pb2.StateChangeEvent) -> Message:
+    try:
+        event = Event(req.event)
+    except ValueError:
+        log.warning("StateChange with unknown event %d ignored", req.event)
+        return api_pb2.Empty()
+    await _notify(stub, event, req.pod, req.container if req.HasField("container") else None)
+    return api_pb2.Empty()
+
+
+def _notification(event: Event, response: type[Message]) -> _Run:
+    async def run(stub: Stub, link: _Link, req: Any) -> Message:
+        await _notify(stub, event, req.pod, req.container if "container" in req.DESCRIPTOR.fields_by_name else None)
+        return response()
+
+    return run
 
 
 def _log_undelivered(fut: asyncio.Future[list[ContainerUpdate]]) -> None:
@@ -768,17 +780,17 @@ def _current_cancelling() -> bool:
 
 
 Stub._METHODS = {
-    "Configure": (api_pb2.ConfigureRequest, Stub._on_configure),
-    "Synchronize": (api_pb2.SynchronizeRequest, Stub._on_synchronize),
-    "Shutdown": (api_pb2.Empty, Stub._on_shutdown),
-    "CreateContainer": (api_pb2.CreateContainerRequest, Stub._on_create_container),
-    "UpdateContainer": (api_pb2.UpdateContainerRequest, Stub._on_update_container),
-    "StopContainer": (api_pb2.StopContainerRequest, Stub._on_stop_container),
-    "UpdatePodSandbox": (api_pb2.UpdatePodSandboxRequest, Stub._on_update_pod_sandbox),
-    "ValidateContainerAdjustment": (api_pb2.ValidateContainerAdjustmentRequest, Stub._on_validate),
-    "StateChange": (api_pb2.StateChangeEvent, Stub._on_state_change),
+    "Configure": (api_pb2.ConfigureRequest, _on_configure),
+    "Synchronize": (api_pb2.SynchronizeRequest, _on_synchronize),
+    "Shutdown": (api_pb2.Empty, _on_shutdown),
+    "CreateContainer": (api_pb2.CreateContainerRequest, _on_create_container),
+    "UpdateContainer": (api_pb2.UpdateContainerRequest, _on_update_container),
+    "StopContainer": (api_pb2.StopContainerRequest, _on_stop_container),
+    "UpdatePodSandbox": (api_pb2.UpdatePodSandboxRequest, _on_update_pod_sandbox),
+    "ValidateContainerAdjustment": (api_pb2.ValidateContainerAdjustmentRequest, _on_validate),
+    "StateChange": (api_pb2.StateChangeEvent, _on_state_change),
     **{
-        method: (getattr(api_pb2, f"{method}Request"), Stub._notification(event, getattr(api_pb2, f"{method}Response")))
+        method: (getattr(api_pb2, f"{method}Request"), _notification(event, getattr(api_pb2, f"{method}Response")))
         for method, event in _NOTIFICATIONS.items()
     },
 }

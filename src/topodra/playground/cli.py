@@ -6,9 +6,17 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from topodra.playground.runner import StepResult
+    from topodra.playground.scenario import Scenario
+    from topodra.playground.world import Playground
+    from topodra.topology.model import Topology
 
 __all__ = ["register"]
 
@@ -67,37 +75,19 @@ async def _run(console: object, scenarios: Sequence[object], topology: str | Non
     from rich.console import Console
     from rich.rule import Rule
 
-    from topodra.playground.runner import StepResult, resolve_topology, run_scenario
+    from topodra.playground.runner import run_scenario
     from topodra.playground.scenario import Scenario, Step
-    from topodra.playground.ui import container_table, step_report
+    from topodra.playground.ui import step_report
     from topodra.playground.world import Playground, PlaygroundError
 
     assert isinstance(console, Console)
     all_ok = True
     for sc in scenarios:
         assert isinstance(sc, Scenario)
-        try:
-            topo, label = resolve_topology(topology or sc.topology)
-        except (PlaygroundError, ValueError, OSError) as exc:
-            console.print(f"[red]error:[/red] {exc}", highlight=False)
+        machine = _scenario_machine(console, sc, topology)
+        if machine is None:
             return False
-        unmet = sc.unmet(topo)
-        exact = any(c.cpus is not None for st in sc.steps for c in st.expect)
-        if exact and topology and sc.topology and topology != sc.topology:
-            console.print(
-                f"[red]error:[/red] {sc.title!r} expects exact CPUs of {sc.topology}; run it without --topology",
-                highlight=False,
-                soft_wrap=True,
-            )
-            return False
-        if unmet:
-            console.print(
-                f"[red]error:[/red] {sc.title!r} needs a machine with {unmet}; {label} does not have it. "
-                "Try --topology synthetic:1s1d1n1l6c2t8e (a hybrid laptop) or your own scenario file.",
-                highlight=False,
-                soft_wrap=True,
-            )
-            return False
+        topo, label = machine
         chosen_model = model or sc.model or "cpu"
         console.print(Rule(f"[bold]{sc.title}"))
         console.print(
@@ -121,29 +111,73 @@ async def _run(console: object, scenarios: Sequence[object], topology: str | Non
                 results = await run_scenario(pg, sc, before_step=before, after_step=after)
                 ok = all(r.ok for r in results)
                 all_ok &= ok
-                checks = sum(len(r.checks) for r in results)
-                if checks:
-                    failed = sum(1 for r in results for c in r.checks if not c.ok)
-                    console.print(
-                        f"\n{'[green]all' if ok else '[red]' + str(failed) + ' of'} {checks} expectation(s) "
-                        f"{'held' if ok else 'failed'}[/]"
-                    )
+                _print_expectations(console, results, ok)
                 if hold:
-                    from rich.live import Live
-
-                    for what, where in pg.endpoints():
-                        console.print(f"  {what + ':':19} {where}", highlight=False, soft_wrap=True)
-                    console.print("[dim]node running; Ctrl-C ends[/dim]")
-                    with Live(container_table(pg), console=console, refresh_per_second=4) as live:
-                        while True:
-                            await asyncio.sleep(0.25)
-                            live.update(container_table(pg))
+                    await _hold(console, pg)
         except PlaygroundError as exc:
             console.print(f"[red]error:[/red] {exc}", highlight=False)
             return False
         except (KeyboardInterrupt, asyncio.CancelledError):
             return all_ok
     return all_ok
+
+
+def _scenario_machine(console: Console, sc: Scenario, topology: str | None) -> tuple[Topology, str] | None:
+    """The machine a scenario runs on and its label; None (the error printed) when it cannot
+    be read, when --topology overrides a scenario that expects exact CPUs, or when it lacks
+    what the scenario needs."""
+    from topodra.playground.runner import resolve_topology
+    from topodra.playground.world import PlaygroundError
+
+    try:
+        topo, label = resolve_topology(topology or sc.topology)
+    except (PlaygroundError, ValueError, OSError) as exc:
+        console.print(f"[red]error:[/red] {exc}", highlight=False)
+        return None
+    unmet = sc.unmet(topo)
+    exact = any(c.cpus is not None for st in sc.steps for c in st.expect)
+    if exact and topology and sc.topology and topology != sc.topology:
+        console.print(
+            f"[red]error:[/red] {sc.title!r} expects exact CPUs of {sc.topology}; run it without --topology",
+            highlight=False,
+            soft_wrap=True,
+        )
+        return None
+    if unmet:
+        console.print(
+            f"[red]error:[/red] {sc.title!r} needs a machine with {unmet}; {label} does not have it. "
+            "Try --topology synthetic:1s1d1n1l6c2t8e (a hybrid laptop) or your own scenario file.",
+            highlight=False,
+            soft_wrap=True,
+        )
+        return None
+    return topo, label
+
+
+def _print_expectations(console: Console, results: Sequence[StepResult], ok: bool) -> None:
+    """How many of the scenario's expectations held (nothing when it has none)."""
+    checks = sum(len(r.checks) for r in results)
+    if checks:
+        failed = sum(1 for r in results for c in r.checks if not c.ok)
+        console.print(
+            f"\n{'[green]all' if ok else '[red]' + str(failed) + ' of'} {checks} expectation(s) "
+            f"{'held' if ok else 'failed'}[/]"
+        )
+
+
+async def _hold(console: Console, pg: Playground) -> None:
+    """Keep the node running with a live container table until Ctrl-C."""
+    from rich.live import Live
+
+    from topodra.playground.ui import container_table
+
+    for what, where in pg.endpoints():
+        console.print(f"  {what + ':':19} {where}", highlight=False, soft_wrap=True)
+    console.print("[dim]node running; Ctrl-C ends[/dim]")
+    with Live(container_table(pg), console=console, refresh_per_second=4) as live:
+        while True:
+            await asyncio.sleep(0.25)
+            live.update(container_table(pg))
 
 
 def register(app: typer.Typer) -> None:

@@ -95,6 +95,38 @@ def pod_qos(pod: Mapping[str, Any]) -> str:
     return "Guaranteed" if guaranteed else "Burstable"
 
 
+def _claims_per_driver(key: str, ns: str, claims: Sequence[Mapping[str, Any]]) -> dict[str, list[tuple[str, str, str]]]:
+    """Driver -> the (namespace, uid, name) of the claims it prepares; KubeletError for a
+    claim without an allocation."""
+    per_driver: dict[str, list[tuple[str, str, str]]] = {}
+    for claim in claims:
+        cmeta = claim["metadata"]
+        alloc = ((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}
+        drivers = sorted({r["driver"] for r in alloc.get("results") or []})
+        if not alloc:
+            raise KubeletError(f"pod {key}: claim {cmeta['name']} is not allocated")
+        for drv in drivers:
+            per_driver.setdefault(drv, []).append((cmeta.get("namespace", ns), cmeta["uid"], cmeta["name"]))
+    return per_driver
+
+
+def _container_cdi_ids(
+    key: str, c: Mapping[str, Any], by_ref: Mapping[str, Mapping[str, Any]], prepared: Mapping[str, list[Any]]
+) -> list[str]:
+    """The CDI device ids of the claims (and requests) a container references."""
+    cdi_ids: list[str] = []
+    for cref in (c.get("resources") or {}).get("claims") or []:
+        ref_claim = by_ref.get(cref["name"])
+        if ref_claim is None:
+            raise KubeletError(f"pod {key}: container {c['name']} references unknown claim {cref['name']!r}")
+        request = cref.get("request")
+        for dev in prepared.get(ref_claim["metadata"]["uid"], []):
+            if request and dev.request_names and request not in dev.request_names:
+                continue
+            cdi_ids.extend(dev.cdi_device_ids)
+    return cdi_ids
+
+
 def _short_id(*parts: str) -> str:
     return hashlib.sha256("/".join(parts).encode()).hexdigest()[:16]
 
@@ -253,22 +285,9 @@ class EmbeddedKubelet:
         refs = list(spec.get("resourceClaims") or [])
         for ref, claim in zip(refs, claims, strict=True):
             by_ref[ref["name"]] = claim
-        per_driver: dict[str, list[tuple[str, str, str]]] = {}
-        for claim in claims:
-            cmeta = claim["metadata"]
-            alloc = ((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}
-            drivers = sorted({r["driver"] for r in alloc.get("results") or []})
-            if not alloc:
-                raise KubeletError(f"pod {key}: claim {cmeta['name']} is not allocated")
-            for drv in drivers:
-                per_driver.setdefault(drv, []).append((cmeta.get("namespace", ns), cmeta["uid"], cmeta["name"]))
-        prepared: dict[str, list[Any]] = {}  # claim uid -> devices
+        per_driver = _claims_per_driver(key, ns, claims)
         run = PodRun(key, uid, sandbox_id=_short_id("sandbox", uid))
-        for drv, entries in per_driver.items():
-            answers = await self._prepare(drv, entries)
-            run.claims.extend((drv, n, u, nm) for n, u, nm in entries)
-            for _, u, _ in entries:
-                prepared.setdefault(u, []).extend(answers[u].devices)
+        prepared = await self._prepare_claims(run, per_driver)
         self._note(f"prepared {len(prepared)} claim(s) for pod {key}")
         qos = pod_qos(pod)
         qos_dir = {"Guaranteed": "", "Burstable": "burstable/", "BestEffort": "besteffort/"}[qos]
@@ -288,46 +307,63 @@ class EmbeddedKubelet:
             raise KubeletError(f"pod {key}: RunPodSandbox failed: {res.error}")
         self.pods[uid] = run
         for c in spec.get("containers") or []:
-            cdi_ids: list[str] = []
-            for cref in (c.get("resources") or {}).get("claims") or []:
-                ref_claim = by_ref.get(cref["name"])
-                if ref_claim is None:
-                    await self.stop_pod(pod)
-                    raise KubeletError(f"pod {key}: container {c['name']} references unknown claim {cref['name']!r}")
-                request = cref.get("request")
-                for dev in prepared.get(ref_claim["metadata"]["uid"], []):
-                    if request and dev.request_names and request not in dev.request_names:
-                        continue
-                    cdi_ids.extend(dev.cdi_device_ids)
+            await self._start_container(pod, run, parent, c, by_ref, prepared)
+        self._note(f"started pod {key} ({qos}, {len(run.containers)} container(s))")
+        return run
+
+    async def _prepare_claims(self, run: PodRun, per_driver: Mapping[str, list[tuple[str, str, str]]]) -> dict[str, list[Any]]:
+        """NodePrepareResources per driver, noted in ``run``: claim uid -> its prepared devices."""
+        prepared: dict[str, list[Any]] = {}
+        for drv, entries in per_driver.items():
+            answers = await self._prepare(drv, entries)
+            run.claims.extend((drv, n, u, nm) for n, u, nm in entries)
+            for _, u, _ in entries:
+                prepared.setdefault(u, []).extend(answers[u].devices)
+        return prepared
+
+    async def _start_container(
+        self,
+        pod: Mapping[str, Any],
+        run: PodRun,
+        parent: str,
+        c: Mapping[str, Any],
+        by_ref: Mapping[str, Mapping[str, Any]],
+        prepared: Mapping[str, list[Any]],
+    ) -> None:
+        """Create and start one container of the pod with its claims' CDI devices; on any
+        failure the pod is stopped and KubeletError says why."""
+        key, uid = run.pod_key, run.uid
+        try:
+            cdi_ids = _container_cdi_ids(key, c, by_ref, prepared)
             env = [f"{e['name']}={e.get('value', '')}" for e in c.get("env") or [] if "name" in e]
             try:
                 env += self._cdi_env(cdi_ids)
             except KubeletError as err:
-                await self.stop_pod(pod)
                 raise KubeletError(f"pod {key}: {err}") from None
-            cid = _short_id("container", uid, c["name"])
-            ctr = Container(
-                id=cid,
-                pod_sandbox_id=run.sandbox_id,
-                name=c["name"],
-                state=ContainerState.CREATED,
-                args=tuple(c.get("args") or ()),
-                env=tuple(env),
-                resources=_linux_resources(c),
-                cgroups_path=f"{parent}/{cid}",
-                cdi_devices=tuple(dict.fromkeys(cdi_ids)),
-            )
-            result = await self.runtime.create_container(ctr)
-            if not result.ok:
-                await self.stop_pod(pod)
-                raise KubeletError(f"pod {key}: container {c['name']}: {result.error}")
-            run.containers[c["name"]] = cid
-            started = await self.runtime.start_container(cid)
-            if not started.ok:
-                await self.stop_pod(pod)
-                raise KubeletError(f"pod {key}: starting container {c['name']}: {started.error}")
-        self._note(f"started pod {key} ({qos}, {len(run.containers)} container(s))")
-        return run
+        except KubeletError:
+            await self.stop_pod(pod)
+            raise
+        cid = _short_id("container", uid, c["name"])
+        ctr = Container(
+            id=cid,
+            pod_sandbox_id=run.sandbox_id,
+            name=c["name"],
+            state=ContainerState.CREATED,
+            args=tuple(c.get("args") or ()),
+            env=tuple(env),
+            resources=_linux_resources(c),
+            cgroups_path=f"{parent}/{cid}",
+            cdi_devices=tuple(dict.fromkeys(cdi_ids)),
+        )
+        result = await self.runtime.create_container(ctr)
+        if not result.ok:
+            await self.stop_pod(pod)
+            raise KubeletError(f"pod {key}: container {c['name']}: {result.error}")
+        run.containers[c["name"]] = cid
+        started = await self.runtime.start_container(cid)
+        if not started.ok:
+            await self.stop_pod(pod)
+            raise KubeletError(f"pod {key}: starting container {c['name']}: {started.error}")
 
     async def unprepare_claims(self, pod: Mapping[str, Any]) -> None:
         """NodeUnprepareResources for a running pod's claims, its containers left alone: a claim

@@ -224,7 +224,6 @@ def place_command(
     from rich.console import Console
     from rich.markup import escape
     from rich.progress import track
-    from rich.table import Table
 
     from topodra.cpuset import CPUSet
     from topodra.policy.api import PolicyError
@@ -249,17 +248,33 @@ def place_command(
         except PolicyError as e:
             refused[req.id] = str(e)
     if output is OutputFormat.JSON:
-        out = {
-            "containers": {
-                cid: None if a is None else {"cpus": a.cpus.format(), "mems": a.mems.format()}
-                for cid, a in ((r.id, policy.assignment(r.id)) for r in requests)
-                if cid not in refused
-            },
-            "refused": refused,
-            "snapshot": policy.snapshot(),
-        }
-        typer.echo(json.dumps(out, indent=2))
+        typer.echo(json.dumps(_placements_json(policy, requests, refused), indent=2))
         raise typer.Exit(1 if refused else 0)
+    console.print(_placement_table(policy, requests))
+    console.print(_pool_table(policy, "pools after placement"))
+    for cid, why in refused.items():
+        err.print(f"[red]refused[/red] {escape(cid)}: {escape(why)}", highlight=False, soft_wrap=True)
+    if refused:
+        raise typer.Exit(1)
+
+
+def _placements_json(policy: Policy, requests: list[Any], refused: dict[str, str]) -> dict[str, Any]:
+    """``place --format json``: every placed container's cpus and mems, the refusals, the snapshot."""
+    return {
+        "containers": {
+            cid: None if a is None else {"cpus": a.cpus.format(), "mems": a.mems.format()}
+            for cid, a in ((r.id, policy.assignment(r.id)) for r in requests)
+            if cid not in refused
+        },
+        "refused": refused,
+        "snapshot": policy.snapshot(),
+    }
+
+
+def _placement_table(policy: Policy, requests: list[Any]) -> Any:
+    """One row per container: its class, pool, cpus and mems, or refused."""
+    from rich.table import Table
+
     table = Table(title="placements")
     for col in ("container", "class", "pool", "cpus", "mems", "note"):
         table.add_column(col, overflow="fold")
@@ -277,12 +292,7 @@ def place_command(
             "" if a is None else str(a.mems),
             g.degraded,
         )
-    console.print(table)
-    console.print(_pool_table(policy, "pools after placement"))
-    for cid, why in refused.items():
-        err.print(f"[red]refused[/red] {escape(cid)}: {escape(why)}", highlight=False, soft_wrap=True)
-    if refused:
-        raise typer.Exit(1)
+    return table
 
 
 def register(root_app: typer.Typer) -> None:

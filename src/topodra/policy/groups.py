@@ -140,10 +140,44 @@ def build_group_tree(topology: Topology, allowed: CPUSet) -> GroupTree:
     for cpu in allowed:
         for key in _level_keys(topology, cpu):
             sets[key] = sets.get(key, 0) | (1 << cpu)
-    ordered = sorted(sets.items(), key=lambda kv: (-kv[1].bit_count(), _RANK[kv[0][0]], kv[0][1]))
+    nesting = _nest(sets, allowed_mask)
+    groups = _renumber(nesting, allowed_mask)
+    core_of = _core_of(sets)
+    core_masks = sorted(set(core_of.values()), key=lambda m: m & -m)
+    max_threads = max((m.bit_count() for m in core_masks), default=1)
+    _fill_cores(groups, core_of)
+    pool = 0
+    for g in groups:
+        if any(lv in POOL_LEVELS for lv, _ in g.labels):
+            g.pool = pool
+            pool += 1
+    _mark_even_cores(groups, core_of, max_threads)
+    singles, pairs, others = _core_shapes(core_masks)
+    leaf_of: dict[int, int] = {}
+    for g in groups:  # parents first: a CPU's deepest group comes last
+        for c in CPUSet.from_mask(g.mask):
+            leaf_of[c] = g.index
+    return GroupTree(groups=groups, notes=nesting.notes, core_of=core_of, max_threads=max_threads, singles=singles,
+                     pairs=pairs, others=others, leaf_of=leaf_of)
 
-    # Insert biggest first: every node already placed is at least as big as the
-    # newcomer, so it can only contain it, equal it, miss it or cross it.
+
+@dataclass
+class _Nesting:
+    """The group sets as a tree before numbering: node 0 is the system; ``kids`` by node."""
+
+    masks: list[int]
+    labels: list[list[tuple[str, int]]]
+    kids: list[list[int]]
+    notes: list[str]  # the sets left out because they cross another
+
+
+def _nest(sets: dict[tuple[str, int], int], allowed_mask: int) -> _Nesting:
+    """Insert every level's set into the tree, biggest first.
+
+    Every node already placed is at least as big as the newcomer, so it can only
+    contain it, equal it, miss it or cross it; a crossing set is left out with a note.
+    """
+    ordered = sorted(sets.items(), key=lambda kv: (-kv[1].bit_count(), _RANK[kv[0][0]], kv[0][1]))
     masks: list[int] = [allowed_mask]
     labels: list[list[tuple[str, int]]] = [[("system", 0)]]
     kids: list[list[int]] = [[]]
@@ -171,8 +205,12 @@ def build_group_tree(topology: Topology, allowed: CPUSet) -> GroupTree:
             kids.append([])
             kids[node].append(len(masks) - 1)
             break
+    return _Nesting(masks, labels, kids, notes)
 
-    # Renumber depth-first, children ordered by their lowest CPU.
+
+def _renumber(nesting: _Nesting, allowed_mask: int) -> list[Group]:
+    """The groups numbered depth-first, children ordered by their lowest CPU."""
+    masks, labels, kids = nesting.masks, nesting.labels, nesting.kids
     groups: list[Group] = []
 
     def visit(old: int, parent: int) -> int:
@@ -187,7 +225,11 @@ def build_group_tree(topology: Topology, allowed: CPUSet) -> GroupTree:
         visit(0, -1)
     else:
         groups.append(Group(index=0, mask=0, labels=[("system", 0)]))
+    return groups
 
+
+def _core_of(sets: dict[tuple[str, int], int]) -> dict[int, int]:
+    """CPU -> the mask of its core."""
     core_of: dict[int, int] = {}
     for key, mask in sets.items():
         if key[0] == "core":
@@ -196,7 +238,11 @@ def build_group_tree(topology: Topology, allowed: CPUSet) -> GroupTree:
                 low = m & -m
                 core_of[low.bit_length() - 1] = mask
                 m ^= low
-    core_masks = sorted(set(core_of.values()), key=lambda m: m & -m)
+    return core_of
+
+
+def _fill_cores(groups: list[Group], core_of: dict[int, int]) -> None:
+    """Each group's whole cores, by lowest CPU."""
     for g in reversed(groups):  # children before parents
         if g.children:
             nested = [m for child in g.children for m in groups[child].cores]
@@ -204,12 +250,10 @@ def build_group_tree(topology: Topology, allowed: CPUSet) -> GroupTree:
         else:
             inside = {core_of[c] for c in CPUSet.from_mask(g.mask)}
             g.cores = tuple(sorted((m for m in inside if m & g.mask == m), key=lambda m: m & -m))
-    pool = 0
-    for g in groups:
-        if any(lv in POOL_LEVELS for lv, _ in g.labels):
-            g.pool = pool
-            pool += 1
-    max_threads = max((m.bit_count() for m in core_masks), default=1)
+
+
+def _mark_even_cores(groups: list[Group], core_of: dict[int, int], max_threads: int) -> None:
+    """``even_cores``: every child is a whole core of ``max_threads`` threads and no pool."""
     for g in groups:
         below = [groups[c] for c in g.children]
         g.even_cores = bool(below) and all(
@@ -217,6 +261,11 @@ def build_group_tree(topology: Topology, allowed: CPUSet) -> GroupTree:
             and core_of.get((k.mask & -k.mask).bit_length() - 1) == k.mask
             for k in below
         )
+
+
+def _core_shapes(core_masks: list[int]) -> tuple[int, tuple[tuple[int, int], ...], tuple[int, ...]]:
+    """The cores by shape: single-thread CPUs (one mask), two-thread cores (lowest CPUs
+    per sibling offset) and the rest."""
     singles, others = 0, []
     pairs: dict[int, int] = {}
     for m in core_masks:
@@ -228,9 +277,4 @@ def build_group_tree(topology: Topology, allowed: CPUSet) -> GroupTree:
             pairs[off] = pairs.get(off, 0) | low
         else:
             others.append(m)
-    leaf_of: dict[int, int] = {}
-    for g in groups:  # parents first: a CPU's deepest group comes last
-        for c in CPUSet.from_mask(g.mask):
-            leaf_of[c] = g.index
-    return GroupTree(groups=groups, notes=notes, core_of=core_of, max_threads=max_threads, singles=singles,
-                     pairs=tuple(sorted(pairs.items())), others=tuple(others), leaf_of=leaf_of)
+    return singles, tuple(sorted(pairs.items())), tuple(others)

@@ -44,7 +44,7 @@ from topodra.policy.classify import (
 from topodra.policy.config import PolicyConfig
 from topodra.policy.grants import Grant
 from topodra.policy.packing import pack
-from topodra.policy.partition import bits, build_partition, fmt
+from topodra.policy.partition import Partition, bits, build_partition, fmt
 from topodra.policy.placement import Placer
 from topodra.policy.pools import Pool
 from topodra.policy.stats import PolicyStats, collect
@@ -56,29 +56,17 @@ __all__ = ["Policy"]
 _Phase = list[tuple[ContainerRequest, Need, Assignment | None, str]]
 
 
-class Policy:
-    """Topology-aware CPU and memory placement for one node (see docs/policy.md)."""
+class _PolicyQueries:
+    """The read-only side of :class:`Policy` (its base): the machine, the config, the pools,
+    claims, grants and assignments as the operations left them. Nothing here changes state."""
 
-    def __init__(self, topology: Topology, config: PolicyConfig | None = None) -> None:
-        self._topology = topology
-        self._config = config if config is not None else PolicyConfig()
-        self._part = build_partition(topology, self._config)
-        self._supply = Supply(
-            self._part, count_pods=self._config.colocate_pods, count_namespaces=self._config.colocate_namespaces
-        )
-        self._placer = Placer(self._supply, self._config)
-        self._assigned: dict[str, Assignment] = {}  # what the caller last got, per container
-        self._assignment_cache: dict[tuple[int, int], Assignment] = {}
-        self._node_sets: dict[int, CPUSet] = {}  # memory node masks as sets: few, and in every Assignment
-        self._default_kinds = frozenset(self._config.default_memory_types)
-        self._pin_cpu, self._pin_memory = self._config.pin_cpu, self._config.pin_memory  # read on every diff
-        self._needs: dict[tuple[object, ...], Need] = {}  # requests without annotations, by what classify reads
-        # Machine changes (``follow``): the reserved CPUs as configured on the whole machine, and the
-        # claims that hold CPUs gone offline, as claimed (the supply holds their online part only).
-        self._base_reserved = self._part.reserved
-        self._offline_claims: dict[str, int] = {}
+    _topology: Topology
+    _config: PolicyConfig
+    _part: Partition
+    _supply: Supply
+    _assigned: dict[str, Assignment]  # what the caller last got, per container
+    _offline_claims: dict[str, int]  # claims holding CPUs gone offline, as claimed
 
-    # ------------------------------------------------------------- properties
     @property
     def topology(self) -> Topology:
         return self._topology
@@ -151,6 +139,29 @@ class Policy:
 
     def stats(self) -> PolicyStats:
         return collect(self._supply, self._config)
+
+
+class Policy(_PolicyQueries):
+    """Topology-aware CPU and memory placement for one node (see docs/policy.md)."""
+
+    def __init__(self, topology: Topology, config: PolicyConfig | None = None) -> None:
+        self._topology = topology
+        self._config = config if config is not None else PolicyConfig()
+        self._part = build_partition(topology, self._config)
+        self._supply = Supply(
+            self._part, count_pods=self._config.colocate_pods, count_namespaces=self._config.colocate_namespaces
+        )
+        self._placer = Placer(self._supply, self._config)
+        self._assigned: dict[str, Assignment] = {}  # what the caller last got, per container
+        self._assignment_cache: dict[tuple[int, int], Assignment] = {}
+        self._node_sets: dict[int, CPUSet] = {}  # memory node masks as sets: few, and in every Assignment
+        self._default_kinds = frozenset(self._config.default_memory_types)
+        self._pin_cpu, self._pin_memory = self._config.pin_cpu, self._config.pin_memory  # read on every diff
+        self._needs: dict[tuple[object, ...], Need] = {}  # requests without annotations, by what classify reads
+        # Machine changes (``follow``): the reserved CPUs as configured on the whole machine, and the
+        # claims that hold CPUs gone offline, as claimed (the supply holds their online part only).
+        self._base_reserved = self._part.reserved
+        self._offline_claims: dict[str, int] = {}
 
     # ------------------------------------------------------------- public ops
     def add(self, req: ContainerRequest) -> Changes:

@@ -120,19 +120,38 @@ class _Runtime:
         pool, self.QuantityMsg, self.SemverMsg = _message_types()
         self.cel = cel
         T = cel.Type
+        functions = [*self._quantity_functions(), *self._semver_functions(), *self._list_functions()]
+        self.env = cel.NewEnv(
+            pool,
+            variables={"device": T.DYN},
+            # The Kubernetes functions go in an extension loaded after the string
+            # extension so that list ``indexOf`` joins the string overloads.
+            extensions=[
+                ext_bindings.ExtBindings(),
+                ext_optional.ExtOptional(),
+                ext_strings.ExtStrings(2),
+                cel.CelExtension("kubernetes", functions),
+            ],
+        )
+        self.bool_type = T.BOOL
+        self.error_type = T.ERROR
+        self._lock = threading.Lock()
+
+    def _function(self, name: str, *overloads: tuple[str, Any, list[Any], bool, Callable[..., Any]]) -> Any:
+        """A CEL function declaration: (overload id, result type, parameter types, member?, impl) each."""
+        cel = self.cel
+        return cel.FunctionDecl(
+            name,
+            [cel.Overload(oid, ret, params, is_member=member, impl=impl) for oid, ret, params, member, impl in overloads],
+        )
+
+    def _quantity_functions(self) -> list[Any]:
+        """The Kubernetes quantity library, and the comparisons it shares with semver."""
+        fn, T = self._function, self.cel.Type
         QT = T("topodra.cel.Quantity")
-        ST = T("topodra.cel.Semver")
-        L = T.List(T.DYN)
-
-        def fn(name: str, *overloads: tuple[str, Any, list[Any], bool, Callable[..., Any]]) -> Any:
-            return cel.FunctionDecl(
-                name,
-                [cel.Overload(oid, ret, params, is_member=member, impl=impl) for oid, ret, params, member, impl in overloads],
-            )
-
         q_ = self.q_of
         mq = self.msg_of_quantity
-        functions = [
+        return [
             fn("quantity", ("k8s_quantity", QT, [T.STRING], False, lambda x: mq(parse_quantity(x)))),
             fn("isQuantity", ("k8s_is_quantity", T.BOOL, [T.STRING], False, _is_quantity)),
             fn("sign", ("quantity_sign", T.INT, [QT], True, lambda a: _sign(q_(a).amount))),
@@ -154,6 +173,13 @@ class _Runtime:
             fn("isGreaterThan", ("k8s_is_greater_than", T.BOOL, [T.DYN, T.DYN], True, lambda a, b: self._cmp(a, b) > 0)),
             fn("isLessThan", ("k8s_is_less_than", T.BOOL, [T.DYN, T.DYN], True, lambda a, b: self._cmp(a, b) < 0)),
             fn("compareTo", ("k8s_compare_to", T.INT, [T.DYN, T.DYN], True, self._cmp)),
+        ]
+
+    def _semver_functions(self) -> list[Any]:
+        """The Kubernetes semver library."""
+        fn, T = self._function, self.cel.Type
+        ST = T("topodra.cel.Semver")
+        return [
             fn(
                 "semver",
                 ("k8s_semver", ST, [T.STRING], False, lambda x: self.msg_of_semver(parse_semver(x))),
@@ -167,6 +193,13 @@ class _Runtime:
             fn("major", ("semver_major", T.INT, [ST], True, lambda a: a.major)),
             fn("minor", ("semver_minor", T.INT, [ST], True, lambda a: a.minor)),
             fn("patch", ("semver_patch", T.INT, [ST], True, lambda a: a.patch)),
+        ]
+
+    def _list_functions(self) -> list[Any]:
+        """The Kubernetes list and sets libraries, and DRA's ``includes``."""
+        fn, T = self._function, self.cel.Type
+        L = T.List(T.DYN)
+        return [
             fn("isSorted", ("list_is_sorted", T.BOOL, [L], True, self._is_sorted)),
             fn("sum", ("list_sum", T.DYN, [L], True, self._sum)),
             fn("min", ("list_min", T.DYN, [L], True, lambda xs: self._extreme(xs, -1))),
@@ -181,21 +214,6 @@ class _Runtime:
             ),
             fn("includes", ("dra_includes_dyn_dyn", T.BOOL, [T.DYN, T.DYN], True, _includes)),
         ]
-        self.env = cel.NewEnv(
-            pool,
-            variables={"device": T.DYN},
-            # The Kubernetes functions go in an extension loaded after the string
-            # extension so that list ``indexOf`` joins the string overloads.
-            extensions=[
-                ext_bindings.ExtBindings(),
-                ext_optional.ExtOptional(),
-                ext_strings.ExtStrings(2),
-                cel.CelExtension("kubernetes", functions),
-            ],
-        )
-        self.bool_type = T.BOOL
-        self.error_type = T.ERROR
-        self._lock = threading.Lock()
 
     # conversions between Python values and the messages the runtime carries
     def msg_of_quantity(self, q: Quantity) -> Any:

@@ -113,7 +113,7 @@ def run_cmd(
     """
     from topodra.sim.cluster import ClusterError
     from topodra.sim.costmodel import DEFAULT_COSTS
-    from topodra.sim.run import RunConfig, parse_models, run_simulation
+    from topodra.sim.run import RunConfig, parse_models
     from topodra.sim.workload import WorkloadError
 
     try:
@@ -142,33 +142,44 @@ def run_cmd(
     )
     costs = replace(DEFAULT_COSTS, cores=scheduler_cores)
     try:
-        if sys.stderr.isatty():  # a progress bar for a person watching; rich.progress is not imported otherwise
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            with Progress(TextColumn("[bold]scheduling"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
-                task = bar.add_task("pods", total=None)
-                summary, results = run_simulation(config, costs=costs, progress=lambda done, total: bar.update(task, completed=done, total=total))
-        else:
-            summary, results = run_simulation(config, costs=costs)
+        summary, results = _simulate(config, costs)
     except (ClusterError, WorkloadError, ValueError) as e:
         _fail(str(e))
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "summary.json").write_text(json.dumps(summary.as_row(), indent=2))
-        import csv
-
-        with (out / "pods.csv").open("w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(["pod", "template", "node", "failure", "nodes_filtered", "calls", "visits", "cel_evals", "predicted_ms", "slowest_node_ms"])
-            for r in results:
-                w.writerow([r.pod, r.template, r.node or "", r.failure or "", r.nodes_filtered, r.calls, r.visits, r.cel_evals, f"{r.predicted_s * 1e3:.4f}", f"{r.slowest_node_s * 1e3:.4f}"])
+        _write_run_files(out, summary, results)
     if as_json:
         typer.echo(json.dumps(summary.as_row(), indent=2))
     else:
         _print_summary(summary.as_row())
     if summary.failed_unschedulable or summary.failed_timeout or summary.failed_error:
         raise typer.Exit(1)
+
+
+def _simulate(config: Any, costs: Any) -> tuple[Any, list[Any]]:
+    """``run_simulation``, with a progress bar when a person watches stderr."""
+    from topodra.sim.run import run_simulation
+
+    if sys.stderr.isatty():  # a progress bar for a person watching; rich.progress is not imported otherwise
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        with Progress(TextColumn("[bold]scheduling"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
+            task = bar.add_task("pods", total=None)
+            return run_simulation(config, costs=costs, progress=lambda done, total: bar.update(task, completed=done, total=total))
+    return run_simulation(config, costs=costs)
+
+
+def _write_run_files(out: Path, summary: Any, results: list[Any]) -> None:
+    """summary.json and pods.csv (one row per pod) in ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(summary.as_row(), indent=2))
+    import csv
+
+    with (out / "pods.csv").open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["pod", "template", "node", "failure", "nodes_filtered", "calls", "visits", "cel_evals", "predicted_ms", "slowest_node_ms"])
+        for r in results:
+            w.writerow([r.pod, r.template, r.node or "", r.failure or "", r.nodes_filtered, r.calls, r.visits, r.cel_evals, f"{r.predicted_s * 1e3:.4f}", f"{r.slowest_node_s * 1e3:.4f}"])
 
 
 def _summary_rows(row: dict[str, Any]) -> list[tuple[str, str]]:

@@ -90,6 +90,62 @@ def _meta(obj: Mapping[str, Any]) -> tuple[str, str]:
     return str(meta.get("name") or ""), str(meta.get("namespace") or "default")
 
 
+def _gone(table: dict[str, Any], key: str, kind: str, source: str) -> None:
+    """Remove ``key`` from ``table``; ReplayError when there is no such object."""
+    if table.pop(key, None) is None:
+        raise ReplayError(f"{source}: delete {kind} {key}: no such object")
+
+
+def _find(table: Mapping[str, Any], name: str, ns: Any, kind: str, source: str) -> str:
+    """The key of the object a deletion names (namespace optional when the name is unique)."""
+    if ns:
+        key = f"{ns}/{name}"
+        if key in table:
+            return key
+    else:
+        found = [k for k in table if k.split("/", 1)[1] == name]
+        if len(found) == 1:
+            return found[0]
+        if len(found) > 1:
+            raise ReplayError(f"{source}: delete {kind} {name}: in several namespaces ({', '.join(found)}), give namespace")
+    raise ReplayError(f"{source}: delete {kind} {name}: no such object")
+
+
+def _generated_claim(pod: PodView, pod_claim: str, template: Mapping[str, Any]) -> _Claim:
+    """The claim the resourceclaim controller makes for ``pod_claim`` from ``template``
+    (its name suffix derived from the pod and claim names, so a replay is repeatable)."""
+    digest = hashlib.blake2b(f"{pod.key}/{pod_claim}".encode(), digest_size=8).digest()
+    suffix = "".join(_NAME_LETTERS[b % len(_NAME_LETTERS)] for b in digest[:5])
+    name = f"{pod.name}-{pod_claim}-{suffix}"
+    tspec = template.get("spec") or {}
+    obj = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {
+            "name": name,
+            "namespace": pod.namespace,
+            "uid": f"uid-{pod.namespace}-{name}",
+            "annotations": {"resource.kubernetes.io/pod-claim-name": pod_claim},
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": pod.name, "uid": pod.uid, "controller": True}],
+            **({"labels": dict((tspec.get("metadata") or {}).get("labels") or {})} if (tspec.get("metadata") or {}).get("labels") else {}),
+        },
+        "spec": tspec.get("spec") or {},
+    }
+    return _Claim(obj, name, pod.namespace, pod.key)
+
+
+def _claims_of(pod: _Pod, claims: Mapping[str, _Claim]) -> list[tuple[str, _Claim]]:
+    """The pod's claims that exist, by its reference name, each once."""
+    out = []
+    seen = set()
+    for ref in pod.view.claims:
+        key = pod.claims.get(ref.name)
+        if key is not None and key in claims and key not in seen:
+            seen.add(key)
+            out.append((ref.name, claims[key]))
+    return out
+
+
 class Replay:
     """The cluster as objects arrive; ``apply`` returns the steps each object causes."""
 
@@ -215,7 +271,9 @@ class Replay:
                 if template is None:
                     pod.claims[ref.name] = None
                     return f'resourceclaimtemplate.resource.k8s.io "{ref.template_name}" not found'
-                pod.claims[ref.name] = self._generate(view, ref.name, template).key
+                claim = _generated_claim(view, ref.name, template)
+                self.claims[claim.key] = claim
+                pod.claims[ref.name] = claim.key
             else:
                 pod.claims[ref.name] = None
         for ref in view.claims:
@@ -227,28 +285,6 @@ class Replay:
             if key is not None and self.claims[key].deleting:
                 return f'resourceclaim "{key.split("/", 1)[1]}" is being deleted'
         return None
-
-    def _generate(self, pod: PodView, pod_claim: str, template: Mapping[str, Any]) -> _Claim:
-        digest = hashlib.blake2b(f"{pod.key}/{pod_claim}".encode(), digest_size=8).digest()
-        suffix = "".join(_NAME_LETTERS[b % len(_NAME_LETTERS)] for b in digest[:5])
-        name = f"{pod.name}-{pod_claim}-{suffix}"
-        tspec = template.get("spec") or {}
-        obj = {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {
-                "name": name,
-                "namespace": pod.namespace,
-                "uid": f"uid-{pod.namespace}-{name}",
-                "annotations": {"resource.kubernetes.io/pod-claim-name": pod_claim},
-                "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": pod.name, "uid": pod.uid, "controller": True}],
-                **({"labels": dict((tspec.get("metadata") or {}).get("labels") or {})} if (tspec.get("metadata") or {}).get("labels") else {}),
-            },
-            "spec": tspec.get("spec") or {},
-        }
-        claim = _Claim(obj, name, pod.namespace, pod.key)
-        self.claims[claim.key] = claim
-        return claim
 
     # ---- scheduling
     def _allocator_now(self) -> Allocator:
@@ -286,16 +322,6 @@ class Replay:
         self.state.remove(allocation)
         self._touch(allocation)
 
-    def _claims_of(self, pod: _Pod) -> list[tuple[str, _Claim]]:
-        out = []
-        seen = set()
-        for ref in pod.view.claims:
-            key = pod.claims.get(ref.name)
-            if key is not None and key in self.claims and key not in seen:
-                seen.add(key)
-                out.append((ref.name, self.claims[key]))
-        return out
-
     def _schedule(self, pod: _Pod, op: str, source: str, missing: str | None) -> Step:
         view = pod.view
         step = Step(op, view.name, view.namespace, source)
@@ -303,7 +329,7 @@ class Replay:
             return self._fail(pod, step, missing)
         if view.scheduler_name != "default-scheduler":
             return self._fail(pod, step, f"left to scheduler {view.scheduler_name!r} (only default-scheduler is replayed)")
-        claims = self._claims_of(pod)
+        claims = _claims_of(pod, self.claims)
         to_allocate: list[_Claim] = []
         for _, c in claims:
             if c.allocation is not None:
@@ -426,7 +452,7 @@ class Replay:
         for c, a in zip(to_allocate, allocations, strict=True):
             c.allocation = a
             self._hold(a)
-        for _, c in self._claims_of(pod):
+        for _, c in _claims_of(pod, self.claims):
             if pod.view.name not in c.reserved_for:
                 c.reserved_for.append(pod.view.name)
         pod.node = node
@@ -437,7 +463,7 @@ class Replay:
         """A pod that arrives with spec.nodeName: bound there, its claims allocated on that node."""
         view = pod.view
         step = Step("bound", view.name, view.namespace, source, node=view.node_name)
-        claims = self._claims_of(pod)
+        claims = _claims_of(pod, self.claims)
         to_allocate = [c for _, c in claims if c.allocation is None]
         node = self.nodes.get(view.node_name)
         if missing is not None:
@@ -511,45 +537,26 @@ class Replay:
             raise ReplayError(f"{source}: a deletion needs kind (one of {', '.join(KINDS)}) and name, got kind={kind!r} name={name!r}")
         ns = doc.get("namespace")
         if kind == "Pod":
-            self._delete_pod(self._find(self.pods, name, ns, "Pod", source), source)
+            self._delete_pod(_find(self.pods, name, ns, "Pod", source), source)
             return
         if kind == "ResourceClaim":
-            key = self._find(self.claims, name, ns, "ResourceClaim", source)
+            key = _find(self.claims, name, ns, "ResourceClaim", source)
             claim = self.claims[key]
             if claim.reserved_for:
                 claim.deleting = True  # the finalizer keeps it until the last user goes
             else:
                 self._drop_claim(claim)
         elif kind == "Node":
-            self._gone(self.nodes, name, kind, source)
+            _gone(self.nodes, name, kind, source)
         elif kind == "DeviceClass":
-            self._gone(self.classes, name, kind, source)
+            _gone(self.classes, name, kind, source)
             self._reset()
         elif kind == "ResourceSlice":
-            self._gone(self.slices, name, kind, source)
+            _gone(self.slices, name, kind, source)
             self._reset()
         else:
-            self._gone(self.templates, self._find(self.templates, name, ns, kind, source), kind, source)
+            _gone(self.templates, _find(self.templates, name, ns, kind, source), kind, source)
         self._changed(source)
-
-    @staticmethod
-    def _gone(table: dict[str, Any], key: str, kind: str, source: str) -> None:
-        if table.pop(key, None) is None:
-            raise ReplayError(f"{source}: delete {kind} {key}: no such object")
-
-    @staticmethod
-    def _find(table: Mapping[str, Any], name: str, ns: Any, kind: str, source: str) -> str:
-        if ns:
-            key = f"{ns}/{name}"
-            if key in table:
-                return key
-        else:
-            found = [k for k in table if k.split("/", 1)[1] == name]
-            if len(found) == 1:
-                return found[0]
-            if len(found) > 1:
-                raise ReplayError(f"{source}: delete {kind} {name}: in several namespaces ({', '.join(found)}), give namespace")
-        raise ReplayError(f"{source}: delete {kind} {name}: no such object")
 
     def _drop_claim(self, claim: _Claim) -> None:
         if claim.allocation is not None:

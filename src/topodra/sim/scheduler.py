@@ -134,9 +134,93 @@ class FilterScan(NamedTuple):
     invalid_only: bool  # every node filtered had only invalid pools
 
 
+def _new_entry(
+    costs: CostModel, feasible: bool, s: SearchStats, *, score: int = 0, error: str | None = None, kind: str | None = None
+) -> _Entry:
+    """A node class's filter answer from the search's stats, at ``costs``."""
+    return _Entry(feasible, costs.node_seconds(s), s.calls, s.visits, s.checks, s.cel_evals, score, error, kind)
+
+
 def _claim_signature(claims: Sequence[Mapping[str, Any]]) -> str:
     specs = [c.get("spec") for c in claims]
     return hashlib.blake2b(json.dumps(specs, sort_keys=True, default=str).encode(), digest_size=12).hexdigest()
+
+
+class _PlanMover:
+    """Moves a memoised allocation to an equivalent node: the plan's device positions, that
+    node's device names and its node selector."""
+
+    def __init__(self, layout: NodeLayouts, nodes: Sequence[Node]) -> None:
+        self._layout = layout
+        self._nodes = nodes
+        self._selectors: dict[int, Mapping[str, Any]] = {}  # node -> the node selector of its allocations
+
+    def move(self, entry: _Entry, node: int, claims: list[Claim]) -> list[ClaimAllocation] | None:
+        """The memoised allocation moved to node ``node`` (same positions, that node's names);
+        None when ``entry`` holds no plan."""
+        if entry.plan is None and entry.fit is not None:
+            made_on, fit = entry.fit
+            entry.fit = None
+            allocs = fit.build(claims)
+            entry.plan, entry.positions = (made_on, allocs), fit.positions()
+            entry.exclusive = _exclusive(allocs)
+            if made_on == node:  # the usual case: built for this node and these claims already
+                return allocs
+        if entry.plan is None:
+            return None
+        _, allocs = entry.plan
+        layout = self._layout
+        positions = entry.positions
+        if positions is None:  # where the plan's devices sit: the same for every node it moves to
+            positions = entry.positions = []
+            for a in allocs:
+                at = []
+                for r in a.results:
+                    w = layout.where(r.id)
+                    assert w is not None, f"memoised device {r.id} is on no node"
+                    at.append(w[1])
+                positions.append(at)
+            entry.exclusive = _exclusive(allocs)
+        out = []
+        device_at = layout.device_at
+        for claim, a, at in zip(claims, allocs, positions, strict=True):
+            if len(at) == 1 and a.results[0].share_id is None:  # one whole device (the usual claim): no loop
+                r = a.results[0]
+                driver, pool, device = device_at(node, at[0])
+                one = DeviceResult(
+                    r.request, driver, pool, device, r.admin_access, r.tolerations, r.binding_conditions, r.binding_failure_conditions, None, r.consumed_capacity
+                )
+                out.append(ClaimAllocation(claim.key, (one,), a.config, None if a.node_selector is None else self.node_selector(node)))
+                continue
+            results = []
+            for n, (r, pos) in enumerate(zip(a.results, at, strict=True)):
+                driver, pool, device = did = device_at(node, pos)
+                results.append(
+                    DeviceResult(
+                        r.request,
+                        driver,
+                        pool,
+                        device,
+                        r.admin_access,
+                        r.tolerations,
+                        r.binding_conditions,
+                        r.binding_failure_conditions,
+                        share_id(claim.uid, r.request, did, n) if r.share_id is not None else None,
+                        r.consumed_capacity,
+                    )
+                )
+            out.append(ClaimAllocation(claim.key, tuple(results), a.config, None if a.node_selector is None else self.node_selector(node)))
+        return out
+
+    def node_selector(self, node: int) -> Mapping[str, Any]:
+        """The node selector of an allocation on node-local devices, one per node: allocations
+        hold it read-only, and five containers fewer per bound pod is less for the cyclic
+        collector to trace."""
+        sel = self._selectors.get(node)
+        if sel is None:
+            name = self._nodes[node].name
+            sel = self._selectors[node] = {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [name]}]}]}
+        return sel
 
 
 class Scheduler:
@@ -186,6 +270,7 @@ class Scheduler:
         self.memo_hits = 0
         self.memo_misses = 0
         self._layout = NodeLayouts(self.allocator, self.nodes)
+        self._mover = _PlanMover(self._layout, self.nodes)
         self._template_of = self._layout.template_of
         self._key_ids: dict[tuple[Any, ...], int] = {}
         for t in range(self._layout.template_count):
@@ -207,7 +292,6 @@ class Scheduler:
             for n, _, _ in self._layout.pool_positions(pool):
                 self._plain_node[n] = False
         self._steps: dict[tuple[int, ...], tuple[int, float]] = {}  # (class, positions taken) -> (class, free share)
-        self._selectors: dict[int, Mapping[str, Any]] = {}  # node -> the node selector of its allocations
         self._held_order: dict[int, dict[int, DeviceID]] = {}  # nodes with shareable devices: position -> device
         self._pool_nodes: dict[tuple[str, str], list[tuple[int, int, dict[tuple[int, str], int]]]] = {}  # pool_positions, looked up once
         self._sums_kept = 0  # window sums kept by the fast scan, over all signatures
@@ -285,7 +369,33 @@ class Scheduler:
             if sums is None and not counts @ memo.bad:
                 sums = self._kept_sums(memo, counts, key)
             if sums is not None:
-                return self._quick_answer(memo, seen, sums, start, want)
+                return self._quick_answer(memo, seen, sums, start, want, None)
+        window = self._quick_window(memo, start, want)
+        if window is None:
+            return None
+        seen, stop, feas = window
+        if len(memo.entries) <= 4 * stop + 1024:  # as _filter_scan sums, so the floats are the same
+            counts = np.bincount(seen, minlength=len(memo.entries))
+            key = counts.tobytes() if len(memo.entries) <= _SUMS_CLASSES else b""
+            sums = memo.sums.get(key) if key else None
+            if sums is None:
+                sums = self._kept_sums(memo, counts, key)
+        else:
+            sums = _sums(np.ones(stop, dtype=np.int64), np.take(memo.stats, seen, axis=0))
+        # no error in the window, and a node at the timeout is an error: no timeouts
+        return self._quick_answer(memo, seen, sums, start, stop, feas)
+
+    def _quick_window(
+        self, memo: _SigMemo, start: int, want: int
+    ) -> tuple[np.ndarray[Any, np.dtype[np.int64]], int, np.ndarray[Any, np.dtype[np.intp]] | None] | None:
+        """The nodes ``_quick_scan`` takes from ``start``: their classes, how many (``stop``) and
+        the offsets of the feasible ones (None: all ``stop`` of them). None when a class without
+        an answer or a Filter error comes first, or when no node is feasible.
+
+        One gather of the statuses over a window, then C-level byte searches; the window grows
+        to the whole rotation when it holds too few feasible nodes.
+        """
+        N = len(self.nodes)
         size = min(N, SCAN_CHUNK or want + want // 4 + 64)
         feas: np.ndarray[Any, np.dtype[np.intp]] | None = None  # None: the first ``stop`` nodes, all feasible
         while True:
@@ -315,42 +425,7 @@ class Scheduler:
                 stop = N
                 break
             size = N
-        seen = kids[:stop]
-        if len(memo.entries) <= 4 * stop + 1024:  # as _filter_scan sums, so the floats are the same
-            counts = np.bincount(seen, minlength=len(memo.entries))
-            key = counts.tobytes() if len(memo.entries) <= _SUMS_CLASSES else b""
-            sums = memo.sums.get(key) if key else None
-            if sums is None:
-                sums = _class_sums(memo, counts, self.costs.timeout_s)[:6]
-                if key:
-                    if self._sums_kept >= _SUMS_LIMIT:  # bound the memory over every claim signature
-                        for m in self._memo.values():
-                            m.sums.clear()
-                        self._sums_kept = 0
-                    memo.sums[key] = sums
-                    self._sums_kept += 1
-        else:
-            sums = _sums(np.ones(stop, dtype=np.int64), np.take(memo.stats, seen, axis=0))
-        # no error in the window, and a node at the timeout is an error: no timeouts
-        least = self.scoring == "least-allocated"
-        if memo.scored:
-            fidx = np.arange(stop) if feas is None else feas
-            scores = memo.scores[seen[fidx]] * 2.0
-            if least:
-                scores = scores + self._free[(start + fidx) % N]
-            best = int(fidx[int(np.argmax(scores))])
-        elif least:  # every score 0: 0 * 2 + free == free, and argmax keeps the first of equals
-            free = self._free[start : start + stop] if start + stop <= N else self._free[(start + np.arange(stop)) % N]
-            best = int(free.argmax()) if feas is None else int(feas[int(free[feas].argmax())])
-        else:
-            best = 0 if feas is None else int(feas[0])
-        entry = memo.entries[int(seen[best])]
-        assert entry is not None
-        self.memo_hits += stop
-        self.next_start = (start + stop) % N
-        found = stop if feas is None else int(feas.size)
-        total_s, calls, visits, checks, evals, slowest = sums
-        return FilterScan([((start + best) % N, entry)], found, stop, total_s, slowest, calls, visits, checks, evals, 0, None, False)
+        return kids[:stop], stop, feas
 
     def _kept_sums(self, memo: _SigMemo, counts: np.ndarray[Any, np.dtype[np.int64]], key: bytes) -> tuple[float, int, int, int, int, float]:
         """The window sums from its class histogram (``_class_sums``, as the general scan
@@ -367,28 +442,38 @@ class Scheduler:
         return sums
 
     def _quick_answer(
-        self, memo: _SigMemo, seen: np.ndarray[Any, np.dtype[np.int64]], sums: tuple[float, int, int, int, int, float], start: int, stop: int
+        self,
+        memo: _SigMemo,
+        seen: np.ndarray[Any, np.dtype[np.int64]],
+        sums: tuple[float, int, int, int, int, float],
+        start: int,
+        stop: int,
+        feas: np.ndarray[Any, np.dtype[np.intp]] | None,
     ) -> FilterScan:
-        """``_quick_scan``'s answer when the first ``stop`` nodes from ``start`` (classes ``seen``)
-        are all feasible: the choice exactly as it makes it."""
+        """``_quick_scan``'s answer for the first ``stop`` nodes from ``start`` (classes ``seen``),
+        those at offsets ``feas`` feasible (None: all of them): the choice exactly as the general
+        scan makes it."""
         N = len(self.nodes)
+        least = self.scoring == "least-allocated"
         if memo.scored:
-            fidx = np.arange(stop)
-            scores = memo.scores[seen] * 2.0
-            if self.scoring == "least-allocated":
+            fidx = np.arange(stop) if feas is None else feas
+            scores = memo.scores[seen if feas is None else seen[feas]] * 2.0
+            if least:
                 scores = scores + self._free[(start + fidx) % N]
-            best = int(np.argmax(scores))
-        elif self.scoring == "least-allocated":  # every score 0: 0 * 2 + free == free, and argmax keeps the first of equals
+            best = int(fidx[int(np.argmax(scores))])
+        elif least:  # every score 0: 0 * 2 + free == free, and argmax keeps the first of equals
             end = start + stop
-            best = int((self._free[start:end] if end <= N else self._free[(start + np.arange(stop)) % N]).argmax())
+            free = self._free[start:end] if end <= N else self._free[(start + np.arange(stop)) % N]
+            best = int(free.argmax()) if feas is None else int(feas[int(free[feas].argmax())])
         else:
-            best = 0
+            best = 0 if feas is None else int(feas[0])
         entry = memo.entries[int(seen[best])]
         assert entry is not None
         self.memo_hits += stop
         self.next_start = (start + stop) % N
+        found = stop if feas is None else int(feas.size)
         total_s, calls, visits, checks, evals, slowest = sums
-        return FilterScan([((start + best) % N, entry)], stop, stop, total_s, slowest, calls, visits, checks, evals, 0, None, False)
+        return FilterScan([((start + best) % N, entry)], found, stop, total_s, slowest, calls, visits, checks, evals, 0, None, False)
 
     def _filter_scan(self, claims: list[Claim], sig: str) -> FilterScan:
         """The filter loop over node classes: numpy for the scan, one evaluation per class not yet seen.
@@ -403,6 +488,46 @@ class Scheduler:
             memo = self._memo[sig] = _SigMemo()
         memo.grow(len(self._key_ids))
         start = self.next_start
+        found, stop, err_at, evaluated, statuses = self._scan_classes(memo, claims, sig, start)
+        self.memo_hits += stop - min(stop, evaluated)  # nodes answered from the memo
+        self._memo_size += evaluated
+        seen = self._rotated(start, stop)
+        total_s, calls, visits, checks, evals, slowest, timeouts = _window_totals(memo, seen, stop, self.costs.timeout_s)
+        seen_status = statuses[0] if len(statuses) == 1 else np.concatenate(statuses) if statuses else memo.status[seen]
+        invalid_only = bool(stop) and bool((seen_status == _INVALID).all())
+        failure: tuple[str, str] | None = None
+        feasible: list[tuple[int, _Entry]] = []
+        if err_at >= 0:
+            e = memo.entries[int(seen[err_at])]
+            assert e is not None
+            name = self.nodes[(start + err_at) % N].name
+            if e.kind == "timeout" or e.seconds >= self.costs.timeout_s:
+                failure = ("timeout", f"node {name}: {TIMEOUT_MESSAGE}")
+            else:
+                failure = (e.kind or "error", f"node {name}: {e.error}")
+        else:
+            fidx = (seen_status == _FEASIBLE).nonzero()[0]
+            if fidx.size:
+                scores = memo.scores[seen[fidx]] * 2.0
+                if self.scoring == "least-allocated":
+                    scores = scores + self._free[(start + fidx) % N]
+                best = int(fidx[int(np.argmax(scores))])
+                entry = memo.entries[int(seen[best])]
+                assert entry is not None
+                feasible = [((start + best) % N, entry)]
+        self.next_start = (start + stop) % N
+        if self._memo_size > MEMO_LIMIT:
+            self._memo.clear()
+            self._memo_size = 0
+        return FilterScan(feasible, found, stop, total_s, slowest, int(calls), int(visits), int(checks), int(evals), timeouts, failure, invalid_only)
+
+    def _scan_classes(
+        self, memo: _SigMemo, claims: list[Claim], sig: str, start: int
+    ) -> tuple[int, int, int, int, list[np.ndarray[Any, np.dtype[np.int8]]]]:
+        """The scan from ``start`` in chunks, evaluating each class without an answer on the
+        first node of it the scan must reach: (feasible nodes found, nodes processed, offset of
+        the node whose Filter error ends the attempt or -1, evaluations, statuses per chunk)."""
+        N = len(self.nodes)
         want = self.want
         found = 0
         stop = 0  # nodes processed so far
@@ -453,48 +578,7 @@ class Scheduler:
                         break
             if err_at >= 0 or found >= want:
                 break
-        self.memo_hits += stop - min(stop, evaluated)  # nodes answered from the memo
-        self._memo_size += evaluated
-        seen = self._rotated(start, stop)
-        total_s = slowest = 0.0
-        calls = visits = checks = evals = timeouts = 0
-        if stop:
-            if len(memo.entries) <= 4 * stop + 1024:  # few classes: sum per class
-                counts = np.bincount(seen, minlength=len(memo.entries))
-                total_s, calls, visits, checks, evals, slowest, timeouts = _class_sums(memo, counts, self.costs.timeout_s)
-            else:
-                per, rows = np.ones(stop, dtype=np.int64), np.take(memo.stats, seen, axis=0)
-                total_s, calls, visits, checks, evals = (per @ rows).tolist()
-                secs = rows[:, 0]
-                slowest = float(secs.max())
-                timeouts = int(per[secs >= self.costs.timeout_s].sum())
-        seen_status = statuses[0] if len(statuses) == 1 else np.concatenate(statuses) if statuses else memo.status[seen]
-        invalid_only = bool(stop) and bool((seen_status == _INVALID).all())
-        failure: tuple[str, str] | None = None
-        feasible: list[tuple[int, _Entry]] = []
-        if err_at >= 0:
-            e = memo.entries[int(seen[err_at])]
-            assert e is not None
-            name = self.nodes[(start + err_at) % N].name
-            if e.kind == "timeout" or e.seconds >= self.costs.timeout_s:
-                failure = ("timeout", f"node {name}: {TIMEOUT_MESSAGE}")
-            else:
-                failure = (e.kind or "error", f"node {name}: {e.error}")
-        else:
-            fidx = (seen_status == _FEASIBLE).nonzero()[0]
-            if fidx.size:
-                scores = memo.scores[seen[fidx]] * 2.0
-                if self.scoring == "least-allocated":
-                    scores = scores + self._free[(start + fidx) % N]
-                best = int(fidx[int(np.argmax(scores))])
-                entry = memo.entries[int(seen[best])]
-                assert entry is not None
-                feasible = [((start + best) % N, entry)]
-        self.next_start = (start + stop) % N
-        if self._memo_size > MEMO_LIMIT:
-            self._memo.clear()
-            self._memo_size = 0
-        return FilterScan(feasible, found, stop, total_s, slowest, int(calls), int(visits), int(checks), int(evals), timeouts, failure, invalid_only)
+        return found, stop, err_at, evaluated, statuses
 
     def _rotated(self, begin: int, size: int) -> np.ndarray[Any, np.dtype[np.int64]]:
         """The class ids of ``size`` nodes in scan order from node ``begin`` (wrapping around)."""
@@ -571,7 +655,7 @@ class Scheduler:
             least = self.scoring == "least-allocated"
             # max keeps the first of equal scores
             best_i, best = max(feasible, key=lambda t: t[1].score * 2.0 + (float(self._free[t[0]]) if least else 0.0))
-        allocs = self._replay(best, best_i, claims) if self.memo_enabled else None
+        allocs = self._mover.move(best, best_i, claims) if self.memo_enabled else None
         moved = allocs is not None
         if allocs is None:
             allocs = self.allocator.allocate(self.nodes[best_i], claims)
@@ -647,72 +731,6 @@ class Scheduler:
             self.state.remove(a)
         self._touch(bound)
         return True
-
-    def _replay(self, entry: _Entry, node: int, claims: list[Claim]) -> list[ClaimAllocation] | None:
-        """The memoised allocation moved to an equivalent node (same positions, that node's names)."""
-        if entry.plan is None and entry.fit is not None:
-            made_on, fit = entry.fit
-            entry.fit = None
-            allocs = fit.build(claims)
-            entry.plan, entry.positions = (made_on, allocs), fit.positions()
-            entry.exclusive = _exclusive(allocs)
-            if made_on == node:  # the usual case: built for this node and these claims already
-                return allocs
-        if entry.plan is None:
-            return None
-        _, allocs = entry.plan
-        layout = self._layout
-        positions = entry.positions
-        if positions is None:  # where the plan's devices sit: the same for every node it moves to
-            positions = entry.positions = []
-            for a in allocs:
-                at = []
-                for r in a.results:
-                    w = layout.where(r.id)
-                    assert w is not None, f"memoised device {r.id} is on no node"
-                    at.append(w[1])
-                positions.append(at)
-            entry.exclusive = _exclusive(allocs)
-        out = []
-        device_at = layout.device_at
-        for claim, a, at in zip(claims, allocs, positions, strict=True):
-            if len(at) == 1 and a.results[0].share_id is None:  # one whole device (the usual claim): no loop
-                r = a.results[0]
-                driver, pool, device = device_at(node, at[0])
-                one = DeviceResult(
-                    r.request, driver, pool, device, r.admin_access, r.tolerations, r.binding_conditions, r.binding_failure_conditions, None, r.consumed_capacity
-                )
-                out.append(ClaimAllocation(claim.key, (one,), a.config, None if a.node_selector is None else self._node_selector(node)))
-                continue
-            results = []
-            for n, (r, pos) in enumerate(zip(a.results, at, strict=True)):
-                driver, pool, device = did = device_at(node, pos)
-                results.append(
-                    DeviceResult(
-                        r.request,
-                        driver,
-                        pool,
-                        device,
-                        r.admin_access,
-                        r.tolerations,
-                        r.binding_conditions,
-                        r.binding_failure_conditions,
-                        share_id(claim.uid, r.request, did, n) if r.share_id is not None else None,
-                        r.consumed_capacity,
-                    )
-                )
-            out.append(ClaimAllocation(claim.key, tuple(results), a.config, None if a.node_selector is None else self._node_selector(node)))
-        return out
-
-    def _node_selector(self, node: int) -> Mapping[str, Any]:
-        """The node selector of an allocation on node-local devices, one per node: allocations
-        hold it read-only, and five containers fewer per bound pod is less for the cyclic
-        collector to trace."""
-        sel = self._selectors.get(node)
-        if sel is None:
-            name = self.nodes[node].name
-            sel = self._selectors[node] = {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [name]}]}]}
-        return sel
 
     def bound_pods(self) -> list[str]:
         return list(self._bound)
@@ -857,7 +875,7 @@ class Scheduler:
                 )
                 if got is not None:
                     fit, stats = got
-                    entry = self._entry(fit is not None, stats)
+                    entry = _new_entry(self.costs, fit is not None, stats)
                     if fit is not None:
                         entry.fit = (i, fit)  # built into ``plan`` if the node is chosen
                     return entry
@@ -866,25 +884,23 @@ class Scheduler:
         except FilterTimeout as e:
             stats = self.allocator.last_stats
             # the scheduler abandons the node at the deadline: that is its Filter time
-            entry = self._entry(False, stats, error=str(e), kind="timeout")
+            entry = _new_entry(self.costs, False, stats, error=str(e), kind="timeout")
             entry = replace(entry, seconds=max(entry.seconds, self.costs.timeout_s))
         except SearchAborted as e:
             stats = self.allocator.last_stats
-            entry = self._entry(False, stats, error=str(e), kind="aborted")
+            entry = _new_entry(self.costs, False, stats, error=str(e), kind="aborted")
         except AllocationError as e:
             stats = self.allocator.last_stats
             kind = "invalid-pool" if "invalid resource pools" in str(e) else "error"
-            entry = self._entry(False, stats, error=str(e), kind=kind)
+            entry = _new_entry(self.costs, False, stats, error=str(e), kind=kind)
         else:
-            entry = self._entry(res is not None, stats, score=_score(claims, res) if res is not None else 0)
+            entry = _new_entry(self.costs, res is not None, stats, score=_score(claims, res) if res is not None else 0)
             if res is not None and self.memo_enabled:
                 entry.plan = (i, res)
             if res is not None and plain is not None and plain[1] is None:
                 plain[1] = tuple(a.config for a in res)  # the config depends on the claim specs only
         return entry
 
-    def _entry(self, feasible: bool, s: SearchStats, *, score: int = 0, error: str | None = None, kind: str | None = None) -> _Entry:
-        return _Entry(feasible, self.costs.node_seconds(s), s.calls, s.visits, s.checks, s.cel_evals, score, error, kind)
 
 
 _UNKNOWN, _FEASIBLE, _INFEASIBLE, _ERROR, _INVALID = 0, 1, 2, 3, 4
@@ -927,6 +943,22 @@ def _class_sums(memo: _SigMemo, counts: np.ndarray[Any, np.dtype[np.int64]], tim
     total, c, v, ch, ev = (per @ rows).tolist()
     col = rows[:, 0]
     return total, int(c), int(v), int(ch), int(ev), float(col.max()), int(per[col >= timeout_s].sum())
+
+
+def _window_totals(
+    memo: _SigMemo, seen: np.ndarray[Any, np.dtype[np.int64]], stop: int, timeout_s: float
+) -> tuple[float, Any, Any, Any, Any, float, int]:
+    """The general scan's sums over the ``stop`` nodes of classes ``seen``: seconds, calls,
+    visits, checks, CEL evaluations, the slowest node and the nodes at the timeout."""
+    if not stop:
+        return 0.0, 0, 0, 0, 0, 0.0, 0
+    if len(memo.entries) <= 4 * stop + 1024:  # few classes: sum per class
+        counts = np.bincount(seen, minlength=len(memo.entries))
+        return _class_sums(memo, counts, timeout_s)
+    per, rows = np.ones(stop, dtype=np.int64), np.take(memo.stats, seen, axis=0)
+    total_s, calls, visits, checks, evals = (per @ rows).tolist()
+    secs = rows[:, 0]
+    return total_s, calls, visits, checks, evals, float(secs.max()), int(per[secs >= timeout_s].sum())
 
 
 def _sums(per: np.ndarray[Any, Any], rows: np.ndarray[Any, Any]) -> tuple[float, int, int, int, int, float]:

@@ -5,11 +5,16 @@ from __future__ import annotations
 import enum
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from topodra.topology.machine import TOPOLOGY_HELP
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from topodra.topology.hwloc import Check
 
 __all__ = ["register"]
 
@@ -104,52 +109,83 @@ def topology_check_command(
     differences are listed with their reason; exit code 1 on any other.
     """
     from rich.console import Console
-    from rich.progress import track
-    from rich.table import Table
 
     from topodra.topology import hwloc
     from topodra.topology.errors import TopologyError
-    from topodra.topology.fixtures import FixtureError, fixture_dir, fixture_names, unpacked_fixture
-    from topodra.topology.sysfs import read_topology
+    from topodra.topology.fixtures import FixtureError
 
     console = Console()
     err = Console(stderr=True)
-    runs: list[tuple[str, str, list[hwloc.Check]]] = []
     try:
-        if root is not None:
-            if not hwloc.lstopo_available():
-                err.print(f"[red]error:[/red] {hwloc.LSTOPO} is not installed (Debian package 'hwloc')")
-                raise typer.Exit(1)
-            t = read_topology(root)
-            runs.append((str(root), "lstopo", hwloc.compare(t, hwloc.run_lstopo(root))))
-        else:
-            expected_dir = fixture_dir()
-            names = fixture or fixture_names()
-            known = set(fixture_names())
-            for name in names:
-                if name not in known:
-                    raise FixtureError(f"no fixture {name!r} in {expected_dir}")
-            tests = [hwloc.parse_test_file(p) for p in sorted(expected_dir.glob("*.test"))]
-            if live and not hwloc.lstopo_available():
-                err.print(f"[yellow]note:[/yellow] {hwloc.LSTOPO} not installed; live comparison skipped")
-                live = False
-            for name in track(names, description="comparing", console=err, transient=True):
-                if not err.is_terminal:  # no live bar: one line per fixture instead
-                    err.print(
-                        f"comparing {name} ({names.index(name) + 1}/{len(names)})",
-                        highlight=False,
-                        markup=False,
-                    )
-                tree = unpacked_fixture(name)
-                t = read_topology(tree)
-                for e in tests:
-                    if e.fixture == name:
-                        runs.append((e.name, e.target, hwloc.check_expectation(e, t, expected_dir, tree)))
-                if live:
-                    runs.append((name, "lstopo", hwloc.check_live(name, t, tree)))
+        runs = _compare_root(root, err) if root is not None else _compare_fixtures(fixture or [], live, err)
     except (TopologyError, FixtureError, hwloc.HwlocParseError, OSError) as e:
         err.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
+    _print_check_table(console, runs, verbose)
+    all_checks = _print_match_rates(console, runs)
+    if any(not c.accepted for c in all_checks):
+        raise typer.Exit(1)
+
+
+#: One comparison: the tree (or expectation) name, what it was compared against, the checks.
+_Run = tuple[str, str, list["Check"]]
+
+
+def _compare_root(root: Path, err: Console) -> list[_Run]:
+    """The tree at ``root`` against lstopo-no-graphics (exit 1 when lstopo is missing)."""
+    from topodra.topology import hwloc
+    from topodra.topology.sysfs import read_topology
+
+    if not hwloc.lstopo_available():
+        err.print(f"[red]error:[/red] {hwloc.LSTOPO} is not installed (Debian package 'hwloc')")
+        raise typer.Exit(1)
+    t = read_topology(root)
+    return [(str(root), "lstopo", hwloc.compare(t, hwloc.run_lstopo(root)))]
+
+
+def _compare_fixtures(fixture: list[str], live: bool, err: Console) -> list[_Run]:
+    """Each fixture (all when ``fixture`` is empty) against its recorded hwloc
+    expectations and, with ``live``, against lstopo-no-graphics."""
+    from rich.progress import track
+
+    from topodra.topology import hwloc
+    from topodra.topology.fixtures import FixtureError, fixture_dir, fixture_names, unpacked_fixture
+    from topodra.topology.sysfs import read_topology
+
+    runs: list[_Run] = []
+    expected_dir = fixture_dir()
+    names = fixture or fixture_names()
+    known = set(fixture_names())
+    for name in names:
+        if name not in known:
+            raise FixtureError(f"no fixture {name!r} in {expected_dir}")
+    tests = [hwloc.parse_test_file(p) for p in sorted(expected_dir.glob("*.test"))]
+    if live and not hwloc.lstopo_available():
+        err.print(f"[yellow]note:[/yellow] {hwloc.LSTOPO} not installed; live comparison skipped")
+        live = False
+    for name in track(names, description="comparing", console=err, transient=True):
+        if not err.is_terminal:  # no live bar: one line per fixture instead
+            err.print(
+                f"comparing {name} ({names.index(name) + 1}/{len(names)})",
+                highlight=False,
+                markup=False,
+            )
+        tree = unpacked_fixture(name)
+        t = read_topology(tree)
+        for e in tests:
+            if e.fixture == name:
+                runs.append((e.name, e.target, hwloc.check_expectation(e, t, expected_dir, tree)))
+        if live:
+            runs.append((name, "lstopo", hwloc.check_live(name, t, tree)))
+    return runs
+
+
+def _print_check_table(console: Console, runs: list[_Run], verbose: bool) -> None:
+    """One row per comparison: differences (every level with ``verbose``), then the reasons
+    of the documented ones."""
+    from rich.table import Table
+
+    from topodra.topology import hwloc
 
     table = Table(title="topodra vs hwloc")
     table.add_column("tree", overflow="fold")
@@ -158,7 +194,7 @@ def topology_check_command(
     table.add_column("levels", overflow="fold")
     notes: list[str] = []
     for name, against, checks in runs:
-        ok, documented, total = hwloc.match_rate(checks)
+        ok, _, total = hwloc.match_rate(checks)
         cells = []
         for c in checks:
             if c.ok:
@@ -173,6 +209,12 @@ def topology_check_command(
     console.print(table)
     for note in dict.fromkeys(notes):
         console.print(f"[yellow]*[/yellow] {note}", highlight=False)
+
+
+def _print_match_rates(console: Console, runs: list[_Run]) -> list[Check]:
+    """The match rate of the recorded expectations, of live lstopo and of all; returns all checks."""
+    from topodra.topology import hwloc
+
     all_checks = [c for _, _, checks in runs for c in checks]
     for label, subset in (
         ("recorded expectations", [c for _, a, cs in runs if a != "lstopo" for c in cs]),
@@ -186,8 +228,7 @@ def topology_check_command(
                 f"{documented} documented differences, {total - ok - documented} unexplained",
                 highlight=False,
             )
-    if any(not c.accepted for c in all_checks):
-        raise typer.Exit(1)
+    return all_checks
 
 
 def register(app: typer.Typer) -> None:

@@ -16,6 +16,7 @@ import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Protocol
 
 from topodra.cpuset import CPUSet
 
@@ -112,8 +113,55 @@ class NUMANode:
         return not self.cpus
 
 
+class _TopologyFields(Protocol):
+    """What :class:`_NodeQueries` reads of a Topology."""
+
+    @property
+    def cpus(self) -> Mapping[int, CPUInfo]: ...
+    @property
+    def nodes(self) -> Mapping[int, NUMANode]: ...
+    @property
+    def distances(self) -> Mapping[tuple[int, int], int]: ...
+    @property
+    def online(self) -> CPUSet: ...
+    def distance(self, a: int, b: int) -> int: ...
+
+
+class _NodeQueries:
+    """The NUMA-node questions of a :class:`Topology` (its base): which nodes, their
+    CPUs, distances and memory-only nodes. It reads only the Topology's fields."""
+
+    def numa_nodes(self: _TopologyFields) -> list[int]:
+        return sorted(self.nodes)
+
+    def cpus_of_node(self: _TopologyFields, node: int) -> CPUSet:
+        n = self.nodes.get(node)
+        return n.cpus & self.online if n is not None else _EMPTY
+
+    def distance(self: _TopologyFields, a: int, b: int) -> int:
+        """SLIT distance between two NUMA nodes (10 local, 20 remote if unknown)."""
+        d = self.distances.get((a, b))
+        if d is not None:
+            return d
+        return 10 if a == b else 20
+
+    def memory_only_nodes(self: _TopologyFields) -> list[int]:
+        return [n.id for n in sorted(self.nodes.values(), key=lambda n: n.id) if n.memory_only]
+
+    def closest_cpu_node(self: _TopologyFields, node: int) -> int | None:
+        """Nearest NUMA node that has CPUs (ties: lowest id)."""
+        candidates = [n.id for n in self.nodes.values() if n.cpus & self.online]
+        if not candidates:
+            return None
+        return min(candidates, key=lambda c: (self.distance(node, c), c))
+
+    def nodes_of(self: _TopologyFields, cpus: CPUSet) -> list[int]:
+        """NUMA nodes holding any of ``cpus``."""
+        return sorted({self.cpus[c].node for c in cpus if c in self.cpus})
+
+
 @dataclass(frozen=True)
-class Topology:
+class Topology(_NodeQueries):
     """A machine's CPUs, caches and NUMA nodes at one moment.
 
     ``cpus`` holds the online CPUs; offline CPUs appear only in the CPU sets
@@ -170,9 +218,6 @@ class Topology:
     def l3_groups(self) -> list[int]:
         return sorted(self._index.l3)
 
-    def numa_nodes(self) -> list[int]:
-        return sorted(self.nodes)
-
     def cpus_of_package(self, package: int) -> CPUSet:
         return self._index.package.get(package, _EMPTY)
 
@@ -190,10 +235,6 @@ class Topology:
 
     def cpus_of_l3(self, l3: int) -> CPUSet:
         return self._index.l3.get(l3, _EMPTY)
-
-    def cpus_of_node(self, node: int) -> CPUSet:
-        n = self.nodes.get(node)
-        return n.cpus & self.online if n is not None else _EMPTY
 
     def cpus_of_type(self, core_type: CoreType) -> CPUSet:
         return self._index.core_type.get(core_type, _EMPTY)
@@ -214,28 +255,6 @@ class Topology:
     @property
     def threads_per_core(self) -> int:
         return max((len(c.siblings) for c in self.cpus.values()), default=1)
-
-    # --- memory ---------------------------------------------------------
-    def distance(self, a: int, b: int) -> int:
-        """SLIT distance between two NUMA nodes (10 local, 20 remote if unknown)."""
-        d = self.distances.get((a, b))
-        if d is not None:
-            return d
-        return 10 if a == b else 20
-
-    def memory_only_nodes(self) -> list[int]:
-        return [n.id for n in sorted(self.nodes.values(), key=lambda n: n.id) if n.memory_only]
-
-    def closest_cpu_node(self, node: int) -> int | None:
-        """Nearest NUMA node that has CPUs (ties: lowest id)."""
-        candidates = [n.id for n in self.nodes.values() if n.cpus & self.online]
-        if not candidates:
-            return None
-        return min(candidates, key=lambda c: (self.distance(node, c), c))
-
-    def nodes_of(self, cpus: CPUSet) -> list[int]:
-        """NUMA nodes holding any of ``cpus``."""
-        return sorted({self.cpus[c].node for c in cpus if c in self.cpus})
 
 
 _EMPTY = CPUSet()

@@ -173,8 +173,36 @@ def topology_from_dict(data: object) -> Topology:
     if schema != SCHEMA:
         raise TopologyError("schema", f"unsupported schema version (this reader knows {SCHEMA})", str(schema))
     sets = _Fields(top.get("cpu_sets"), "cpu_sets")
+    cpus = _read_cpus(top.items("cpus"))
+    nodes = _read_nodes(top.items("nodes"))
+    for c in cpus.values():
+        if c.node not in nodes:
+            raise TopologyError(f"cpus[{c.id}].node", "names a node that is not in 'nodes'", str(c.node))
+    distances = _read_distances(top.get("distances"), nodes)
+    caches = _read_caches(top.items("caches", []))
+    warnings = top.items("warnings", [])
+    if not all(isinstance(w, str) for w in warnings):
+        raise TopologyError("warnings", "expected a list of strings", repr(warnings))
+    return Topology(
+        cpus=dict(sorted(cpus.items())),
+        nodes=dict(sorted(nodes.items())),
+        distances=distances,
+        caches=caches,
+        possible=sets.cpuset("possible"),
+        present=sets.cpuset("present"),
+        online_cpus=sets.cpuset("online"),
+        isolated=sets.cpuset("isolated", ""),
+        nohz_full=sets.cpuset("nohz_full", ""),
+        core_type_source=top.choice("core_type_source", CoreTypeSource, CoreTypeSource.NONE.value),
+        source=top.text("source", ""),
+        warnings=tuple(warnings),
+    )
+
+
+def _read_cpus(items: list[Any]) -> dict[int, CPUInfo]:
+    """The ``cpus`` list, by CPU id (in the order given)."""
     cpus: dict[int, CPUInfo] = {}
-    for i, raw in enumerate(top.items("cpus")):
+    for i, raw in enumerate(items):
         f = _Fields(raw, f"cpus[{i}]")
         opt = {name: f.opt_int(name, optional=True, minimum=0) for name in _CPU_OPT_INTS}
         info = CPUInfo(
@@ -206,8 +234,13 @@ def topology_from_dict(data: object) -> Topology:
                 f"cpus[{i}].siblings", "does not contain the CPU itself", info.siblings.format()
             )
         cpus[info.id] = info
+    return cpus
+
+
+def _read_nodes(items: list[Any]) -> dict[int, NUMANode]:
+    """The ``nodes`` list, by node id (in the order given)."""
     nodes: dict[int, NUMANode] = {}
-    for i, raw in enumerate(top.items("nodes")):
+    for i, raw in enumerate(items):
         f = _Fields(raw, f"nodes[{i}]")
         node = NUMANode(
             id=f.req_int("id"),
@@ -220,12 +253,12 @@ def topology_from_dict(data: object) -> Topology:
         if node.id in nodes:
             raise TopologyError(f"nodes[{i}].id", "duplicate node id", str(node.id))
         nodes[node.id] = node
-    for c in cpus.values():
-        if c.node not in nodes:
-            raise TopologyError(f"cpus[{c.id}].node", "names a node that is not in 'nodes'", str(c.node))
-    distances = _read_distances(top.get("distances"), nodes)
+    return nodes
+
+
+def _read_caches(items: list[Any]) -> tuple[CacheInstance, ...]:
     caches = []
-    for i, raw in enumerate(top.items("caches", [])):
+    for i, raw in enumerate(items):
         f = _Fields(raw, f"caches[{i}]")
         caches.append(
             CacheInstance(
@@ -236,23 +269,7 @@ def topology_from_dict(data: object) -> Topology:
                 size_bytes=f.opt_int("size_bytes", optional=True, minimum=0),
             )
         )
-    warnings = top.items("warnings", [])
-    if not all(isinstance(w, str) for w in warnings):
-        raise TopologyError("warnings", "expected a list of strings", repr(warnings))
-    return Topology(
-        cpus=dict(sorted(cpus.items())),
-        nodes=dict(sorted(nodes.items())),
-        distances=distances,
-        caches=tuple(caches),
-        possible=sets.cpuset("possible"),
-        present=sets.cpuset("present"),
-        online_cpus=sets.cpuset("online"),
-        isolated=sets.cpuset("isolated", ""),
-        nohz_full=sets.cpuset("nohz_full", ""),
-        core_type_source=top.choice("core_type_source", CoreTypeSource, CoreTypeSource.NONE.value),
-        source=top.text("source", ""),
-        warnings=tuple(warnings),
-    )
+    return tuple(caches)
 
 
 def _read_distances(data: object, nodes: Mapping[int, NUMANode]) -> dict[tuple[int, int], int]:

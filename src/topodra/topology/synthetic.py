@@ -147,7 +147,25 @@ def synthetic_topology(spec: MachineSpec | str) -> Topology:
     """Build the ``Topology`` of a made-up machine."""
     if isinstance(spec, str):
         spec = MachineSpec.parse(spec)
-    # Enumerate physical cores in topological order, then assign thread ids.
+    cores = _enumerate_cores(spec)
+    cpus = _cpu_infos(spec, cores, _number_threads(spec, cores))
+    nodes, node_pkg = _nodes(spec, cpus)
+    all_cpus = CPUSet(cpus)
+    return Topology(
+        cpus=cpus,
+        nodes=nodes,
+        distances=_distances(nodes, node_pkg),
+        caches=_caches(cpus),
+        possible=all_cpus,
+        present=all_cpus,
+        online_cpus=all_cpus,
+        core_type_source=CoreTypeSource.INTEL_PMU if spec.e_cores_per_l3 else CoreTypeSource.NONE,
+        source=f"synthetic:{spec.name}",
+    )
+
+
+def _enumerate_cores(spec: MachineSpec) -> list[_Core]:
+    """The physical cores in topological order (package, die, node, L3)."""
     cores: list[_Core] = []
     l3 = 0
     per_package: dict[int, int] = {}
@@ -165,6 +183,11 @@ def synthetic_topology(spec: MachineSpec | str) -> Topology:
                         ecluster = (k - spec.cores_per_l3) // 4 if efficient else -1
                         cores.append(_Core(pkg, die, d, node, l3, core_id, efficient, ecluster))
                     l3 += 1
+    return cores
+
+
+def _number_threads(spec: MachineSpec, cores: list[_Core]) -> list[list[int]]:
+    """The CPU ids of each core's threads, in the spec's SMT numbering (E-cores have one)."""
     threads: list[list[int]] = [[] for _ in cores]
     next_id = 0
     if spec.smt_numbering == "adjacent":
@@ -179,7 +202,11 @@ def synthetic_topology(spec: MachineSpec | str) -> Topology:
                     continue
                 threads[i].append(next_id)
                 next_id += 1
+    return threads
 
+
+def _cpu_infos(spec: MachineSpec, cores: list[_Core], threads: list[list[int]]) -> dict[int, CPUInfo]:
+    """One CPUInfo per thread, by CPU id; clusters are the L2 groups."""
     hybrid = spec.e_cores_per_l3 > 0
     cpus: dict[int, CPUInfo] = {}
     l2_ids: dict[tuple[int, int], int] = {}
@@ -212,7 +239,11 @@ def synthetic_topology(spec: MachineSpec | str) -> Topology:
                 min_freq_khz=400_000,
                 max_freq_khz=3_900_000 if core.efficient else 5_000_000,
             )
-    cpus = dict(sorted(cpus.items()))
+    return dict(sorted(cpus.items()))
+
+
+def _nodes(spec: MachineSpec, cpus: dict[int, CPUInfo]) -> tuple[dict[int, NUMANode], dict[int, int]]:
+    """The DRAM nodes with CPUs, then each package's memory-only nodes; and the package of each node."""
     n_cpu_nodes = spec.sockets * spec.dies_per_socket * spec.numa_per_die
     nodes: dict[int, NUMANode] = {}
     for node in range(n_cpu_nodes):
@@ -233,6 +264,11 @@ def synthetic_topology(spec: MachineSpec | str) -> Topology:
             nodes[nid] = NUMANode(
                 id=nid, cpus=CPUSet(), memory_bytes=size * GIB, kind=kind, kind_reason="synthetic"
             )
+    return nodes, node_pkg
+
+
+def _distances(nodes: dict[int, NUMANode], node_pkg: dict[int, int]) -> dict[tuple[int, int], int]:
+    """10 to itself, 12 within a package (14 to or from memory-only nodes), 32 across."""
     distances: dict[tuple[int, int], int] = {}
     for a in nodes:
         for b in nodes:
@@ -243,7 +279,11 @@ def synthetic_topology(spec: MachineSpec | str) -> Topology:
             else:
                 d = 32
             distances[(a, b)] = d
+    return distances
 
+
+def _caches(cpus: dict[int, CPUInfo]) -> tuple[CacheInstance, ...]:
+    """The L1d, L1i, L2 and L3 instances named by the CPUs' cache ids."""
     caches: list[CacheInstance] = []
     levels = ((1, "Data", "l1d"), (1, "Instruction", "l1i"), (2, "Unified", "l2"), (3, "Unified", "l3"))
     for level, cache_kind, attr in levels:
@@ -253,16 +293,4 @@ def synthetic_topology(spec: MachineSpec | str) -> Topology:
             groups[cid] = groups.get(cid, 0) | (1 << info.id)
         for cid, mask in sorted(groups.items()):
             caches.append(CacheInstance(level=level, kind=cache_kind, id=cid, cpus=CPUSet.from_mask(mask)))
-
-    all_cpus = CPUSet(cpus)
-    return Topology(
-        cpus=cpus,
-        nodes=nodes,
-        distances=distances,
-        caches=tuple(caches),
-        possible=all_cpus,
-        present=all_cpus,
-        online_cpus=all_cpus,
-        core_type_source=CoreTypeSource.INTEL_PMU if spec.e_cores_per_l3 else CoreTypeSource.NONE,
-        source=f"synthetic:{spec.name}",
-    )
+    return tuple(caches)

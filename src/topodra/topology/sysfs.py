@@ -166,6 +166,128 @@ def _group(
     return _Partition(chosen.values())
 
 
+#: The sibling-mask files of each level (hex masks first, as hwloc reads them), its
+#: id file and its name, from the core outwards.
+_GROUP_LEVELS = (
+    (("core_cpus", "thread_siblings", "core_cpus_list", "thread_siblings_list"), "core_id", "core"),
+    (("cluster_cpus", "cluster_cpus_list"), "cluster_id", "cluster"),
+    (("die_cpus", "die_cpus_list"), "die_id", "die"),
+    (
+        ("package_cpus", "core_siblings", "package_cpus_list", "core_siblings_list"),
+        "physical_package_id",
+        "package",
+    ),
+)
+
+
+@dataclass
+class _CacheGroups:
+    """The instances of one cache (level, type): their partition, ids and raw reads."""
+
+    part: _Partition
+    ids: list[int]
+    of_cpu: dict[int, _CacheRaw]
+
+
+def _cache_of(parts: Mapping[tuple[int, str], _CacheGroups], c: int, level: int, *kinds: str) -> int | None:
+    """The id of CPU ``c``'s cache at ``level``, of the first of ``kinds`` it has."""
+    for kind in kinds:
+        got = parts.get((level, kind))
+        if got is not None and c in got.part.of:
+            return got.ids[got.part.of[c]]
+    return None
+
+
+class _Grouping:
+    """Packages, dies, cores and clusters: from the per-group read when it ran, else
+    grouped CPU by CPU (warnings for disagreeing masks go to ``warnings``)."""
+
+    def __init__(self, raw: Mapping[int, _CPURaw], known: Mapping[Hashable, list[int]], warnings: list[str]) -> None:
+        self.raw = raw
+        self.known = known
+        self.warnings = warnings
+
+    def partition(
+        self,
+        cpus: CPUSet,
+        mask_of: Callable[[int], CPUSet | None],
+        key_of: Callable[[int], Hashable | None],
+        what: str,
+        known_as: Hashable,
+    ) -> _Partition:
+        """The groups the per-group read found, else grouped CPU by CPU."""
+        got = self.known.get(known_as)
+        return _Partition(got) if got is not None else _group(cpus, mask_of, key_of, what, self.warnings)
+
+    def packages(self, online: CPUSet) -> _Partition:
+        raw = self.raw
+        if all(raw[c].package_mask is None and _valid(raw[c].package_id) is None for c in online):
+            return _Partition([online.mask])  # nothing known: one package
+        return self.partition(
+            online,
+            lambda c: raw[c].package_mask,
+            lambda c: _valid(raw[c].package_id),
+            "package",
+            "package",
+        )
+
+    def dies(self, online: CPUSet, pkg: _Partition) -> _Partition:
+        raw = self.raw
+        return self.partition(
+            online,
+            lambda c: raw[c].die_mask,
+            lambda c: (pkg.of[c], raw[c].die_id) if raw[c].die_id is not None else (pkg.of[c],),
+            "die",
+            "die",
+        ).refine(pkg)
+
+    def cores(self, online: CPUSet, die: _Partition) -> _Partition:
+        raw = self.raw
+        return self.partition(
+            online,
+            lambda c: raw[c].core_mask,
+            lambda c: (die.of[c], raw[c].core_id) if _valid(raw[c].core_id) is not None else None,
+            "core",
+            "core",
+        ).refine(die)
+
+    def clusters(
+        self, online: CPUSet, die: _Partition, core: _Partition, caches: Mapping[tuple[int, str], _CacheGroups]
+    ) -> _Partition:
+        """Clusters from sysfs; with no cluster files at all, the L2 groups (else the cores)."""
+        raw = self.raw
+        l2 = caches.get((2, "Unified")) or caches.get((2, "Data"))
+        if l2 is not None and CPUSet(l2.part.of) == online:
+            fallback: _Partition = l2.part.refine(die)
+        else:
+            fallback = core
+        cluster = self.partition(
+            online,
+            lambda c: raw[c].cluster_mask,
+            lambda c: (die.of[c], raw[c].cluster_id) if _valid(raw[c].cluster_id) is not None else None,
+            "cluster",
+            "cluster",
+        ).refine(die)
+        if all(raw[c].cluster_mask is None and _valid(raw[c].cluster_id) is None for c in online):
+            return fallback
+        return cluster
+
+    def package_ids(self, pkg: _Partition) -> list[int]:
+        """sysfs physical_package_id per group when valid and distinct, else the index."""
+        ids: list[int] = []
+        for g in pkg.groups:
+            got = {self.raw[c].package_id for c in g}
+            if len(got) != 1:
+                break
+            (pid,) = got
+            if pid is None or pid < 0:
+                break
+            ids.append(pid)
+        if len(ids) == len(pkg.groups) and len(set(ids)) == len(ids):
+            return ids
+        return list(range(len(pkg.groups)))
+
+
 # --- the reader ---------------------------------------------------------------------
 
 
@@ -271,80 +393,85 @@ class _Reader:
         """
         t = self.t
         cpus = list(online)
-        first = cpus[0]
-        top0 = f"{CPU_DIR}/cpu{first}"
+        top0 = f"{CPU_DIR}/cpu{cpus[0]}"
         entries = set(t.listdir(top0))
         if "topology" not in entries:
             return None
         files = set(t.listdir(f"{top0}/topology"))
-        for c in cpus:
-            if not t.isdir(f"{CPU_DIR}/cpu{c}/topology"):
-                return None
+        if not all(t.isdir(f"{CPU_DIR}/cpu{c}/topology") for c in cpus):
+            return None
         raw = {c: _CPURaw(c) for c in cpus}
-        levels = (
-            (("core_cpus", "thread_siblings", "core_cpus_list", "thread_siblings_list"), "core_id", "core"),
-            (("cluster_cpus", "cluster_cpus_list"), "cluster_id", "cluster"),
-            (("die_cpus", "die_cpus_list"), "die_id", "die"),
-            (
-                ("package_cpus", "core_siblings", "package_cpus_list", "core_siblings_list"),
-                "physical_package_id",
-                "package",
-            ),
-        )
-        om = online.mask
         core_of: dict[int, int] = {}
-        # AMD Bulldozer compute units: the two cores of a unit are listed as
-        # siblings but keep their own core_id; hwloc tells the case apart by
-        # comparing the first two siblings' core_id, and so does topodra.
-        thread_ids: bool | None = None
-        for names, id_name, level in levels:
+        for names, id_name, level in _GROUP_LEVELS:
             mask_name = next((n for n in names if n in files), None)
             id_file = id_name if id_name in files else None
             if mask_name is None:
                 if id_file is not None:
                     return None  # grouping by ids needs every CPU's id
                 continue
-            covered = 0
-            for c in cpus:
-                if covered >> c & 1:
-                    continue
-                rel = f"{CPU_DIR}/cpu{c}/topology/{mask_name}"
-                mask = t.cpulist(rel) if mask_name.endswith("_list") else t.cpumask(rel)
-                if mask is None or not mask.mask >> c & 1:
-                    return None
-                want = mask.mask & om
-                if want & covered:
-                    return None
-                covered |= want
-                self.known.setdefault(level, []).append(want)
-                ident = t.int(f"{CPU_DIR}/cpu{c}/topology/{id_file}") if id_file else None
-                if level == "core" and id_file and thread_ids is None and want != 1 << c:
-                    second = _lowest_bit(want & ~(1 << c)).bit_length() - 1
-                    thread_ids = t.int(f"{CPU_DIR}/cpu{second}/topology/{id_file}") != ident
-                for m in CPUSet.from_mask(want):
-                    r = raw[m]
-                    if level == "core":
-                        if thread_ids and m != c:
-                            ident = t.int(f"{CPU_DIR}/cpu{m}/topology/{id_file}")
-                        r.core_mask, r.core_id = mask, ident
-                        core_of[m] = want
-                    elif level == "cluster":
-                        r.cluster_mask, r.cluster_id = mask, ident
-                    elif level == "die":
-                        r.die_mask, r.die_id = mask, ident
-                    else:
-                        r.package_mask, r.package_id = mask, ident
+            if not self.read_level_groups(level, mask_name, id_file, cpus, online.mask, raw, core_of):
+                return None
         # the lowest CPU of each core (every CPU when there are no core masks)
         core_reps = [c for c in cpus if _lowest_bit(core_of.get(c, 1 << c)) == 1 << c]
-        if not self.read_grouped_caches(cpus, om, core_reps, core_of, raw):
+        if not self.read_grouped_caches(cpus, online.mask, core_reps, core_of, raw):
             return None
         for c in core_reps:
             self.read_cpu_values(c, entries, raw[c])
-            for m in CPUSet.from_mask(core_of.get(c, 1 << c) & ~(1 << c)):
-                r, src = raw[m], raw[c]
-                r.base_freq, r.min_freq, r.max_freq = src.base_freq, src.min_freq, src.max_freq
-                r.capacity, r.highest_perf = src.capacity, src.highest_perf
+            _share_core_values(raw, c, core_of.get(c, 1 << c))
         return raw
+
+    def read_level_groups(
+        self,
+        level: str,
+        mask_name: str,
+        id_file: str | None,
+        cpus: list[int],
+        om: int,
+        raw: Mapping[int, _CPURaw],
+        core_of: dict[int, int],
+    ) -> bool:
+        """One level's masks and ids, read at the lowest CPU of each group.
+
+        Fills ``raw`` (and ``core_of`` for the core level) and records the groups in
+        ``known``; False when a mask is missing, leaves out its own CPU or overlaps
+        an earlier group.
+        """
+        t = self.t
+        # AMD Bulldozer compute units: the two cores of a unit are listed as
+        # siblings but keep their own core_id; hwloc tells the case apart by
+        # comparing the first two siblings' core_id, and so does topodra.
+        thread_ids: bool | None = None
+        covered = 0
+        for c in cpus:
+            if covered >> c & 1:
+                continue
+            rel = f"{CPU_DIR}/cpu{c}/topology/{mask_name}"
+            mask = t.cpulist(rel) if mask_name.endswith("_list") else t.cpumask(rel)
+            if mask is None or not mask.mask >> c & 1:
+                return False
+            want = mask.mask & om
+            if want & covered:
+                return False
+            covered |= want
+            self.known.setdefault(level, []).append(want)
+            ident = t.int(f"{CPU_DIR}/cpu{c}/topology/{id_file}") if id_file else None
+            if level == "core" and id_file and thread_ids is None and want != 1 << c:
+                second = _lowest_bit(want & ~(1 << c)).bit_length() - 1
+                thread_ids = t.int(f"{CPU_DIR}/cpu{second}/topology/{id_file}") != ident
+            for m in CPUSet.from_mask(want):
+                r = raw[m]
+                if level == "core":
+                    if thread_ids and m != c:
+                        ident = t.int(f"{CPU_DIR}/cpu{m}/topology/{id_file}")
+                    r.core_mask, r.core_id = mask, ident
+                    core_of[m] = want
+                elif level == "cluster":
+                    r.cluster_mask, r.cluster_id = mask, ident
+                elif level == "die":
+                    r.die_mask, r.die_id = mask, ident
+                else:
+                    r.package_mask, r.package_id = mask, ident
+        return True
 
     def read_grouped_caches(
         self,
@@ -524,90 +651,14 @@ class _Reader:
         core_types: Mapping[int, CoreType],
         isolated: CPUSet,
     ) -> tuple[dict[int, CPUInfo], tuple[CacheInstance, ...]]:
-        w = self.warnings
-        known = self.known
-
-        def group(
-            cpus: CPUSet,
-            mask_of: Callable[[int], CPUSet | None],
-            key_of: Callable[[int], Hashable | None],
-            what: str,
-            known_as: Hashable,
-        ) -> _Partition:
-            """The groups the per-group read found, else grouped CPU by CPU."""
-            got = known.get(known_as)
-            return _Partition(got) if got is not None else _group(cpus, mask_of, key_of, what, w)
-
-        pkg = group(
-            online,
-            lambda c: raw[c].package_mask,
-            lambda c: _valid(raw[c].package_id),
-            "package",
-            "package",
-        )
-        if all(raw[c].package_mask is None and _valid(raw[c].package_id) is None for c in online):
-            pkg = _Partition([online.mask])  # nothing known: one package
-        die = group(
-            online,
-            lambda c: raw[c].die_mask,
-            lambda c: (pkg.of[c], raw[c].die_id) if raw[c].die_id is not None else (pkg.of[c],),
-            "die",
-            "die",
-        ).refine(pkg)
-        core = group(
-            online,
-            lambda c: raw[c].core_mask,
-            lambda c: (die.of[c], raw[c].core_id) if _valid(raw[c].core_id) is not None else None,
-            "core",
-            "core",
-        ).refine(die)
-
-        # Caches: one partition per (level, type); ids from sysfs or lowest CPU.
-        cache_parts: dict[tuple[int, str], tuple[_Partition, list[int], dict[int, _CacheRaw]]] = {}
-        kinds = sorted({(k.level, k.kind) for r in raw.values() for k in r.caches})
-        for level, kind in kinds:
-            of_cpu: dict[int, _CacheRaw] = {}
-            for c in online:
-                for k in raw[c].caches:
-                    if k.level == level and k.kind == kind:
-                        of_cpu[c] = k
-                        break
-            covered = CPUSet(of_cpu)
-            # An empty shared_cpu_map (IA64 kernels do this for L3) means the
-            # cache is private to the core, as hwloc reads it.
-            part = group(
-                covered,
-                lambda c, m=of_cpu: m[c].shared or core.groups[core.of[c]],  # type: ignore[misc]
-                lambda c: None,
-                f"L{level} {kind.lower()} cache",
-                (level, kind),
-            )
-            cache_parts[(level, kind)] = (part, self.cache_ids(part, of_cpu), of_cpu)
-
-        def cache_of(c: int, level: int, *kinds: str) -> int | None:
-            for kind in kinds:
-                got = cache_parts.get((level, kind))
-                if got is not None and c in got[0].of:
-                    return got[1][got[0].of[c]]
-            return None
-
-        l2_part = cache_parts.get((2, "Unified")) or cache_parts.get((2, "Data"))
-        if l2_part is not None and CPUSet(l2_part[0].of) == online:
-            cluster_fallback: _Partition = l2_part[0].refine(die)
-        else:
-            cluster_fallback = core
-        cluster = group(
-            online,
-            lambda c: raw[c].cluster_mask,
-            lambda c: (die.of[c], raw[c].cluster_id) if _valid(raw[c].cluster_id) is not None else None,
-            "cluster",
-            "cluster",
-        ).refine(die)
-        if all(raw[c].cluster_mask is None and _valid(raw[c].cluster_id) is None for c in online):
-            cluster = cluster_fallback
+        grouping = _Grouping(raw, self.known, self.warnings)
+        pkg = grouping.packages(online)
+        die = grouping.dies(online, pkg)
+        core = grouping.cores(online, die)
+        caches = self.cache_partitions(online, raw, grouping, core)
+        cluster = grouping.clusters(online, die, core, caches)
         core = core.refine(cluster)
-
-        pkg_ids = self.package_ids(pkg, raw)
+        pkg_ids = grouping.package_ids(pkg)
         cpus: dict[int, CPUInfo] = {}
         for c in online:
             r = raw[c]
@@ -622,10 +673,10 @@ class _Reader:
                 core_id=_or(_valid(r.core_id), core.of[c]),
                 siblings=core.groups[core.of[c]],
                 node=node_of[c],
-                l1d=cache_of(c, 1, "Data", "Unified"),
-                l1i=cache_of(c, 1, "Instruction"),
-                l2=cache_of(c, 2, "Unified", "Data"),
-                l3=cache_of(c, 3, "Unified", "Data"),
+                l1d=_cache_of(caches, c, 1, "Data", "Unified"),
+                l1i=_cache_of(caches, c, 1, "Instruction"),
+                l2=_cache_of(caches, c, 2, "Unified", "Data"),
+                l3=_cache_of(caches, c, 3, "Unified", "Data"),
                 base_freq_khz=r.base_freq,
                 min_freq_khz=r.min_freq,
                 max_freq_khz=r.max_freq,
@@ -633,28 +684,42 @@ class _Reader:
                 core_type=core_types[c],
                 isolated=c in isolated,
             )
-        caches: list[CacheInstance] = []
-        for (level, kind), (part, ids, of_cpu) in cache_parts.items():
-            for i, g in enumerate(part.groups):
-                size = self.cache_size(of_cpu[g.first()])
-                caches.append(CacheInstance(level=level, kind=kind, id=ids[i], cpus=g, size_bytes=size))
-        caches.sort(key=lambda k: (k.level, k.kind, k.cpus.first()))
-        return cpus, tuple(caches)
+        return cpus, self.cache_instances(caches)
 
-    def package_ids(self, pkg: _Partition, raw: Mapping[int, _CPURaw]) -> list[int]:
-        """sysfs physical_package_id per group when valid and distinct, else the index."""
-        ids: list[int] = []
-        for g in pkg.groups:
-            got = {raw[c].package_id for c in g}
-            if len(got) != 1:
-                break
-            (pid,) = got
-            if pid is None or pid < 0:
-                break
-            ids.append(pid)
-        if len(ids) == len(pkg.groups) and len(set(ids)) == len(ids):
-            return ids
-        return list(range(len(pkg.groups)))
+    def cache_partitions(
+        self, online: CPUSet, raw: Mapping[int, _CPURaw], grouping: _Grouping, core: _Partition
+    ) -> dict[tuple[int, str], _CacheGroups]:
+        """Caches: one partition per (level, type); ids from sysfs or lowest CPU."""
+        parts: dict[tuple[int, str], _CacheGroups] = {}
+        kinds = sorted({(k.level, k.kind) for r in raw.values() for k in r.caches})
+        for level, kind in kinds:
+            of_cpu: dict[int, _CacheRaw] = {}
+            for c in online:
+                for k in raw[c].caches:
+                    if k.level == level and k.kind == kind:
+                        of_cpu[c] = k
+                        break
+            covered = CPUSet(of_cpu)
+            # An empty shared_cpu_map (IA64 kernels do this for L3) means the
+            # cache is private to the core, as hwloc reads it.
+            part = grouping.partition(
+                covered,
+                lambda c, m=of_cpu: m[c].shared or core.groups[core.of[c]],  # type: ignore[misc]
+                lambda c: None,
+                f"L{level} {kind.lower()} cache",
+                (level, kind),
+            )
+            parts[(level, kind)] = _CacheGroups(part, self.cache_ids(part, of_cpu), of_cpu)
+        return parts
+
+    def cache_instances(self, parts: Mapping[tuple[int, str], _CacheGroups]) -> tuple[CacheInstance, ...]:
+        caches: list[CacheInstance] = []
+        for (level, kind), got in parts.items():
+            for i, g in enumerate(got.part.groups):
+                size = self.cache_size(got.of_cpu[g.first()])
+                caches.append(CacheInstance(level=level, kind=kind, id=got.ids[i], cpus=g, size_bytes=size))
+        caches.sort(key=lambda k: (k.level, k.kind, k.cpus.first()))
+        return tuple(caches)
 
     # --- NUMA -----------------------------------------------------------------
     def read_nodes(
@@ -913,6 +978,15 @@ def _complete(values: Mapping[int, int | None]) -> dict[int, int] | None:
     if any(v is None for v in values.values()):
         return None
     return {c: v for c, v in values.items() if v is not None}
+
+
+def _share_core_values(raw: Mapping[int, _CPURaw], rep: int, core: int) -> None:
+    """Copy the frequencies, capacity and CPPC read at ``rep`` to the other CPUs of its core."""
+    src = raw[rep]
+    for m in CPUSet.from_mask(core & ~(1 << rep)):
+        r = raw[m]
+        r.base_freq, r.min_freq, r.max_freq = src.base_freq, src.min_freq, src.max_freq
+        r.capacity, r.highest_perf = src.capacity, src.highest_perf
 
 
 def _parse_size(text: str) -> int | None:
