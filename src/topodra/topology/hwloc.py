@@ -519,25 +519,42 @@ def compare(
     shows must be one of ours but we may have more. ``documented`` maps a level
     to the reason it differs on purpose; the check is still made and reported.
     """
-    documented = documented or {}
+    checks = _Checks(subset, documented or {})
     allowed = h.pus
-    checks: list[Check] = []
+    _check_pus(checks, t.online if allowed_cpus is None else t.online & allowed_cpus, allowed)
+    _check_groups(checks, t, h, allowed)
+    if "numa_nodes" in h.seen:
+        checks.add("numa_nodes", *_compare_nodes(t, h, allowed, allowed_nodes, checks.partial("numa_nodes")))
+    _check_memory_kinds(checks, t, h)
+    if "distances" in h.seen:
+        _check_distances(checks, t, h)
+    _check_cpu_kinds(checks, t, h, allowed)
+    return checks.found
 
-    def partial(level: str) -> bool:
-        return subset is True or (not isinstance(subset, bool) and level in subset)
 
-    def add(level: str, ok: bool, detail: str = "") -> None:
-        checks.append(Check(level, ok, detail, documented.get(level, "")))
+@dataclass
+class _Checks:
+    """The checks found so far, and how each level is to be compared."""
 
-    ours = t.online if allowed_cpus is None else t.online & allowed_cpus
-    if partial("pus"):
-        add("pus", allowed <= ours, "" if allowed <= ours else f"hwloc PUs {allowed - ours} not online here")
+    subset: bool | Collection[str]
+    documented: Mapping[str, str]
+    found: list[Check] = field(default_factory=list)
+
+    def partial(self, level: str) -> bool:
+        return self.subset is True or (not isinstance(self.subset, bool) and level in self.subset)
+
+    def add(self, level: str, ok: bool, detail: str = "") -> None:
+        self.found.append(Check(level, ok, detail, self.documented.get(level, "")))
+
+
+def _check_pus(checks: _Checks, ours: CPUSet, allowed: CPUSet) -> None:
+    if checks.partial("pus"):
+        checks.add("pus", allowed <= ours, "" if allowed <= ours else f"hwloc PUs {allowed - ours} not online here")
     else:
-        add(
-            "pus",
-            ours == allowed,
-            "" if ours == allowed else f"ours {ours.format()} vs hwloc {allowed.format()}",
-        )
+        checks.add("pus", ours == allowed, "" if ours == allowed else f"ours {ours.format()} vs hwloc {allowed.format()}")
+
+
+def _check_groups(checks: _Checks, t: Topology, h: HwlocReading, allowed: CPUSet) -> None:
     # hwloc shows a Die level only where dies differ from packages (die_cpus
     # of more than one PU, not equal to the package); then they must match.
     for level in ("packages", "dies", "l3", "l2", "cores"):
@@ -545,19 +562,19 @@ def compare(
             continue
         theirs = _groups(getattr(h, level))
         mine = restrict(t, level, allowed)
-        if partial(level) and level in documented:
+        missing = theirs - mine
+        if checks.partial(level) and level in checks.documented:
             # A documented partial comparison: report the exact result, and
             # accept it only when every group hwloc shows is one of ours.
-            missing = theirs - mine
-            reason = documented[level] if not missing else ""
-            checks.append(Check(level, theirs == mine, _describe(missing, mine - theirs), reason))
-        elif partial(level):
-            missing = theirs - mine
-            add(level, not missing, _describe(missing, set()))
+            reason = checks.documented[level] if not missing else ""
+            checks.found.append(Check(level, theirs == mine, _describe(missing, mine - theirs), reason))
+        elif checks.partial(level):
+            checks.add(level, not missing, _describe(missing, set()))
         else:
-            add(level, theirs == mine, _describe(theirs - mine, mine - theirs))
-    if "numa_nodes" in h.seen:
-        add("numa_nodes", *_compare_nodes(t, h, allowed, allowed_nodes, partial("numa_nodes")))
+            checks.add(level, theirs == mine, _describe(missing, mine - theirs))
+
+
+def _check_memory_kinds(checks: _Checks, t: Topology, h: HwlocReading) -> None:
     node_kinds = {n: NODE_SUBTYPE_KINDS[st] for n, st in h.node_subtypes.items() if st in NODE_SUBTYPE_KINDS}
     node_kinds = {n: k for n, k in node_kinds.items() if n in t.nodes}
     if node_kinds:
@@ -566,32 +583,30 @@ def compare(
             for n, k in sorted(node_kinds.items())
             if t.nodes[n].kind is not k
         ]
-        add("memory_kinds", not wrong_kinds, "; ".join(wrong_kinds))
-    if "distances" in h.seen:
-        wrong = [
-            f"{a}->{b}: ours {t.distances.get((a, b))} vs hwloc {v}"
-            for (a, b), v in sorted(h.distances.items())
-            if t.distances.get((a, b)) != v
-        ]
-        add(
-            "distances", not wrong, "; ".join(wrong[:6]) + (f" (+{len(wrong) - 6})" if len(wrong) > 6 else "")
-        )
+        checks.add("memory_kinds", not wrong_kinds, "; ".join(wrong_kinds))
+
+
+def _check_distances(checks: _Checks, t: Topology, h: HwlocReading) -> None:
+    wrong = [
+        f"{a}->{b}: ours {t.distances.get((a, b))} vs hwloc {v}"
+        for (a, b), v in sorted(h.distances.items())
+        if t.distances.get((a, b)) != v
+    ]
+    more = f" (+{len(wrong) - 6})" if len(wrong) > 6 else ""
+    checks.add("distances", not wrong, "; ".join(wrong[:6]) + more)
+
+
+def _check_cpu_kinds(checks: _Checks, t: Topology, h: HwlocReading, allowed: CPUSet) -> None:
     # hwloc lists CPU kinds only when it can tell CPUs apart; one kind (or none) = not hybrid.
     kinds = [k & allowed for k in h.cpu_kinds if k & allowed]
     ours_kinds = [k for k in (t.cpus_of_type(ct) & allowed for ct in t.core_types()) if k]
     if len(kinds) <= 1:
-        add(
-            "cpu_kinds",
-            len(ours_kinds) <= 1,
-            "" if len(ours_kinds) <= 1 else "we see a hybrid machine, hwloc does not",
-        )
-    else:
-        classified = CPUSet.from_mask(sum(k.mask for k in kinds))
-        mine_kinds = _groups(k & classified for k in ours_kinds)
-        add(
-            "cpu_kinds", set(kinds) == mine_kinds, _describe(set(kinds) - mine_kinds, mine_kinds - set(kinds))
-        )
-    return checks
+        hybrid = len(ours_kinds) > 1
+        checks.add("cpu_kinds", not hybrid, "we see a hybrid machine, hwloc does not" if hybrid else "")
+        return
+    classified = CPUSet.from_mask(sum(k.mask for k in kinds))
+    mine_kinds = _groups(k & classified for k in ours_kinds)
+    checks.add("cpu_kinds", set(kinds) == mine_kinds, _describe(set(kinds) - mine_kinds, mine_kinds - set(kinds)))
 
 
 def _compare_nodes(
