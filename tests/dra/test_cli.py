@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -74,3 +75,26 @@ def test_clear_errors(tmp_path: Path) -> None:
         r = runner.invoke(app, args)
         assert r.exit_code == 1, (args, r.output)
         assert needle in r.output, (args, r.output)
+
+
+def test_reserving_every_cpu_is_refused_as_the_agent_refuses_it() -> None:
+    r = runner.invoke(app, ["dra", "devices", "--topology", "1s2c1t", "--reserved", "0-1"])
+    assert r.exit_code == 1, r.output
+    assert "leaves no CPU of 0-1 for devices" in r.output
+
+
+def test_a_binary_device_config_is_one_line(tmp_path: Path) -> None:
+    config = tmp_path / "garbage.bin"
+    config.write_bytes(bytes(range(256)) * 4)
+    r = runner.invoke(app, ["dra", "devices", "--topology", "1s2c1t", "--config", str(config)])
+    assert r.exit_code == 1, r.output
+    assert isinstance(r.exception, SystemExit)
+    assert "not a text file" in r.output
+
+
+@pytest.mark.parametrize("command", ["deviceclass", "slices"])
+def test_objects_offer_no_table_format(command: str) -> None:
+    r = runner.invoke(app, ["dra", command, "-f", "table"])
+    assert r.exit_code == 2, r.output
+    assert "'table' is not one of 'yaml', 'json'" in r.output
+    assert "apiVersion" not in r.output

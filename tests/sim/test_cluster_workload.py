@@ -223,3 +223,14 @@ def test_run_on_exported_objects_respects_existing_allocations(tmp_path: Path) -
     assert data["machines"] == "objects"
     assert data["scheduled"] == 8  # node-00000 is taken; node-00001 has 8 P-core CPUs
     assert data["failed_unschedulable"] == 1
+
+
+@pytest.mark.parametrize("command", [["run", "--pods", "2"], ["sweep", "--model", "cpu", "--pods", "2"]])
+def test_an_out_path_that_is_a_file_is_one_line_before_any_work(tmp_path: Path, command: list[str]) -> None:
+    taken = tmp_path / "taken"
+    taken.write_text("not a directory\n")
+    r = CliRunner().invoke(app, ["sim", *command, "--nodes", "2", "--cpus", "8", "--out", str(taken)])
+    assert r.exit_code == 2, r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit)
+    assert f"--out {taken}: exists and is not a directory" in r.output
+    assert taken.read_text() == "not a directory\n"

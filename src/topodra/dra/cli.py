@@ -40,6 +40,13 @@ class Format(enum.StrEnum):
     YAML = "yaml"
 
 
+class ObjectFormat(enum.StrEnum):
+    """Kubernetes objects print as what kubectl applies: no table."""
+
+    YAML = "yaml"
+    JSON = "json"
+
+
 TopologyOpt = Annotated[str | None, typer.Option("--topology", "-t", help=TOPOLOGY_HELP)]
 ModelOpt = Annotated[Model | None, typer.Option("--model", help="Device model: one device per CPU, per core, or grouped.")]
 GroupOpt = Annotated[GroupBy | None, typer.Option("--group-by", help="Grouping of the grouped model.")]
@@ -53,7 +60,7 @@ ConfigOpt = Annotated[
 def _fail(message: str) -> typer.Exit:
     from rich.console import Console
 
-    Console(stderr=True).print(f"[red]error:[/red] {message}", highlight=False)
+    Console(stderr=True, soft_wrap=True).print(f"[red]error:[/red] {message}", highlight=False)
     return typer.Exit(1)
 
 
@@ -82,6 +89,8 @@ def _devices(
         exclude = CPUSet.parse(reserved)
     except OSError as exc:
         raise _fail(f"cannot read --config: {exc}") from None
+    except UnicodeDecodeError:
+        raise _fail(f"{config}: not a text file (it is not UTF-8)") from None
     except yaml.YAMLError as exc:
         raise _fail(f"{config}: not valid YAML: {exc}") from None
     except ValidationError as exc:
@@ -98,7 +107,10 @@ def _devices(
         unknown = exclude - topo.online
         if unknown:
             raise _fail(f"--reserved: CPUs {unknown} are not online on this machine ({topo.online})")
-        return topo, build_devices(topo, cfg, exclude=exclude)
+        devices = build_devices(topo, cfg, exclude=exclude)
+        if not devices:
+            raise _fail(f"--reserved {exclude}: leaves no CPU of {topo.online} for devices (the agent refuses that)")
+        return topo, devices
     except (AttributeValidationError, DeviceModelError) as exc:
         raise _fail(str(exc)) from None
 
@@ -183,7 +195,7 @@ def slices_command(
     reserved: ReservedOpt = "",
     config: ConfigOpt = None,
     generation: Annotated[int, typer.Option("--generation", min=1, help="Pool generation to stamp.")] = 1,
-    output: Annotated[Format, typer.Option("--format", "-f", help="yaml or json.")] = Format.YAML,
+    output: Annotated[ObjectFormat, typer.Option("--format", "-f", help="yaml or json.")] = ObjectFormat.YAML,
 ) -> None:
     """Print the ResourceSlices the driver would publish for this node."""
     import socket
@@ -196,17 +208,17 @@ def slices_command(
         slices = build_slices(node, devices, generation=generation)
     except ValueError as exc:
         raise _fail(str(exc)) from None
-    _emit(slices, Format.YAML if output is Format.TABLE else output, documents=True)
+    _emit(slices, Format(output.value), documents=True)
 
 
 @dra_app.command("deviceclass")
 def deviceclass_command(
-    output: Annotated[Format, typer.Option("--format", "-f", help="yaml or json.")] = Format.YAML,
+    output: Annotated[ObjectFormat, typer.Option("--format", "-f", help="yaml or json.")] = ObjectFormat.YAML,
 ) -> None:
     """Print the native.cpu DeviceClass."""
     from topodra.dra.devices import device_class
 
-    _emit(device_class(), Format.YAML if output is Format.TABLE else output)
+    _emit(device_class(), Format(output.value))
 
 
 @dra_app.command("apiserver")

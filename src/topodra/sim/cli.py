@@ -62,6 +62,18 @@ def _machines(machine: list[str] | None, cpus: int) -> dict[str, float]:
     return out
 
 
+def _output_dir(out: Path) -> Path:
+    """``--out``, made ready before any work: an existing file or a directory that cannot be
+    made is a one-line error, not a traceback after the run."""
+    if out.exists() and not out.is_dir():
+        _fail(f"--out {out}: exists and is not a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        _fail(f"--out {out}: cannot create the directory ({e.strerror or e})")
+    return out
+
+
 def _fail(message: str) -> NoReturn:
     from rich.console import Console
     from rich.markup import escape
@@ -141,6 +153,8 @@ def run_cmd(
         scoring=scoring,
     )
     costs = replace(DEFAULT_COSTS, cores=scheduler_cores)
+    if out is not None:
+        _output_dir(out)
     try:
         summary, results = _simulate(config, costs)
     except (ClusterError, WorkloadError, ValueError) as e:
@@ -250,6 +264,7 @@ def sweep_cmd(
         load_workload(workload)
     except (ValueError, WorkloadError) as e:
         _fail(str(e))
+    _output_dir(out)
     cfg = SweepConfig(
         nodes=_ints(nodes, "--nodes"),
         cpus=_ints(cpus, "--cpus"),
