@@ -1,6 +1,7 @@
 """The playground's embedded peers: stand-ins for what surrounds a node agent, run in-process.
 
-- ``runtime``: an NRI container runtime with containerd's rules (``EmbeddedRuntime``);
+- ``runtime``: an NRI container runtime with containerd's rules (``EmbeddedRuntime``), its
+  components in ``runtime_store``, ``runtime_plugins``, ``runtime_events``, ``runtime_cri``;
 - ``apiserver``: a Kubernetes API server over HTTP (``ApiServer``), with its object
   ``store``, the API's ``validation`` rules and server-side ``apply`` of claim status.
 
