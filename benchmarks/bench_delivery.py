@@ -48,8 +48,8 @@ class _Node:
     def _web_cpus(self) -> CPUSet | None:
         rt = self.pg.runtime
         assert rt is not None
-        pods = {p.id: p.name for p in rt.pods()}
-        ctr = next(c for c in rt.containers() if pods.get(c.pod_sandbox_id) == "web")
+        pods = {p.id: p.name for p in rt.store.pods()}
+        ctr = next(c for c in rt.store.containers() if pods.get(c.pod_sandbox_id) == "web")
         got = self.reader.read(ctr.id, ctr.cgroups_path)
         return got.cpus if got is not None else None
 

@@ -217,7 +217,7 @@ class _Churn:
         rt = self.pg.runtime
         assert rt is not None
         try:
-            return rt.pod(rt.container(container_id).pod_sandbox_id).labels.get("churn", "")
+            return rt.store.pod(rt.store.container(container_id).pod_sandbox_id).labels.get("churn", "")
         except Exception:
             return ""
 
@@ -271,8 +271,8 @@ class _Churn:
     def _containers_of(self, pod_name: str) -> list[str]:
         rt = self.pg.runtime
         assert rt is not None
-        sandboxes = {p.id for p in rt.pods() if p.name == pod_name}
-        return [c.id for c in rt.containers() if c.pod_sandbox_id in sandboxes]
+        sandboxes = {p.id for p in rt.store.pods() if p.name == pod_name}
+        return [c.id for c in rt.store.containers() if c.pod_sandbox_id in sandboxes]
 
     async def start_pod(self) -> None:
         kind = self.rng.choices(["claim", "guaranteed", "shared"], weights=[3, 3, 4])[0]
@@ -304,7 +304,7 @@ class _Churn:
             if cpus is None:
                 continue
             self.report.exclusive_grants += 1
-            created = rt.container(cid).created_at / 1e9
+            created = rt.store.container(cid).created_at / 1e9
             deadline = time.monotonic() + 5
             while not offered_cpus(self.pg).isdisjoint(cpus) and time.monotonic() < deadline:
                 if self.exclusive.get(cid) != cpus:
@@ -373,7 +373,7 @@ def _kernel_cpus(rt: EmbeddedRuntime, container: Container) -> CPUSet | None:
     """What the container's cgroup holds (the kernel's view), or the runtime's record of its task
     when the runtime writes no cgroup files."""
     if rt.cgroup_root is None:
-        applied = rt.applied(container.id)
+        applied = rt.store.applied(container.id)
         return applied[0] if applied is not None else None
     got = CgroupReader(rt.cgroup_root).read(container.id, container.cgroups_path)
     return got.cpus if got is not None else None
@@ -388,8 +388,8 @@ async def _check(pg: Playground, report: ChurnReport) -> None:
     report.deadlocks = rt.deadlocks
     record: Mapping[str, Mapping[str, str]] = state["containers"]
     claims = {uid: CPUSet.parse(c) for uid, c in state["claims"].items()}
-    for c in rt.containers():
-        applied = rt.applied(c.id)
+    for c in rt.store.containers():
+        applied = rt.store.applied(c.id)
         if applied is None or c.id not in record:
             continue
         want = record[c.id]["cpus"]
@@ -405,10 +405,10 @@ async def _check(pg: Playground, report: ChurnReport) -> None:
             if cpu in holders:
                 report.double_held.append(f"CPU {cpu}: claim {uid} and {holders[cpu]}")
             holders[cpu] = f"claim {uid}"
-    pods = {p.id: p for p in rt.pods()}
-    for c in rt.containers():
+    pods = {p.id: p for p in rt.store.pods()}
+    for c in rt.store.containers():
         pod = pods.get(c.pod_sandbox_id)
-        applied = rt.applied(c.id)
+        applied = rt.store.applied(c.id)
         if pod is None or applied is None or applied[0] is None or pod.labels.get("churn") != "guaranteed":
             continue
         for cpu in applied[0]:

@@ -273,10 +273,10 @@ class CrashSoak:
             known |= self._claim_uids_of(key)
         for uid in sorted(set(claims) - known):
             problems.append(f"claim {uid} is prepared but no pod will use or release it (leak)")
-        pods = {p.id: p.name for p in pg.runtime.pods()}
+        pods = {p.id: p.name for p in pg.runtime.store.pods()}
         exclusive = CPUSet()
         shared: dict[str, CPUSet] = {}
-        for ctr in pg.runtime.containers():
+        for ctr in pg.runtime.store.containers():
             name = pods.get(ctr.pod_sandbox_id, ctr.pod_sandbox_id)
             cpus = ctr.resources.cpus if ctr.resources is not None and ctr.resources.cpus else CPUSet()
             if not cpus:

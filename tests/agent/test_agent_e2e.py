@@ -68,7 +68,7 @@ def test_release_reaches_the_runtime_with_no_further_container_event() -> None:
         for cid in run_.containers.values():
             assert (await pg.runtime.stop_container(cid)).ok
             assert (await pg.runtime.remove_container(cid)).ok
-        changes = pg.runtime.subscribe()
+        changes = pg.runtime.store.subscribe()
         events_before = _nri_events(pg)
         await pg.kubelet.unprepare_claims(pod)
         change = await asyncio.wait_for(changes.get(), 5)
@@ -112,8 +112,8 @@ def test_restart_in_between_changes_nothing() -> None:
 
 def _cid(pg: Playground, pod: str) -> str:
     assert pg.runtime is not None
-    pods = {p.id: p.name for p in pg.runtime.pods()}
-    return next(c.id for c in pg.runtime.containers() if pods.get(c.pod_sandbox_id) == pod)
+    pods = {p.id: p.name for p in pg.runtime.store.pods()}
+    return next(c.id for c in pg.runtime.store.containers() if pods.get(c.pod_sandbox_id) == pod)
 
 
 @pytest.mark.parametrize(
@@ -133,7 +133,7 @@ def test_forged_claim_variable_is_refused(env_value: str, message: str) -> None:
         assert claimed != CPUSet.parse("0-3")
         # A container of the claiming pod with a made-up value, or one naming an unknown claim,
         # must not get those CPUs.
-        sandbox = next(p for p in pg.runtime.pods() if p.name == "pcore-test")
+        sandbox = next(p for p in pg.runtime.store.pods() if p.name == "pcore-test")
         ctr = Container(id="forger-ctr", pod_sandbox_id=sandbox.id, name="sidecar",
                         state=ContainerState.CREATED, env=(env_value.format(uid=uid),))
         result = await pg.runtime.create_container(ctr)

@@ -97,8 +97,8 @@ def test_claims_never_land_on_a_running_exclusive_container() -> None:
             assert pg.runtime is not None
             assert pg.agent is not None
             await pg.apply([ONE, _pod("web"), _pod("db", cpus=2)])
-            db = next(c.id for c in pg.runtime.containers() if pg.runtime.pod(c.pod_sandbox_id).name == "db")
-            exclusive = pg.runtime.container(db).cpus
+            db = next(c.id for c in pg.runtime.store.containers() if pg.runtime.store.pod(c.pod_sandbox_id).name == "db")
+            exclusive = pg.runtime.store.container(db).cpus
             assert exclusive is not None
             assert len(exclusive) == 2
             await pg.agent.publisher.settle()
@@ -106,7 +106,7 @@ def test_claims_never_land_on_a_running_exclusive_container() -> None:
             lines = [(await pg.apply([_pod(f"claim-{i}", claim=1)]))[-1] for i in range(15)]
             assert sum(line.endswith("running") for line in lines) == 13  # 16 CPUs - 2 exclusive - the floor
             assert all("pending" in line for line in lines if not line.endswith("running")), lines
-            assert pg.runtime.container(db).cpus == exclusive
+            assert pg.runtime.store.container(db).cpus == exclusive
             assert b"topodra_exclusive_moved_by_claim_total 0.0" in pg.agent.metrics.render()
             await pg.delete_pod("db")  # released: offered again (after dra.publishDelay)
             await pg.agent.publisher.settle()

@@ -78,9 +78,9 @@ async def _check(pg: Playground, *, claimer_running: bool) -> None:
         assert claimed.isdisjoint(c), "a CPU is in two claims"
         claimed |= c
     assert len(claims) == (1 if claimer_running else 0)
-    pods = {p.id: p.name for p in pg.runtime.pods()}
+    pods = {p.id: p.name for p in pg.runtime.store.pods()}
     cpus_of: dict[str, CPUSet] = {}
-    for ctr in pg.runtime.containers():
+    for ctr in pg.runtime.store.containers():
         assert ctr.resources is not None
         assert ctr.resources.cpus, f"container {ctr.id} has no cpuset"
         cpus = ctr.resources.cpus

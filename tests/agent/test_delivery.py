@@ -182,7 +182,7 @@ def test_replies_delivery_widens_at_once_without_entering_the_knot() -> None:
 
 def _cgroup_cpus(pg: Playground, container_id: str) -> CPUSet:
     assert pg.runtime is not None
-    ctr = pg.runtime.container(container_id)
+    ctr = pg.runtime.store.container(container_id)
     assert pg.agent is not None
     got = CgroupReader(pg.agent.node.config.sysfs_root / "sys" / "fs" / "cgroup").read(container_id, ctr.cgroups_path)
     assert got is not None
@@ -191,8 +191,8 @@ def _cgroup_cpus(pg: Playground, container_id: str) -> CPUSet:
 
 def _cid(pg: Playground, pod: str) -> str:
     assert pg.runtime is not None
-    pods = {p.id: p.name for p in pg.runtime.pods()}
-    return next(c.id for c in pg.runtime.containers() if pods.get(c.pod_sandbox_id) == pod)
+    pods = {p.id: p.name for p in pg.runtime.store.pods()}
+    return next(c.id for c in pg.runtime.store.containers() if pods.get(c.pod_sandbox_id) == pod)
 
 
 def _pod_key(name: str) -> tuple[Any, str, str]:

@@ -221,8 +221,8 @@ def test_an_agent_restarted_while_a_claimed_cpu_is_offline_keeps_the_claim_whole
 
 def _cid(pg: Playground, pod: str) -> str:
     assert pg.runtime is not None
-    pods = {p.id: p.name for p in pg.runtime.pods()}
-    return next(c.id for c in pg.runtime.containers() if pods.get(c.pod_sandbox_id) == pod)
+    pods = {p.id: p.name for p in pg.runtime.store.pods()}
+    return next(c.id for c in pg.runtime.store.containers() if pods.get(c.pod_sandbox_id) == pod)
 
 
 def test_watch_root_follows_where_the_machine_is_read_from(tmp_path: Path) -> None:

@@ -43,8 +43,8 @@ def _applied_equals_assigned(pg: Playground) -> dict[str, tuple[str, str]]:
     assert pg.runtime is not None
     assert pg.agent is not None
     wrong = {}
-    for c in pg.runtime.containers():
-        applied = pg.runtime.applied(c.id)
+    for c in pg.runtime.store.containers():
+        applied = pg.runtime.store.applied(c.id)
         want = pg.agent.policy.assignment(c.id)
         if applied is None or want is None:
             continue
@@ -76,9 +76,9 @@ def test_a_claim_prepared_while_a_container_starts_still_reaches_its_cgroup() ->
         await pg.settle()  # no drift check needed: the agent re-sent it after PostStartContainer
         assert _applied_equals_assigned(pg) == {}
         assert b"topodra_start_window_repushes_total 1.0" in pg.agent.metrics.render()
-        web = next(c.id for c in pg.runtime.containers() if c.name == "c")
+        web = next(c.id for c in pg.runtime.store.containers() if c.name == "c")
         claimed = next(iter(pg.agent.policy.claims().values()))
-        applied = pg.runtime.applied(web)
+        applied = pg.runtime.store.applied(web)
         assert applied is not None
         assert applied[0] is not None
         assert applied[0].isdisjoint(claimed)
@@ -94,7 +94,7 @@ def test_drift_found_in_the_cgroup_is_repaired_and_counted() -> None:
         assert pg.agent is not None
         assert pg.agent.drift is not None
         await pg.apply([_pod("web"), _pod("db")])
-        web = next(c for c in pg.runtime.containers() if c.name == "c")
+        web = next(c for c in pg.runtime.store.containers() if c.name == "c")
         assert pg.runtime.cgroup_root is not None
         cpus_file = pg.runtime.cgroup_root / web.cgroups_path.lstrip("/") / "cpuset.cpus"
         cpus_file.write_text("0\n")  # someone else rewrote the cgroup
@@ -119,8 +119,8 @@ def test_a_rejected_batch_is_counted_and_only_what_still_differs_is_sent_again()
         assert pg.agent.router.pusher is not None
         await pg.apply([_pod("web"), _pod("db")])
         await pg.settle()  # a start-window repair of web or db is pushed before the count starts
-        pods = {p.id: p.name for p in pg.runtime.pods()}
-        by_pod = {pods[c.pod_sandbox_id]: c.id for c in pg.runtime.containers()}
+        pods = {p.id: p.name for p in pg.runtime.store.pods()}
+        by_pod = {pods[c.pod_sandbox_id]: c.id for c in pg.runtime.store.containers()}
         pg.runtime.exit_container(by_pod["web"])  # its StopContainer event has not come yet
         calls_before = sum("requested container updates" in line for line in pg.runtime.log)
         await pg.apply(list(yaml.safe_load_all(EXAMPLE.read_text())))  # db and web shrink: one batch

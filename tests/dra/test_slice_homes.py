@@ -385,7 +385,7 @@ def test_the_agent_withdraws_an_exclusive_core_with_one_slice_write() -> None:
             await pg.apply([pod])
             await pg.agent.publisher.settle()
             after = slices(pg)
-            held = next(c.cpus for c in pg.runtime.containers() if pg.runtime.pod(c.pod_sandbox_id).name == "db")
+            held = next(c.cpus for c in pg.runtime.store.containers() if pg.runtime.store.pod(c.pod_sandbox_id).name == "db")
             assert held is not None
             assert len(held) == 2
             changed = [n for n in after if after[n]["metadata"]["resourceVersion"] != before[n]["metadata"]["resourceVersion"]]

@@ -72,18 +72,18 @@ def test_lifecycle_adjustments_updates_and_change_notifications(tmp_path: Path) 
         plugin = Pinner()
         changes: list[ContainerChange] = []
         async with runtime_with(tmp_path, (plugin, "pinner", "10"), on_change=changes.append) as (rt, _):
-            queue = rt.subscribe()
+            queue = rt.store.subscribe()
             assert (await rt.run_pod_sandbox(POD)).ok
             res = (await rt.create_container(ctr("c1", cpus="0-7"))).check()
             assert res.container is not None
             assert res.container.cpus == CPUSet({0, 1})
             assert res.container.annotations["pinned"] == "0-1"
-            assert rt.container("c1").mems == CPUSet({0})
+            assert rt.store.container("c1").mems == CPUSet({0})
             (await rt.start_container("c1")).check()
             (await rt.create_container(ctr("c2"))).check()
             res = (await rt.stop_container("c1")).check()
             assert res.updates == (ContainerUpdate("c2", cpus=CPUSet.parse("0-3")),)
-            assert rt.container("c2").cpus == CPUSet.parse("0-3")
+            assert rt.store.container("c2").cpus == CPUSet.parse("0-3")
             (await rt.remove_container("c1")).check()
             assert plugin.events == ["run web", "create c1", "start c1 0-1", "create c2", "stop c1", "remove c1"]
             got = [queue.get_nowait() for _ in range(queue.qsize())]
@@ -105,13 +105,13 @@ def test_synchronize_sees_existing_containers_and_its_updates_apply(tmp_path: Pa
         await rt.start()
         await rt.run_pod_sandbox(POD)
         await rt.create_container(ctr("c1", cpus="0-3"))
-        queue = rt.subscribe()
+        queue = rt.store.subscribe()
         plugin = Pinner()
         stub = Stub(plugin, socket_path=str(tmp_path / "nri.sock"), name="late", idx="20", env={})
         task = asyncio.get_running_loop().create_task(stub.run())
         await rt.wait_for_plugins(1)
         assert plugin.synced == ["c1"]
-        assert rt.container("c1").cpus == CPUSet({7})
+        assert rt.store.container("c1").cpus == CPUSet({7})
         change = queue.get_nowait()
         assert (change.source, change.plugin, change.previous_cpus) == ("synchronize", "20-late", CPUSet.parse("0-3"))
         await stub.stop()
@@ -322,7 +322,7 @@ def test_handler_errors_fail_the_cri_call_but_keep_the_plugin(tmp_path: Path) ->
             with pytest.raises(Exception, match="no CPUs left"):
                 res.check()
             assert [p.id for p in rt.plugins] == ["10-refuses"]
-            assert rt.containers() == []
+            assert rt.store.containers() == []
 
     run(main())
 
@@ -376,7 +376,7 @@ def test_unsolicited_update_from_a_handler_goes_out_after_the_reply(tmp_path: Pa
         plugin = Moves(ref)
         async with runtime_with(tmp_path, (plugin, "moves", "10"), containerd_lock=lock) as (rt, stubs):
             ref.append(stubs[0])
-            queue = rt.subscribe()
+            queue = rt.store.subscribe()
             await rt.run_pod_sandbox(POD)
             (await rt.create_container(ctr("c0"))).check()
             (await rt.create_container(ctr("c1"))).check()
@@ -387,7 +387,7 @@ def test_unsolicited_update_from_a_handler_goes_out_after_the_reply(tmp_path: Pa
                 ("c1", "4", "adjustment"),
                 ("c0", "5", "unsolicited"),
             ]
-            assert rt.container("c0").cpus == CPUSet({5})
+            assert rt.store.container("c0").cpus == CPUSet({5})
             assert [p.id for p in rt.plugins] == ["10-moves"]
 
     run(main())
@@ -419,7 +419,7 @@ def test_update_requested_inside_an_event_deadlocks_with_the_containerd_lock(tmp
             raw = await RawPlugin.connect(tmp_path / "nri.sock")
             await raw.handshake(events=Event.CREATE_CONTAINER.bit)
             await rt.wait_for_plugins(1)
-            queue = rt.subscribe()
+            queue = rt.store.subscribe()
             create = asyncio.get_running_loop().create_task(rt.create_container(ctr("c1")))
             event = await raw.request()
             update = api_pb2.UpdateContainersRequest()
@@ -566,11 +566,11 @@ def test_a_failed_unsolicited_update_fails_the_call_after_applying_the_others(tm
                     ContainerUpdate("c3", cpus=CPUSet({2})),  # stopped
                     ContainerUpdate("gone", cpus=CPUSet({1}), ignore_failure=True),
                 ])
-            assert rt.container("c2").mems == CPUSet({0})  # applied despite the error
-            assert rt.container("c3").cpus is None
+            assert rt.store.container("c2").mems == CPUSet({0})  # applied despite the error
+            assert rt.store.container("c3").cpus is None
             # All good: a plain reply.
             assert await stubs[0].update_containers([ContainerUpdate("c2", cpus=CPUSet({3}))]) == []
-            assert rt.container("c2").cpus == CPUSet({3})
+            assert rt.store.container("c2").cpus == CPUSet({3})
 
     run(main())
 
@@ -591,20 +591,20 @@ def test_update_during_the_start_window_reaches_the_spec_not_the_task(tmp_path: 
             await rt.run_pod_sandbox(POD)
             await rt.create_container(ctr("c1", cpus="0-1", cgroups_path="/kubepods/pod1/c1"))
             await stubs[0].update_containers([ContainerUpdate("c1", cpus=CPUSet({1, 2}))])  # before start: kept
-            assert rt.applied("c1") is None
+            assert rt.store.applied("c1") is None
             starting = asyncio.ensure_future(rt.start_container("c1"))
             await inside.wait()
-            assert rt.applied("c1") == (CPUSet({1, 2}), None)
+            assert rt.store.applied("c1") == (CPUSet({1, 2}), None)
             await stubs[0].update_containers([ContainerUpdate("c1", cpus=CPUSet({1}))])  # lost
             gate.set()
             (await starting).check()
-            assert rt.container("c1").cpus == CPUSet({1})
-            assert rt.applied("c1") == (CPUSet({1, 2}), None)
+            assert rt.store.container("c1").cpus == CPUSet({1})
+            assert rt.store.applied("c1") == (CPUSet({1, 2}), None)
             assert (tmp_path / "cgroup/kubepods/pod1/c1/cpuset.cpus").read_text() == "1-2\n"
             assert [u.container_id for u in rt.lost_updates] == ["c1"]
             # Once running, updates reach the task again.
             await stubs[0].update_containers([ContainerUpdate("c1", cpus=CPUSet({3}))])
-            assert rt.applied("c1") == (CPUSet({3}), None)
+            assert rt.store.applied("c1") == (CPUSet({3}), None)
             assert (tmp_path / "cgroup/kubepods/pod1/c1/cpuset.cpus").read_text() == "3\n"
             await rt.stop_container("c1")
             await rt.remove_container("c1")
@@ -639,7 +639,7 @@ def test_empty_cpuset_never_reaches_the_runtime(tmp_path: Path) -> None:
             res = await rt.create_container(ctr(cpus="0-3"))
             assert res.error is not None
             assert "empty set" in res.error
-            assert rt.containers() == []
+            assert rt.store.containers() == []
 
     run(main())
 

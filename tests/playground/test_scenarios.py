@@ -68,8 +68,8 @@ def test_upstream_example_step_by_step() -> None:
 
 def _container_id(pg: Playground, pod: str) -> str:
     assert pg.runtime is not None
-    pods = {p.id: p.name for p in pg.runtime.pods()}
-    return next(c.id for c in pg.runtime.containers() if pods.get(c.pod_sandbox_id) == pod)
+    pods = {p.id: p.name for p in pg.runtime.store.pods()}
+    return next(c.id for c in pg.runtime.store.containers() if pods.get(c.pod_sandbox_id) == pod)
 
 
 def test_packaged_example_is_the_upstream_one() -> None:

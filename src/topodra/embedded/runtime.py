@@ -147,27 +147,22 @@ class EmbeddedRuntime:
         journal = RuntimeJournal()
         #: human-readable record of what happened, like a runtime's log
         self.log: list[str] = journal.lines
-        self._store = ContainerStore(self, journal)
+        #: pods, containers and their tasks as this runtime holds them (``pods()``, ``container(id)``,
+        #: ``applied(id)``, ``subscribe()``...)
+        self.store = ContainerStore(self, journal)
         #: updates stored in a starting container's spec that its task never got
-        self.lost_updates: list[ContainerUpdate] = self._store.lost_updates
+        self.lost_updates: list[ContainerUpdate] = self.store.lost_updates
         #: seconds from the end of a start whose update was lost to the next update of its task
-        self.repair_delays: list[float] = self._store.repair_delays
+        self.repair_delays: list[float] = self.store.repair_delays
         #: containerd's local NRI lock and the NRI adaptation's, in this NRI version's order
         #: (tests watch who waits)
         self.nri_locks = NRILocks(
             inverted_updates=self.version < V0_12_1, serialize_updates=containerd_lock, between=between_locks
         )
-        self._host = PluginHost(self, self._store, self.nri_locks, journal)
+        self._host = PluginHost(self, self.store, self.nri_locks, journal)
         self._cri = CRIOperations(
-            self, self._store, EventDelivery(self, self._host, journal), self.nri_locks, journal
+            self, self.store, EventDelivery(self, self._host, journal), self.nri_locks, journal
         )
-        # The store's queries, answered by the store itself.
-        self.pods: Callable[[], list[Pod]] = self._store.pods
-        self.containers: Callable[[], list[Container]] = self._store.containers
-        self.pod: Callable[[str], Pod] = self._store.pod
-        self.container: Callable[[str], Container] = self._store.container
-        self.subscribe: Callable[[], asyncio.Queue[ContainerChange]] = self._store.subscribe
-        self.applied: Callable[[str], tuple[CPUSet | None, CPUSet | None] | None] = self._store.applied
 
     @property
     def deadlocks(self) -> list[str]:
@@ -177,7 +172,7 @@ class EmbeddedRuntime:
     @property
     def unrepaired(self) -> frozenset[str]:
         """Running containers whose task kept a stale cpuset from their start and got no update since."""
-        return self._store.unrepaired
+        return self.store.unrepaired
 
     # ---------------------------------------------------------------- lifecycle
     async def start(self) -> None:

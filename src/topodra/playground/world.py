@@ -451,7 +451,7 @@ class Playground:
         assert self.runtime is not None
         assert self.kubelet is not None
         out: list[ContainerRow] = []
-        pods = {p.id: p for p in self.runtime.pods()}
+        pods = {p.id: p for p in self.runtime.store.pods()}
         qos_of = {}
         claims_of: dict[str, str] = {}
         for run in self.kubelet.pods.values():
@@ -459,7 +459,7 @@ class Playground:
         for pod in pods.values():
             parent = pod.cgroup_parent
             qos_of[pod.id] = "BestEffort" if "besteffort" in parent else "Burstable" if "burstable" in parent else "Guaranteed"
-        for ctr in sorted(self.runtime.containers(), key=lambda c: (pods[c.pod_sandbox_id].name if c.pod_sandbox_id in pods else "", c.name)):
+        for ctr in sorted(self.runtime.store.containers(), key=lambda c: (pods[c.pod_sandbox_id].name if c.pod_sandbox_id in pods else "", c.name)):
             owner = pods.get(ctr.pod_sandbox_id)
             cpus = ctr.resources.cpus if ctr.resources and ctr.resources.cpus else CPUSet()
             mems = ctr.resources.mems if ctr.resources and ctr.resources.mems else CPUSet()
