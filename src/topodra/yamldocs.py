@@ -15,7 +15,18 @@ from typing import Any
 
 import yaml
 
-__all__ = ["Document", "YamlFileError", "expand_lists", "load_documents", "parse_documents", "yaml_error"]
+__all__ = [
+    "Document", "YamlFileError", "expand_lists", "load_documents", "parse_documents", "read_text", "yaml_error",
+]
+
+
+def read_text(path: str | Path) -> str:
+    """A text file's contents. A file that is not UTF-8 (a binary file given by mistake) raises
+    OSError, like a file that cannot be read, so that every caller's one-line error names it."""
+    try:
+        return Path(path).read_text()
+    except UnicodeDecodeError as err:
+        raise OSError(f"not a text file (byte {err.start} is not UTF-8)") from None
 
 
 class YamlFileError(ValueError):
@@ -59,8 +70,8 @@ def parse_documents(text: str, source: str = "<input>") -> list[Document]:
 def load_documents(path: str | Path) -> list[Document]:
     p = Path(path)
     try:
-        text = p.read_text()
-    except (OSError, UnicodeDecodeError) as err:
+        text = read_text(p)
+    except OSError as err:
         raise YamlFileError(f"cannot read {p}: {getattr(err, 'strerror', None) or err}") from None
     return parse_documents(text, str(p))
 

@@ -73,11 +73,12 @@ def _devices(
     from topodra.cpuset import CPUSet, CPUSetParseError
     from topodra.dra.attributes import AttributeValidationError
     from topodra.dra.devices import DeviceModelConfig, DeviceModelError, build_devices
+    from topodra.yamldocs import read_text
 
     try:
         raw: dict[str, Any] = {}
         if config is not None:
-            loaded = yaml.safe_load(config.read_text()) or {}
+            loaded = yaml.safe_load(read_text(config)) or {}
             if not isinstance(loaded, dict):
                 raise _fail(f"{config}: expected a mapping of device model settings")
             raw.update(loaded)
@@ -88,9 +89,7 @@ def _devices(
         cfg = DeviceModelConfig.from_mapping(raw)
         exclude = CPUSet.parse(reserved)
     except OSError as exc:
-        raise _fail(f"cannot read --config: {exc}") from None
-    except UnicodeDecodeError:
-        raise _fail(f"{config}: not a text file (it is not UTF-8)") from None
+        raise _fail(f"cannot read {config}: {exc.strerror or exc}") from None
     except yaml.YAMLError as exc:
         raise _fail(f"{config}: not valid YAML: {exc}") from None
     except ValidationError as exc:
@@ -240,6 +239,7 @@ def apiserver_command(
 
     from topodra.embedded.apiserver import ApiServer
     from topodra.kube.errors import ApiError
+    from topodra.yamldocs import read_text
 
     console = Console()
 
@@ -247,7 +247,7 @@ def apiserver_command(
         async with ApiServer(port=port) as server:
             for path in load or []:
                 try:
-                    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+                    docs = [d for d in yaml.safe_load_all(read_text(path)) if d]
                     server.store.load(docs)
                 except (OSError, yaml.YAMLError, ApiError) as exc:
                     raise _fail(f"{path}: {exc}") from None

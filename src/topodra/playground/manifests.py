@@ -8,6 +8,7 @@ from typing import Any
 
 import yaml
 
+from topodra.yamldocs import read_text
 from topodra.yamldocs import yaml_error as _yaml_error
 
 __all__ = ["Manifest", "ManifestError", "load_manifests", "parse_manifests"]
@@ -65,7 +66,7 @@ def parse_manifests(text: str, source: str = "<input>") -> list[Manifest]:
 def load_manifests(path: str | Path) -> list[Manifest]:
     p = Path(path)
     try:
-        text = p.read_text()
+        text = read_text(p)
     except OSError as err:
         raise ManifestError(f"cannot read {p}: {err.strerror or err}") from None
     return parse_manifests(text, str(p))

@@ -44,6 +44,7 @@ import yaml
 from topodra.cpuset import CPUSet, CPUSetParseError
 from topodra.playground.manifests import Manifest, ManifestError, load_manifests, parse_manifests
 from topodra.topology.model import Topology
+from topodra.yamldocs import read_text
 
 __all__ = ["Check", "Scenario", "ScenarioError", "Step", "builtin_scenario", "builtin_names", "load_scenario"]
 
@@ -217,7 +218,7 @@ def load_scenario(path: str | Path) -> Scenario:
     """A scenario file, or a plain manifest file as a one-step scenario."""
     p = Path(path)
     try:
-        text = p.read_text()
+        text = read_text(p)
     except OSError as err:
         raise ScenarioError(f"cannot read {p}: {err.strerror or err}") from None
     try:

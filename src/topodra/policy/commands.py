@@ -53,11 +53,12 @@ def _config(path: Path | None, inline: dict[str, Any] | None = None) -> Any:
     import yaml
 
     from topodra.policy.config import PolicyConfig
+    from topodra.yamldocs import read_text
 
     data: Any = inline
     if path is not None:
         try:
-            data = yaml.safe_load(path.read_text()) or {}
+            data = yaml.safe_load(read_text(path)) or {}
         except (OSError, yaml.YAMLError) as e:
             raise ValueError(f"{path}: {e}") from None
         if isinstance(data, dict) and "policy" in data and len(data) == 1:
@@ -228,15 +229,19 @@ def place_command(
     from topodra.cpuset import CPUSet
     from topodra.policy.api import PolicyError
     from topodra.policy.policy import Policy
+    from topodra.yamldocs import read_text
 
     console, err = Console(), Console(stderr=True)
     try:
-        data = yaml.safe_load(workload.read_text())
+        data = yaml.safe_load(read_text(workload))
         inline_config, claims, requests = load_workload(data, str(workload))
         cfg = _config(config) if config is not None else _config(None, inline_config)
         policy = Policy(load_machine(topology), cfg)
         for claim_id, cpus in claims.items():
             policy.claim(str(claim_id), CPUSet.parse(str(cpus)))
+    except OSError as e:
+        err.print(f"[red]error:[/red] cannot read {escape(str(workload))}: {escape(e.strerror or str(e))}", highlight=False)
+        raise typer.Exit(1) from None
     except Exception as e:
         err.print(f"[red]error:[/red] {escape(str(e))}", highlight=False)
         raise typer.Exit(1) from None

@@ -268,12 +268,12 @@ def _objects_cluster(config: RunConfig) -> Any:
     import yaml
 
     from topodra.sim.cluster import ClusterError, cluster_from_objects
+    from topodra.yamldocs import read_text
 
     docs: list[Any] = []
     for path in config.objects:
         try:
-            with open(path) as f:
-                docs.extend(d for d in yaml.safe_load_all(f) if d is not None)
+            docs.extend(d for d in yaml.safe_load_all(read_text(path)) if d is not None)
         except (OSError, yaml.YAMLError) as e:
             raise ClusterError(f"{path}: {e}") from None
     return cluster_from_objects(docs, config.model)

@@ -138,8 +138,15 @@ BUILTIN_INDEX = "builtin.json"
 def load_workload(source: str | Path) -> Workload:
     """Load a workload from a file path or a built-in name."""
     path = Path(source)
+    if path.is_dir():
+        raise WorkloadError(f"{path}: is a directory, not a workload file")
     if path.is_file():
-        text, name = path.read_text(), path.stem
+        from topodra.yamldocs import read_text  # yaml only for a file: built-ins come from the index
+
+        try:
+            text, name = read_text(path), path.stem
+        except OSError as err:
+            raise WorkloadError(f"cannot read {path}: {err.strerror or err}") from None
     else:
         root = _builtin_root()
         res = root / f"{source}.yaml"
