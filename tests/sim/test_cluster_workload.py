@@ -234,3 +234,15 @@ def test_an_out_path_that_is_a_file_is_one_line_before_any_work(tmp_path: Path, 
     assert r.exception is None or isinstance(r.exception, SystemExit)
     assert f"--out {taken}: exists and is not a directory" in r.output
     assert taken.read_text() == "not a directory\n"
+
+
+def test_a_piped_run_prints_a_progress_line_every_interval_and_a_short_one_none() -> None:
+    from topodra.sim.cli import PipedProgress
+
+    now = [0.0]
+    lines: list[str] = []
+    progress = PipedProgress(interval=5.0, clock=lambda: now[0], write=lines.append)
+    for done, t in [(200, 1.0), (400, 4.9), (600, 5.1), (800, 7.0), (1000, 10.2)]:
+        now[0] = t
+        progress(done, 1000)
+    assert lines == ["scheduling: 600 of 1000 pods (5 s)", "scheduling: 1000 of 1000 pods (10 s)"]

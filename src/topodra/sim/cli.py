@@ -169,8 +169,28 @@ def run_cmd(
         raise typer.Exit(1)
 
 
+class PipedProgress:
+    """Progress for a run whose stderr is not a terminal (a pipe, a log file, CI): one plain line
+    every ``interval`` seconds, so a long run is never silent; a short run prints nothing."""
+
+    def __init__(self, interval: float = 5.0, clock: Any = None, write: Any = None) -> None:
+        import time
+
+        self.interval = interval
+        self._clock = clock or time.monotonic
+        self._write = write or (lambda line: print(line, file=sys.stderr, flush=True))
+        self._start = self._last = self._clock()
+
+    def __call__(self, done: int, total: int) -> None:
+        now = self._clock()
+        if now - self._last >= self.interval:
+            self._last = now
+            self._write(f"scheduling: {done} of {total} pods ({now - self._start:.0f} s)")
+
+
 def _simulate(config: Any, costs: Any) -> tuple[Any, list[Any]]:
-    """``run_simulation``, with a progress bar when a person watches stderr."""
+    """``run_simulation``, with a progress bar when a person watches stderr, else a line every
+    few seconds."""
     from topodra.sim.run import run_simulation
 
     if sys.stderr.isatty():  # a progress bar for a person watching; rich.progress is not imported otherwise
@@ -180,7 +200,7 @@ def _simulate(config: Any, costs: Any) -> tuple[Any, list[Any]]:
         with Progress(TextColumn("[bold]scheduling"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
             task = bar.add_task("pods", total=None)
             return run_simulation(config, costs=costs, progress=lambda done, total: bar.update(task, completed=done, total=total))
-    return run_simulation(config, costs=costs)
+    return run_simulation(config, costs=costs, progress=PipedProgress())
 
 
 def _write_run_files(out: Path, summary: Any, results: list[Any]) -> None:
