@@ -288,3 +288,16 @@ def test_a_builtin_edited_since_the_index_is_read_from_its_yaml(tmp_path: Path, 
     assert workload.load_workload("p-cores") == workload.parse_workload((tmp_path / "workloads" / "p-cores.yaml").read_text(), "p-cores")
     (tmp_path / "workloads" / workload.BUILTIN_INDEX).unlink()
     assert workload.load_workload("prototype").mix["pcore"] == 3.0
+
+
+def test_shell_completion_can_be_shown_and_installed() -> None:
+    from typer.testing import CliRunner
+
+    from topodra.cli import app
+
+    r = CliRunner().invoke(app, ["--help"])
+    assert "--install-completion" in r.output
+    assert "--show-completion" in r.output
+    r = CliRunner().invoke(app, ["--show-completion", "bash"], env={"SHELL": "/bin/bash"})
+    assert r.exit_code == 0, r.output
+    assert "_TOPODRA_COMPLETE" in r.output

@@ -37,7 +37,7 @@ def _new_app() -> typer.Typer:
         no_args_is_help=True,
         rich_markup_mode=None,  # help text is plain: brackets and braces in examples stay as written
         pretty_exceptions_enable=False,
-        add_completion=False,
+        add_completion=True,  # --install-completion, --show-completion
     )
     app.callback()(_root)
     return app

@@ -246,3 +246,10 @@ def test_a_piped_run_prints_a_progress_line_every_interval_and_a_short_one_none(
         now[0] = t
         progress(done, 1000)
     assert lines == ["scheduling: 600 of 1000 pods (5 s)", "scheduling: 1000 of 1000 pods (10 s)"]
+
+
+def test_a_negative_cpu_count_is_refused_as_a_count() -> None:
+    r = CliRunner().invoke(app, ["sim", "run", "--nodes", "2", "--cpus", "-8"])
+    assert r.exit_code == 2, r.output
+    assert "--cpus" in r.output
+    assert "topology" not in r.output

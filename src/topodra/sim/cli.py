@@ -98,7 +98,7 @@ def _load(files: list[Path]) -> list[Any]:
 @sim_app.command("run")
 def run_cmd(
     nodes: Annotated[int, typer.Option("--nodes", "-n", min=1, help="Number of nodes.")] = 100,
-    cpus: Annotated[int, typer.Option("--cpus", help="CPUs per node (a hybrid machine with 16-CPU L3 groups).")] = 256,
+    cpus: Annotated[int, typer.Option("--cpus", min=1, help="CPUs per node (a hybrid machine with 16-CPU L3 groups).")] = 256,
     machine: Annotated[list[str] | None, typer.Option("--topology", "-t", help="Machine mix instead of --cpus: a CPU count or any machine (a spec such as 2s1d2n2l8c2t, fixture:NAME, a sysfs directory, host), optionally =WEIGHT. Repeatable.")] = None,
     model: Annotated[str, typer.Option("--model", help="Device model: cpu, core, grouped or grouped:l3|numa|socket|machine.")] = "cpu",
     order: Annotated[str, typer.Option("--order", help="Device order: topology-reversed (topodra's default), topology, or cpu-id (the upstream prototype's).")] = "topology-reversed",
