@@ -114,3 +114,15 @@ def test_the_shipped_replay_example_matches_its_recording() -> None:
     code, out, _ = invoke("diff", str(ex / "cluster.yaml"), str(ex / "workload.yaml"), "-r", str(ex / "recorded.json"))
     assert code == 0, out
     assert "16 match, 0 mismatch" in out
+
+
+def test_replaying_an_empty_file_is_an_error_not_a_silent_success(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from topodra.cli import app
+
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("# nothing here\n")
+    r = CliRunner().invoke(app, ["sim", "replay", str(empty)])
+    assert r.exit_code == 2, r.output
+    assert "nothing to replay" in " ".join(r.output.split())

@@ -389,6 +389,8 @@ def replay_cmd(
     if output not in ("yaml", "json", "table"):
         _fail(f"--output {output!r}: must be yaml, json or table")
     docs = _load(files)
+    if not docs:
+        _fail(f"{', '.join(map(str, files))}: no Kubernetes object in it, nothing to replay")
     try:
         r = replay(((d.obj, d.source) for d in docs), percentage_of_nodes_to_score=percentage or None)
     except ReplayError as e:
