@@ -158,3 +158,39 @@ def test_exact_cpu_scenarios_refuse_another_machine() -> None:
     r = CliRunner().invoke(app, ["playground", "-s", "numa", "--topology", "synthetic:2s1d2n1l4c2t"], env={"COLUMNS": "300"})
     assert r.exit_code == 1
     assert "expects exact CPUs" in r.output
+
+
+def test_a_playground_run_whose_pods_never_run_exits_non_zero(tmp_path: Path) -> None:
+    """An empty file, or a pod that stays Pending (an unknown attribute in its CEL) when no
+    expectation of the scenario asked for that: exit 1, with the reason on a ✘ line."""
+    from typer.testing import CliRunner
+
+    from topodra.cli import app
+
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    r = CliRunner().invoke(app, ["playground", str(empty)])
+    assert r.exit_code == 1, r.output
+    assert "nothing to apply" in r.output
+    pending = tmp_path / "pending.yaml"
+    pending.write_text(
+        "apiVersion: resource.k8s.io/v1\nkind: ResourceClaimTemplate\nmetadata: {name: t}\nspec:\n"
+        "  spec:\n    devices:\n      requests:\n      - name: cpu\n        exactly:\n"
+        "          deviceClassName: native.cpu\n          count: 1000\n---\n"
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n"
+        "  resourceClaims: [{name: c, resourceClaimTemplateName: t}]\n"
+        "  containers: [{name: c, image: x, resources: {claims: [{name: c}]}}]\n"
+    )
+    r = CliRunner().invoke(app, ["playground", str(pending)])
+    assert r.exit_code == 1, r.output
+    assert "pod default/p is Pending" in " ".join(r.output.split())
+
+
+def test_a_manifest_file_among_the_scenarios_is_not_a_scenario() -> None:
+    from typer.testing import CliRunner
+
+    from topodra.cli import app
+
+    r = CliRunner().invoke(app, ["playground", "-s", "background"])
+    assert r.exit_code == 2, r.output
+    assert "no built-in scenario 'background'" in " ".join(r.output.split())

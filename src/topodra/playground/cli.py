@@ -157,8 +157,12 @@ def _scenario_machine(console: Console, sc: Scenario, topology: str | None) -> t
 def _print_expectations(console: Console, results: Sequence[StepResult], ok: bool) -> None:
     """How many of the scenario's expectations held (nothing when it has none)."""
     checks = sum(len(r.checks) for r in results)
+    problems = sum(len(r.problems) for r in results)
+    if problems:
+        console.print(f"\n[red]{problems} problem(s) no expectation asked for (see ✘ above)[/]")
     if checks:
         failed = sum(1 for r in results for c in r.checks if not c.ok)
+        ok = failed == 0
         console.print(
             f"\n{'[green]all' if ok else '[red]' + str(failed) + ' of'} {checks} expectation(s) "
             f"{'held' if ok else 'failed'}[/]"

@@ -26,10 +26,34 @@ class StepResult:
     step: Step
     lines: list[str] = field(default_factory=list)
     checks: list[CheckResult] = field(default_factory=list)
+    #: what went wrong that no expectation of the step asked for: a pod it applied that does not
+    #: run, or a step that does nothing at all
+    problems: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return all(c.ok for c in self.checks)
+        return all(c.ok for c in self.checks) and not self.problems
+
+
+def step_problems(pg: Playground, step: Step) -> list[str]:
+    """Pods the step applied that are not running and that none of its expectations names
+    (a scenario that expects a pod to stay pending says so), and a step with nothing in it."""
+    if not (step.apply or step.delete or step.restart_agent or step.expect):
+        return ["nothing to apply: the file holds no Kubernetes object"]
+    expected = {tuple(c.target.split("/")[:2]) for c in step.expect}
+    out: list[str] = []
+    for m in step.apply:
+        if m.obj.get("kind") != "Pod" or not isinstance(m.obj.get("metadata"), dict):
+            continue
+        meta = m.obj["metadata"]
+        ns, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+        if (ns, name) in expected:
+            continue
+        status = pg.pod_status(name, ns)
+        phase = status.get("phase") or "Pending"
+        if phase != "Running":
+            out.append(f"pod {ns}/{name} is {phase}: {status.get('message') or 'not scheduled'}")
+    return out
 
 
 def resolve_topology(spec: str | None) -> tuple[Topology, str]:
@@ -127,6 +151,7 @@ async def run_scenario(
             res.lines.append("agent restarted")
         await pg.settle()
         res.checks = [evaluate(pg, c, history) for c in step.expect]
+        res.problems = step_problems(pg, step)
         history[i] = _snapshot(pg)
         results.append(res)
         if after_step is not None:

@@ -254,7 +254,7 @@ def builtin_names() -> list[str]:
 def builtin_scenario(name: str = "default") -> Scenario:
     base = _builtin_dir()
     f = base / f"{name}.yaml"
-    if not f.is_file():
+    if not f.is_file() or name not in builtin_names():  # the others are manifests the scenarios apply
         raise ScenarioError(f"no built-in scenario {name!r}; there are: {', '.join(builtin_names())}")
     data = yaml.safe_load(f.read_text())
     return parse_scenario(

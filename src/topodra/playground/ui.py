@@ -63,4 +63,6 @@ def step_report(pg: Playground, res: StepResult) -> RenderableType:
     parts.append(container_table(pg))
     for c in res.checks:
         parts.append(Text(f"  {'✔' if c.ok else '✘'} {c.message}", style="green" if c.ok else "bold red"))
+    for problem in res.problems:
+        parts.append(Text(f"  ✘ {problem}", style="bold red"))
     return Group(*parts)
