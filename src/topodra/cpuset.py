@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Final
 
-__all__ = ["CPUSet", "CPUSetParseError", "MAX_CPU_ID", "iter_bits"]
+__all__ = ["CPUSet", "CPUSetParseError", "MAX_CPU_ID", "iter_bits", "parse_hexmask"]
 
 #: Largest CPU id accepted by the parser (the kernel's NR_CPUS is at most 8192).
 MAX_CPU_ID: Final = 8191
@@ -138,30 +138,6 @@ class CPUSet:
                         mask |= 1 << cpu
         return cls.from_mask(mask)
 
-    @classmethod
-    def parse_hexmask(cls, text: str) -> CPUSet:
-        """Parse the kernel's hex mask format ("ff,00000001"), as in cpumap files.
-
-        Only the kernel's format: comma-separated 32-bit words of one to eight
-        hex digits, most significant first, with surrounding ASCII whitespace.
-        Signs, ``0x``, ``_`` and spaces inside raise :class:`CPUSetParseError`,
-        as does a bit above :data:`MAX_CPU_ID`. The empty string is the empty set.
-        """
-        body = text.strip(_SPACE)
-        if not body:
-            return _EMPTY
-        if _PADDED_HEX_MASK.fullmatch(body):
-            mask = int(body.replace(",", ""), 16)
-        elif _HEX_MASK.fullmatch(body):
-            mask = 0
-            for w in body.split(","):
-                mask = (mask << 32) | int(w, 16)
-        else:
-            raise CPUSetParseError(text, "not a kernel hex CPU mask (comma-separated 32-bit hex words)")
-        if mask >> (MAX_CPU_ID + 1):
-            raise CPUSetParseError(text, f"sets a CPU above {MAX_CPU_ID}")
-        return cls.from_mask(mask)
-
     # formatting ---------------------------------------------------------
     def format(self) -> str:
         """The kernel list format: ascending ids, runs of two or more as A-B."""
@@ -252,20 +228,29 @@ class CPUSet:
             raise ValueError("empty CPUSet has no last CPU")
         return self._mask.bit_length() - 1
 
-    def take(self, n: int) -> CPUSet:
-        """The n lowest ids."""
-        out = 0
-        mask = self._mask
-        for _ in range(n):
-            if not mask:
-                break
-            low = mask & -mask
-            out |= low
-            mask ^= low
-        return CPUSet.from_mask(out)
-
-    def sorted(self) -> list[int]:
-        return list(self)
-
 
 _EMPTY: Final = CPUSet()
+
+
+def parse_hexmask(text: str) -> CPUSet:
+    """Parse the kernel's hex mask format ("ff,00000001"), as in cpumap files.
+
+    Only the kernel's format: comma-separated 32-bit words of one to eight
+    hex digits, most significant first, with surrounding ASCII whitespace.
+    Signs, ``0x``, ``_`` and spaces inside raise :class:`CPUSetParseError`,
+    as does a bit above :data:`MAX_CPU_ID`. The empty string is the empty set.
+    """
+    body = text.strip(_SPACE)
+    if not body:
+        return _EMPTY
+    if _PADDED_HEX_MASK.fullmatch(body):
+        mask = int(body.replace(",", ""), 16)
+    elif _HEX_MASK.fullmatch(body):
+        mask = 0
+        for w in body.split(","):
+            mask = (mask << 32) | int(w, 16)
+    else:
+        raise CPUSetParseError(text, "not a kernel hex CPU mask (comma-separated 32-bit hex words)")
+    if mask >> (MAX_CPU_ID + 1):
+        raise CPUSetParseError(text, f"sets a CPU above {MAX_CPU_ID}")
+    return CPUSet.from_mask(mask)

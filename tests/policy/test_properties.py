@@ -140,7 +140,7 @@ class PolicyMachine(RuleBasedStateMachine):
 
     @rule(claim=st.sampled_from(CLAIMS), data=st.data())
     def claim(self, claim: str, data: st.DataObject) -> None:
-        online = self.topo.online.sorted()
+        online = list(self.topo.online)
         cpus = CPUSet(data.draw(st.lists(st.sampled_from(online), min_size=1, max_size=3, unique=True)))
         changes = self._step(lambda: self.policy.claim(claim, cpus))
         if changes is not None:

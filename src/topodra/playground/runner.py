@@ -35,6 +35,19 @@ class StepResult:
         return all(c.ok for c in self.checks) and not self.problems
 
 
+def _pod_status(pg: Playground, name: str, namespace: str) -> dict[str, object]:
+    """The pod's status as the playground's API server holds it (empty: no such pod)."""
+    from topodra.embedded.store import KINDS
+    from topodra.kube.errors import ApiError
+
+    try:
+        pod = pg.store.get(KINDS[("", "pods")], namespace, name)
+    except ApiError:
+        return {}
+    status = pod.get("status")
+    return dict(status) if isinstance(status, dict) else {}
+
+
 def step_problems(pg: Playground, step: Step) -> list[str]:
     """Pods the step applied that are not running and that none of its expectations names
     (a scenario that expects a pod to stay pending says so), and a step with nothing in it."""
@@ -49,7 +62,7 @@ def step_problems(pg: Playground, step: Step) -> list[str]:
         ns, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
         if (ns, name) in expected:
             continue
-        status = pg.pod_status(name, ns)
+        status = _pod_status(pg, name, ns)
         phase = status.get("phase") or "Pending"
         if phase != "Running":
             out.append(f"pod {ns}/{name} is {phase}: {status.get('message') or 'not scheduled'}")

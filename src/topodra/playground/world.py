@@ -413,15 +413,6 @@ class Playground:
         self._set_phase(fresh, "Running", "")
         return f"pod/{meta['name']} running"
 
-    def pod_status(self, name: str, namespace: str = "default") -> dict[str, Any]:
-        """The pod's status as the API server holds it (empty when there is no such pod)."""
-        try:
-            pod = self.store.get(KINDS[("", "pods")], namespace, name)
-        except ApiError:
-            return {}
-        status = pod.get("status")
-        return dict(status) if isinstance(status, dict) else {}
-
     def _set_phase(self, pod: Mapping[str, Any], phase: str, message: str) -> None:
         kind = KINDS[("", "pods")]
         meta = pod["metadata"]

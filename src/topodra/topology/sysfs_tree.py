@@ -13,7 +13,7 @@ import os
 import re
 from pathlib import Path
 
-from topodra.cpuset import CPUSet, CPUSetParseError
+from topodra.cpuset import CPUSet, CPUSetParseError, parse_hexmask
 from topodra.topology.errors import TopologyError
 
 __all__ = ["SysfsTree"]
@@ -129,7 +129,7 @@ class SysfsTree:
         if text is None:
             return None
         try:
-            return CPUSet.parse_hexmask(text)
+            return parse_hexmask(text)
         except CPUSetParseError as e:
             raise TopologyError(self.shown(rel), f"expected a hex CPU mask: {e.reason}", text) from None
 
