@@ -148,3 +148,28 @@ def test_docs_state_how_things_work_not_their_history() -> None:
         if DIARY.search(line)
     ]
     assert found == [], "\n".join(found)
+
+
+#: The size rules of the codebase: a function fits on a screen, a class has one job.
+MAX_FUNCTION_LINES = 80
+MAX_CLASS_METHODS = 25
+
+
+def test_functions_fit_on_a_screen_and_classes_have_few_methods() -> None:
+    import ast
+
+    too_big: list[str] = []
+    for path in sorted((ROOT / "src" / "topodra").rglob("*.py")):
+        if path.name.endswith(("_pb2.py", "_pb2_grpc.py")):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            where = f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    too_big.append(f"{where} {node.name}: {lines} lines")
+            elif isinstance(node, ast.ClassDef):
+                methods = sum(isinstance(b, ast.FunctionDef | ast.AsyncFunctionDef) for b in node.body)
+                if methods > MAX_CLASS_METHODS:
+                    too_big.append(f"{where} class {node.name}: {methods} methods")
+    assert too_big == [], "\n".join(too_big)
