@@ -156,8 +156,6 @@ MAX_CLASS_METHODS = 25
 
 
 def test_functions_fit_on_a_screen_and_classes_have_few_methods() -> None:
-    import ast
-
     too_big: list[str] = []
     for path in sorted((ROOT / "src" / "topodra").rglob("*.py")):
         if path.name.endswith(("_pb2.py", "_pb2_grpc.py")):
