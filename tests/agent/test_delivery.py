@@ -104,10 +104,15 @@ def _run(body: Callable[[Playground, _Window], Awaitable[None]], **kw: Any) -> N
     asyncio.run(main())
 
 
-async def _until(check: Callable[[], bool], timeout: float = 5.0) -> None:
+async def _until_waiting(pg: Playground, label: str, timeout: float = 5.0) -> None:
+    """Until a task labelled ``label...`` waits for one of the runtime's NRI locks."""
+    assert pg.runtime is not None
+    locks = pg.runtime.nri_locks
+
     async def wait() -> None:
-        while not check():
-            await asyncio.sleep(0.005)
+        while locks.waiting(label) == 0:
+            locks.changed.clear()
+            await locks.changed.wait()  # set each time a task starts waiting for a lock
 
     await asyncio.wait_for(wait(), timeout)
 
@@ -144,7 +149,7 @@ def test_unsolicited_updates_hang_a_containerd_2_3_runtime() -> None:
         assert pg.runtime is not None
         create = await _claim_then_release_during_a_create(pg, window)
         # The agent's UpdateContainers holds the adaptation lock and waits for the local one.
-        await _until(lambda: pg.runtime is not None and pg.runtime.nri_locks.waiting("UpdateContainers") == 1)
+        await _until_waiting(pg, "UpdateContainers")
         window.release.set()  # the CRI call goes on to the adaptation lock: the knot closes
         with pytest.raises(RuntimeHung, match="CreateContainer late-ctr holds the local NRI lock"):
             await asyncio.wait_for(create, 5)
