@@ -130,34 +130,9 @@ class _Namespace:
     def __init__(self) -> None:
         self.links: dict[str, str] = {}
 
-    def escapes(self, rel: str, hops: int = 0) -> bool:
+    def escapes(self, rel: str) -> bool:
         """Whether resolving ``rel`` (a path inside the root) ever leaves the root."""
-        if hops > 40:
-            return True  # a symlink loop: refuse it
-        stack: list[str] = []
-        for part in rel.split("/"):
-            if part in ("", "."):
-                continue
-            if part == "..":
-                if not stack:
-                    return True
-                stack.pop()
-                continue
-            stack.append(part)
-            here = "/".join(stack)
-            target = self.links.get(here)
-            if target is not None:
-                if target.startswith("/"):
-                    return True
-                base = "/".join(stack[:-1])
-                joined = f"{base}/{target}" if base else target
-                if self.escapes(joined, hops + 1):
-                    return True
-                resolved = self.resolve(joined, hops + 1)
-                if resolved is None:
-                    return True
-                stack = resolved.split("/") if resolved else []
-        return False
+        return self.resolve(rel, 0) is None
 
     def resolve(self, rel: str, hops: int) -> str | None:
         """The path ``rel`` names after following links, or None if it escapes."""
