@@ -14,6 +14,8 @@ import dataclasses
 import logging
 import time
 
+from google.protobuf.message import Message
+
 from topodra.embedded.nrilocks import NRILocks
 from topodra.embedded.runtime_events import EventDelivery
 from topodra.embedded.runtime_plugins import PluginLink
@@ -281,25 +283,13 @@ class CRIOperations:
         ctr = self._store.container(container_id)
         pod = self._store.pod(ctr.pod_sandbox_id)
         async with self._locks.lifecycle(f"UpdateContainer {container_id}"):
-            owners = Owners()
-            updates: dict[str, ContainerUpdate] = {}
             dropped: list[str] = []
             req = api_pb2.UpdateContainerRequest(pod=convert.pod_to_proto(pod), container=convert.container_to_proto(ctr))
             convert.resources_to_proto(resources, req.linux_resources)
-            for plugin in self._events.subscribed(Event.UPDATE_CONTAINER):
-                try:
-                    reply = await self._events.send(plugin, Event.UPDATE_CONTAINER, "UpdateContainer", req,
-                                                    api_pb2.UpdateContainerResponse, dropped)
-                except RpcError as exc:
-                    return EventResult("UpdateContainer", pod=pod, container=ctr, error=rpc_reason(exc))
-                if reply is None:
-                    continue
-                assert isinstance(reply, api_pb2.UpdateContainerResponse)
-                try:
-                    for pb in reply.update:
-                        merge_update(updates, convert.update_from_proto(pb), plugin.id, owners)
-                except (ConversionError, OwnershipConflict) as exc:
-                    return EventResult("UpdateContainer", pod=pod, container=ctr, error=str(exc))
+            updates = await _plugin_updates(self._events, Event.UPDATE_CONTAINER, "UpdateContainer", req,
+                                            api_pb2.UpdateContainerResponse, dropped)
+            if isinstance(updates, str):
+                return EventResult("UpdateContainer", pod=pod, container=ctr, error=updates)
             own = updates.pop(container_id, None)
             requested = dataclasses.replace(ctr, resources=resources)
             target = apply_update(requested, own) if own is not None else requested
@@ -323,24 +313,12 @@ class CRIOperations:
         async with self._locks.lifecycle(f"StopContainer {container_id}"):
             ctr = dataclasses.replace(ctr, state=ContainerState.STOPPED, finished_at=time.time_ns())
             self._store.set_container(ctr, source="stop", plugin=None)
-            owners = Owners()
-            updates: dict[str, ContainerUpdate] = {}
             dropped: list[str] = []
             req = api_pb2.StopContainerRequest(pod=convert.pod_to_proto(pod), container=convert.container_to_proto(ctr))
-            for plugin in self._events.subscribed(Event.STOP_CONTAINER):
-                try:
-                    reply = await self._events.send(plugin, Event.STOP_CONTAINER, "StopContainer", req,
-                                                    api_pb2.StopContainerResponse, dropped)
-                except RpcError as exc:
-                    return EventResult("StopContainer", pod=pod, container=ctr, error=rpc_reason(exc))
-                if reply is None:
-                    continue
-                assert isinstance(reply, api_pb2.StopContainerResponse)
-                try:
-                    for pb in reply.update:
-                        merge_update(updates, convert.update_from_proto(pb), plugin.id, owners)
-                except (ConversionError, OwnershipConflict) as exc:
-                    return EventResult("StopContainer", pod=pod, container=ctr, error=str(exc))
+            updates = await _plugin_updates(self._events, Event.STOP_CONTAINER, "StopContainer", req,
+                                            api_pb2.StopContainerResponse, dropped)
+            if isinstance(updates, str):
+                return EventResult("StopContainer", pod=pod, container=ctr, error=updates)
             failures = self._store.apply_updates(updates.values(), source="update", plugin=None)
             required = [u for u in failures if not u.ignore_failure]
             error = f"failed to update containers {', '.join(u.container_id for u in required)}" if required else None
@@ -365,3 +343,31 @@ class CRIOperations:
             self._store.drop_task(ctr)
             return EventResult("RemoveContainer", pod=pod, container=ctr, error=error, dropped=tuple(dropped),
                                plugins=self._ids())
+
+
+async def _plugin_updates(
+    events: EventDelivery,
+    event: Event,
+    rpc: str,
+    request: Message,
+    reply_type: type[Message],
+    dropped: list[str],
+) -> dict[str, ContainerUpdate] | str:
+    """Deliver ``event`` to every plugin that takes it and merge the updates they return
+    (field ownership across plugins, as containerd does); the error text on the first failure."""
+    owners = Owners()
+    updates: dict[str, ContainerUpdate] = {}
+    for plugin in events.subscribed(event):
+        try:
+            reply = await events.send(plugin, event, rpc, request, reply_type, dropped)
+        except RpcError as exc:
+            return rpc_reason(exc)
+        if reply is None:
+            continue
+        assert isinstance(reply, api_pb2.UpdateContainerResponse | api_pb2.StopContainerResponse)
+        try:
+            for pb in reply.update:
+                merge_update(updates, convert.update_from_proto(pb), plugin.id, owners)
+        except (ConversionError, OwnershipConflict) as exc:
+            return str(exc)
+    return updates
