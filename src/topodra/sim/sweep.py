@@ -4,8 +4,8 @@ Cells run in local processes, or as tasks on a Dask distributed cluster when
 ``SweepConfig.cluster`` names one (``topodra.sim.distributed``); the outputs
 are the same either way.
 
-Writes ``results.csv``, ``results.json``, PNG plots (predicted scheduler
-latency against cluster size, against CPUs per node, and per device model)
+Writes ``results.csv``, ``results.json``, plots as PNG and SVG (``topodra.sim.plots``: predicted
+scheduler latency against cluster size, against CPUs per node, and per device model)
 and ``report.md`` into an output directory.
 """
 
@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from topodra.sim.costmodel import DEFAULT_COSTS, CostModel
+from topodra.sim.plots import write_plots
 from topodra.sim.run import RunConfig, RunSummary, parse_models, run_simulation
 
 __all__ = ["SweepConfig", "sweep_points", "run_sweep", "write_outputs", "parse_models"]
@@ -99,7 +100,7 @@ def run_sweep(
 
 
 def write_outputs(summaries: Sequence[RunSummary], out: Path, title: str = "topodra DRA allocation sweep") -> list[Path]:
-    """CSV, JSON, PNG plots and a markdown report; returns the files written."""
+    """CSV, JSON, PNG and SVG plots and a markdown report; returns the files written."""
     out.mkdir(parents=True, exist_ok=True)
     files = []
     rows = [s.as_row() for s in summaries]
@@ -116,85 +117,6 @@ def write_outputs(summaries: Sequence[RunSummary], out: Path, title: str = "topo
     report = out / "report.md"
     report.write_text(markdown_report(summaries, title))
     files.append(report)
-    return files
-
-
-def _label(s: RunSummary) -> str:
-    return f"{s.model}, {s.cpus_per_node:g} CPUs"
-
-
-def write_plots(summaries: Sequence[RunSummary], out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    files = []
-    # 1. latency against nodes, one line per (model, cpus)
-    fig, ax = plt.subplots(figsize=(8, 5))
-    groups: dict[str, list[RunSummary]] = {}
-    for s in summaries:
-        groups.setdefault(_label(s), []).append(s)
-    for label, ss in sorted(groups.items()):
-        ss = sorted(ss, key=lambda s: s.nodes)
-        ax.plot([s.nodes for s in ss], [s.predicted_p99_ms for s in ss], marker="o", label=f"{label} p99")
-        ax.plot([s.nodes for s in ss], [s.predicted_p50_ms for s in ss], marker=".", linestyle=":", color=ax.lines[-1].get_color())
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("nodes")
-    ax.set_ylabel("predicted kube-scheduler time per pod (ms; solid p99, dotted p50)")
-    ax.set_title("Scheduling latency vs cluster size")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
-    p = out / "latency_vs_nodes.png"
-    fig.tight_layout()
-    fig.savefig(p, dpi=110)
-    plt.close(fig)
-    files.append(p)
-    # 2. latency against CPUs per node, one line per (model, nodes)
-    fig, ax = plt.subplots(figsize=(8, 5))
-    groups = {}
-    for s in summaries:
-        groups.setdefault(f"{s.model}, {s.nodes} nodes", []).append(s)
-    for label, ss in sorted(groups.items()):
-        ss = sorted(ss, key=lambda s: s.cpus_per_node)
-        ax.plot([s.cpus_per_node for s in ss], [s.predicted_p99_ms for s in ss], marker="o", label=label)
-    ax.set_xlabel("CPUs per node")
-    ax.set_ylabel("predicted p99 time per pod (ms)")
-    ax.set_yscale("log")
-    ax.set_title("Scheduling latency vs node size")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
-    p = out / "latency_vs_cpus.png"
-    fig.tight_layout()
-    fig.savefig(p, dpi=110)
-    plt.close(fig)
-    files.append(p)
-    # 3. per device model at the largest shape: latency, CEL evaluations, API bytes per node
-    biggest: dict[str, RunSummary] = {}
-    for s in summaries:
-        cur = biggest.get(s.model)
-        if cur is None or (s.nodes, s.cpus_per_node) > (cur.nodes, cur.cpus_per_node):
-            biggest[s.model] = s
-    if biggest:
-        models = sorted(biggest)
-        fig, axes = plt.subplots(1, 3, figsize=(11, 4))
-        metrics = [
-            ("predicted p99 (ms)", [biggest[m].predicted_p99_ms for m in models]),
-            ("CEL evaluations per pod", [biggest[m].cel_evals / max(1, biggest[m].pods) for m in models]),
-            ("ResourceSlice KiB per node", [biggest[m].api_bytes / 1024 / max(1, biggest[m].nodes) for m in models]),
-        ]
-        for ax, (name, values) in zip(axes, metrics, strict=True):
-            ax.bar(models, values, color=["#4c72b0", "#dd8452", "#55a868", "#c44e52"][: len(models)])
-            ax.set_title(name, fontsize=9)
-            ax.tick_params(axis="x", labelsize=8)
-        first = biggest[models[0]]
-        fig.suptitle(f"Per device model ({first.nodes} nodes, {first.cpus_per_node:g} CPUs per node)")
-        fig.tight_layout()
-        p = out / "per_model.png"
-        fig.savefig(p, dpi=110)
-        plt.close(fig)
-        files.append(p)
     return files
 
 
