@@ -117,6 +117,7 @@ def run_cmd(
     ] = None,
     scoring: Annotated[str, typer.Option("--scoring", help="Among feasible nodes: least-allocated (spread, like NodeResourcesFit) or first (pack).")] = "least-allocated",
     percentage: Annotated[int, typer.Option("--percentage-of-nodes-to-score", min=0, max=100, help="kube-scheduler's percentageOfNodesToScore (0: adaptive).")] = 0,
+    keep_going: Annotated[bool, typer.Option("--keep-going", help="Schedule every pod even once no later pod can be scheduled (default: stop there).")] = False,
 ) -> None:
     """Schedule a workload on one synthetic cluster and report what kube-scheduler would spend.
 
@@ -151,6 +152,7 @@ def run_cmd(
         percentage_of_nodes_to_score=percentage or None,
         objects=tuple(str(p) for p in objects or ()),
         scoring=scoring,
+        keep_going=keep_going,
     )
     costs = replace(DEFAULT_COSTS, cores=scheduler_cores)
     if out is not None:
@@ -165,6 +167,8 @@ def run_cmd(
         typer.echo(json.dumps(summary.as_row(), indent=2))
     else:
         _print_summary(summary.as_row())
+    if summary.not_attempted:
+        typer.echo(f"stopped early: every kind of pod was unschedulable and nothing is deleted, so the {summary.not_attempted} pods left were not tried (--keep-going tries them)", err=True)
     if summary.failed_unschedulable or summary.failed_timeout or summary.failed_error:
         raise typer.Exit(1)
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from topodra.sim.cluster import Cluster, ClusterSpec, build_cluster
 from topodra.sim.costmodel import DEFAULT_COSTS, CostModel
+from topodra.sim.guards import Exhaustion, check_memory
 from topodra.sim.scheduler import PodResult, Scheduler
 from topodra.sim.throughput import DEFAULT_API_COSTS, ApiCosts, end_to_end
 from topodra.sim.workload import Workload, load_workload
@@ -39,6 +40,7 @@ class RunConfig:
     percentage_of_nodes_to_score: int | None = None
     scoring: str = "least-allocated"  # or "first"
     objects: tuple[str, ...] = ()  # YAML/JSON files with the cluster's API objects instead of a synthetic cluster
+    keep_going: bool = False  # schedule every pod even once no later pod can be scheduled
 
 
 @dataclass
@@ -80,6 +82,7 @@ class RunSummary:
     memo_hits: int
     memo_misses: int
     failure_reasons: dict[str, int] = field(default_factory=dict)
+    not_attempted: int = 0  # pods left when no later pod could be scheduled (the run stopped early)
 
     def as_row(self) -> dict[str, Any]:
         row = asdict(self)
@@ -127,6 +130,8 @@ def run_simulation(
     try:
         t0 = time.perf_counter()
         wl = workload or load_workload(config.workload)
+        if not config.objects:
+            check_memory(config.nodes, config.machines, _pod_count(config, wl, config.nodes))
         cluster = _objects_cluster(config) if config.objects else build_cluster(
             ClusterSpec(
                 nodes=config.nodes,
@@ -170,7 +175,8 @@ def _schedule_all(
     build_s: float,
     progress: Callable[[int, int], None] | None,
 ) -> tuple[RunSummary, list[PodResult]]:
-    count = config.pods or wl.pod_count or len(cluster.nodes) * 4
+    count = _pod_count(config, wl, len(cluster.nodes))
+    exhausted = None if config.keep_going else Exhaustion((p["metadata"]["name"] for p in wl.pods_for(config.model)), deletes=bool(wl.churn_every and wl.churn_delete))
     results: list[PodResult] = []
     claims_of: list[int] = []
     bound: deque[str] = deque()
@@ -182,6 +188,8 @@ def _schedule_all(
         claims_of.append(len(pod.claims))
         if r.node is not None:
             bound.append(pod.name)
+        elif exhausted is not None and r.failure_kind == "unschedulable" and exhausted.failed(pod.template) and n + 1 < count:
+            break  # every later pod is unschedulable too: no need to try them
         if wl.churn_every and (n + 1) % wl.churn_every == 0:
             for _ in range(min(wl.churn_delete, len(bound))):
                 if sched.delete(bound.popleft()):
@@ -233,8 +241,14 @@ def _schedule_all(
         memo_hits=sched.memo_hits,
         memo_misses=sched.memo_misses,
         failure_reasons=dict(reasons.most_common(5)),
+        not_attempted=count - len(results),
     )
     return summary, results
+
+
+def _pod_count(config: RunConfig, wl: Workload, nodes: int) -> int:
+    """Pods the run schedules: ``--pods``, else the workload's count, else four per node."""
+    return config.pods or wl.pod_count or nodes * 4
 
 
 def _preallocate(sched: Scheduler, cluster: Cluster) -> None:
