@@ -7,11 +7,12 @@ where the docs say the difference is deliberate, as documented).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 from pathlib import Path
 
-from testkit.sysfs_writer import TreeStyle, format_hexmask, write_sysfs
+from testkit.sysfs_writer import TreeStyle, format_hexmask, with_offline, write_sysfs
 
 from topodra.cpuset import CPUSet
 from topodra.topology import MemoryKind, read_topology, synthetic_topology
@@ -170,3 +171,19 @@ def test_fake_numa_ignores_hmat(fast_tmp: Path) -> None:
     assert read_topology(root).nodes[1].kind is MemoryKind.HBM
     put(root, "proc/cmdline", "BOOT_IMAGE=/vmlinuz numa=fake=2 quiet")
     assert read_topology(root).nodes[1].kind is MemoryKind.DRAM
+
+
+def test_node_cpumap_naming_offline_cpus_keeps_only_online_ones(fast_tmp: Path) -> None:
+    # x86 cpumaps may still list offline CPUs; hwloc's node cpuset is its online CPUs only
+    # (lstopo-no-graphics 2.9.0 on this tree: NUMANode P#0 cpuset 0-1, NUMANode P#1 with
+    # no PU below it), so a node whose CPUs are all offline is memory-only.
+    t = synthetic_topology("1s1d2n1l2c2t")
+    off = with_offline(t, CPUSet([2, 3, 4, 5, 6, 7]))
+    off = dataclasses.replace(off, nodes={n: dataclasses.replace(x, cpus=t.nodes[n].cpus) for n, x in off.nodes.items()})
+    root = write_sysfs(off, fast_tmp / "root")
+    assert CPUSet.parse((root / NODE / "node1/cpulist").read_text().strip()) == t.nodes[1].cpus
+    got = read_topology(root)
+    assert got.nodes[0].cpus == CPUSet([0, 1])
+    assert got.nodes[1].cpus == CPUSet()
+    assert got.memory_only_nodes() == [1]
+    assert got.closest_cpu_node(1) == 0

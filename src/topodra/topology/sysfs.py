@@ -351,7 +351,7 @@ class _Reader:
             self.known = {}
             raw = {c: self.read_cpu(c) for c in online}
         self.drop_lone_masks(online, raw)
-        nodes, distances, node_of = self.read_nodes(online, present, raw)
+        nodes, distances, node_of = self.read_nodes(online, raw)
         core_types, source = classify_core_types(
             CoreTypeInputs(
                 online=online,
@@ -725,7 +725,6 @@ class _Reader:
     def read_nodes(
         self,
         online: CPUSet,
-        present: CPUSet,
         raw: Mapping[int, _CPURaw],
     ) -> tuple[dict[int, NUMANode], dict[tuple[int, int], int], dict[int, int]]:
         """The NUMA nodes, their distances, and the node of each online CPU."""
@@ -789,9 +788,11 @@ class _Reader:
         on_node: dict[int, int] = dict.fromkeys(node_ids, 0)
         for c, n in node_of.items():
             on_node[n] |= 1 << c
-        claimed = CPUSet.from_mask(sum(1 << c for c in node_of))
-        offline = present - online
-        cpu_sets = {n: CPUSet.from_mask(on_node[n]) | ((listed[n] & offline) - claimed) for n in node_ids}
+        # A node's CPUs are its online CPUs, as in hwloc: look_sysfscpu (topology-linux.c) puts
+        # only online CPUs in the root cpuset and the core cuts every object's cpuset, NUMA
+        # nodes included, down to it. x86 cpumaps may still name offline CPUs; a node whose
+        # CPUs are all offline is memory-only until they return.
+        cpu_sets = {n: CPUSet.from_mask(on_node[n]) for n in node_ids}
         order = list(online_nodes) if online_nodes is not None else node_ids
         distances = self.read_distances(node_ids, order)
         kinds = self.memory_kinds(node_ids, cpu_sets, memory, online)
