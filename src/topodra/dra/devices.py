@@ -5,10 +5,13 @@ back to CPUs) and the simulator (which builds synthetic clusters from it), so
 both always agree on names, attributes and capacities. Pure and
 deterministic: no I/O except importing the optional attribute hook.
 
-Three models:
+Four models:
 
 - ``cpu`` (default): one device per allowed CPU, ``cpuN``.
 - ``core``: one device per physical core, ``coreN``, capacity ``cpus``.
+- ``core-or-thread``: both, in one pool: ``coreN`` (capacity ``cpus``) and
+  ``cpuN`` devices, kept apart by a shared counter per core
+  (``topodra.dra.partitions``); ``unit`` says which a device is.
 - ``grouped``: one multi-allocatable device per NUMA node / L3 group /
   socket / machine with a consumable capacity ``cpu``; the policy picks the
   physical CPUs at Prepare. On hybrid machines a group is split by core type
@@ -40,6 +43,7 @@ from topodra.dra.attributes import (
     validate_attributes,
     validate_qualified_name,
 )
+from topodra.dra.partitions import UNIT_ATTRIBUTE, core_consumption
 from topodra.topology.model import CoreType, CPUInfo, Topology
 
 __all__ = [
@@ -50,6 +54,7 @@ __all__ = [
     "Device",
     "DeviceModelConfig",
     "DeviceModelError",
+    "MODELS",
     "AttributeHook",
     "build_devices",
     "follow_devices",
@@ -90,8 +95,11 @@ def _camel(name: str) -> str:
     return first + "".join(part.title() for part in rest)
 
 
+#: The device models, by name.
+MODELS: Final = ("cpu", "core", "core-or-thread", "grouped")
+
 _CHOICES: Final[dict[str, tuple[str, ...]]] = {
-    "model": ("cpu", "core", "grouped"),
+    "model": MODELS,
     "group_by": ("numa", "l3", "socket", "machine"),
     "order": ("topology-reversed", "topology", "cpu-id"),
 }
@@ -171,7 +179,7 @@ class DeviceModelConfig:
         "populate_by_name": True,
     }
 
-    model: Literal["cpu", "core", "grouped"] = "cpu"
+    model: Literal["cpu", "core", "core-or-thread", "grouped"] = "cpu"
     group_by: Literal["numa", "l3", "socket", "machine"] = "numa"
     add_attributes: dict[str, Any] = field(default_factory=dict)
     rename_attributes: dict[str, str] = field(default_factory=dict)
@@ -426,9 +434,12 @@ def build_devices(
         per_cpu[cpu_id] = attrs
 
     raw: list[tuple[str, dict[str, AttrValue], dict[str, Capacity], bool, CPUSet]] = []
+    counters: dict[str, tuple[dict[str, Any], ...]] = {}
     if config.model == "cpu":
         for cpu_id in ordered_cpus(topology, allowed, config.order):
             raw.append((f"cpu{cpu_id}", per_cpu[cpu_id], {}, False, CPUSet([cpu_id])))
+    elif config.model == "core-or-thread":
+        _core_or_thread(topology, config, allowed, per_cpu, raw, counters)
     elif config.model == "core":
         cores = list(dict.fromkeys(topology.cpus[c].core for c in ordered_cpus(topology, allowed, config.order)))
         for core in cores:
@@ -478,9 +489,39 @@ def build_devices(
             raise AttributeValidationError(f"device name {name!r} is not a DNS label", device=name)
         validate_attributes(final, capacity, driver=DRIVER, device=name)
         devices.append(
-            Device(name=name, attributes=final, capacity=capacity, allow_multiple_allocations=multi, cpus=cpus)
+            Device(
+                name=name,
+                attributes=final,
+                capacity=capacity,
+                allow_multiple_allocations=multi,
+                cpus=cpus,
+                consumes_counters=counters.get(name, ()),
+            )
         )
     return devices
+
+
+def _core_or_thread(
+    topology: Topology,
+    config: DeviceModelConfig,
+    allowed: CPUSet,
+    per_cpu: Mapping[int, dict[str, AttrValue]],
+    raw: list[tuple[str, dict[str, AttrValue], dict[str, Capacity], bool, CPUSet]],
+    counters: dict[str, tuple[dict[str, Any], ...]],
+) -> None:
+    """Per core in device order: the core device, then its threads' devices (so a thread
+    request fills one core before it starts the next), each consuming the core's counter."""
+    by_core: dict[int, list[int]] = {}
+    for c in ordered_cpus(topology, allowed, config.order):
+        by_core.setdefault(topology.cpus[c].core, []).append(c)
+    for core, threads in by_core.items():
+        cpus = CPUSet(threads)
+        attrs = {**_agreeing([per_cpu[c] for c in cpus]), UNIT_ATTRIBUTE: "core"}
+        raw.append((f"core{core}", attrs, {CAPACITY_CPUS: Capacity(len(cpus))}, False, cpus))
+        counters[f"core{core}"] = core_consumption(core, len(cpus))
+        for cpu_id in threads:
+            raw.append((f"cpu{cpu_id}", {**per_cpu[cpu_id], UNIT_ATTRIBUTE: "thread"}, {}, False, CPUSet([cpu_id])))
+            counters[f"cpu{cpu_id}"] = core_consumption(core, 1)
 
 
 def _customize(

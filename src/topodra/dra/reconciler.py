@@ -39,10 +39,12 @@ from operator import is_
 from typing import Any, TypeVar
 
 from topodra.dra.devices import DRIVER, Device
+from topodra.dra.partitions import counter_set_chunks, counter_sets
 from topodra.dra.slices import (
     Homes,
     check_pool,
     chunk_devices,
+    counter_slice_object,
     encode_slice,
     event_head,
     owner_references,
@@ -365,6 +367,7 @@ class SliceReconciler:
         desired: list[dict[str, Any]] = []
         built: dict[str, tuple[list[Device], list[dict[str, Any]]]] = {}
         owner_refs = owner_references(self.node_name, owner)
+        counters = counter_set_chunks(counter_sets(d for chunk in chunks for d in chunk))
         for index, chunk in enumerate(chunks):
             name = slice_name(self.node_name, index, self._driver)
             before = self._built.get(name)
@@ -380,7 +383,21 @@ class SliceReconciler:
                     index,
                     api,
                     generation=generation,
-                    slice_count=len(chunks),
+                    slice_count=len(chunks) + len(counters),
+                    owner=owner_refs,
+                    driver=self._driver,
+                )
+            )
+        for offset, sets in enumerate(counters):  # after the device slices (see slices._slices)
+            index = len(chunks) + offset
+            built[slice_name(self.node_name, index, self._driver)] = ([], [])
+            desired.append(
+                counter_slice_object(
+                    self.node_name,
+                    index,
+                    sets,
+                    generation=generation,
+                    slice_count=len(chunks) + len(counters),
                     owner=owner_refs,
                     driver=self._driver,
                 )

@@ -26,6 +26,7 @@ from typing import Any, Final, cast
 
 from topodra.dra.attributes import is_dns_subdomain
 from topodra.dra.devices import DRIVER, Device
+from topodra.dra.partitions import counter_set_chunks, counter_sets
 
 __all__ = [
     "MAX_DEVICES_PER_SLICE",
@@ -35,6 +36,7 @@ __all__ = [
     "check_pool",
     "iter_slices",
     "chunk_devices",
+    "counter_slice_object",
     "owner_references",
     "slice_object",
     "encode_slice",
@@ -214,7 +216,8 @@ def iter_slices(
     check_pool(node_name, devices, generation)
     if chunks is None:
         chunks = chunk_devices(devices)
-    return _slices(node_name, chunks, generation, owner_references(node_name, node_uid), driver)
+    counters = counter_set_chunks(counter_sets(devices))
+    return _slices(node_name, chunks, generation, owner_references(node_name, node_uid), driver, counters)
 
 
 def check_pool(node_name: str, devices: Sequence[Device], generation: int) -> None:
@@ -269,18 +272,51 @@ def slice_object(
     }
 
 
+def counter_slice_object(
+    node_name: str,
+    index: int,
+    sets: Sequence[Mapping[str, Any]],
+    *,
+    generation: int,
+    slice_count: int,
+    owner: Sequence[Mapping[str, Any]],
+    driver: str = DRIVER,
+) -> dict[str, Any]:
+    """Slice ``index`` of the pool, holding the counter sets ``sets`` and no device (1.36 allows
+    ``sharedCounters`` only in a slice without ``devices``)."""
+    obj = slice_object(
+        node_name, index, [], generation=generation, slice_count=slice_count, owner=owner, driver=driver
+    )
+    spec = obj["spec"]
+    del spec["devices"]
+    spec["sharedCounters"] = [dict(s) for s in sets]
+    return obj
+
+
 def _slices(
-    node_name: str, chunks: Sequence[Sequence[Device]], generation: int, owner: list[dict[str, Any]], driver: str
+    node_name: str,
+    chunks: Sequence[Sequence[Device]],
+    generation: int,
+    owner: list[dict[str, Any]],
+    driver: str,
+    counters: Sequence[Sequence[Mapping[str, Any]]] = (),
 ) -> Iterator[dict[str, Any]]:
+    """The device slices, then the counter slices (after them, so that a model with counters
+    names its device slices as any other does)."""
+    total = len(chunks) + len(counters)
     for index, chunk in enumerate(chunks):
         yield slice_object(
             node_name,
             index,
             [d.to_api() for d in chunk],
             generation=generation,
-            slice_count=len(chunks),
+            slice_count=total,
             owner=owner,
             driver=driver,
+        )
+    for offset, sets in enumerate(counters):
+        yield counter_slice_object(
+            node_name, len(chunks) + offset, sets, generation=generation, slice_count=total, owner=owner, driver=driver
         )
 
 
@@ -296,6 +332,8 @@ def encode_slice(obj: Mapping[str, Any], devices: Sequence[Device]) -> bytes:
     ``[d.to_api() for d in devices]`` (as ``build_slices`` makes it): the device list is joined
     from each device's cached encoding and only the fields around it are encoded."""
     spec = obj["spec"]
+    if "devices" not in spec:  # a counter slice
+        return json.dumps(obj, separators=_COMPACT).encode()
     listed = spec["devices"]
     if len(listed) != len(devices) or (devices and (listed[0]["name"], listed[-1]["name"]) != (devices[0].name, devices[-1].name)):
         raise ValueError("encode_slice: the slice does not list these devices")  # a cheap guard, not a proof

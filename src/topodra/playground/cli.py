@@ -36,7 +36,7 @@ def playground_command(
         ),
     ] = None,
     model: Annotated[
-        str | None, typer.Option("--model", "-m", help="Device model: cpu, core or grouped (default: the scenario's, else cpu).")
+        str | None, typer.Option("--model", "-m", help="Device model: cpu, core, core-or-thread or grouped (default: the scenario's, else cpu).")
     ] = None,
     scenario: Annotated[str, typer.Option("--scenario", "-s", help="Built-in scenario to run when no FILES are given.")] = "default",
     list_scenarios: Annotated[bool, typer.Option("--list", help="List the built-in scenarios and exit.")] = False,
@@ -58,8 +58,10 @@ def playground_command(
         for name in builtin_names():
             console.print(f"{name:16} {builtin_scenario(name).title}")
         return
-    if model is not None and model not in ("cpu", "core", "grouped"):
-        err.print(f"[red]error:[/red] --model must be cpu, core or grouped, got {model!r}")
+    from topodra.dra.devices import MODELS
+
+    if model is not None and model not in MODELS:
+        err.print(f"[red]error:[/red] --model must be {', '.join(MODELS)}, got {model!r}")
         raise typer.Exit(2)
     try:
         scenarios = [load_scenario(f) for f in files] if files else [builtin_scenario(scenario)]

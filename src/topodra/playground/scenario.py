@@ -5,7 +5,7 @@ is a one-step scenario)::
 
     title: The upstream example, then its pod goes away
     topology: 20em64t-hybrid-1p6c2t+2ca4co1t   # optional: fixture, synthetic:SPEC or host
-    model: cpu                                  # optional: cpu | core | grouped
+    model: cpu                                  # optional: cpu | core | core-or-thread | grouped
     steps:
     - title: Shared workloads
       apply: [background.yaml]                  # files (relative to the scenario) or inline objects
@@ -42,6 +42,7 @@ from typing import Any
 import yaml
 
 from topodra.cpuset import CPUSet, CPUSetParseError
+from topodra.dra.devices import MODELS
 from topodra.playground.manifests import Manifest, ManifestError, load_manifests, parse_manifests
 from topodra.topology.model import Topology
 from topodra.yamldocs import read_text
@@ -192,8 +193,8 @@ def parse_scenario(data: Any, source: str, loader: Any) -> Scenario:
         step.restart_agent = bool(raw.get("restartAgent", False))
         steps.append(step)
     model = data.get("model")
-    if model is not None and model not in ("cpu", "core", "grouped"):
-        raise ScenarioError(f"{source}: model must be cpu, core or grouped, got {model!r}")
+    if model is not None and model not in MODELS:
+        raise ScenarioError(f"{source}: model must be {', '.join(MODELS)}, got {model!r}")
     requires = data.get("requires") or {}
     if not isinstance(requires, dict) or set(requires) - _REQUIRES_KEYS:
         raise ScenarioError(f"{source}: requires must be a mapping with {', '.join(sorted(_REQUIRES_KEYS))}")

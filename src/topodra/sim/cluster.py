@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from topodra.cpuset import CPUSet
-from topodra.dra.devices import DeviceModelConfig, build_devices, device_class
+from topodra.dra.devices import MODELS, DeviceModelConfig, build_devices, device_class
 from topodra.dra.slices import build_slices, slice_name
 from topodra.quantity import Quantity
 from topodra.sim.allocator import ClaimAllocation, DeviceResult, allocation_of_claim, share_id
@@ -191,10 +191,13 @@ def build_cluster(spec: ClusterSpec) -> Cluster:
     """Build the nodes, their ResourceSlices and the ``native.cpu`` DeviceClass."""
     if spec.nodes < 1:
         raise ClusterError(f"nodes: need at least one node, got {spec.nodes}")
-    if spec.model not in ("cpu", "core", "grouped"):
-        raise ClusterError(f"model: must be cpu, core or grouped, got {spec.model!r}")
+    if spec.model not in MODELS:
+        raise ClusterError(f"model: must be {', '.join(MODELS)}, got {spec.model!r}")
     if not 0 <= spec.fill < 1:
         raise ClusterError(f"fill: must be in [0, 1), got {spec.fill}")
+    if spec.fill and spec.model == "core-or-thread":
+        # random devices of this model would take a core and one of its threads together
+        raise ClusterError("fill: not available for the core-or-thread model (its devices share counters)")
     config = DeviceModelConfig(model=spec.model, group_by=spec.group_by, order=spec.order)  # type: ignore[arg-type]
     templates: dict[str, list[dict[str, Any]]] = {}
     devices_per: dict[str, int] = {}

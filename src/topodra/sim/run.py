@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from topodra.dra.devices import MODELS
 from topodra.sim.cluster import Cluster, ClusterSpec, build_cluster
 from topodra.sim.costmodel import DEFAULT_COSTS, CostModel
 from topodra.sim.guards import Exhaustion, check_memory
@@ -95,8 +96,8 @@ def parse_models(models: Sequence[str]) -> list[tuple[str, str]]:
     out = []
     for m in models:
         model, _, group = m.partition(":")
-        if model not in ("cpu", "core", "grouped"):
-            raise ValueError(f"--model {m!r}: must be cpu, core or grouped[:numa|l3|socket|machine]")
+        if model not in MODELS:
+            raise ValueError(f"--model {m!r}: must be cpu, core, core-or-thread or grouped[:numa|l3|socket|machine]")
         group = group or "numa"
         if group not in ("numa", "l3", "socket", "machine"):
             raise ValueError(f"--model {m!r}: group must be numa, l3, socket or machine")
