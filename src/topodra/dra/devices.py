@@ -410,36 +410,18 @@ def ordered_cpus(topology: Topology, cpus: CPUSet, order: str = "topology-revers
     raise DeviceModelError(f"unknown device order {order!r}: topology-reversed, topology or cpu-id")
 
 
-def build_devices(
-    topology: Topology, config: DeviceModelConfig | None = None, *, exclude: CPUSet = _NO_CPUS
-) -> list[Device]:
-    """The devices a node publishes, in ``config.order`` (groups: by group id).
+#: One device before customization: name, attributes, capacity, allowMultipleAllocations, its CPUs.
+_RawDevice = tuple[str, dict[str, AttrValue], dict[str, Capacity], bool, CPUSet]
 
-    ``exclude`` holds the reserved CPUs: they are never published. Raises
-    ``AttributeValidationError`` (naming device and attribute) for anything
-    the API server would reject, ``DeviceModelError`` for a broken config.
-    """
-    config = config or DeviceModelConfig()
-    allowed = topology.online - exclude
-    hook = _load_hook(config.attribute_hook) if config.attribute_hook else None
-    added = config.added()
 
-    per_cpu: dict[int, dict[str, AttrValue]] = {}
-    for cpu_id in allowed:
-        info = topology.cpus[cpu_id]
-        attrs = cpu_attributes(topology, info)
-        if hook is not None:
-            assert config.attribute_hook is not None
-            attrs.update(_hook_attributes(hook, config.attribute_hook, topology, info))
-        per_cpu[cpu_id] = attrs
-
-    raw: list[tuple[str, dict[str, AttrValue], dict[str, Capacity], bool, CPUSet]] = []
-    counters: dict[str, tuple[dict[str, Any], ...]] = {}
+def _raw_devices(
+    topology: Topology, config: DeviceModelConfig, allowed: CPUSet, per_cpu: Mapping[int, dict[str, AttrValue]]
+) -> list[_RawDevice]:
+    """The devices of the ``cpu``, ``core`` and grouped models, in publishing order."""
+    raw: list[_RawDevice] = []
     if config.model == "cpu":
         for cpu_id in ordered_cpus(topology, allowed, config.order):
             raw.append((f"cpu{cpu_id}", per_cpu[cpu_id], {}, False, CPUSet([cpu_id])))
-    elif config.model == "core-or-thread":
-        _core_or_thread(topology, config, allowed, per_cpu, raw, counters)
     elif config.model == "core":
         cores = list(dict.fromkeys(topology.cpus[c].core for c in ordered_cpus(topology, allowed, config.order)))
         for core in cores:
@@ -464,6 +446,39 @@ def build_devices(
                 name += "-" + _TYPE_SUFFIX[list(CoreType)[type_index]]
             attrs = _agreeing([per_cpu[c] for c in cpus])
             raw.append((name, attrs, {CAPACITY_CPU: _grouped_capacity(len(cpus))}, True, cpus))
+
+    return raw
+
+
+def build_devices(
+    topology: Topology, config: DeviceModelConfig | None = None, *, exclude: CPUSet = _NO_CPUS
+) -> list[Device]:
+    """The devices a node publishes, in ``config.order`` (groups: by group id).
+
+    ``exclude`` holds the reserved CPUs: they are never published. Raises
+    ``AttributeValidationError`` (naming device and attribute) for anything
+    the API server would reject, ``DeviceModelError`` for a broken config.
+    """
+    config = config or DeviceModelConfig()
+    allowed = topology.online - exclude
+    hook = _load_hook(config.attribute_hook) if config.attribute_hook else None
+    added = config.added()
+
+    per_cpu: dict[int, dict[str, AttrValue]] = {}
+    for cpu_id in allowed:
+        info = topology.cpus[cpu_id]
+        attrs = cpu_attributes(topology, info)
+        if hook is not None:
+            assert config.attribute_hook is not None
+            attrs.update(_hook_attributes(hook, config.attribute_hook, topology, info))
+        per_cpu[cpu_id] = attrs
+
+    raw: list[_RawDevice] = []
+    counters: dict[str, tuple[dict[str, Any], ...]] = {}
+    if config.model == "core-or-thread":
+        _core_or_thread(topology, config, allowed, per_cpu, raw, counters)
+    else:
+        raw = _raw_devices(topology, config, allowed, per_cpu)
 
     present: set[str] = set()
     for _, attrs, _, _, _ in raw:
@@ -506,7 +521,7 @@ def _core_or_thread(
     config: DeviceModelConfig,
     allowed: CPUSet,
     per_cpu: Mapping[int, dict[str, AttrValue]],
-    raw: list[tuple[str, dict[str, AttrValue], dict[str, Capacity], bool, CPUSet]],
+    raw: list[_RawDevice],
     counters: dict[str, tuple[dict[str, Any], ...]],
 ) -> None:
     """Per core in device order: the core device, then its threads' devices (so a thread
