@@ -98,3 +98,16 @@ def test_objects_offer_no_table_format(command: str) -> None:
     assert r.exit_code == 2, r.output
     assert "'table' is not one of 'yaml', 'json'" in r.output
     assert "apiVersion" not in r.output
+
+
+def test_slices_of_the_core_or_thread_model_put_the_counters_in_a_slice_of_their_own() -> None:
+    r = runner.invoke(app, ["dra", "slices", "--node", "n1", "--topology", "1s1d1n1l4c2t", "--model", "core-or-thread", "-f", "json"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    slices = data if isinstance(data, list) else data.get("items", [data])
+    devices = [d["name"] for s in slices for d in s["spec"].get("devices", [])]
+    assert sum(n.startswith("core") for n in devices) == 4
+    assert sum(n.startswith("cpu") for n in devices) == 8
+    counter_slices = [s for s in slices if s["spec"].get("sharedCounters")]
+    assert len(counter_slices) == 1
+    assert "devices" not in counter_slices[0]["spec"]

@@ -24,6 +24,7 @@ dra_app = typer.Typer(
 class Model(enum.StrEnum):
     CPU = "cpu"
     CORE = "core"
+    CORE_OR_THREAD = "core-or-thread"
     GROUPED = "grouped"
 
 
@@ -48,7 +49,7 @@ class ObjectFormat(enum.StrEnum):
 
 
 TopologyOpt = Annotated[str | None, typer.Option("--topology", "-t", help=TOPOLOGY_HELP)]
-ModelOpt = Annotated[Model | None, typer.Option("--model", help="Device model: one device per CPU, per core, or grouped.")]
+ModelOpt = Annotated[Model | None, typer.Option("--model", help="Device model: one device per CPU, per core, cores and threads side by side (core-or-thread), or grouped.")]
 GroupOpt = Annotated[GroupBy | None, typer.Option("--group-by", help="Grouping of the grouped model.")]
 ReservedOpt = Annotated[str, typer.Option("--reserved", help="Reserved CPUs (kernel list format), left out of the devices.")]
 ConfigOpt = Annotated[
