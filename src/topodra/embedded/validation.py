@@ -12,6 +12,7 @@ sharing it. Only the quantity grammar is shared (``topodra.quantity``).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 from collections.abc import Callable, Mapping
@@ -364,6 +365,31 @@ def _validate_selectors(selectors: Any, path: str, errors: list[FieldError]) -> 
             errors.append(FieldError(f"{path}[{i}].cel.expression", "Required value", "FieldValueRequired"))
         elif len(expr) > MAX_CEL_LENGTH:
             errors.append(FieldError(f"{path}[{i}].cel.expression", f"Too long: may not be more than {MAX_CEL_LENGTH} bytes", "FieldValueTooLong"))
+        elif (problem := cel_compile_problem(expr)) is not None:
+            errors.append(FieldError(f"{path}[{i}].cel.expression", f"Invalid value: {json.dumps(expr)}: {problem}"))
+
+
+def cel_compile_problem(expression: str) -> str | None:
+    """Why the API server refuses to store a selector, in its words (cel-go's compile error with
+    the line and a caret under the column), or None when it compiles. The CEL engine comes with
+    the ``sim`` extra; without it selectors are not compiled here (``cel_checked()`` says so)."""
+    if not cel_checked():
+        return None
+    from topodra.sim.cel import CelCompileError, compile_selector
+
+    try:
+        compile_selector(expression)
+    except CelCompileError as err:
+        col = err.position or 1
+        lines = expression.split("\n")
+        text = lines[err.line - 1] if 0 < err.line <= len(lines) else expression
+        return f"compilation failed: ERROR: <input>:{err.line}:{col}: {err.message}\n | {text}\n | {'.' * (col - 1)}^"
+    return None
+
+
+def cel_checked() -> bool:
+    """True when selectors are compiled at create time (the CEL engine is installed)."""
+    return importlib.util.find_spec("cel_expr_python") is not None
 
 
 def validate_device_class(obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> list[FieldError]:

@@ -28,7 +28,7 @@ from lightkube.generic_resource import (
     create_api_info,
 )
 
-from topodra.kube.errors import ApiError
+from topodra.kube.errors import ApiError, FieldError
 from topodra.kube.wire import Lean, lean_for
 
 __all__ = [
@@ -111,6 +111,11 @@ def _translate(exc: Exception) -> ApiError:
             str(status.message or ""),
             kind=str(getattr(details, "kind", "") or ""),
             name=str(getattr(details, "name", "") or ""),
+            group=str(getattr(details, "group", "") or ""),
+            causes=[
+                FieldError(str(c.field or ""), str(c.message or ""), str(c.reason or ""))
+                for c in (getattr(details, "causes", None) or [])
+            ],
         )
     if isinstance(exc, httpx2.HTTPStatusError):
         code = exc.response.status_code

@@ -116,12 +116,11 @@ class ApiError(Exception):
 
     @classmethod
     def invalid(cls, kind_name: str, name: str, causes: Sequence[FieldError], *, kind: str, group: str = "") -> ApiError:
-        text = "; ".join(str(c) for c in causes[:10])
-        if len(causes) > 10:
-            text += f"; and {len(causes) - 10} more"
-        return cls(
-            422, "Invalid", f'{kind_name} "{name}" is invalid: {text}', kind=kind, name=name, group=group, causes=causes
-        )
+        """As apimachinery's ``NewInvalid``: ``Kind.group "name" is invalid: ...``, one error as it
+        is, several as an aggregate ``[e1, e2]``."""
+        what = f"{kind_name}.{group}" if group and "." not in kind_name else kind_name
+        text = str(causes[0]) if len(causes) == 1 else "[" + ", ".join(str(c) for c in causes) + "]"
+        return cls(422, "Invalid", f'{what} "{name}" is invalid: {text}', kind=kind, name=name, group=group, causes=causes)
 
     @classmethod
     def bad_request(cls, message: str) -> ApiError:

@@ -61,10 +61,11 @@ _DEVICE_FIELDS = ("driver", "attributes", "capacity", "allowMultipleAllocations"
 class CelError(Exception):
     """A CEL problem, naming the expression (and the position when known)."""
 
-    def __init__(self, expression: str, message: str, position: int | None = None) -> None:
+    def __init__(self, expression: str, message: str, position: int | None = None, line: int = 1) -> None:
         self.expression = expression
         self.message = message
-        self.position = position
+        self.position = position  # column within ``line``, from 1
+        self.line = line
         where = f" at column {position}" if position is not None else ""
         super().__init__(f"{message}{where} in CEL expression {expression!r}")
 
@@ -550,7 +551,7 @@ def compile_selector(expression: str) -> CompiledSelector:
         else:
             pos = re.search(_POSITION, text)
             first = errors[0] if errors else _clean(text)
-            raise CelCompileError(expression, first, int(pos.group(2)) if pos else None) from None
+            raise CelCompileError(expression, first, int(pos.group(2)) if pos else None, int(pos.group(1)) if pos else 1) from None
     return CompiledSelector(expression, program)
 
 
