@@ -29,6 +29,7 @@ __all__ = [
     "parse_pod",
     "parse_node_view",
     "MAX_NODE_SCORE",
+    "weighted_dynamic_resources",
 ]
 
 MAX_NODE_SCORE = 100
@@ -179,7 +180,11 @@ def parse_pod(obj: Mapping[str, Any]) -> PodView:
             cname = rc.get("name")
             if not isinstance(cname, str) or not cname:
                 raise ObjectError(f"{where}.resourceClaims[{i}].name: required field is missing")
-            claims.append(PodClaimRef(cname, rc.get("resourceClaimName") or None, rc.get("resourceClaimTemplateName") or None))
+            claims.append(
+                PodClaimRef(
+                    cname, rc.get("resourceClaimName") or None, rc.get("resourceClaimTemplateName") or None
+                )
+            )
         statuses = {
             str(s.get("name")): str(s["resourceClaimName"])
             for s in (obj.get("status") or {}).get("resourceClaimStatuses") or ()
@@ -253,7 +258,9 @@ def _tolerates(tol: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
 
 def _untolerated(pod: PodView, node: NodeView, effects: Sequence[str]) -> list[Mapping[str, Any]]:
     return [
-        t for t in node.taints if t.get("effect") in effects and not any(_tolerates(tol, t) for tol in pod.tolerations)
+        t
+        for t in node.taints
+        if t.get("effect") in effects and not any(_tolerates(tol, t) for tol in pod.tolerations)
     ]
 
 
@@ -269,7 +276,8 @@ def _affinity_matches(pod: PodView, node: NodeView) -> bool:
 def filter_reasons(pod: PodView, node: NodeView, usage: NodeUsage) -> list[str]:
     """Why the non-DRA plugins reject ``node`` (empty: it passes), from the first failing plugin."""
     if node.unschedulable and not any(
-        _tolerates(t, {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}) for t in pod.tolerations
+        _tolerates(t, {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"})
+        for t in pod.tolerations
     ):
         return [REASON_UNSCHEDULABLE]
     bad = _untolerated(pod, node, ("NoSchedule", "NoExecute"))
@@ -307,24 +315,38 @@ def _least_allocated(pod: PodView, node: NodeView, usage: NodeUsage) -> int:
     return total // weights if weights else 0
 
 
-def _balanced(pod: PodView, node: NodeView, usage: NodeUsage) -> int:
-    if node.allocatable is None:
-        return 0
-    fractions = []
-    for cap, used in (
-        (node.allocatable.milli_cpu, usage.requested.milli_cpu + pod.requests.milli_cpu),
-        (node.allocatable.memory, usage.requested.memory + pod.requests.memory),
-    ):
-        if cap:
-            fractions.append(min(1.0, used / cap))
+def _balance(used: Sequence[tuple[int, int]]) -> int:
+    """balancedResourceScore: 100 * (1 - the spread of the used fractions), truncated."""
+    fractions = [min(1.0, u / cap) for cap, u in used if cap]
     if len(fractions) < 2:
         return MAX_NODE_SCORE
-    std = abs(fractions[0] - fractions[1]) / 2
+    std = abs((fractions[0] - fractions[1]) / 2)
     return int((1 - std) * MAX_NODE_SCORE)
 
 
+def _balanced(pod: PodView, node: NodeView, usage: NodeUsage) -> int:
+    """balancedResourceScorer (1.36): how much the pod improves the balance, centred on 50.
+
+    Both balances lie in [50, 100] for two resources, so the numerator is never negative
+    and floor division equals Go's truncating one.
+    """
+    if node.allocatable is None:
+        return 0
+    cap = node.allocatable
+    before = _balance(((cap.milli_cpu, usage.requested.milli_cpu), (cap.memory, usage.requested.memory)))
+    after = _balance(
+        (
+            (cap.milli_cpu, usage.requested.milli_cpu + pod.requests.milli_cpu),
+            (cap.memory, usage.requested.memory + pod.requests.memory),
+        )
+    )
+    return MAX_NODE_SCORE // 2 + (MAX_NODE_SCORE // 2 + after - before) // 2
+
+
 def _preferred(pod: PodView, node: NodeView) -> int:
-    return sum(w for w, term in pod.preferred if node_selector_matches({"nodeSelectorTerms": [term]}, node.node))
+    return sum(
+        w for w, term in pod.preferred if node_selector_matches({"nodeSelectorTerms": [term]}, node.node)
+    )
 
 
 def _normalize(raw: dict[str, int], reverse: bool) -> dict[str, int]:
@@ -332,13 +354,25 @@ def _normalize(raw: dict[str, int], reverse: bool) -> dict[str, int]:
     top = max(raw.values(), default=0)
     if top == 0:
         return dict.fromkeys(raw, MAX_NODE_SCORE if reverse else 0)
-    return {n: (MAX_NODE_SCORE - MAX_NODE_SCORE * v // top) if reverse else MAX_NODE_SCORE * v // top for n, v in raw.items()}
+    return {
+        n: (MAX_NODE_SCORE - MAX_NODE_SCORE * v // top) if reverse else MAX_NODE_SCORE * v // top
+        for n, v in raw.items()
+    }
 
 
-def score_nodes(pod: PodView, nodes: Sequence[NodeView], usage: Mapping[str, NodeUsage]) -> dict[str, dict[str, int]]:
+def weighted_dynamic_resources(raw: Mapping[str, int]) -> dict[str, int]:
+    """DynamicResources' scores as the framework adds them: DefaultNormalizeScore, then weight 2."""
+    return {n: 2 * v for n, v in _normalize(dict(raw), reverse=False).items()}
+
+
+def score_nodes(
+    pod: PodView, nodes: Sequence[NodeView], usage: Mapping[str, NodeUsage]
+) -> dict[str, dict[str, int]]:
     """Weighted per-plugin scores of the feasible ``nodes`` (plugins that skip this pod are absent)."""
     out: dict[str, dict[str, int]] = {n.name: {} for n in nodes}
-    taints = _normalize({n.name: len(_untolerated(pod, n, ("PreferNoSchedule",))) for n in nodes}, reverse=True)
+    taints = _normalize(
+        {n.name: len(_untolerated(pod, n, ("PreferNoSchedule",))) for n in nodes}, reverse=True
+    )
     for n in nodes:
         out[n.name]["TaintToleration"] = 3 * taints[n.name]
     if pod.preferred:

@@ -45,6 +45,7 @@ from topodra.sim.podfit import (
     parse_node_view,
     parse_pod,
     score_nodes,
+    weighted_dynamic_resources,
 )
 from topodra.sim.replaysteps import ClaimState, Step
 from topodra.sim.scheduler import _score as dra_score
@@ -364,7 +365,7 @@ class Replay:
                     why = self._dra_filter(node, claims, to_allocate, parsed, signature, dra_scores)
                 except AllocationError as e:
                     self._next_start = (start + processed) % len(names)
-                    return self._fail(pod, step, f'running Filter plugin "DynamicResources": {e}')
+                    return self._fail(pod, step, f'running "DynamicResources" filter plugin: {e}')
             if why:
                 for r in why:
                     reasons[r] = reasons.get(r, 0) + 1
@@ -427,9 +428,10 @@ class Replay:
     def _choose(self, pod: _Pod, step: Step, feasible: list[str], dra_scores: Mapping[str, int]) -> str:
         per_plugin = score_nodes(pod.view, [self.nodes[n] for n in feasible], self.usage)
         totals = {}
+        dra = weighted_dynamic_resources(dra_scores)
         for n in feasible:
-            if n in dra_scores:
-                per_plugin[n]["DynamicResources"] = dra_scores[n]
+            if n in dra:
+                per_plugin[n]["DynamicResources"] = dra[n]
             totals[n] = sum(per_plugin[n].values())
         step.scores = totals
         best = max(totals.values())
@@ -475,7 +477,7 @@ class Replay:
             try:
                 result = self._allocator_now().allocate(node.node, [parse_claim(c.obj) for c in to_allocate])
             except AllocationError as e:
-                result, step.failure = None, f'running Filter plugin "DynamicResources": {e}'
+                result, step.failure = None, f'running "DynamicResources" filter plugin: {e}'
             if result is None:
                 step.failure = step.failure or f"0/1 nodes are available: 1 {CANNOT_ALLOCATE}."
                 to_allocate, result = [], []
