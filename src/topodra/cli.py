@@ -12,6 +12,7 @@ import sys
 import typer
 
 from topodra import __version__
+from topodra.extras import EXTRA_PACKAGES
 
 _HELP = "Topology-aware CPU and memory placement for Kubernetes, with Dynamic Resource Allocation."
 
@@ -102,7 +103,7 @@ def __getattr__(name: str) -> typer.Typer:
 
 
 #: Packages of the optional extras (pyproject.toml) -> the extra that brings them.
-_EXTRAS: dict[str, str] = {"numpy": "sim", "matplotlib": "sim", "cel_expr_python": "sim"}
+_EXTRAS: dict[str, str] = {package: extra for extra, packages in EXTRA_PACKAGES.items() for package in packages}
 
 
 def main() -> None:

@@ -50,10 +50,16 @@ def playground_command(
     """
     from rich.console import Console
 
+    from topodra.extras import MissingExtra, require_extra
     from topodra.playground.scenario import ScenarioError, builtin_names, builtin_scenario, load_scenario
 
     console = Console()
     err = Console(stderr=True)
+    try:
+        require_extra("sim", "playground")  # the scheduler is the simulator's allocator
+    except MissingExtra as exc:
+        err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
     if list_scenarios:
         for name in builtin_names():
             console.print(f"{name:16} {builtin_scenario(name).title}")
