@@ -97,6 +97,7 @@ def _daemonset_checks(docs: list[dict[str, Any]]) -> None:
         "cdi": str(cfg.cdi_dir),
         "kubelet-plugins": str(cfg.kubelet_root / "plugins"),
         "kubelet-registry": str(cfg.kubelet_root / "plugins_registry"),
+        "kubelet-cpu-manager-state": str(cfg.cpu_manager_state),
         "state": str(cfg.state_dir),
     }
     for name, path in expected.items():
@@ -109,6 +110,7 @@ def _daemonset_checks(docs: list[dict[str, Any]]) -> None:
     assert mounts["cgroup"] == str(cfg.sysfs_root / "sys" / "fs" / "cgroup")
     read_only = {m["name"] for m in pod["containers"][0]["volumeMounts"] if m.get("readOnly")}
     assert "sys" in read_only
+    assert "kubelet-cpu-manager-state" in read_only
     assert "cgroup" not in read_only
     env = {e["name"] for e in pod["containers"][0]["env"]}
     assert "NODE_NAME" in env

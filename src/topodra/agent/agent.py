@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from topodra.agent.claims import MeteredDriver, claim_fetchers, kube_client
 from topodra.agent.config import AgentConfig
+from topodra.agent.cpumanager import CPUManagerError, check_cpu_manager
 from topodra.agent.delivery import CgroupWriter, ReplyDelivery
 from topodra.agent.drift import CgroupReader, DriftChecker
 from topodra.agent.hotplug import MachineFollower
@@ -56,6 +57,14 @@ if TYPE_CHECKING:
 __all__ = ["Agent", "AgentError", "load_topology"]
 
 log = logging.getLogger(__name__)
+
+
+def check_kubelet(cfg: AgentConfig) -> None:
+    """Refuse to start beside a kubelet whose CPU manager pins CPUs itself (agent/cpumanager.py)."""
+    try:
+        check_cpu_manager(cfg.kubelet_config_file, cfg.cpu_manager_state)
+    except CPUManagerError as err:
+        raise AgentError(str(err)) from None
 
 
 class Agent:
@@ -120,6 +129,7 @@ class Agent:
         register with the kubelet and the runtime: a node resource that is taken fails the start
         before any peer has seen the agent. A failed start releases what it took."""
         cfg = self.node.config
+        check_kubelet(cfg)
         if cfg.nri.enabled:
             await self._warm_up()
         try:

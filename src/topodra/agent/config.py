@@ -116,6 +116,11 @@ class AgentConfig(_Section):
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     devices: DeviceModelConfig = Field(default_factory=DeviceModelConfig)
     kubelet_root: Path = Path("/var/lib/kubelet")
+    #: The kubelet's configuration file, read for ``cpuManagerPolicy`` (agent/cpumanager.py);
+    #: default ``kubeletRoot/config.yaml``.
+    kubelet_config: Path | None = None
+    #: The kubelet's CPU manager state; default ``kubeletRoot/cpu_manager_state``.
+    kubelet_cpu_manager_state: Path | None = None
     cdi_dir: Path = Path("/var/run/cdi")
     state_dir: Path = Path("/var/lib/topodra")
     #: /metrics, /healthz and /readyz (Prometheus and the kubelet's probes); "" turns it off.
@@ -167,6 +172,19 @@ class AgentConfig(_Section):
     @property
     def checkpoint_path(self) -> Path:
         return self.state_dir / "dra-checkpoint.json"
+
+    @field_validator("kubelet_config", "kubelet_cpu_manager_state")
+    @classmethod
+    def _optional_path(cls, value: Path | None) -> Path | None:
+        return None if value is None else _absolute(value)
+
+    @property
+    def kubelet_config_file(self) -> Path:
+        return self.kubelet_config or self.kubelet_root / "config.yaml"
+
+    @property
+    def cpu_manager_state(self) -> Path:
+        return self.kubelet_cpu_manager_state or self.kubelet_root / "cpu_manager_state"
 
     @property
     def plugin_dir(self) -> Path:
