@@ -336,7 +336,7 @@ def test_restore_rewrites_missing_specs_and_removes_stale_ones(rig: Rig) -> None
 def test_restore_with_cpus_now_reserved(rig: Rig) -> None:
     rig.store.add(make_claim("u1", ["cpu4"]))
     rig.prepare("u1")
-    rig.policy = RecordingPolicy(TOPO, RESERVED | CPUSet([4]))
+    rig.policy = RecordingPolicy(TOPO, CPUSet([4]))  # the claim would hold every reserved CPU
     rig.driver = rig.new_driver()
     report = run(rig.driver.restore())
     assert "reserved" in report.failed["u1"]
@@ -345,6 +345,16 @@ def test_restore_with_cpus_now_reserved(rig: Rig) -> None:
     assert rig.driver.prepared("u1") is None
     assert rig.unprepare("u1")["u1"].error == ""
     assert load_checkpoint(rig.tmp / "plugin" / "checkpoint.json") == {}
+
+
+def test_restore_with_a_cpu_now_reserved_keeps_the_claim_while_a_reserved_cpu_is_left(rig: Rig) -> None:
+    rig.store.add(make_claim("u1", ["cpu4"]))
+    rig.prepare("u1")
+    rig.policy = RecordingPolicy(TOPO, RESERVED | CPUSet([4]))
+    rig.driver = rig.new_driver()
+    report = run(rig.driver.restore())
+    assert not report.failed
+    assert rig.policy.claims() == {"u1": CPUSet([4])}
 
 
 CORRUPTIONS: dict[str, Callable[[bytes], bytes]] = {

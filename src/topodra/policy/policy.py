@@ -103,6 +103,11 @@ class _PolicyQueries:
         mask = self._offline_claims.get(claim_id, self._supply.claims.get(claim_id))
         return None if mask is None else CPUSet.from_mask(mask)
 
+    @property
+    def claimed_cpus(self) -> CPUSet:
+        """The online CPUs DRA claims hold."""
+        return CPUSet.from_mask(self._supply.claimed)
+
     def claims(self) -> dict[str, CPUSet]:
         """Every claim's CPUs as claimed (offline ones included: see ``follow``)."""
         merged = {**self._supply.claims, **self._offline_claims}

@@ -206,7 +206,7 @@ def build_cluster(spec: ClusterSpec) -> Cluster:
     for m in spec.machines:
         topo = topology_for(m)
         exclude = CPUSet(sorted(topo.online)[: spec.reserved_cpus])
-        devices = build_devices(topo, config, exclude=exclude)
+        devices = build_devices(topo, config, reserved=exclude)
         templates[m] = build_slices("template-node", devices)
         devices_per[m] = len(devices)
         cpus_per_device[m] = [len(d.cpus) for d in devices]
