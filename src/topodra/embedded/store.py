@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 from topodra.embedded.apply import Owners, apply_devices, drop_deallocated, owned_by, update_owners
+from topodra.embedded.defaults import apply_defaults
 from topodra.embedded.validation import VALIDATORS
 from topodra.kube.errors import ApiError
 
@@ -416,6 +417,7 @@ class Store:
             meta["name"] = f"{meta['generateName']}{uuid.uuid4().hex[:5]}"
         if kind.plural in ("resourceclaims", "pods"):
             obj.pop("status", None)  # set only through the status subresource, as on a real server
+        apply_defaults(kind.plural, obj)
         for admit in self.admission:
             admit(kind, obj)
         self._validate(kind, obj, None)
@@ -486,6 +488,7 @@ class Store:
         claim = kind.plural == "resourceclaims"
         if claim and isinstance(new.get("status"), dict):
             drop_deallocated(new["status"], old.get("status") or {})
+        apply_defaults(kind.plural, new)
         for admit in self.admission:
             admit(kind, new)
         self._validate(kind, new, old)
