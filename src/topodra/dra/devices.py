@@ -196,10 +196,7 @@ class DeviceModelConfig:
 
     def __post_init__(self) -> None:
         if isinstance(self.taints, Mapping):  # a plain mapping, as the loose constructors give it
-            try:
-                object.__setattr__(self, "taints", TaintConfig(**self.taints))
-            except TypeError as exc:
-                raise ValueError(f"taints: {exc}") from None
+            object.__setattr__(self, "taints", TaintConfig.of(self.taints))
         for name, allowed in _CHOICES.items():
             value = getattr(self, name)
             if value not in allowed:

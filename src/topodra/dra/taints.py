@@ -95,6 +95,14 @@ class TaintConfig:
             if value not in allowed:
                 raise ValueError(f"taints.{reason} must be one of {', '.join(allowed)}, got {value!r}")
 
+    @classmethod
+    def of(cls, raw: Mapping[str, Any]) -> TaintConfig:
+        """From a plain mapping (reason -> treatment); ``ValueError`` naming an unknown reason."""
+        unknown = sorted(set(raw) - set(REASONS))
+        if unknown:
+            raise ValueError(f"taints: unknown reason {unknown[0]!r} (known: {', '.join(REASONS)})")
+        return cls(**{str(k): str(v) for k, v in raw.items()})
+
     def effect(self, reason: str) -> str | None:
         """The effect of the reason's taint; None when its devices carry none (withdrawn or untainted)."""
         value: str = getattr(self, reason)

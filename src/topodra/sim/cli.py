@@ -95,6 +95,17 @@ def _load(files: list[Path]) -> list[Any]:
     return docs
 
 
+def _taints(given: list[str] | None) -> dict[str, str]:
+    """``--taint REASON=TREATMENT`` options as ``DeviceModelConfig.taints`` (checked by it)."""
+    out: dict[str, str] = {}
+    for text in given or ():
+        reason, eq, treatment = text.partition("=")
+        if not eq or not reason or not treatment:
+            _fail(f"--taint {text!r}: must be REASON=TREATMENT, e.g. reserved=Withdraw")
+        out[reason.strip()] = treatment.strip()
+    return out
+
+
 @sim_app.command("run")
 def run_cmd(
     nodes: Annotated[int, typer.Option("--nodes", "-n", min=1, help="Number of nodes.")] = 100,
@@ -106,7 +117,11 @@ def run_cmd(
     pods: Annotated[int, typer.Option("--pods", min=0, help="Pods to schedule (0: the workload's spec.pods, else 4 per node).")] = 0,
     fill: Annotated[float, typer.Option("--fill", min=0.0, max=0.99, help="Fraction of every node already allocated by background pods.")] = 0.0,
     fill_patterns: Annotated[int, typer.Option("--fill-patterns", min=1, help="Distinct random fill patterns per machine; every node takes one.")] = 16,
-    reserved: Annotated[int, typer.Option("--reserved-cpus", min=0, help="CPUs per node kept out of DRA (not published).")] = 0,
+    reserved: Annotated[int, typer.Option("--reserved-cpus", min=0, help="CPUs per node reserved for system daemons: published with the native.cpu/reserved taint (see --taint).")] = 0,
+    taint: Annotated[
+        list[str] | None,
+        typer.Option("--taint", help="REASON=TREATMENT: how devices of offline, unhealthy, isolated or reserved CPUs are published (NoSchedule, NoExecute, None, Withdraw, Untainted). Repeatable."),
+    ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed for the background fill.")] = 1,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Directory for summary.json and pods.csv.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
@@ -148,6 +163,7 @@ def run_cmd(
         fill=fill,
         fill_patterns=fill_patterns,
         reserved_cpus=reserved,
+        taints=_taints(taint),
         seed=seed,
         percentage_of_nodes_to_score=percentage or None,
         objects=tuple(str(p) for p in objects or ()),
