@@ -24,7 +24,12 @@ holds only on its own topology), ``count``,
 ``coreType`` (every CPU of that kind), ``excludes`` (no CPU shared with that
 container), ``includes`` (all CPUs of that container), ``asInStep`` (the same CPUs as
 after that earlier step), ``pending`` (the pod
-could not be scheduled and the message contains this text).
+could not be scheduled and the message contains this text), ``isolated`` (true: every CPU
+is kernel-isolated; false: none is).
+
+``isolate: N`` makes the
+kernel isolate the last N cores of whatever machine the scenario runs on (all their threads, as
+``isolcpus=`` would on a latency-tuned node): the cores at the far end from CPU 0.
 
 ``requires`` states what a machine needs for the expectations to hold
 (``cpus``: at least that many online CPUs; ``coreTypes``: kinds of core that
@@ -34,7 +39,7 @@ says so in one line instead of reporting failed expectations.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -42,14 +47,14 @@ from typing import Any
 import yaml
 
 from topodra.cpuset import CPUSet, CPUSetParseError
-from topodra.dra.devices import MODELS
+from topodra.dra.devices import MODELS, ordered_cpus
 from topodra.playground.manifests import Manifest, ManifestError, load_manifests, parse_manifests
 from topodra.topology.model import Topology
 from topodra.yamldocs import read_text
 
 __all__ = ["Check", "Scenario", "ScenarioError", "Step", "builtin_scenario", "builtin_names", "load_scenario"]
 
-_CHECK_KEYS = {"cpus", "count", "coreType", "excludes", "includes", "pending", "asInStep"}
+_CHECK_KEYS = {"cpus", "count", "coreType", "excludes", "includes", "pending", "asInStep", "isolated"}
 _STEP_KEYS = {"title", "apply", "delete", "expect", "restartAgent"}
 _REQUIRES_KEYS = {"cpus", "coreTypes"}
 
@@ -68,6 +73,7 @@ class Check:
     excludes: str | None = None
     includes: str | None = None
     pending: str | None = None
+    isolated: bool | None = None  # every CPU kernel-isolated (True) or none (False)
 
 
 @dataclass
@@ -88,10 +94,24 @@ class Scenario:
     source: str = ""
     min_cpus: int = 0
     core_types: tuple[str, ...] = ()
+    isolate: int = 0  # the kernel isolates this many cores (the last ones)
+
+    def machine(self, topology: Topology) -> Topology:
+        """``topology`` with the scenario's isolated cores: the last ``isolate`` cores in topology
+        order, every thread of them, added to the kernel's isolated CPUs."""
+        if not self.isolate:
+            return topology
+        order = ordered_cpus(topology, topology.online, "topology-reversed")
+        cores = list(dict.fromkeys(topology.cpus[c].core for c in order))[: self.isolate]
+        cpus = CPUSet(c for core in cores for c in topology.cpus_of_core(core))
+        return replace(topology, isolated=topology.isolated | cpus)
 
     def unmet(self, topology: Topology) -> str | None:
         """Why ``topology`` cannot run this scenario's expectations, or None."""
         missing = []
+        cores = len({i.core for i in topology.cpus.values() if i.id in topology.online})
+        if self.isolate and cores <= self.isolate:
+            missing.append(f"more than {self.isolate} cores to isolate (it has {cores})")
         if len(topology.online) < self.min_cpus:
             missing.append(f"at least {self.min_cpus} online CPUs (it has {len(topology.online)})")
         have = {t.value for t in topology.core_types()}
@@ -138,7 +158,15 @@ def _parse_check(target: str, spec: Any, where: str) -> Check:
         excludes=_target(spec["excludes"], where) if "excludes" in spec else None,
         includes=_target(spec["includes"], where) if "includes" in spec else None,
         pending=str(spec["pending"]) if "pending" in spec else None,
+        isolated=_flag(spec, "isolated", target, where),
     )
+
+
+def _flag(spec: dict[str, Any], key: str, target: str, where: str) -> bool | None:
+    value = spec.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise ScenarioError(f"{where}: expect[{target}].{key} must be true or false, got {value!r}")
+    return value
 
 
 def _step_number(value: Any, target: str, where: str) -> int | None:
@@ -200,6 +228,9 @@ def parse_scenario(data: Any, source: str, loader: Any) -> Scenario:
         raise ScenarioError(f"{source}: requires must be a mapping with {', '.join(sorted(_REQUIRES_KEYS))}")
     min_cpus = requires.get("cpus", 0)
     core_types = requires.get("coreTypes", [])
+    isolate = data.get("isolate", 0)
+    if not isinstance(isolate, int) or isinstance(isolate, bool) or isolate < 0:
+        raise ScenarioError(f"{source}: isolate must be a whole number of cores, got {isolate!r}")
     if not isinstance(min_cpus, int) or isinstance(min_cpus, bool) or min_cpus < 0:
         raise ScenarioError(f"{source}: requires.cpus must be a whole number, got {min_cpus!r}")
     if not isinstance(core_types, list) or not all(t in ("P-core", "E-core") for t in core_types):
@@ -212,6 +243,7 @@ def parse_scenario(data: Any, source: str, loader: Any) -> Scenario:
         source=source,
         min_cpus=min_cpus,
         core_types=tuple(core_types),
+        isolate=isolate,
     )
 
 
