@@ -658,3 +658,28 @@ def test_many_huge_calls_at_once_stay_bounded(tmp_path: Path) -> None:
         assert store.most == FETCHES_IN_FLIGHT
 
     run(main())
+
+
+@pytest.mark.parametrize("model", ["cpu", "core"])
+def test_a_claim_allocated_an_offline_device_is_refused_never_given_an_offline_cpu(rig: Rig, model: str) -> None:
+    """A claim tolerating the offline or unhealthy taint (or every taint) can be allocated such a
+    device: Prepare refuses it, naming the offline CPUs."""
+    from testkit.sysfs_writer import with_offline
+
+    from topodra.dra.devices import follow_devices
+    from topodra.topology.follow import carry_numbers
+
+    cfg = DeviceModelConfig(model=model)  # type: ignore[arg-type]
+    known = build_devices(TOPO, cfg, reserved=RESERVED)
+    gone = CPUSet([5])  # cpu5; in the core model one thread of core 5 (5, 13)
+    now = carry_numbers(TOPO.cpus, with_offline(TOPO, gone))
+    rig.policy = RecordingPolicy(now, RESERVED)
+    rig.devices = follow_devices(known, build_devices(now, cfg, reserved=RESERVED), now.online)
+    rig.driver = rig.new_driver()
+    device = next(d.name for d in rig.devices if d.cpus & gone)
+    rig.store.add(make_claim("u1", [device]))
+    out = rig.prepare("u1")["u1"]
+    assert "the policy refuses CPUs" in out.error
+    assert out.error.endswith("CPUs 5 are not online")
+    assert rig.policy.claims() == {}
+    assert rig.spec_cpus("u1") is None
