@@ -315,7 +315,9 @@ class Store:
             raise ApiError.bad_request(f"kind {obj_kind!r} does not match the endpoint's {kind.kind!r}")
         if not isinstance(obj.get("metadata", {}), dict):
             raise ApiError.bad_request("metadata must be an object")
-        return _copy(obj)
+        body = _copy(obj)
+        apply_defaults(kind.plural, body)  # as decoding does: before admission and validation
+        return body
 
     def _present(self, kind: Kind, obj: Obj) -> Obj:
         out = _copy(obj)
@@ -417,7 +419,6 @@ class Store:
             meta["name"] = f"{meta['generateName']}{uuid.uuid4().hex[:5]}"
         if kind.plural in ("resourceclaims", "pods"):
             obj.pop("status", None)  # set only through the status subresource, as on a real server
-        apply_defaults(kind.plural, obj)
         for admit in self.admission:
             admit(kind, obj)
         self._validate(kind, obj, None)
@@ -488,7 +489,6 @@ class Store:
         claim = kind.plural == "resourceclaims"
         if claim and isinstance(new.get("status"), dict):
             drop_deallocated(new["status"], old.get("status") or {})
-        apply_defaults(kind.plural, new)
         for admit in self.admission:
             admit(kind, new)
         self._validate(kind, new, old)
