@@ -73,3 +73,14 @@ def test_a_wrong_device_is_a_mismatch(tmp_path: Path) -> None:
     report = diff_replay(_inputs("v1-core-siblings"), load_recorded(tmp_path / "result.json"))
     bad = [r for r in report.rows if r.verdict == "MISMATCH"]
     assert [(r.key, r.differs) for r in bad] == [("create s8-02-pair", ("claim c0 devices",))]
+
+
+def test_the_copied_tolerations_are_compared(tmp_path: Path) -> None:
+    """An allocation result keeps a copy of its request's tolerations (a status field): a replay
+    that writes other tolerations than the real scheduler did is a mismatch."""
+    text = (RECORDED / "v1-core-siblings" / "result.json").read_text()
+    tolerated = '"device": "cpu6", "tolerations": [{"key": "k", "operator": "Exists"}]'
+    (tmp_path / "result.json").write_text(text.replace('"device": "cpu6"', tolerated, 1))
+    report = diff_replay(_inputs("v1-core-siblings"), load_recorded(tmp_path / "result.json"))
+    bad = [r for r in report.rows if r.verdict == "MISMATCH"]
+    assert [(r.key, r.differs) for r in bad] == [("create s8-02-pair", ("claim c0 devices",))]

@@ -10,7 +10,7 @@ by step.
 
 What is compared: the node (or that the pod stayed pending, with the part of
 kube-scheduler's message before its preemption summary), and per pod claim the
-results (request, driver, pool, device, consumed capacity, in order), the
+results (request, driver, pool, device, consumed capacity, the copied tolerations, in order), the
 allocation's nodeSelector, ``reservedFor``, and for deletions what became of each
 claim. Generated claim names, uids and shareIDs are random in a real cluster and
 are not compared. Where the real scheduler broke a tie between equally scored
@@ -173,6 +173,7 @@ def _results(allocation: Mapping[str, Any] | None, where: str) -> tuple[tuple[tu
             r.pool,
             r.device,
             json.dumps({k: str(q.amount) for k, q in sorted((r.consumed_capacity or {}).items())}),
+            json.dumps([dict(t) for t in r.tolerations], sort_keys=True) if r.tolerations else "",
         )
         for r in parsed.results
     )
