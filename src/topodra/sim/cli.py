@@ -399,6 +399,7 @@ def replay_cmd(
     files: Annotated[list[Path], typer.Argument(help="Kubernetes objects in the order they happened (YAML/JSON, kind: List too); a deletion is the document {op: delete, kind: Pod, name: NAME}.")],
     output: Annotated[str, typer.Option("--output", "-o", help="yaml (each step with claims in the ResourceClaim status shape), json, or table.")] = "yaml",
     percentage: Annotated[int, typer.Option("--percentage-of-nodes-to-score", min=0, max=100, help="kube-scheduler's percentageOfNodesToScore (0: adaptive).")] = 0,
+    no_eviction: Annotated[bool, typer.Option("--no-taint-eviction", help="kube-controller-manager without its device-taint-eviction-controller: NoExecute taints evict nothing.")] = False,
 ) -> None:
     """Replay what happened in a cluster: every pod's node and allocation, or kube-scheduler's reason.
 
@@ -412,7 +413,7 @@ def replay_cmd(
     if not docs:
         _fail(f"{', '.join(map(str, files))}: no Kubernetes object in it, nothing to replay")
     try:
-        r = replay(((d.obj, d.source) for d in docs), percentage_of_nodes_to_score=percentage or None)
+        r = replay(((d.obj, d.source) for d in docs), percentage_of_nodes_to_score=percentage or None, evictions=not no_eviction)
     except ReplayError as e:
         _fail(str(e))
     steps = [s.as_dict() for s in r.steps]
@@ -454,6 +455,7 @@ def diff_cmd(
     recorded: Annotated[Path, typer.Option("--recorded", "-r", help="What the cluster did: Pods and ResourceClaims read back from it (kubectl get -o yaml), or a step log with {steps: [...]}.")],
     output: Annotated[str, typer.Option("--output", "-o", help="table or json.")] = "table",
     percentage: Annotated[int, typer.Option("--percentage-of-nodes-to-score", min=0, max=100, help="kube-scheduler's percentageOfNodesToScore (0: adaptive).")] = 0,
+    no_eviction: Annotated[bool, typer.Option("--no-taint-eviction", help="kube-controller-manager without its device-taint-eviction-controller: NoExecute taints evict nothing.")] = False,
 ) -> None:
     """Replay FILES and compare every pod's node and allocation with a recording from a real cluster.
 
@@ -468,7 +470,9 @@ def diff_cmd(
     docs = _load(files)
     try:
         rec = load_recorded(recorded)
-        report = diff_replay([(d.obj, d.source) for d in docs], rec, percentage_of_nodes_to_score=percentage or None)
+        report = diff_replay(
+            [(d.obj, d.source) for d in docs], rec, percentage_of_nodes_to_score=percentage or None, evictions=not no_eviction
+        )
     except (YamlFileError, ReplayError) as e:
         _fail(str(e))
     if output == "json":

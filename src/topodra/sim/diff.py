@@ -201,7 +201,11 @@ def _from_steps(doc: Mapping[str, Any], source: str) -> Recorded:
             raise YamlFileError(f"{where}: expected an object")
         op = s.get("op")
         claims = {str(c.get("podClaimName")): _step_claim(c, where) for c in s.get("claims") or ()}
-        if op == "delete":
+        if op == "update" or (op == "delete" and s.get("kind") not in (None, "Pod")):
+            continue  # an object written or deleted (a slice, a DeviceTaintRule): no pod outcome
+        if op == "observe":
+            outcomes += _observed(s.get("pods") or {}, where)
+        elif op == "delete":
             last_delete = str(s.get("pod") or s.get("name"))
             outcomes.append(Outcome("delete", last_delete, claims=claims))
         elif op == "still-pending":
@@ -220,6 +224,24 @@ def _from_steps(doc: Mapping[str, Any], source: str) -> Recorded:
         else:
             raise YamlFileError(f"{where}: unknown op {op!r}")
     return Recorded(tuple(outcomes), "steps", nodes)
+
+
+def _observed(pods: Mapping[str, Any], where: str) -> list[Outcome]:
+    """An ``observe`` step (the recorder read every pod after a wait): each pod's node, or that it
+    is gone (deleted: evicted, or removed by the recorder), with its claims."""
+    out = []
+    for pod, seen in pods.items():
+        if not isinstance(seen, Mapping) or not seen.get("exists"):
+            out.append(Outcome("observe", str(pod), None, "gone"))
+            continue
+        claims = {str(c.get("podClaimName")): _step_claim(c, where) for c in seen.get("claims") or ()}
+        node = seen.get("node")
+        message = None
+        for cond in seen.get("conditions") or ():
+            if not node and cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+                message = filter_message(cond.get("message"))
+        out.append(Outcome("observe", str(pod), str(node) if node else None, message, claims))
+    return out
 
 
 def _from_objects(objs: Sequence[Mapping[str, Any]]) -> Recorded:
@@ -300,12 +322,16 @@ def _keyed(outcomes: Iterable[Outcome]) -> dict[str, Outcome]:
     return out
 
 
-def diff_replay(objects: Iterable[tuple[Any, str]], recorded: Recorded, *, percentage_of_nodes_to_score: int | None = None) -> DiffReport:
-    """Replay ``objects`` (following the recorded node on ties) and compare with ``recorded``."""
-    r = replay(objects, prefer=recorded.nodes.get, percentage_of_nodes_to_score=percentage_of_nodes_to_score)
+def diff_replay(
+    objects: Iterable[tuple[Any, str]], recorded: Recorded, *, percentage_of_nodes_to_score: int | None = None, evictions: bool = True
+) -> DiffReport:
+    """Replay ``objects`` (following the recorded node on ties) and compare with ``recorded``
+    (``evictions``: as for ``replay``)."""
+    r = replay(objects, prefer=recorded.nodes.get, percentage_of_nodes_to_score=percentage_of_nodes_to_score, evictions=evictions)
     if recorded.form == "steps":
         ties = {(s.op if s.op != "bound" else "create", s.pod) for s in r.steps if s.followed_hint}
-        mine = _keyed(_outcome(s, "create" if s.op == "bound" else None) for s in r.steps)
+        # evictions are not steps of a recording: what they leave is seen at its observe steps
+        mine = _keyed(_outcome(s, "create" if s.op == "bound" else None) for s in r.steps if s.op != "evicted")
     else:
         ties = {("state", s.pod) for s in r.steps if s.followed_hint and r.final_pods().get(s.pod, s).node == s.node}
         mine = _keyed(_outcome(s) for s in r.final_pods().values())

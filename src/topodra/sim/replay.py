@@ -13,6 +13,15 @@ or add devices or nodes, as the scheduling queue does. A Pod that arrives with
 ``spec.nodeName`` is bound there without scheduling: its allocated claims are
 reserved for it, and unallocated ones are allocated on that node.
 
+Device taints: a ResourceSlice written again replaces the one of that name, each taint stamped
+with the replay's clock (the API server sets ``timeAdded`` to the write's time); ``{op: wait,
+seconds: N}`` moves the clock and records every pod created so far (an ``observe`` step).
+After every object the device taint eviction controller's rule (``sim/taintevict.py``) evicts
+the pods of claims whose devices carry a ``NoExecute`` taint they do not tolerate (an
+``evicted`` step). DeviceTaintRules are kept but taint nothing: the 1.36.2 scheduler drops their
+events (its slice tracker reads them from a v1beta2 informer as v1alpha3 objects), as recorded in
+``tests/data/sched-recorded/v8-device-taint-rules``.
+
 Every scheduling decision is a ``Step``: the node, each claim's
 ``status.allocation`` (the API's shape) and ``reservedFor``, or kube-scheduler's
 message (the part before its preemption summary). Ties between the best nodes
@@ -49,10 +58,11 @@ from topodra.sim.podfit import (
 )
 from topodra.sim.replaysteps import ClaimState, Step
 from topodra.sim.scheduler import _score as dra_score
+from topodra.sim.taintevict import DeviceTaints
 
 __all__ = ["ClaimState", "Step", "Replay", "ReplayError", "replay"]
 
-KINDS = ("Node", "DeviceClass", "ResourceSlice", "ResourceClaimTemplate", "ResourceClaim", "Pod")
+KINDS = ("Node", "DeviceClass", "ResourceSlice", "ResourceClaimTemplate", "ResourceClaim", "Pod", "DeviceTaintRule")
 RESERVED_FOR_MAX = 256  # ResourceClaimReservedForMaxSize
 CANNOT_ALLOCATE = "cannot allocate all claims"
 NOT_AVAILABLE = "resourceclaim not available on the node"
@@ -151,9 +161,17 @@ class Replay:
     """The cluster as objects arrive; ``apply`` returns the steps each object causes."""
 
     def __init__(
-        self, *, prefer: Callable[[str], str | None] | None = None, percentage_of_nodes_to_score: int | None = None, memo: bool = True
+        self,
+        *,
+        prefer: Callable[[str], str | None] | None = None,
+        percentage_of_nodes_to_score: int | None = None,
+        memo: bool = True,
+        evictions: bool = True,
     ) -> None:
+        """``evictions``: kube-controller-manager runs its device-taint-eviction-controller (on by
+        default in 1.36)."""
         self.prefer = prefer
+        self.evictions = evictions
         self.memo = memo
         self.percentage = percentage_of_nodes_to_score
         self.nodes: dict[str, NodeView] = {}
@@ -174,6 +192,10 @@ class Replay:
         self._version: dict[str, int] = {}
         self._pool_node: dict[tuple[str, str], str] | None = None  # None: some slice is not node-local
         self.memo_hits = 0
+        self.rules: dict[str, Mapping[str, Any]] = {}  # DeviceTaintRules: kept, not applied (see above)
+        self.clock = 0.0  # seconds: ``wait`` documents move it
+        self.taints = DeviceTaints()
+        self.created: list[tuple[str, str]] = []  # (name, namespace) of every pod, in order
 
     # ---- objects in
     def apply(self, obj: Any, source: str = "") -> list[Step]:
@@ -182,10 +204,17 @@ class Replay:
             raise ReplayError(f"{source}: expected a Kubernetes object, got {type(obj).__name__}")
         first = len(self.steps)
         try:
-            if obj.get("op") is not None:
-                self._delete(obj, source)
-            else:
+            op = obj.get("op")
+            if op is None:
                 self._create(obj, source)
+            else:
+                self._op(obj, source)
+            # the device taint eviction controller, after every event (a wait moved the clock)
+            for key in self.taints.doomed(self.claims.values(), self.clock) if self.evictions else ():
+                if key in self.pods:
+                    self._delete_pod(key, source, "evicted")
+            if op == "wait":
+                self.steps += _observed(self, source)
         except ObjectError as e:
             raise ReplayError(f"{source}: {e}" if source else str(e)) from None
         return self.steps[first:]
@@ -194,7 +223,7 @@ class Replay:
         kind = obj.get("kind")
         name, ns = _meta(obj)
         if kind not in KINDS:
-            raise ReplayError(f"{source}: kind {kind!r} is not replayed (expected one of {', '.join(KINDS)} or an op: delete document)")
+            raise ReplayError(f"{source}: kind {kind!r} is not replayed (expected one of {', '.join(KINDS)}, an op: delete or an op: wait document)")
         if not name:
             raise ReplayError(f"{source}: {kind} has no metadata.name")
         if kind == "Node":
@@ -209,8 +238,11 @@ class Replay:
             self._changed(source)
         elif kind == "ResourceSlice":
             self.slices[name] = obj
+            self.taints.write(name, obj, self.clock)
             self._reset()
             self._changed(source)
+        elif kind == "DeviceTaintRule":
+            self.rules[name] = obj
         elif kind == "ResourceClaimTemplate":
             self.templates[f"{ns}/{name}"] = obj
             self._changed(source, lambda p: any(r.template_name == name for r in p.view.claims) and p.view.namespace == ns)
@@ -246,6 +278,7 @@ class Replay:
             raise ReplayError(f"{source}: Pod {view.key} already exists (delete it first)")
         pod = _Pod(view, {})
         self.pods[view.key] = pod
+        self.created.append((view.name, view.namespace))
         missing = self._claims_for(pod)
         if view.node_name:
             self.steps.append(self._bind_given(pod, source, missing))
@@ -531,9 +564,17 @@ class Replay:
             self._retry(source, only)
 
     # ---- deletions
-    def _delete(self, doc: Mapping[str, Any], source: str) -> None:
+    def _op(self, doc: Mapping[str, Any], source: str) -> None:
+        """``op: delete``, or ``{op: wait, seconds: N}``: the clock moves on (``apply`` then
+        records every pod created so far)."""
+        if doc.get("op") == "wait":
+            seconds = doc.get("seconds")
+            if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 0:
+                raise ReplayError(f"{source}: a wait needs seconds >= 0, got {seconds!r}")
+            self.clock += float(seconds)
+            return
         if doc.get("op") != "delete":
-            raise ReplayError(f"{source}: unknown op {doc.get('op')!r} (only op: delete)")
+            raise ReplayError(f"{source}: unknown op {doc.get('op')!r} (op: delete or op: wait)")
         kind, name = doc.get("kind"), doc.get("name")
         if not isinstance(name, str) or not name or kind not in KINDS:
             raise ReplayError(f"{source}: a deletion needs kind (one of {', '.join(KINDS)}) and name, got kind={kind!r} name={name!r}")
@@ -555,7 +596,11 @@ class Replay:
             self._reset()
         elif kind == "ResourceSlice":
             _gone(self.slices, name, kind, source)
+            self.taints.drop(name)
             self._reset()
+        elif kind == "DeviceTaintRule":
+            _gone(self.rules, name, kind, source)
+            return
         else:
             _gone(self.templates, _find(self.templates, name, ns, kind, source), kind, source)
         self._changed(source)
@@ -566,14 +611,14 @@ class Replay:
             claim.allocation = None
         self.claims.pop(claim.key, None)
 
-    def _delete_pod(self, key: str, source: str) -> None:
+    def _delete_pod(self, key: str, source: str, op: str = "delete") -> None:
         pod = self.pods.pop(key)
         view = pod.view
         if key in self.pending:
             self.pending.remove(key)
         if pod.node is not None:
             self.usage.setdefault(pod.node, NodeUsage()).remove(view)
-        step = Step("delete", view.name, view.namespace, source)
+        step = Step(op, view.name, view.namespace, source)
         for ref in view.claims:
             ckey = pod.claims.get(ref.name)
             claim = self.claims.get(ckey) if ckey else None
@@ -614,9 +659,30 @@ class Replay:
         return out
 
 
-def replay(objects: Iterable[tuple[Any, str]], *, prefer: Callable[[str], str | None] | None = None, percentage_of_nodes_to_score: int | None = None) -> Replay:
+def _observed(r: Replay, source: str) -> list[Step]:
+    """After a wait: every pod created so far as it is now (gone: failure ``gone``)."""
+    out = []
+    for name, ns in r.created:
+        pod = r.pods.get(f"{ns}/{name}")
+        step = Step("observe", name, ns, source)
+        if pod is None:
+            step.failure = "gone"
+        else:
+            step.node, step.failure = pod.node, pod.failure if pod.node is None else None
+            step.claims = r._claim_states(pod)
+        out.append(step)
+    return out
+
+
+def replay(
+    objects: Iterable[tuple[Any, str]],
+    *,
+    prefer: Callable[[str], str | None] | None = None,
+    percentage_of_nodes_to_score: int | None = None,
+    evictions: bool = True,
+) -> Replay:
     """Replay ``(object, source)`` pairs in order; the finished ``Replay`` (its ``steps``, its state)."""
-    r = Replay(prefer=prefer, percentage_of_nodes_to_score=percentage_of_nodes_to_score)
+    r = Replay(prefer=prefer, percentage_of_nodes_to_score=percentage_of_nodes_to_score, evictions=evictions)
     for obj, source in objects:
         r.apply(obj, source)
     return r
