@@ -247,3 +247,13 @@ def test_the_replay_adds_the_pods_allocated_claims_to_dynamic_resources() -> Non
     step = r.apply(b, "b")[-1]
     assert step.node == "n1"
     assert {n: p["DynamicResources"] for n, p in step.plugin_scores.items()} == {"n1": 200, "n2": 186}
+
+
+def test_an_invalid_pool_is_a_per_node_unschedulable_reason_not_an_error() -> None:
+    # a slice listing one device name twice makes its pool invalid: Allocate wraps
+    # ErrFailedAllocationOnNode, so Filter says Unschedulable for that node only
+    bad = [dclass("c", f'device.driver == "{D}"'), node("bad"), slice_("bad-0", "bad", [device("d0"), device("d0")])]
+    r = run(*bad, template("t", 2), pod("p", template="t"))
+    assert r.final_pods()["p"].failure == "0/1 nodes are available: 1 invalid resource pools were encountered."
+    r = run(*bad, node("good"), slice_("good-0", "good", [device("d0"), device("d1")]), template("t", 2), pod("p", template="t"))
+    assert r.final_pods()["p"].node == "good"

@@ -29,10 +29,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from topodra.sim.allocator import (
+    INVALID_POOLS_MESSAGE,
     AllocatedState,
     AllocationError,
     Allocator,
     ClaimAllocation,
+    InvalidPools,
     allocation_of_claim,
 )
 from topodra.sim.costmodel import num_feasible_nodes_to_find
@@ -176,7 +178,7 @@ class Replay:
         self._next_start = 0
         # Filter memo: (node, node version, claim specs) -> (fits, DRA score, allocation error).
         # A node's version changes with every allocation on its devices, so a hit is exact.
-        self._memo: dict[tuple[str, int, str], tuple[bool, int, str | None]] = {}
+        self._memo: dict[tuple[str, int, str], tuple[Any, ...]] = {}  # (fits, score, error[, reason])
         self._version: dict[str, int] = {}
         self._pool_node: dict[tuple[str, str], str] | None = None  # None: some slice is not node-local
         self.memo_hits = 0
@@ -414,6 +416,8 @@ class Replay:
                 try:
                     result = self._allocator_now().allocate(node.node, parsed)
                     hit = (result is not None, _dra_score(parsed, result) if result is not None else 0, None)
+                except InvalidPools:  # Unschedulable on this node, with the allocator's words
+                    hit = (False, 0, None, INVALID_POOLS_MESSAGE)
                 except AllocationError as e:
                     hit = (False, 0, str(e))
                 if use_memo:
@@ -423,7 +427,7 @@ class Replay:
             if hit[2] is not None:
                 raise AllocationError(hit[2])
             if not hit[0]:
-                return [CANNOT_ALLOCATE]
+                return [hit[3] if len(hit) > 3 else CANNOT_ALLOCATE]
             scores[node.name] = hit[1]
         for _, c in claims:
             sel = c.allocation.node_selector if c.allocation is not None else None
@@ -498,12 +502,15 @@ class Replay:
             step.failure = f"node {view.node_name} does not exist: its claims cannot be allocated"
         elif to_allocate:
             assert node is not None
+            reason = CANNOT_ALLOCATE
             try:
                 result = self._allocator_now().allocate(node.node, [parse_claim(c.obj) for c in to_allocate])
+            except InvalidPools:
+                result, reason = None, INVALID_POOLS_MESSAGE
             except AllocationError as e:
                 result, step.failure = None, f'running "DynamicResources" filter plugin: {e}'
             if result is None:
-                step.failure = step.failure or f"0/1 nodes are available: 1 {CANNOT_ALLOCATE}."
+                step.failure = step.failure or f"0/1 nodes are available: 1 {reason}."
                 to_allocate, result = [], []
             for c, a in zip(to_allocate, result, strict=True):
                 c.allocation = a
