@@ -73,6 +73,7 @@ class PreparedClaim:
     devices: tuple[PreparedDevice, ...] = ()
     pod_uids: tuple[str, ...] = ()
     error: str = field(default="", compare=False)  # set when restore could not re-claim the CPUs
+    memory: str = "local"  # the memory nodes of its containers (``memoryNodes``): local or all
 
     @property
     def cdi_ids(self) -> tuple[str, ...]:
@@ -90,7 +91,7 @@ def _claim_to_json(c: PreparedClaim) -> dict[str, Any]:
             | ({"shareID": d.share_id} if d.share_id else {})
             for d in c.devices
         ],
-    }
+    } | ({"memoryNodes": c.memory} if c.memory != "local" else {})
 
 
 def _canonical(obj: object) -> bytes:
@@ -199,6 +200,9 @@ def parse_generation(data: bytes, source: str = "checkpoint") -> tuple[int, dict
             if cpu in owner:
                 raise CheckpointError(f"{where}: CPU {cpu} is also held by claim {owner[cpu]!r}")
             owner[cpu] = uid
+        memory = raw.get("memoryNodes", "local")
+        if memory not in ("local", "all"):
+            raise CheckpointError(f"{where}.memoryNodes must be local or all, got {memory!r}")
         claims[uid] = PreparedClaim(
             uid=uid,
             namespace=_str(raw, "namespace", where),
@@ -206,6 +210,7 @@ def parse_generation(data: bytes, source: str = "checkpoint") -> tuple[int, dict
             cpus=cpus,
             devices=tuple(devices),
             pod_uids=tuple(pods),
+            memory=memory,
         )
     return generation, claims
 
