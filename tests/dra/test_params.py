@@ -119,7 +119,7 @@ def test_a_merge_that_conflicts_is_a_problem_of_the_request() -> None:
     entries = [opaque("FromClass", params(numaPlacement="spread")), opaque("FromClaim", params(cpuset="4-5"))]
     _, problems = request_config(entries, "cpus")
     assert [str(p) for p in problems] == [
-        "request 'cpus'.numaPlacement: cannot be set with cpuset: the CPUs are already chosen (got \"spread\")"
+        "status.allocation.devices.config (merged for request 'cpus').numaPlacement: cannot be set with cpuset: the CPUs are already chosen (got \"spread\")"
     ]
 
 

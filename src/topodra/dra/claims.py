@@ -17,7 +17,7 @@ from typing import Any, Final
 from topodra.cpuset import CPUSet
 from topodra.dra.allocation import AllocationFormatError, parse_allocation
 from topodra.dra.devices import CAPACITY_CPU, DRIVER, Device
-from topodra.dra.params import CpuConfig, request_config
+from topodra.dra.params import STEERING, CpuConfig, request_config
 from topodra.quantity import QuantityError
 from topodra.quantity import parse_quantity as _parse_quantity
 from topodra.topology.model import Topology
@@ -285,14 +285,11 @@ def _share(ref: ClaimRef, a: AllocatedDevice, device: Device, free: CPUSet, conf
 
 def _only_checks(ref: ClaimRef, a: AllocatedDevice, config: CpuConfig) -> None:
     """The scheduler chose this device's CPUs: fields that steer topodra's pick do not apply."""
-    for key, value, instead in (
-        ("numaPlacement", config.numa_placement, "a constraint matchAttribute: resource.kubernetes.io/numaNode"),
-        ("preferredCoreType", config.preferred_core_type, "a selector on device.attributes[\"native.cpu\"].coreType"),
-    ):
+    for key, value in (("numaPlacement", config.numa_placement), ("preferredCoreType", config.preferred_core_type)):
         if value is not None:
             raise ClaimError(
                 f"claim {ref}: request {a.request_name!r}: {key}: {value} steers the CPUs topodra picks in a grouped "
-                f"device, but the scheduler chose device {a.device}'s CPUs; use {instead} instead"
+                f"device, but the scheduler chose device {a.device}'s CPUs; use {STEERING[key]} instead"
             )
 
 

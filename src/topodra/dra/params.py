@@ -43,7 +43,9 @@ __all__ = [
     "CORE_TYPES",
     "CpuConfig",
     "Problem",
+    "STEERING",
     "applies_to",
+    "check_object",
     "conflicts",
     "parse_parameters",
     "request_config",
@@ -194,5 +196,104 @@ def request_config(
         problems.extend(found)
         merged = config.over(merged)
     if not problems:
-        problems.extend(conflicts(merged, f"request {request!r}"))
+        problems.extend(conflicts(merged, f"{path} (merged for request {request!r})"))
     return merged, problems
+
+
+#: The fields that steer topodra's pick, which only grouped devices have (the scheduler chooses
+#: the CPUs of every other device), with what to use there instead.
+STEERING: Final = {
+    "numaPlacement": "a constraint matchAttribute: resource.kubernetes.io/numaNode",
+    "preferredCoreType": 'a selector on device.attributes["native.cpu"].coreType',
+}
+
+
+def _request_names(devices: Mapping[str, Any]) -> set[str]:
+    names: set[str] = set()
+    for r in devices.get("requests") or ():
+        if isinstance(r, Mapping) and isinstance(r.get("name"), str):
+            names.add(r["name"])
+            for sub in r.get("firstAvailable") or ():
+                if isinstance(sub, Mapping) and isinstance(sub.get("name"), str):
+                    names.add(f"{r['name']}/{sub['name']}")
+    return names
+
+
+def _config_entries(entries: Any, path: str, requests: set[str] | None, model: str | None) -> list[Problem]:
+    """Problems of a ``config`` list of a class (``requests`` None) or a claim."""
+    if entries is None:
+        return []
+    if not isinstance(entries, list):
+        return [Problem(path, "must be a list", entries)]
+    problems: list[Problem] = []
+    for i, entry in enumerate(entries):
+        where = f"{path}[{i}]"
+        opaque = entry.get("opaque") if isinstance(entry, Mapping) else None
+        if not isinstance(opaque, Mapping) or opaque.get("driver") != DRIVER:
+            continue
+        config, found = parse_parameters(opaque.get("parameters"), f"{where}.opaque.parameters")
+        problems.extend(found)
+        names = entry.get("requests") or []
+        for j, name in enumerate(names if requests is not None and isinstance(names, list) else ()):
+            assert requests is not None
+            if name not in requests and str(name).split("/", 1)[0] not in requests:
+                known = ", ".join(sorted(requests)) or "none"
+                problems.append(Problem(f"{where}.requests[{j}]", f"names no request of the claim (it has {known})", name))
+        if model is not None and model != "grouped":
+            problems.extend(_not_applying(config, f"{where}.opaque.parameters", model))
+    return problems
+
+
+def _not_applying(config: CpuConfig, path: str, model: str) -> list[Problem]:
+    out: list[Problem] = []
+    for key, value in (("numaPlacement", config.numa_placement), ("preferredCoreType", config.preferred_core_type)):
+        if value is not None:
+            out.append(Problem(
+                f"{path}.{key}",
+                f"does not apply to {model} devices, whose CPUs the scheduler chooses; use {STEERING[key]}",
+                value,
+            ))
+    return out
+
+
+def _map(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def check_object(obj: Any, *, model: str | None = None) -> tuple[int, list[Problem]]:
+    """(how many ``native.cpu`` configurations, their problems) of a DeviceClass, ResourceClaim or
+    ResourceClaimTemplate; an allocated claim's ``status.allocation.devices.config`` too, merged
+    per request as Prepare merges it. ``model``: also report fields that do not apply to it."""
+    obj = _map(obj)
+    kind = obj.get("kind")
+    head = f"{kind}/{_map(obj.get('metadata')).get('name') or '?'} "
+    spec = _map(obj.get("spec"))
+    requests: set[str] | None = None
+    if kind == "DeviceClass":
+        entries, path = spec.get("config"), "spec.config"
+    elif kind == "ResourceClaim":
+        devices = _map(spec.get("devices"))
+        entries, path, requests = devices.get("config"), "spec.devices.config", _request_names(devices)
+    elif kind == "ResourceClaimTemplate":
+        devices = _map(_map(spec.get("spec")).get("devices"))
+        entries, path, requests = devices.get("config"), "spec.spec.devices.config", _request_names(devices)
+    else:
+        return 0, []
+    problems = _config_entries(entries, head + path, requests, model)
+    count = sum(1 for e in entries or () if _map(_map(e).get("opaque")).get("driver") == DRIVER)
+    if kind == "ResourceClaim":
+        problems.extend(_allocated(obj, head))
+    return count, problems
+
+
+def _allocated(claim: Mapping[str, Any], head: str) -> list[Problem]:
+    """The merge conflicts of an allocated claim's requests (each entry's own problems are its spec's)."""
+    devices = _map(_map(_map(claim.get("status")).get("allocation")).get("devices"))
+    config = devices.get("config")
+    if not isinstance(config, list):
+        return []
+    out: list[Problem] = []
+    for request in dict.fromkeys(str(_map(r).get("request")) for r in devices.get("results") or ()):
+        _, found = request_config(config, request, path=head + "status.allocation.devices.config")
+        out.extend(p for p in found if p not in out)
+    return out

@@ -24,7 +24,14 @@ from typing import Any
 
 from topodra.cpuset import CPUSet
 from topodra.dra.checkpoint import PreparedClaim, PreparedDevice
-from topodra.dra.claims import ClaimError, ClaimRef, allocated_devices, claim_configs, claim_memory, pod_consumers
+from topodra.dra.claims import (
+    ClaimError,
+    ClaimRef,
+    allocated_devices,
+    claim_configs,
+    claim_memory,
+    pod_consumers,
+)
 from topodra.dra.devices import Device
 
 __all__ = ["Settled", "claim_from_api", "disputed", "settle"]
