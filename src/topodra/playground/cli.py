@@ -97,6 +97,9 @@ async def _run(console: object, scenarios: Sequence[object], topology: str | Non
             return False
         topo, label = machine
         chosen_model = model or sc.model or "cpu"
+        if (why := sc.unmet_model(chosen_model)) is not None:
+            console.print(f"[red]error:[/red] {why}", highlight=False, soft_wrap=True)
+            return False
         console.print(Rule(f"[bold]{sc.title}"))
         console.print(
             f"node [bold]playground[/bold]: {label}, {len(topo.cpus)} CPUs"
