@@ -6,6 +6,7 @@ is a one-step scenario)::
     title: The upstream example, then its pod goes away
     topology: 20em64t-hybrid-1p6c2t+2ca4co1t   # optional: fixture, synthetic:SPEC or host
     model: cpu                                  # optional: cpu | core | core-or-thread | grouped
+    groupBy: numa                               # optional, grouped devices: numa | l3 | socket | machine
     steps:
     - title: Shared workloads
       apply: [background.yaml]                  # files (relative to the scenario) or inline objects
@@ -56,6 +57,7 @@ __all__ = ["Check", "Scenario", "ScenarioError", "Step", "builtin_scenario", "bu
 _CHECK_KEYS = {"cpus", "count", "coreType", "excludes", "includes", "pending", "asInStep", "mems", "allocated"}
 _STEP_KEYS = {"title", "apply", "delete", "expect", "restartAgent"}
 _REQUIRES_KEYS = {"cpus", "coreTypes", "models"}
+_GROUP_BY = ("numa", "l3", "socket", "machine")
 
 
 class ScenarioError(ValueError):
@@ -91,6 +93,7 @@ class Scenario:
     steps: list[Step]
     topology: str | None = None
     model: str | None = None
+    group_by: str = "numa"  # of grouped devices
     source: str = ""
     min_cpus: int = 0
     core_types: tuple[str, ...] = ()
@@ -220,6 +223,9 @@ def parse_scenario(data: Any, source: str, loader: Any) -> Scenario:
     model = data.get("model")
     if model is not None and model not in MODELS:
         raise ScenarioError(f"{source}: model must be {', '.join(MODELS)}, got {model!r}")
+    group_by = data.get("groupBy", "numa")
+    if group_by not in _GROUP_BY:
+        raise ScenarioError(f"{source}: groupBy must be {', '.join(_GROUP_BY)}, got {group_by!r}")
     requires = data.get("requires") or {}
     if not isinstance(requires, dict) or set(requires) - _REQUIRES_KEYS:
         raise ScenarioError(f"{source}: requires must be a mapping with {', '.join(sorted(_REQUIRES_KEYS))}")
@@ -237,6 +243,7 @@ def parse_scenario(data: Any, source: str, loader: Any) -> Scenario:
         steps=steps,
         topology=data.get("topology"),
         model=model,
+        group_by=group_by,
         source=source,
         min_cpus=min_cpus,
         core_types=tuple(core_types),
