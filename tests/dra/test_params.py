@@ -384,3 +384,17 @@ def test_memory_nodes_all_reach_the_claims_containers_and_survive_a_restart(tmp_
     assert sorted(report.restored) == ["all", "local"]
     assert rig.policy.inner.claim_memory("all") == "all"
     assert rig.policy.inner.claim_memory("local") == "local"
+
+
+def test_a_claim_rebuilt_from_the_api_keeps_its_memory_nodes() -> None:
+    """After a damaged checkpoint, a claim rebuilt from its CDI spec and the API server gets the
+    memory nodes its parameters ask for."""
+    from topodra.dra.recovery import claim_from_api
+
+    devices = {d.name: d for d in build_devices(TWO_NODES, DeviceModelConfig(model="cpu"))}
+    obj = make_claim("u1", ["cpu4"])
+    obj["status"]["allocation"]["devices"]["config"] = [claim_config(memoryNodes="all")]
+    rebuilt = claim_from_api(obj, CPUSet([4]), devices, pool="node-a", driver=DRIVER)
+    assert rebuilt.memory == "all"
+    obj["status"]["allocation"]["devices"]["config"] = []
+    assert claim_from_api(obj, CPUSet([4]), devices, pool="node-a", driver=DRIVER).memory == "local"
