@@ -306,12 +306,22 @@ def test_scheduler_chosen_devices_refuse_what_steers_a_pick(tmp_path: Path, mode
     assert f"the scheduler chose device {device}'s CPUs" in error, error
 
 
-def test_cpu_devices_cpuset_must_equal_the_allocation(tmp_path: Path) -> None:
-    rig = Rig(tmp_path)
-    rig.claim("same", ["cpu4", "cpu5"], claim_config(cpuset="4-5"))
-    assert rig.cpus("same") == CPUSet([4, 5])
-    rig.claim("other", ["cpu6", "cpu7"], claim_config(cpuset="6,8"))
-    assert "cpuset is 6,8 but the request holds CPUs 6-7 (not allocated: 8)" in rig.error("other")
+@pytest.mark.parametrize(
+    ("model", "same", "other"),
+    [("cpu", ["cpu4", "cpu5"], ["cpu6", "cpu7"]), ("core", ["core4", "core5"], ["core6", "core7"]),
+     ("core-or-thread", ["core4", "cpu5"], ["cpu6", "cpu7"])],
+)
+def test_scheduler_chosen_cpuset_must_equal_the_allocation(tmp_path: Path, model: str, same: list[str], other: list[str]) -> None:
+    rig = Rig(tmp_path, model=model)
+    want = CPUSet()
+    for name in same:
+        want |= next(d.cpus for d in rig.devices if d.name == name)
+    rig.claim("same", same, claim_config(cpuset=want.format()))
+    assert rig.cpus("same") == want
+    rig.claim("other", other, claim_config(cpuset="6,8"))
+    error = rig.error("other")
+    assert "request 'cpu': cpuset is 6,8 but the request holds CPUs" in error
+    assert "(not allocated: 8)" in error
 
 
 def test_core_devices_are_whole_unless_a_thread_is_reserved(tmp_path: Path) -> None:
