@@ -26,6 +26,7 @@ from topodra.cpuset import CPUSet, CPUSetParseError
 from topodra.dra.cdi import cdi_device_id
 from topodra.dra.claims import ClaimError, check_uid
 from topodra.dra.files import overwrite_durably, write_atomic
+from topodra.policy.api import MEMORY_MODES
 
 __all__ = [
     "CHECKPOINT_KIND",
@@ -201,8 +202,8 @@ def parse_generation(data: bytes, source: str = "checkpoint") -> tuple[int, dict
                 raise CheckpointError(f"{where}: CPU {cpu} is also held by claim {owner[cpu]!r}")
             owner[cpu] = uid
         memory = raw.get("memoryNodes", "local")
-        if memory not in ("local", "all"):
-            raise CheckpointError(f"{where}.memoryNodes must be local or all, got {memory!r}")
+        if memory not in MEMORY_MODES:
+            raise CheckpointError(f"{where}.memoryNodes must be {' or '.join(MEMORY_MODES)}, got {memory!r}")
         claims[uid] = PreparedClaim(
             uid=uid,
             namespace=_str(raw, "namespace", where),

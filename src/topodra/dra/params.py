@@ -34,6 +34,8 @@ from typing import Any, Final
 
 from topodra.cpuset import CPUSet, CPUSetParseError
 from topodra.dra.devices import DRIVER
+from topodra.policy.api import MEMORY_MODES
+from topodra.topology.model import CoreType
 
 __all__ = [
     "API_VERSION",
@@ -54,8 +56,8 @@ __all__ = [
 API_VERSION: Final = f"{DRIVER}/v1alpha1"
 KIND: Final = "CpuConfig"
 NUMA_PLACEMENTS: Final = ("pack", "spread")
-MEMORY_NODES: Final = ("local", "all")
-CORE_TYPES: Final = ("P-core", "E-core", "standard")
+MEMORY_NODES: Final = MEMORY_MODES
+CORE_TYPES: Final = tuple(t.value for t in CoreType)
 
 _MISSING: Final = object()
 

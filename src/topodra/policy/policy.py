@@ -22,6 +22,7 @@ from topodra.cpuset import CPUSet
 from topodra.policy import snapshot as snap_json
 from topodra.policy.annotations import DOMAIN, Preferences, parse_preferences
 from topodra.policy.api import (
+    MEMORY_MODES,
     Assignment,
     BadRequestError,
     Changes,
@@ -54,8 +55,6 @@ from topodra.topology.model import CoreType, Topology
 __all__ = ["Policy"]
 
 _Phase = list[tuple[ContainerRequest, Need, Assignment | None, str]]
-#: The memory nodes a claim's containers get (``claim(memory=)``).
-MEMORY_MODES = ("local", "all")
 
 
 class _PolicyQueries:
