@@ -213,9 +213,9 @@ def _claim_cpus(
     ref: ClaimRef,
     allocated: Sequence[AllocatedDevice],
     configs: Mapping[str, CpuConfig],
-) -> tuple[list[CPUSet], str, Changes] | str:
+) -> tuple[list[CPUSet], CPUSet, str, Changes] | str:
     """Under the policy lock: the CPUs of each device (``resolve_cpus``, the parameters steering
-    the pick), claimed in the policy with the claim's memory nodes; or the refusal."""
+    the pick) and of the claim, claimed in the policy with the claim's memory nodes; or the refusal."""
     taken = CPUSet()
     for p in prepared.values():
         if not p.error:
@@ -239,7 +239,7 @@ def _claim_cpus(
         changes = _claim(policy, ref.uid, cpus, memory)
     except PolicyError as exc:
         return f"claim {ref}: the policy refuses CPUs {cpus}: {exc}"
-    return per_device, memory, changes
+    return per_device, cpus, memory, changes
 
 
 def _pick(policy: ClaimPolicy, count: int, within: CPUSet, config: CpuConfig) -> CPUSet:
@@ -533,11 +533,8 @@ class Driver:
             decided = _claim_cpus(self._policy, self._devices, self._prepared, ref, allocated, configs)
             if isinstance(decided, str):
                 return PrepareResult(error=decided)
-            per_device, memory, changes = decided
+            per_device, cpus, memory, changes = decided
         crash_point("prepare.claimed")
-        cpus = CPUSet()
-        for c in per_device:
-            cpus |= c
         prepared = PreparedClaim(
             uid=ref.uid,
             namespace=ref.namespace,
