@@ -223,7 +223,7 @@ def deviceclass_command(
 
 @dra_app.command("check-claim")
 def check_claim_command(
-    files: Annotated[list[Path], typer.Argument(help="YAML/JSON files of ResourceClaims, ResourceClaimTemplates and DeviceClasses.", dir_okay=False)],
+    files: Annotated[list[Path], typer.Argument(help="YAML/JSON files of ResourceClaims, ResourceClaimTemplates and DeviceClasses.", dir_okay=False, metavar="FILE...")],
     model: ModelOpt = None,
 ) -> None:
     """Check the native.cpu parameters (opaque CpuConfig) of claims, templates and classes offline.
@@ -232,7 +232,7 @@ def check_claim_command(
     also the fields that do not apply to that device model.
 
     \b
-      topodra dra check-claim examples/whole-cores-claim.yaml
+      topodra dra check-claim examples/cpu-config.yaml
       topodra dra check-claim claim.yaml --model cpu
     """
     from topodra.dra.params import check_object
