@@ -223,7 +223,7 @@ def deviceclass_command(
 
 @dra_app.command("check-claim")
 def check_claim_command(
-    files: Annotated[list[Path], typer.Argument(help="YAML/JSON files of ResourceClaims, ResourceClaimTemplates and DeviceClasses.", dir_okay=False, metavar="FILE...")],
+    files: Annotated[list[Path], typer.Argument(help="YAML/JSON files of ResourceClaims, ResourceClaimTemplates and DeviceClasses.", dir_okay=False, metavar="FILE")],
     model: ModelOpt = None,
 ) -> None:
     """Check the native.cpu parameters (opaque CpuConfig) of claims, templates and classes offline.
