@@ -44,6 +44,9 @@ class DevicePublisher:
         self.kubelet_plugin: KubeletPlugin | None = None
         self._after = after
         self._pending = False
+        #: False: the API server drops ``nodeAllocatableResourceMappings`` (the start's probe,
+        #: ``dra.nodealloc``), so the slices go without them; the driver keeps the full devices.
+        self.node_allocatable = True
         self.offer: CPUSet = self._compute()
         after.add(self._after_step)
 
@@ -97,12 +100,18 @@ class DevicePublisher:
     def offered_devices(self) -> list[Device]:
         # never an offline CPU, even before the offer has been recomputed for a machine change
         state = self.state
-        return offer_devices(state.topology, state.config.devices, state.devices, self.offer & state.topology.online)
+        return self._published(
+            offer_devices(state.topology, state.config.devices, state.devices, self.offer & state.topology.online)
+        )
 
     def home_devices(self) -> list[Device]:
         """The devices with nothing withdrawn, for the slices' homes (``OfferTracker.home_devices``)."""
         state = self.state
-        return self.tracker.home_devices(state.policy, state.topology, state.config.devices, state.devices)
+        return self._published(self.tracker.home_devices(state.policy, state.topology, state.config.devices, state.devices))
+
+    def _published(self, devices: list[Device]) -> list[Device]:
+        """``devices`` as the slices carry them (without the mappings a server would drop)."""
+        return devices if self.node_allocatable else [d.without_node_allocatable for d in devices]
 
     def device_health(self) -> list[DeviceHealth]:
         """Each device's health (the kubelet's DRAResourceHealth stream and /state)."""

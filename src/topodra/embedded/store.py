@@ -404,6 +404,13 @@ class Store:
         self._watches.add(watch)
         return watch
 
+    def _admit(self, kind: Kind, obj: Obj, old: Obj | None) -> None:
+        """What a real server does to an object before validating it: a disabled gate's fields
+        dropped, then the mutating admission."""
+        drop_disabled_fields(self.gates, kind.plural, obj, old)
+        for admit in self.admission:
+            admit(kind, obj)
+
     def close_watches(self) -> None:
         for w in list(self._watches):
             w.close()
@@ -423,9 +430,7 @@ class Store:
             meta["name"] = f"{meta['generateName']}{uuid.uuid4().hex[:5]}"
         if kind.plural in ("resourceclaims", "pods"):
             obj.pop("status", None)  # set only through the status subresource, as on a real server
-        drop_disabled_fields(self.gates, kind.plural, obj, None)
-        for admit in self.admission:
-            admit(kind, obj)
+        self._admit(kind, obj, None)
         self._validate(kind, obj, None)
         if (ns, meta["name"]) in self._bucket(kind):
             raise ApiError.already_exists(kind.plural, meta["name"], kind.group)
@@ -494,9 +499,7 @@ class Store:
         claim = kind.plural == "resourceclaims"
         if claim and isinstance(new.get("status"), dict):
             drop_deallocated(new["status"], old.get("status") or {})
-        drop_disabled_fields(self.gates, kind.plural, new, old)
-        for admit in self.admission:
-            admit(kind, new)
+        self._admit(kind, new, old)
         self._validate(kind, new, old)
         if new.get("spec") != old.get("spec"):
             new["metadata"]["generation"] = int(old["metadata"].get("generation", 1)) + 1

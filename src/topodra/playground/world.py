@@ -26,6 +26,7 @@ from topodra.dra.devices import DRIVER, device_class
 from topodra.embedded.apiserver import ApiServer
 from topodra.embedded.runtime import ContainerChange, EmbeddedRuntime
 from topodra.embedded.store import KINDS, Kind, Store
+from topodra.gates import feature_gates
 from topodra.kube.errors import ApiError
 from topodra.playground.kubelet import EmbeddedKubelet, KubeletError
 from topodra.playground.scheduler import EmbeddedScheduler, SchedulingError
@@ -81,12 +82,15 @@ class Playground:
         agent_process: str | None = None,
         cgroups: bool = False,
         runtime_options: Mapping[str, Any] | None = None,
+        gates: Mapping[str, bool] | None = None,
     ) -> None:
         """``agent_process``: run the agent as a child process (``python -m topodra agent``) with
         this topology spec (fixture name or ``synthetic:SPEC``), as the crash tests do.
         ``cgroups``: the runtime writes each task's cpuset to cgroup files under the work
         directory's ``host/sys/fs/cgroup``, where the agent (``sysfsRoot: host``) reads them.
-        ``runtime_options``: more ``EmbeddedRuntime`` options (``start_delay``, ``fail_updates``...)."""
+        ``runtime_options``: more ``EmbeddedRuntime`` options (``start_delay``, ``fail_updates``...).
+        ``gates``: feature gates of the API server and the scheduler (``topodra.gates``; unless
+        given, Kubernetes 1.36's defaults)."""
         self.topology = topology
         self.model = model
         self.group_by = group_by
@@ -95,7 +99,7 @@ class Playground:
         self.agent_overrides = dict(agent_overrides or {})
         self.nri_version = nri_version
         self.on_change = on_change
-        self.store = Store()
+        self.store = Store(gates=feature_gates(gates))
         self.api = ApiServer(self.store)
         self.runtime: EmbeddedRuntime | None = None
         self.agent: Agent | None = None
