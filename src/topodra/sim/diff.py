@@ -12,7 +12,8 @@ What is compared: the node (or that the pod stayed pending, with the part of
 kube-scheduler's message before its preemption summary), and per pod claim the
 results (request, driver, pool, device, consumed capacity, in order), the
 allocation's nodeSelector, ``reservedFor``, and for deletions what became of each
-claim. Generated claim names, uids and shareIDs are random in a real cluster and
+claim; the pod's ``status.nodeAllocatableResourceClaimStatuses`` (claims named by
+their pod claim name, quantities by value) where the recording has them. Generated claim names, uids and shareIDs are random in a real cluster and
 are not compared. Where the real scheduler broke a tie between equally scored
 nodes at random, the replay follows the recorded node if its own best nodes
 include it (the row says ``tie``), so later steps see the same state.
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from topodra.dra.allocation import AllocationFormatError, parse_allocation
+from topodra.quantity import QuantityError, parse_quantity
 from topodra.sim.replay import Replay, replay
 from topodra.sim.replaysteps import ClaimState, Step
 from topodra.yamldocs import YamlFileError, expand_lists, load_documents
@@ -71,6 +73,7 @@ class Outcome:
     pending: tuple[str, ...] = ()
     feasible: frozenset[str] | None = None  # nodes that passed Filter (None: not recorded)
     scores: tuple[tuple[str, int], ...] | None = None  # total score per node when several passed
+    node_allocatable: str | None = None  # nodeAllocatableResourceClaimStatuses, canonical (None: not recorded)
 
     def text(self) -> str:
         if self.op == "still-pending":
@@ -79,6 +82,8 @@ class Outcome:
         if self.op != "delete":
             parts.append(self.node if self.node is not None else f"unschedulable: {self.message}")
         parts.extend(f"{k}: {c.text()}" for k, c in sorted(self.claims.items()))
+        if self.node_allocatable not in (None, "[]"):
+            parts.append(f"nodeAllocatable {self.node_allocatable}")
         return "; ".join(parts)
 
     def same(self, other: Outcome) -> list[str]:
@@ -94,6 +99,8 @@ class Outcome:
             out.append("feasible nodes")
         if self.scores is not None and other.scores is not None and self.scores != other.scores:
             out.append("scores")
+        if self.node_allocatable is not None and other.node_allocatable is not None and self.node_allocatable != other.node_allocatable:
+            out.append("nodeAllocatableResourceClaimStatuses")
         for k in sorted(set(self.claims) | set(other.claims)):
             a, b = self.claims.get(k), other.claims.get(k)
             if a is None or b is None:
@@ -180,6 +187,22 @@ def _results(allocation: Mapping[str, Any] | None, where: str) -> tuple[tuple[tu
     return rows, sel
 
 
+def _node_allocatable(statuses: Any, pod_claim_of: Mapping[str, str], where: str) -> str:
+    """``nodeAllocatableResourceClaimStatuses`` in a form both sides share: each claim by its pod
+    claim name where known (generated names are random), quantities by value, sorted."""
+    if not isinstance(statuses, list):
+        raise YamlFileError(f"{where}: nodeAllocatableResourceClaimStatuses must be a list")
+    rows = []
+    for s in statuses:
+        name = str(s.get("resourceClaimName"))
+        try:
+            resources = {str(k): str(parse_quantity(v).amount) for k, v in sorted((s.get("resources") or {}).items())}
+        except QuantityError as e:
+            raise YamlFileError(f"{where}: nodeAllocatableResourceClaimStatuses: {e}") from None
+        rows.append([pod_claim_of.get(name, name), list(s.get("containers") or ()), resources])
+    return json.dumps(sorted(rows), sort_keys=True)
+
+
 def _step_claim(c: Mapping[str, Any], where: str) -> ClaimOutcome:
     if "state" in c:
         return ClaimOutcome(c.get("claimName"), c.get("generated"), (), None, tuple(c.get("reservedForAfter") or ()), str(c["state"]))
@@ -200,6 +223,10 @@ def _from_steps(doc: Mapping[str, Any], source: str) -> Recorded:
             raise YamlFileError(f"{where}: expected an object")
         op = s.get("op")
         claims = {str(c.get("podClaimName")): _step_claim(c, where) for c in s.get("claims") or ()}
+        alloc = None
+        if "nodeAllocatableResourceClaimStatuses" in s:
+            names = {str(c.get("claimName")): str(c.get("podClaimName")) for c in s.get("claims") or ()}
+            alloc = _node_allocatable(s["nodeAllocatableResourceClaimStatuses"], names, where)
         if op == "delete":
             last_delete = str(s.get("pod") or s.get("name"))
             outcomes.append(Outcome("delete", last_delete, claims=claims))
@@ -215,7 +242,7 @@ def _from_steps(doc: Mapping[str, Any], source: str) -> Recorded:
                 feasible = frozenset(s["feasibleNodes"]) if s.get("feasibleNodes") else None
                 scores = s.get("scores")
                 totals = tuple(sorted((str(n), int(v["total"])) for n, v in scores.items())) if scores else None
-                outcomes.append(Outcome(str(op), pod, str(node), None, claims, feasible=feasible, scores=totals))
+                outcomes.append(Outcome(str(op), pod, str(node), None, claims, feasible=feasible, scores=totals, node_allocatable=alloc))
         else:
             raise YamlFileError(f"{where}: unknown op {op!r}")
     return Recorded(tuple(outcomes), "steps", nodes)
@@ -247,6 +274,8 @@ def _from_objects(objs: Sequence[Mapping[str, Any]]) -> Recorded:
             reserved = tuple(str(r.get("name")) for r in cstatus.get("reservedFor") or ())
             per_claim[pc] = ClaimOutcome(str(name), not rc.get("resourceClaimName"), results, sel, reserved)
         node = spec.get("nodeName")
+        names = {c.name: pc for pc, c in per_claim.items() if c.name}
+        alloc = _node_allocatable(status.get("nodeAllocatableResourceClaimStatuses") or [], names, f"Pod {pod}") if node else None
         message = None
         if not node:
             for cond in status.get("conditions") or ():
@@ -254,7 +283,7 @@ def _from_objects(objs: Sequence[Mapping[str, Any]]) -> Recorded:
                     message = filter_message(cond.get("message"))
         else:
             nodes[pod] = str(node)
-        outcomes.append(Outcome("state", pod, str(node) if node else None, message, per_claim))
+        outcomes.append(Outcome("state", pod, str(node) if node else None, message, per_claim, node_allocatable=alloc))
     return Recorded(tuple(outcomes), "state", nodes)
 
 
@@ -284,7 +313,10 @@ def _outcome(step: Step, op: str | None = None) -> Outcome:
     message = filter_message(step.failure) if step.node is None else None
     feasible = frozenset(step.feasible) if step.feasible else None
     scores = tuple(sorted(step.scores.items())) if step.scores else None
-    return Outcome(op or step.op, step.pod, step.node, message, claims, feasible=feasible, scores=scores)
+    alloc = None
+    if step.node is not None:
+        alloc = _node_allocatable(step.node_allocatable, {c.claim: c.pod_claim for c in step.claims}, f"step {step.pod}")
+    return Outcome(op or step.op, step.pod, step.node, message, claims, feasible=feasible, scores=scores, node_allocatable=alloc)
 
 
 def _keyed(outcomes: Iterable[Outcome]) -> dict[str, Outcome]:
@@ -299,9 +331,16 @@ def _keyed(outcomes: Iterable[Outcome]) -> dict[str, Outcome]:
     return out
 
 
-def diff_replay(objects: Iterable[tuple[Any, str]], recorded: Recorded, *, percentage_of_nodes_to_score: int | None = None) -> DiffReport:
-    """Replay ``objects`` (following the recorded node on ties) and compare with ``recorded``."""
-    r = replay(objects, prefer=recorded.nodes.get, percentage_of_nodes_to_score=percentage_of_nodes_to_score)
+def diff_replay(
+    objects: Iterable[tuple[Any, str]],
+    recorded: Recorded,
+    *,
+    percentage_of_nodes_to_score: int | None = None,
+    gates: Mapping[str, bool] | None = None,
+) -> DiffReport:
+    """Replay ``objects`` (following the recorded node on ties, with the cluster's feature
+    ``gates``) and compare with ``recorded``."""
+    r = replay(objects, prefer=recorded.nodes.get, percentage_of_nodes_to_score=percentage_of_nodes_to_score, gates=gates)
     if recorded.form == "steps":
         ties = {(s.op if s.op != "bound" else "create", s.pod) for s in r.steps if s.followed_hint}
         mine = _keyed(_outcome(s, "create" if s.op == "bound" else None) for s in r.steps)

@@ -8,6 +8,11 @@ NodeAffinity (``nodeSelector`` and required node affinity), NodeResourcesFit
 (preferred terms, weight 2), NodeResourcesFit LeastAllocated and
 NodeResourcesBalancedAllocation (weight 1 each). The reasons are kube-scheduler's
 own strings, so a failure reads as the scheduler writes it. Pure.
+
+With ``DRANodeAllocatableResources`` a bound pod's claimed node resources
+(``status.nodeAllocatableResourceClaimStatuses``, ``ClaimResources``) count in the node's
+requests as its container requests do (``NodeUsage``), and DynamicResources checks the pod's
+container requests plus what its new claims map to against the node (``claim_fit_reasons``).
 """
 
 from __future__ import annotations
@@ -17,10 +22,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from topodra.quantity import QuantityError, parse_quantity
+from topodra.quantity import Quantity, QuantityError, parse_quantity
 from topodra.sim.objects import Node, ObjectError, node_selector_matches
 
 __all__ = [
+    "ClaimResources",
+    "claim_fit_reasons",
     "NodeView",
     "PodView",
     "NodeUsage",
@@ -53,6 +60,39 @@ class Resources:
 
 
 @dataclass(frozen=True)
+class ClaimResources:
+    """One entry of a pod's ``status.nodeAllocatableResourceClaimStatuses``: the node-allocatable
+    resources one of its claims was allocated (resource name -> quantity) and the containers
+    that reference the claim."""
+
+    claim: str  # resourceClaimName: the ResourceClaim's own name
+    containers: tuple[str, ...]
+    resources: Mapping[str, Quantity]
+
+    @property
+    def requests(self) -> Resources:
+        """What it adds to the pod's requests (component-helpers' PodRequests)."""
+        cpu, mem = self.resources.get("cpu"), self.resources.get("memory")
+        return Resources(
+            math.ceil(cpu.amount * 1000) if cpu is not None else 0, math.ceil(mem.amount) if mem is not None else 0
+        )
+
+    def to_api(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"resourceClaimName": self.claim}
+        if self.containers:
+            out["containers"] = list(self.containers)
+        out["resources"] = {k: str(self.resources[k]) for k in sorted(self.resources)}
+        return out
+
+
+def _claimed(statuses: Sequence[ClaimResources]) -> Resources:
+    total = Resources()
+    for s in statuses:
+        total += s.requests
+    return total
+
+
+@dataclass(frozen=True)
 class PodClaimRef:
     """One entry of ``spec.resourceClaims``."""
 
@@ -78,10 +118,19 @@ class PodView:
     claims: tuple[PodClaimRef, ...]
     claim_statuses: Mapping[str, str]  # status.resourceClaimStatuses: pod claim -> generated claim
     scheduler_name: str = "default-scheduler"
+    #: (container, the pod claims it references): init containers first, as the scheduler walks them
+    container_claims: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: status.nodeAllocatableResourceClaimStatuses (counted only with DRANodeAllocatableResources)
+    claim_resources: tuple[ClaimResources, ...] = ()
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def claimed(self) -> Resources:
+        """What the pod's claims add to its requests on its node."""
+        return _claimed(self.claim_resources)
 
 
 @dataclass(frozen=True)
@@ -101,23 +150,37 @@ class NodeView:
 
 @dataclass
 class NodeUsage:
-    """The pods bound to a node and what they request."""
+    """The pods bound to a node and what they request: their containers' requests plus what their
+    claims were allocated of the node's resources (NodeInfo.update with
+    ``UseDRANodeAllocatableResourceClaimStatus``), and who uses each such claim
+    (``NodeAllocatableDRAClaimStates``: "namespace/claim" -> pod keys)."""
 
     pods: set[str] = field(default_factory=set)
     requested: Resources = field(default_factory=Resources)
     nonzero: Resources = field(default_factory=Resources)
+    claim_users: dict[str, set[str]] = field(default_factory=dict)
 
     def add(self, pod: PodView) -> None:
         if pod.key not in self.pods:
             self.pods.add(pod.key)
-            self.requested += pod.requests
-            self.nonzero += pod.nonzero
+            claimed = pod.claimed
+            self.requested += pod.requests + claimed
+            self.nonzero += pod.nonzero + claimed
+            for s in pod.claim_resources:
+                self.claim_users.setdefault(f"{pod.namespace}/{s.claim}", set()).add(pod.key)
 
     def remove(self, pod: PodView) -> None:
         if pod.key in self.pods:
             self.pods.discard(pod.key)
-            self.requested -= pod.requests
-            self.nonzero -= pod.nonzero
+            claimed = pod.claimed
+            self.requested -= pod.requests + claimed
+            self.nonzero -= pod.nonzero + claimed
+            for s in pod.claim_resources:
+                users = self.claim_users.get(f"{pod.namespace}/{s.claim}")
+                if users is not None:
+                    users.discard(pod.key)
+                    if not users:
+                        del self.claim_users[f"{pod.namespace}/{s.claim}"]
 
 
 # --- parsing --------------------------------------------------------------------------------
@@ -150,6 +213,30 @@ def _container_requests(c: Mapping[str, Any], where: str) -> tuple[Resources, Re
 
 def _max(a: Resources, b: Resources) -> Resources:
     return Resources(max(a.milli_cpu, b.milli_cpu), max(a.memory, b.memory))
+
+
+def _container_claims(spec: Mapping[str, Any]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Each container's ``resources.claims`` names, init containers first."""
+    out = []
+    for c in [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]:
+        names = tuple(str(r.get("name")) for r in (c.get("resources") or {}).get("claims") or () if r.get("name"))
+        out.append((str(c.get("name") or ""), names))
+    return tuple(out)
+
+
+def _claim_resources(status: Mapping[str, Any], where: str) -> tuple[ClaimResources, ...]:
+    """``status.nodeAllocatableResourceClaimStatuses``."""
+    out = []
+    for i, s in enumerate(status.get("nodeAllocatableResourceClaimStatuses") or ()):
+        at = f"{where}.nodeAllocatableResourceClaimStatuses[{i}]"
+        resources = {}
+        for name, value in (s.get("resources") or {}).items():
+            try:
+                resources[str(name)] = parse_quantity(value)
+            except QuantityError as e:
+                raise ObjectError(f"{at}.resources[{name}]: {e}") from None
+        out.append(ClaimResources(str(s.get("resourceClaimName") or ""), tuple(map(str, s.get("containers") or ())), resources))
+    return tuple(out)
 
 
 def parse_pod(obj: Mapping[str, Any]) -> PodView:
@@ -204,6 +291,8 @@ def parse_pod(obj: Mapping[str, Any]) -> PodView:
             claims=tuple(claims),
             claim_statuses=statuses,
             scheduler_name=str(spec.get("schedulerName") or "default-scheduler"),
+            container_claims=_container_claims(spec),
+            claim_resources=_claim_resources(obj.get("status") or {}, f"Pod {name}: status"),
         )
     except (AttributeError, TypeError, ValueError, KeyError) as e:
         if isinstance(e, ObjectError):
@@ -294,6 +383,22 @@ def filter_reasons(pod: PodView, node: NodeView, usage: NodeUsage) -> list[str]:
             reasons.append("Insufficient cpu")
         if pod.requests.memory > 0 and pod.requests.memory > free.memory:
             reasons.append("Insufficient memory")
+    return reasons
+
+
+def claim_fit_reasons(pod: PodView, claimed: Sequence[ClaimResources], node: NodeView, usage: NodeUsage) -> list[str]:
+    """DynamicResources' check of a pod whose new claims map to node resources (nodeFitsResources,
+    pkg/scheduler/framework/plugins/dynamicresources/nodeallocatabledynamicresources.go, v1.36.2):
+    the pod's container requests plus ``claimed`` against what the node has left."""
+    if node.allocatable is None:
+        return []
+    demand = pod.requests + _claimed(claimed)
+    free = node.allocatable - usage.requested
+    reasons = []
+    if demand.milli_cpu > 0 and demand.milli_cpu > free.milli_cpu:
+        reasons.append("Insufficient cpu")
+    if demand.memory > 0 and demand.memory > free.memory:
+        reasons.append("Insufficient memory")
     return reasons
 
 
