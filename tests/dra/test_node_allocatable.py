@@ -26,7 +26,7 @@ def test_every_model_maps_each_device_to_the_cpus_prepare_gives_it(model: str) -
         mapping = _mapping(d.to_api())
         if model == "grouped":
             # the claim's consumed ``cpu`` capacity is its share of the node's cpu
-            assert mapping == {"cpu": {"capacityKey": "cpu"}}
+            assert mapping == {"cpu": {"capacityKey": "cpu", "allocationMultiplier": "1"}}
             assert "cpu" in d.capacity
         else:
             # one allocation of the device takes all its CPUs: a CPU 1, a core its threads
@@ -68,7 +68,7 @@ def test_grouped_devices_keep_their_mapping_when_the_offer_shrinks_them() -> Non
     config = DeviceModelConfig(model="grouped")
     devices = build_devices(HYBRID, config)
     offered = offer_devices(HYBRID, config, devices, HYBRID.online - CPUSet([0, 1]))
-    assert all(d.node_allocatable == {"cpu": {"capacityKey": "cpu"}} for d in offered)
+    assert all(d.node_allocatable == {"cpu": {"capacityKey": "cpu", "allocationMultiplier": "1"}} for d in offered)
 
 
 def test_the_mappings_do_not_lower_the_slice_limit() -> None:

@@ -333,9 +333,10 @@ def node_allocatable_mappings(model: str, cpus: int) -> dict[str, dict[str, str]
     """A device's ``nodeAllocatableResourceMappings``: how much of the node's ``cpu`` allocating it
     takes. A ``cpu`` device (``cpus`` 1) or a core device (``cpus`` its threads) takes its CPUs
     for each allocation (``allocationMultiplier``, the device count's factor); a grouped device
-    (``model`` ``grouped``) the ``cpu`` capacity a claim consumes from it (``capacityKey``)."""
+    (``model`` ``grouped``) the ``cpu`` capacity a claim consumes from it (``capacityKey``, times
+    1: the API server's default, written out so its answer equals what was sent)."""
     if model == "grouped":
-        return {"cpu": {"capacityKey": CAPACITY_CPU}}
+        return {"cpu": {"capacityKey": CAPACITY_CPU, "allocationMultiplier": "1"}}
     return {"cpu": {"allocationMultiplier": str(cpus)}}
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 from topodra.embedded.apply import Owners, apply_devices, drop_deallocated, owned_by, update_owners
-from topodra.embedded.gates import drop_disabled_fields
+from topodra.embedded.prepare import drop_disabled_fields, set_defaults
 from topodra.embedded.validation import VALIDATORS
 from topodra.gates import DEFAULTS, feature_gates
 from topodra.kube.errors import ApiError
@@ -272,7 +272,7 @@ class Store:
         #: (e.g. drop fields of a disabled feature gate, as a real API server does).
         self.admission: list[Callable[[Kind, Obj], None]] = []
         #: The feature gates whose fields the store keeps or drops (``topodra.gates``): a disabled
-        #: gate's fields are dropped before validation (``embedded.gates``). Unless given, every gate
+        #: gate's fields are dropped before validation (``embedded.prepare``). Unless given, every gate
         #: is on (a server keeping every field topodra writes); ``dra apiserver`` and the playground
         #: start from 1.36's defaults.
         self.gates: dict[str, bool] = feature_gates(gates) if gates is not None else dict.fromkeys(DEFAULTS, True)
@@ -405,8 +405,9 @@ class Store:
         return watch
 
     def _admit(self, kind: Kind, obj: Obj, old: Obj | None) -> None:
-        """What a real server does to an object before validating it: a disabled gate's fields
-        dropped, then the mutating admission."""
+        """What a real server does to an object before validating it: defaults, a disabled gate's
+        fields dropped, then the mutating admission."""
+        set_defaults(kind.plural, obj)
         drop_disabled_fields(self.gates, kind.plural, obj, old)
         for admit in self.admission:
             admit(kind, obj)
