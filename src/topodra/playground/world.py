@@ -40,6 +40,16 @@ NODE_NAME = "playground"
 _KIND_BY_NAME: dict[tuple[str, str], Kind] = {(k.api_version, k.kind): k for k in KINDS.values()}
 
 
+def node_allocatable(topology: Topology, config: AgentConfig) -> dict[str, str]:
+    """The node's ``status.allocatable`` as the kubelet reports it: every online CPU but the agent's
+    reserved ones, the machine's memory, 110 pods."""
+    from topodra.policy import Policy
+
+    reserved = Policy(topology, config.policy).reserved_cpus
+    memory = sum(n.memory_bytes for n in topology.nodes.values()) or 64 << 30
+    return {"cpu": str(len(topology.online - reserved)), "memory": str(memory), "pods": "110"}
+
+
 class PlaygroundError(RuntimeError):
     """Something the user asked for failed; the message says what and why."""
 
@@ -90,7 +100,8 @@ class Playground:
         directory's ``host/sys/fs/cgroup``, where the agent (``sysfsRoot: host``) reads them.
         ``runtime_options``: more ``EmbeddedRuntime`` options (``start_delay``, ``fail_updates``...).
         ``gates``: feature gates of the API server and the scheduler (``topodra.gates``; unless
-        given, Kubernetes 1.36's defaults)."""
+        given, Kubernetes 1.36's defaults); both read ``store.gates``, so changing it there is
+        restarting them with other ``--feature-gates`` (the agent sees it at its next start)."""
         self.topology = topology
         self.model = model
         self.group_by = group_by
@@ -158,7 +169,12 @@ class Playground:
         self.store.create(
             KINDS[("", "nodes")],
             None,
-            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE_NAME, "labels": {"kubernetes.io/hostname": NODE_NAME}}},
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": NODE_NAME, "labels": {"kubernetes.io/hostname": NODE_NAME}},
+                "status": {"allocatable": node_allocatable(self.topology, self.agent_config())},
+            },
         )
         self.store.create(KINDS[("resource.k8s.io", "deviceclasses")], None, device_class())
         mems = CPUSet(n.id for n in self.topology.nodes.values() if n.memory_bytes > 0) or CPUSet([0])
