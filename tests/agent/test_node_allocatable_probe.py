@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -69,3 +70,28 @@ def test_the_probe_line_is_logged_once(caplog: pytest.LogCaptureFixture) -> None
     _published(None, gate=True)
     lines = [r.getMessage() for r in caplog.records if "nodeAllocatableResourceMappings" in r.getMessage()]
     assert len(lines) == 1
+
+
+def test_a_reload_of_the_switch_republishes_at_once(caplog: pytest.LogCaptureFixture) -> None:
+    """auto found a server that drops the mappings; a reload to on sends them without a restart
+    (this server drops them again, and the slice write says so)."""
+
+    async def main() -> tuple[set[str], set[str], int]:
+        async with Playground(topology=TOPO, gates={NODE_ALLOCATABLE: False}) as pg:
+            agent = pg.agent
+            assert agent is not None
+            reconciler = agent.publisher.reconciler
+            assert reconciler is not None
+            await reconciler.wait_written(10)
+            before = set(reconciler.dropped_fields)
+            config = agent.node.config
+            await agent.reload(config.model_copy(update={"devices": replace(config.devices, node_allocatable="on")}))
+            await reconciler.wait_written(10)
+            puts = sum(1 for m, p in pg.api.requests if m == "PUT" and "resourceslices" in p)
+            return before, set(reconciler.dropped_fields), puts
+
+    caplog.set_level(logging.ERROR, logger="topodra.dra.reconciler")
+    before, after, puts = asyncio.run(main())
+    assert before == set()
+    assert after == {"playground-native.cpu-0"}
+    assert puts == 1

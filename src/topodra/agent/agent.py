@@ -212,7 +212,7 @@ class Agent:
         switch = self.node.config.devices.node_allocatable
         if switch == "auto":
             result = await probe_node_allocatable(kube, self.node.config.node_name)
-            self.publisher.node_allocatable = result.publish
+            self.publisher.probed(result.publish)
             self.notes.note(result.line)
         else:
             self.notes.note(f"nodeAllocatableResourceMappings: {'published' if switch == 'on' else 'not published'} (devices.nodeAllocatable: {switch})")
