@@ -226,3 +226,57 @@ def test_the_cli_takes_the_gate_and_refuses_a_bad_one_in_one_line(tmp_path: Path
     bad = runner.invoke(app, ["sim", "replay", str(path), "--feature-gates", "DRANodeAllocatableResources"])
     assert bad.exit_code == 2
     assert bad.stderr.strip() == "error: --feature-gates: missing bool value for DRANodeAllocatableResources"
+
+
+def test_a_mapping_without_its_multiplier_counts_one_as_the_api_server_defaults_it() -> None:
+    objs = [*cluster(), template("two", 2), pod("p", template="two")]
+    for s in objs:
+        for d in (s.get("spec") or {}).get("devices") or []:
+            d["nodeAllocatableResourceMappings"]["cpu"].pop("allocationMultiplier")
+    assert step(run(objs), "p").node_allocatable[0]["resources"] == {"cpu": "2"}
+
+
+def test_init_containers_count_their_maximum_beside_the_claim() -> None:
+    # 4 CPUs: 2 claimed; an init container of 2 CPUs plus a claim of 1 needs 3
+    late = pod("late", template="one")
+    late["spec"]["initContainers"] = [{"name": "init", "image": "x", "resources": {"requests": {"cpu": "2"}}}]
+    s = step(run([*cluster(), template("two", 2), template("one"), pod("first", template="two"), late]), "late")
+    assert s.failure == "0/1 nodes are available: 1 Insufficient cpu."
+
+
+def test_pod_level_requests_must_cover_the_claims_and_stand_for_the_whole_pod() -> None:
+    short = pod("short", template="two")
+    short["spec"]["resources"] = {"requests": {"cpu": "1"}}
+    assert step(run([*cluster(), template("two", 2), short]), "short").failure == (
+        "0/1 nodes are available: 1 pod level request for cpu is insufficient to cover the aggregated container "
+        "and node-allocatable DRA requests."
+    )
+    covered = pod("covered", template="two")
+    covered["spec"]["resources"] = {"requests": {"cpu": "3"}}
+    r = run([*cluster(), template("two", 2), covered])
+    assert step(r, "covered").node_allocatable[0]["resources"] == {"cpu": "2"}
+    assert r.usage["n1"].requested.milli_cpu == 3000  # the pod level covers the claim: not added again
+
+
+def test_pod_level_requests_default_from_pod_level_limits_and_the_containers() -> None:
+    limited = pod("limited", cpu="1")
+    limited["spec"]["resources"] = {"limits": {"cpu": "3", "memory": "1Gi"}}
+    r = run([*cluster(), limited])
+    # cpu: the containers request it, so their 1 CPU; memory: also theirs (100Mi)
+    assert r.usage["n1"].requested.milli_cpu == 1000
+    assert r.usage["n1"].requested.memory == 100 * 2**20
+    bare = pod("bare")
+    bare["spec"]["resources"] = {"limits": {"cpu": "3"}}
+    assert run([*cluster(), bare]).usage["n1"].requested.milli_cpu == 3000  # no container asks: the limit
+
+
+def test_the_post_filter_summaries_are_not_part_of_the_compared_message() -> None:
+    from topodra.sim.diff import filter_message
+
+    base = "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) didn't match Pod's node affinity/selector."
+    for tail in (
+        " no new claims to deallocate, preemption: 0/3 nodes are available: 1 No preemption victims found for incoming pod.",
+        " still not schedulable, preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.",
+        "",
+    ):
+        assert filter_message(base + tail) == base

@@ -35,14 +35,37 @@ from topodra.yamldocs import YamlFileError, expand_lists, load_documents
 
 __all__ = ["Outcome", "Recorded", "DiffRow", "DiffReport", "load_recorded", "diff_replay", "filter_message"]
 
-_PREEMPTION = " still not schedulable"
+#: The first words the PostFilter plugins add after the Filter part (DynamicResources' messages in
+#: 1.36's dynamicresources.go, then DefaultPreemption's).
+_POST_FILTER = (
+    "still not schedulable",
+    "no new claims to deallocate",
+    "deallocation of ResourceClaim completed",
+    "deletion of ResourceClaim completed",
+    "preemption: ",
+)
 
 
 def filter_message(message: str | None) -> str | None:
-    """The Filter part of an unschedulable message (without the preemption summary)."""
+    """The Filter part of an unschedulable message (without what PostFilter added: the claim
+    deallocation's and the preemption's summaries)."""
     if message is None:
         return None
-    return message.split(_PREEMPTION, 1)[0].strip()
+    cut = len(message)
+    for marker in _POST_FILTER:
+        at = message.find(". " + marker)
+        if at >= 0:
+            cut = min(cut, at + 1)
+    return message[:cut].strip()
+
+
+def _unnamed(message: str | None, claims: Mapping[str, ClaimOutcome]) -> str | None:
+    """``message`` with the generated claims' names (random in a cluster) replaced by their pod
+    claim names."""
+    for pod_claim, c in claims.items():
+        if message is not None and c.generated and c.name:
+            message = message.replace(c.name, f"<{pod_claim}>")
+    return message
 
 
 @dataclass(frozen=True)
@@ -91,7 +114,12 @@ class Outcome:
         out = []
         if self.op != "delete" and self.node != other.node:
             out.append("node")
-        if self.op != "delete" and self.node is None and other.node is None and self.message != other.message:
+        if (
+            self.op != "delete"
+            and self.node is None
+            and other.node is None
+            and _unnamed(self.message, self.claims) != _unnamed(other.message, other.claims)
+        ):
             out.append("message")
         if self.pending != other.pending:
             out.append("pending pods")

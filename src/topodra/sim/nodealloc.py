@@ -73,8 +73,10 @@ def mapped_resources(claim: str, allocation: ClaimAllocation, index: MappingInde
             continue
         counted = True
         for name, m in mappings.items():
+            # an allocationMultiplier left out is 1: the API server's default (SetDefaults_Device)
             key, multiplier = m.get("capacityKey"), m.get("allocationMultiplier")
-            factor = _quantity(multiplier, f"device {r.device}: nodeAllocatableResourceMappings[{name}]") if multiplier is not None else None
+            multiplier = "1" if multiplier is None else multiplier
+            factor = _quantity(multiplier, f"device {r.device}: nodeAllocatableResourceMappings[{name}]")
             if key:
                 if r.consumed_capacity is None:
                     raise AllocationError(
@@ -84,11 +86,9 @@ def mapped_resources(claim: str, allocation: ClaimAllocation, index: MappingInde
                 consumed = r.consumed_capacity.get(str(key))
                 if consumed is None:
                     continue  # this allocation does not consume that capacity
-                quantity = Quantity(consumed.amount * (factor.amount if factor is not None else 1), consumed.format)
-            elif factor is not None:
-                quantity = factor
+                quantity = Quantity(consumed.amount * factor.amount, consumed.format)
             else:
-                quantity = Quantity.of(0)
+                quantity = factor
             total[name] = total[name] + quantity if name in total else quantity
     return total if counted else None
 

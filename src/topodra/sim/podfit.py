@@ -122,6 +122,11 @@ class PodView:
     container_claims: tuple[tuple[str, tuple[str, ...]], ...] = ()
     #: status.nodeAllocatableResourceClaimStatuses (counted only with DRANodeAllocatableResources)
     claim_resources: tuple[ClaimResources, ...] = ()
+    #: pod-level requests (``spec.resources``, PodLevelResources: beta, on): "cpu" in milli-CPU,
+    #: "memory" in bytes; they stand for the pod's whole request of that resource
+    pod_level: Mapping[str, int] = field(default_factory=dict)
+    #: the containers' requests (init containers' maximum), whatever the pod level says
+    container_requests: Resources | None = None
 
     @property
     def key(self) -> str:
@@ -131,6 +136,13 @@ class PodView:
     def claimed(self) -> Resources:
         """What the pod's claims add to its requests on its node."""
         return _claimed(self.claim_resources)
+
+    def plus_claims(self, base: Resources, claims: Resources) -> Resources:
+        """``base`` with what claims map to added (PodRequests with the claim statuses): not for a
+        resource requested at the pod level, whose request covers them."""
+        cpu = 0 if "cpu" in self.pod_level else claims.milli_cpu
+        mem = 0 if "memory" in self.pod_level else claims.memory
+        return Resources(base.milli_cpu + cpu, base.memory + mem)
 
 
 @dataclass(frozen=True)
@@ -164,8 +176,8 @@ class NodeUsage:
         if pod.key not in self.pods:
             self.pods.add(pod.key)
             claimed = pod.claimed
-            self.requested += pod.requests + claimed
-            self.nonzero += pod.nonzero + claimed
+            self.requested += pod.plus_claims(pod.requests, claimed)
+            self.nonzero += pod.plus_claims(pod.nonzero, claimed)
             for s in pod.claim_resources:
                 self.claim_users.setdefault(f"{pod.namespace}/{s.claim}", set()).add(pod.key)
 
@@ -173,8 +185,8 @@ class NodeUsage:
         if pod.key in self.pods:
             self.pods.discard(pod.key)
             claimed = pod.claimed
-            self.requested -= pod.requests + claimed
-            self.nonzero -= pod.nonzero + claimed
+            self.requested -= pod.plus_claims(pod.requests, claimed)
+            self.nonzero -= pod.plus_claims(pod.nonzero, claimed)
             for s in pod.claim_resources:
                 users = self.claim_users.get(f"{pod.namespace}/{s.claim}")
                 if users is not None:
@@ -209,6 +221,38 @@ def _container_requests(c: Mapping[str, Any], where: str) -> tuple[Resources, Re
     actual = Resources(cpu or 0, mem or 0)
     nonzero = Resources(DEFAULT_MILLI_CPU if cpu is None else cpu, DEFAULT_MEMORY if mem is None else mem)
     return actual, nonzero
+
+
+def _declared(spec: Mapping[str, Any]) -> set[str]:
+    """The resources some container (init too) requests, limits copied into missing requests."""
+    out: set[str] = set()
+    for c in [*(spec.get("containers") or ()), *(spec.get("initContainers") or ())]:
+        res = c.get("resources") or {}
+        out.update(res.get("limits") or {}, res.get("requests") or {})
+    return out
+
+
+def _pod_level(spec: Mapping[str, Any], containers: Resources, where: str) -> dict[str, int]:
+    """The pod-level requests of cpu and memory, defaulted as the API server does when pod-level
+    limits are set (``defaultPodRequests``, pkg/apis/core/v1/defaults.go, v1.36.2): from what the
+    containers request, else from the pod-level limit."""
+    res = spec.get("resources") or {}
+    requests, limits = dict(res.get("requests") or {}), res.get("limits") or {}
+    out: dict[str, int] = {}
+    declared = _declared(spec) if limits else set()
+    for key, container_total in (("cpu", containers.milli_cpu), ("memory", containers.memory)):
+        if key in requests:
+            value = requests[key]
+        elif key in declared:  # an overcommittable resource the containers request
+            out[key] = container_total
+            continue
+        elif key in limits:
+            value = limits[key]
+        else:
+            continue
+        at = f"{where}.resources.requests.{key}"
+        out[key] = _milli(value, at) if key == "cpu" else _bytes(value, at)
+    return out
 
 
 def _max(a: Resources, b: Resources) -> Resources:
@@ -257,6 +301,11 @@ def parse_pod(obj: Mapping[str, Any]) -> PodView:
         for i, c in enumerate(spec.get("initContainers") or ()):
             a, n = _container_requests(c, f"{where}.initContainers[{i}]")
             requests, nonzero = _max(requests, a), _max(nonzero, n)
+        containers = requests
+        pod_level = _pod_level(spec, containers, where)
+        if pod_level:  # PodRequests: the pod level stands for the pod's whole request of a resource
+            requests = Resources(pod_level.get("cpu", requests.milli_cpu), pod_level.get("memory", requests.memory))
+            nonzero = Resources(pod_level.get("cpu", nonzero.milli_cpu), pod_level.get("memory", nonzero.memory))
         affinity = ((spec.get("affinity") or {}).get("nodeAffinity")) or {}
         preferred = tuple(
             (int(p.get("weight", 0)), p.get("preference") or {})
@@ -293,6 +342,8 @@ def parse_pod(obj: Mapping[str, Any]) -> PodView:
             scheduler_name=str(spec.get("schedulerName") or "default-scheduler"),
             container_claims=_container_claims(spec),
             claim_resources=_claim_resources(obj.get("status") or {}, f"Pod {name}: status"),
+            pod_level=pod_level,
+            container_requests=containers,
         )
     except (AttributeError, TypeError, ValueError, KeyError) as e:
         if isinstance(e, ObjectError):
@@ -387,12 +438,19 @@ def filter_reasons(pod: PodView, node: NodeView, usage: NodeUsage) -> list[str]:
 
 
 def claim_fit_reasons(pod: PodView, claimed: Sequence[ClaimResources], node: NodeView, usage: NodeUsage) -> list[str]:
-    """DynamicResources' check of a pod whose new claims map to node resources (nodeFitsResources,
-    pkg/scheduler/framework/plugins/dynamicresources/nodeallocatabledynamicresources.go, v1.36.2):
-    the pod's container requests plus ``claimed`` against what the node has left."""
+    """DynamicResources' check of a pod whose new claims map to node resources
+    (pkg/scheduler/framework/plugins/dynamicresources/nodeallocatabledynamicresources.go, v1.36.2):
+    pod-level requests must cover the containers' requests plus ``claimed`` (cpu checked first:
+    Go walks the map in random order), then the pod's requests plus ``claimed``
+    (nodeFitsResources) must fit what the node has left."""
+    claims = _claimed(claimed)
+    total = (pod.container_requests or pod.requests) + claims
+    for name, have in (("cpu", total.milli_cpu), ("memory", total.memory)):  # validatePodLevelRequestsCoverDRA
+        if name in pod.pod_level and have > pod.pod_level[name]:
+            return [f"pod level request for {name} is insufficient to cover the aggregated container and node-allocatable DRA requests"]
     if node.allocatable is None:
         return []
-    demand = pod.requests + _claimed(claimed)
+    demand = pod.plus_claims(pod.requests, claims)
     free = node.allocatable - usage.requested
     reasons = []
     if demand.milli_cpu > 0 and demand.milli_cpu > free.milli_cpu:

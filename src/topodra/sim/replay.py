@@ -452,7 +452,7 @@ class Replay:
             if hit is None:
                 try:
                     result = self._allocator_now().allocate(node.node, parsed)
-                    mapped = self.accounting.mapped(self.slices.values(), [c.key for c in to_allocate], result or [])
+                    mapped = () if result is None else self.accounting.mapped(self.slices.values(), [c.key for c in to_allocate], result)
                     hit = (result is not None, dra_score(parsed, result) if result is not None else 0, None, mapped)
                 except AllocationError as e:
                     hit = (False, 0, str(e), ())
