@@ -280,3 +280,14 @@ def test_the_post_filter_summaries_are_not_part_of_the_compared_message() -> Non
         "",
     ):
         assert filter_message(base + tail) == base
+
+
+def test_with_pod_level_requests_the_nodes_nonzero_sum_defaults_only_what_no_container_asks() -> None:
+    # CalculateResource: memory is set at the pod level; cpu is asked by one container of two, so
+    # the other gets no 100m default in the node's sum (the pod's own score would give it one)
+    p = pod("p", cpu="1")
+    p["spec"]["containers"].append({"name": "side", "image": "x"})
+    p["spec"]["resources"] = {"requests": {"memory": "1Gi"}}
+    usage = run([*cluster(), p]).usage["n1"]
+    assert usage.nonzero.milli_cpu == 1000
+    assert usage.nonzero.memory == 2**30

@@ -127,6 +127,9 @@ class PodView:
     pod_level: Mapping[str, int] = field(default_factory=dict)
     #: the containers' requests (init containers' maximum), whatever the pod level says
     container_requests: Resources | None = None
+    #: what the node's non-zero sum counts of the pod when it differs from ``nonzero`` (pod-level
+    #: requests: the defaults only for a resource no container requests, CalculateResource)
+    node_nonzero: Resources | None = None
 
     @property
     def key(self) -> str:
@@ -177,7 +180,7 @@ class NodeUsage:
             self.pods.add(pod.key)
             claimed = pod.claimed
             self.requested += pod.plus_claims(pod.requests, claimed)
-            self.nonzero += pod.plus_claims(pod.nonzero, claimed)
+            self.nonzero += pod.plus_claims(pod.node_nonzero or pod.nonzero, claimed)
             for s in pod.claim_resources:
                 self.claim_users.setdefault(f"{pod.namespace}/{s.claim}", set()).add(pod.key)
 
@@ -186,7 +189,7 @@ class NodeUsage:
             self.pods.discard(pod.key)
             claimed = pod.claimed
             self.requested -= pod.plus_claims(pod.requests, claimed)
-            self.nonzero -= pod.plus_claims(pod.nonzero, claimed)
+            self.nonzero -= pod.plus_claims(pod.node_nonzero or pod.nonzero, claimed)
             for s in pod.claim_resources:
                 users = self.claim_users.get(f"{pod.namespace}/{s.claim}")
                 if users is not None:
@@ -303,7 +306,13 @@ def parse_pod(obj: Mapping[str, Any]) -> PodView:
             requests, nonzero = _max(requests, a), _max(nonzero, n)
         containers = requests
         pod_level = _pod_level(spec, containers, where)
+        node_nonzero = None
         if pod_level:  # PodRequests: the pod level stands for the pod's whole request of a resource
+            declared = _declared(spec)
+            node_nonzero = Resources(
+                pod_level.get("cpu", requests.milli_cpu if "cpu" in declared else nonzero.milli_cpu),
+                pod_level.get("memory", requests.memory if "memory" in declared else nonzero.memory),
+            )
             requests = Resources(pod_level.get("cpu", requests.milli_cpu), pod_level.get("memory", requests.memory))
             nonzero = Resources(pod_level.get("cpu", nonzero.milli_cpu), pod_level.get("memory", nonzero.memory))
         affinity = ((spec.get("affinity") or {}).get("nodeAffinity")) or {}
@@ -344,6 +353,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodView:
             claim_resources=_claim_resources(obj.get("status") or {}, f"Pod {name}: status"),
             pod_level=pod_level,
             container_requests=containers,
+            node_nonzero=node_nonzero,
         )
     except (AttributeError, TypeError, ValueError, KeyError) as e:
         if isinstance(e, ObjectError):
