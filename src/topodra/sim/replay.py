@@ -40,10 +40,12 @@ from typing import Any
 from topodra.gates import NODE_ALLOCATABLE, feature_gates
 from topodra.quantity import Quantity
 from topodra.sim.allocator import (
+    INVALID_POOLS_MESSAGE,
     AllocatedState,
     AllocationError,
     Allocator,
     ClaimAllocation,
+    InvalidPools,
     allocation_of_claim,
 )
 from topodra.sim.costmodel import num_feasible_nodes_to_find
@@ -55,13 +57,19 @@ from topodra.sim.podfit import (
     NodeView,
     PodView,
     filter_reasons,
+    node_inputs,
     parse_node_view,
     parse_pod,
-    score_nodes,
-    weighted_dynamic_resources,
+    pod_inputs,
 )
 from topodra.sim.replaysteps import ClaimState, Step
-from topodra.sim.scheduler import _score as dra_score
+from topodra.sim.scoring import (
+    ClaimScoreInput,
+    Unmodelled,
+    dynamic_resources_score,
+    existing_affinity_scores,
+    score_nodes,
+)
 
 __all__ = ["ClaimState", "Step", "Replay", "ReplayError", "replay"]
 
@@ -72,8 +80,9 @@ NOT_AVAILABLE = "resourceclaim not available on the node"
 _NAME_LETTERS = "bcdfghjklmnpqrstvwxz2456789"  # the API server's generateName alphabet
 
 
-#: A memoised Filter answer: fits, DRA score, the allocator's error, each new claim's mapped resources.
-_Hit = tuple[bool, int, str | None, tuple[dict[str, Quantity] | None, ...]]
+#: A memoised Filter answer: fits, DRA score, the allocator's error, the Unschedulable reason (None:
+#: "cannot allocate all claims"), each new claim's mapped resources.
+_Hit = tuple[bool, int, str | None, str | None, tuple[dict[str, Quantity] | None, ...]]
 
 
 class ReplayError(ValueError):
@@ -198,9 +207,10 @@ class Replay:
         self.steps: list[Step] = []
         self._allocator: Allocator | None = None
         self._next_start = 0
-        # Filter memo: (node, node version, claim specs) -> (fits, DRA score, allocation error, what each
-        # claim maps to of the node's resources). A node's version changes with every allocation on
-        # its devices, so a hit is exact.
+        # Filter memo: (node, node version, claim specs) -> (fits, DRA score, allocation error, the
+        # Unschedulable reason when not "cannot allocate all claims", what each claim maps to of the
+        # node's resources). A node's version changes with every allocation on its devices, so a
+        # hit is exact.
         self._memo: dict[tuple[str, int, str], _Hit] = {}
         self._version: dict[str, int] = {}
         self._pool_node: dict[tuple[str, str], str] | None = None  # None: some slice is not node-local
@@ -414,7 +424,7 @@ class Replay:
             return self._fail(pod, step, f"0/{len(names)} nodes are available: {hist}.")
         chosen = feasible[0]
         if len(feasible) > 1:
-            chosen = self._choose(pod, step, feasible, dra_scores)
+            chosen = self._choose(pod, step, feasible, _with_allocated(claims, dra_scores) if to_allocate else {}, source)
         step.feasible = feasible
         allocations: list[ClaimAllocation] = []
         if to_allocate:
@@ -453,9 +463,11 @@ class Replay:
                 try:
                     result = self._allocator_now().allocate(node.node, parsed)
                     mapped = () if result is None else self.accounting.mapped(self.slices.values(), [c.key for c in to_allocate], result)
-                    hit = (result is not None, dra_score(parsed, result) if result is not None else 0, None, mapped)
+                    hit = (result is not None, _dra_score(parsed, result) if result is not None else 0, None, None, mapped)
+                except InvalidPools:  # Unschedulable on this node, with the allocator's words
+                    hit = (False, 0, None, INVALID_POOLS_MESSAGE, ())
                 except AllocationError as e:
-                    hit = (False, 0, str(e), ())
+                    hit = (False, 0, str(e), None, ())
                 if use_memo:
                     self._memo[key] = hit
             else:
@@ -463,9 +475,9 @@ class Replay:
             if hit[2] is not None:
                 raise AllocationError(hit[2])
             if not hit[0]:
-                return [CANNOT_ALLOCATE]
+                return [hit[3] or CANNOT_ALLOCATE]
             scores[node.name] = hit[1]
-            counted = [(c.key, c.name, m) for c, m in zip(to_allocate, hit[3], strict=False) if m is not None]
+            counted = [(c.key, c.name, m) for c, m in zip(to_allocate, hit[4], strict=False) if m is not None]
             if counted:
                 reasons, mine = self.accounting.check(pod.view, pod.claims, counted, node, self.usage[node.name])
                 if reasons:
@@ -475,15 +487,33 @@ class Replay:
             return [NOT_AVAILABLE]
         return []
 
-    def _choose(self, pod: _Pod, step: Step, feasible: list[str], dra_scores: Mapping[str, int]) -> str:
-        per_plugin = score_nodes(pod.view, [self.nodes[n] for n in feasible], self.usage)
-        totals = {}
-        dra = weighted_dynamic_resources(dra_scores)
-        for n in feasible:
-            if n in dra:
-                per_plugin[n]["DynamicResources"] = dra[n]
-            totals[n] = sum(per_plugin[n].values())
+    def _choose(self, pod: _Pod, step: Step, feasible: list[str], dra_scores: Mapping[str, int], source: str) -> str:
+        view = pod.view
+        sizes: dict[str, int] = {}
+        spread: dict[str, int] = {}
+        for n in self.nodes.values():  # the scheduler cache's image states: first size seen, nodes per name
+            for name, size in n.images.items():
+                sizes.setdefault(name, size)
+                spread[name] = spread.get(name, 0) + 1
+        bound = (
+            (p.view.namespace, p.view.pod_affinity, p.view.pod_anti_affinity)
+            for p in self.pods.values()
+            if p.node is not None and (p.view.pod_affinity is not None or p.view.pod_anti_affinity is not None)
+        )
+        try:
+            per_plugin = score_nodes(
+                pod_inputs(view),
+                [node_inputs(self.nodes[n], self.usage[n], sizes) for n in feasible],
+                dra=dra_scores,
+                image_spread=spread,
+                total_nodes=len(self.nodes),
+                pods_with_affinity=existing_affinity_scores(bound, view.namespace, view.labels),
+            )
+        except Unmodelled as e:
+            raise ReplayError(f"{source}: Pod {view.key}: {e}") from None
+        totals = {n: sum(per_plugin[n].values()) for n in feasible}
         step.scores = totals
+        step.plugin_scores = per_plugin
         best = max(totals.values())
         top = [n for n in feasible if totals[n] == best]
         if len(top) > 1:
@@ -528,12 +558,15 @@ class Replay:
             step.failure = f"node {view.node_name} does not exist: its claims cannot be allocated"
         elif to_allocate:
             assert node is not None
+            reason = CANNOT_ALLOCATE
             try:
                 result = self._allocator_now().allocate(node.node, [parse_claim(c.obj) for c in to_allocate])
+            except InvalidPools:
+                result, reason = None, INVALID_POOLS_MESSAGE
             except AllocationError as e:
                 result, step.failure = None, f'running "DynamicResources" filter plugin: {e}'
             if result is None:
-                step.failure = step.failure or f"0/1 nodes are available: 1 {CANNOT_ALLOCATE}."
+                step.failure = step.failure or f"0/1 nodes are available: 1 {reason}."
                 to_allocate, result = [], []
             for c, a in zip(to_allocate, result, strict=True):
                 c.allocation = a
@@ -668,6 +701,25 @@ class Replay:
             step.node_allocatable = [c.to_api() for c in view.claim_resources] if pod.node is not None else []
             out[view.name] = step
         return out
+
+
+def _with_allocated(claims: list[tuple[str, _Claim]], scores: Mapping[str, int]) -> dict[str, int]:
+    """DynamicResources' Score per node: the claims allocated on the node plus those allocated
+    already (computeScore counts every claim of the pod once Filter allocated some)."""
+    done = [
+        ClaimScoreInput(parse_claim(c.obj), frozenset(r.request for r in c.allocation.results))
+        for _, c in claims
+        if c.allocation is not None
+    ]
+    extra = dynamic_resources_score(done)
+    return {n: v + extra for n, v in scores.items()}
+
+
+def _dra_score(claims: list[Claim], allocations: list[ClaimAllocation]) -> int:
+    """DynamicResources' Score of the claims Filter allocated on a node."""
+    return dynamic_resources_score(
+        ClaimScoreInput(c, frozenset(r.request for r in a.results)) for c, a in zip(claims, allocations, strict=True)
+    )
 
 
 def replay(
