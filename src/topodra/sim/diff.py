@@ -13,8 +13,9 @@ kube-scheduler's message before its preemption summary), and per pod claim the
 results (request, driver, pool, device, consumed capacity, in order), the
 allocation's nodeSelector, ``reservedFor``, and for deletions what became of each
 claim; the pod's ``status.nodeAllocatableResourceClaimStatuses`` (claims named by
-their pod claim name, quantities by value) where the recording has them. Generated claim names, uids and shareIDs are random in a real cluster and
-are not compared. Where the real scheduler broke a tie between equally scored
+their pod claim name, quantities by value) where the recording has them. Generated
+claim names, uids and shareIDs are random in a real cluster and are not compared
+(in a message, a generated claim's name stands for its pod claim). Where the real scheduler broke a tie between equally scored
 nodes at random, the replay follows the recorded node if its own best nodes
 include it (the row says ``tie`` and names the tied nodes), so later steps see the
 same state. Scores are compared per node: the totals, and each plugin's weighted
