@@ -118,3 +118,22 @@ def test_each_models_mappings_are_stored_as_sent(case: dict[str, Any]) -> None:
     assert sent == [d["nodeAllocatableResourceMappings"] for d in case["stored"]]
     built = build_devices(TOPO, DeviceModelConfig(model=case["model"]))
     assert [d.to_api()["nodeAllocatableResourceMappings"] for d in built] == sent
+
+
+PROBES = json.loads(
+    (Path(__file__).resolve().parents[1] / "data" / "sched-recorded" / "v10-node-allocatable" / "rejected.json").read_text()
+)
+
+
+@pytest.mark.parametrize("probe", PROBES, ids=[p["name"] for p in PROBES])
+def test_the_recorded_clusters_probes_are_answered_as_it_answered(probe: dict[str, Any]) -> None:
+    # the v10-node-allocatable recording's API probes (DRANodeAllocatableResources on)
+    store = Store(gates=ON)
+    if probe["accepted"]:
+        stored = store.create(SLICES, None, copy.deepcopy(probe["object"]))
+        assert stored["spec"]["devices"] == probe["stored"]["spec"]["devices"]
+        return
+    with pytest.raises(ApiError) as info:
+        store.create(SLICES, None, copy.deepcopy(probe["object"]))
+    assert (info.value.code, info.value.reason) == (probe["code"], probe["reason"])
+    assert info.value.status()["message"] == probe["message"]

@@ -253,6 +253,8 @@ def _from_steps(doc: Mapping[str, Any], source: str) -> Recorded:
     outcomes: list[Outcome] = []
     nodes: dict[str, str] = {}
     last_delete = ""
+    # A log that records the pods' node-allocatable statuses leaves them out where there are none.
+    statuses = any(isinstance(s, Mapping) and "nodeAllocatableResourceClaimStatuses" in s for s in doc.get("steps") or ())
     for i, s in enumerate(doc.get("steps") or ()):
         where = f"{source}: steps[{i}]"
         if not isinstance(s, Mapping):
@@ -260,9 +262,9 @@ def _from_steps(doc: Mapping[str, Any], source: str) -> Recorded:
         op = s.get("op")
         claims = {str(c.get("podClaimName")): _step_claim(c, where) for c in s.get("claims") or ()}
         alloc = None
-        if "nodeAllocatableResourceClaimStatuses" in s:
+        if statuses:
             names = {str(c.get("claimName")): str(c.get("podClaimName")) for c in s.get("claims") or ()}
-            alloc = _node_allocatable(s["nodeAllocatableResourceClaimStatuses"], names, where)
+            alloc = _node_allocatable(s.get("nodeAllocatableResourceClaimStatuses") or [], names, where)
         if op == "delete":
             last_delete = str(s.get("pod") or s.get("name"))
             outcomes.append(Outcome("delete", last_delete, claims=claims))
