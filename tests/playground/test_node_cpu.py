@@ -71,7 +71,7 @@ def test_it_holds_for_every_model_and_machine_it_accepts(model: str, topology: s
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--model", "grouped"], "holds for the device models cpu, core, core-or-thread, not grouped; run it with --model cpu"),
+        (["--model", "grouped"], "is written for cpu or core or core-or-thread devices; its expectations do not hold with --model grouped"),
         (["--topology", "fixture:8ia64-2s2c2t"], "needs a machine with at least 9 online CPUs (it has 8)"),
         (["--topology", "fixture:64amd64-4s2n4ca2co"], "needs a machine with at most 33 online CPUs (it has 64)"),
     ],

@@ -92,11 +92,14 @@ async def _run(console: object, scenarios: Sequence[object], topology: str | Non
     all_ok = True
     for sc in scenarios:
         assert isinstance(sc, Scenario)
-        chosen_model = model or sc.model or "cpu"
-        machine = _scenario_machine(console, sc, topology, chosen_model)
+        machine = _scenario_machine(console, sc, topology)
         if machine is None:
             return False
         topo, label = machine
+        chosen_model = model or sc.model or "cpu"
+        if (why := sc.unmet_model(chosen_model)) is not None:
+            console.print(f"[red]error:[/red] {why}", highlight=False, soft_wrap=True)
+            return False
         console.print(Rule(f"[bold]{sc.title}"))
         console.print(
             f"node [bold]playground[/bold]: {label}, {len(topo.cpus)} CPUs"
@@ -114,7 +117,7 @@ async def _run(console: object, scenarios: Sequence[object], topology: str | Non
             console.print(step_report(pg, res))
 
         try:
-            async with Playground(topology=topo, model=chosen_model, gates=sc.gates) as pg:
+            async with Playground(topology=topo, model=chosen_model, group_by=sc.group_by, gates=sc.gates) as pg:
                 console.print(f"  {pg.log.lines[0]}" if pg.log.lines else "", highlight=False)
                 results = await run_scenario(pg, sc, before_step=before, after_step=after)
                 ok = all(r.ok for r in results)
@@ -130,7 +133,7 @@ async def _run(console: object, scenarios: Sequence[object], topology: str | Non
     return all_ok
 
 
-def _scenario_machine(console: Console, sc: Scenario, topology: str | None, model: str) -> tuple[Topology, str] | None:
+def _scenario_machine(console: Console, sc: Scenario, topology: str | None) -> tuple[Topology, str] | None:
     """The machine a scenario runs on and its label; None (the error printed) when it cannot
     be read, when --topology overrides a scenario that expects exact CPUs, or when it lacks
     what the scenario needs."""
@@ -141,10 +144,6 @@ def _scenario_machine(console: Console, sc: Scenario, topology: str | None, mode
         topo, label = resolve_topology(topology or sc.topology)
     except (PlaygroundError, ValueError, OSError) as exc:
         console.print(f"[red]error:[/red] {exc}", highlight=False)
-        return None
-    wrong = sc.wrong_model(model)
-    if wrong:
-        console.print(f"[red]error:[/red] {sc.title!r} {wrong}; run it with --model {sc.models[0]}", highlight=False, soft_wrap=True)
         return None
     unmet = sc.unmet(topo)
     exact = any(c.cpus is not None for st in sc.steps for c in st.expect)

@@ -6,6 +6,7 @@ is a one-step scenario)::
     title: The upstream example, then its pod goes away
     topology: 20em64t-hybrid-1p6c2t+2ca4co1t   # optional: fixture, synthetic:SPEC or host
     model: cpu                                  # optional: cpu | core | core-or-thread | grouped
+    groupBy: numa                               # optional, grouped devices: numa | l3 | socket | machine
     steps:
     - title: Shared workloads
       apply: [background.yaml]                  # files (relative to the scenario) or inline objects
@@ -27,7 +28,9 @@ container), ``includes`` (all CPUs of that container), ``asInStep`` (the same CP
 after that earlier step), ``pending`` (the pod
 could not be scheduled and the message contains this text), ``failed`` (the pod was
 scheduled but its containers could not be created: the agent refused them, and the
-message contains this text).
+message contains this text), ``mems`` (exact memory nodes), ``allocated: true``
+(exactly the CPUs of the devices the scheduler allocated to the container's claims:
+Prepare gave what the scheduler chose).
 
 ``featureGates`` (top level) are the gates the API server and the scheduler start with
 (``topodra.gates``; default: Kubernetes 1.36's); a step's ``featureGates`` switch them
@@ -36,9 +39,9 @@ probes the API server at its start: restart it too, ``restartAgent``).
 
 ``requires`` states what a machine needs for the expectations to hold
 (``cpus``: at least that many online CPUs; ``maxCpus``: at most that many;
-``coreTypes``: kinds of core that
-must be present, e.g. ``[P-core]``; ``models``: the device models it holds for):
-on a machine or model without them the playground says so in one line instead of
+``coreTypes``: kinds of core that must be present, e.g. ``[P-core]``; ``models``:
+the device models the expectations are written for): on a machine without them,
+or with another ``--model``, the playground says so in one line instead of
 reporting failed expectations.
 """
 
@@ -59,9 +62,10 @@ from topodra.yamldocs import read_text
 
 __all__ = ["Check", "Scenario", "ScenarioError", "Step", "builtin_scenario", "builtin_names", "load_scenario"]
 
-_CHECK_KEYS = {"cpus", "count", "coreType", "excludes", "includes", "pending", "failed", "asInStep"}
+_CHECK_KEYS = {"cpus", "count", "coreType", "excludes", "includes", "pending", "failed", "asInStep", "mems", "allocated"}
 _STEP_KEYS = {"title", "apply", "delete", "expect", "restartAgent", "featureGates"}
 _REQUIRES_KEYS = {"cpus", "maxCpus", "coreTypes", "models"}
+_GROUP_BY = ("numa", "l3", "socket", "machine")
 
 
 class ScenarioError(ValueError):
@@ -79,6 +83,8 @@ class Check:
     includes: str | None = None
     pending: str | None = None
     failed: str | None = None
+    mems: CPUSet | None = None
+    allocated: bool = False
 
 
 @dataclass
@@ -97,18 +103,22 @@ class Scenario:
     steps: list[Step]
     topology: str | None = None
     model: str | None = None
+    group_by: str = "numa"  # of grouped devices
     source: str = ""
     min_cpus: int = 0
     max_cpus: int | None = None
     core_types: tuple[str, ...] = ()
-    models: tuple[str, ...] = ()  # empty: every model
+    models: tuple[str, ...] = ()  # the device models its expectations are written for (empty: any)
     gates: dict[str, bool] = field(default_factory=dict)
 
-    def wrong_model(self, model: str) -> str | None:
-        """Why the device ``model`` cannot run this scenario's expectations, or None."""
-        if self.models and model not in self.models:
-            return f"holds for the device models {', '.join(self.models)}, not {model}"
-        return None
+    def unmet_model(self, model: str) -> str | None:
+        """Why the expectations do not hold with ``model`` devices, or None."""
+        if not self.models or model in self.models:
+            return None
+        return (
+            f"{self.title!r} is written for {' or '.join(self.models)} devices; its expectations do not hold "
+            f"with --model {model} (run it without --model, or with {' or '.join(self.models)})"
+        )
 
     def unmet(self, topology: Topology) -> str | None:
         """Why ``topology`` cannot run this scenario's expectations, or None."""
@@ -141,12 +151,10 @@ def _parse_check(target: str, spec: Any, where: str) -> Check:
     unknown = set(spec) - _CHECK_KEYS
     if unknown:
         raise ScenarioError(f"{where}: expect[{target}]: unknown check(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(_CHECK_KEYS))}")
-    cpus = None
-    if "cpus" in spec:
-        try:
-            cpus = CPUSet.parse(str(spec["cpus"]))
-        except CPUSetParseError as err:
-            raise ScenarioError(f"{where}: expect[{target}].cpus: {err}") from None
+    cpus, mems = (_cpu_list(spec, key, target, where) for key in ("cpus", "mems"))
+    allocated = spec.get("allocated", False)
+    if not isinstance(allocated, bool):
+        raise ScenarioError(f"{where}: expect[{target}].allocated must be true or false, got {allocated!r}")
     count = spec.get("count")
     if count is not None and (not isinstance(count, int) or isinstance(count, bool) or count < 0):
         raise ScenarioError(
@@ -162,6 +170,8 @@ def _parse_check(target: str, spec: Any, where: str) -> Check:
         includes=_target(spec["includes"], where) if "includes" in spec else None,
         pending=str(spec["pending"]) if "pending" in spec else None,
         failed=str(spec["failed"]) if "failed" in spec else None,
+        mems=mems,
+        allocated=allocated,
     )
 
 
@@ -176,6 +186,15 @@ def _gates(raw: Any, where: str) -> dict[str, bool]:
     except FeatureGateError as err:
         raise ScenarioError(f"{where}: featureGates: {err}") from None
     return {str(k): v for k, v in raw.items()}
+
+
+def _cpu_list(spec: dict[str, Any], key: str, target: str, where: str) -> CPUSet | None:
+    if key not in spec:
+        return None
+    try:
+        return CPUSet.parse(str(spec[key]))
+    except CPUSetParseError as err:
+        raise ScenarioError(f"{where}: expect[{target}].{key}: {err}") from None
 
 
 def _step_number(value: Any, target: str, where: str) -> int | None:
@@ -234,6 +253,9 @@ def parse_scenario(data: Any, source: str, loader: Any) -> Scenario:
     model = data.get("model")
     if model is not None and model not in MODELS:
         raise ScenarioError(f"{source}: model must be {', '.join(MODELS)}, got {model!r}")
+    group_by = data.get("groupBy", "numa")
+    if group_by not in _GROUP_BY:
+        raise ScenarioError(f"{source}: groupBy must be {', '.join(_GROUP_BY)}, got {group_by!r}")
     requires = data.get("requires") or {}
     if not isinstance(requires, dict) or set(requires) - _REQUIRES_KEYS:
         raise ScenarioError(f"{source}: requires must be a mapping with {', '.join(sorted(_REQUIRES_KEYS))}")
@@ -253,6 +275,7 @@ def parse_scenario(data: Any, source: str, loader: Any) -> Scenario:
         steps=steps,
         topology=data.get("topology"),
         model=model,
+        group_by=group_by,
         source=source,
         min_cpus=min_cpus,
         max_cpus=max_cpus,
