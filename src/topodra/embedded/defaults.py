@@ -1,4 +1,5 @@
-"""The resource.k8s.io/v1 defaults and decoding the double applies before it validates a write.
+"""The resource.k8s.io/v1 defaults and decoding of device taints and tolerations (the double's
+``prepare.set_defaults`` applies them before it validates a write).
 
 Written from ``pkg/apis/resource/v1/defaults.go`` and ``zz_generated.defaults.go`` (Kubernetes
 v1.36.2) for the fields of device taints: a taint's ``timeAdded`` is set to the time of the write
@@ -17,7 +18,7 @@ from typing import Any, Final
 
 from topodra.kube.errors import ApiError
 
-__all__ = ["apply_defaults", "parse_go_time"]
+__all__ = ["parse_go_time", "taint_defaults"]
 
 _RFC3339_LAYOUT: Final = "2006-01-02T15:04:05Z07:00"
 #: Go's RFC 3339 layout, element by element: (layout element, what the value must hold there).
@@ -116,7 +117,7 @@ _DEFAULTERS: Final[dict[str, Callable[[MutableMapping[str, Any], str], None]]] =
 }
 
 
-def apply_defaults(plural: str, obj: MutableMapping[str, Any]) -> None:
+def taint_defaults(plural: str, obj: MutableMapping[str, Any]) -> None:
     """Fill in the defaults of an object of kind ``plural`` being written (in place); an
     undecodable field is an ``ApiError`` 400."""
     defaulter = _DEFAULTERS.get(plural)

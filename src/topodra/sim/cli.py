@@ -394,12 +394,25 @@ def allocate_cmd(
         typer.echo(yaml.safe_dump({"claim": claim["metadata"]["name"], "status": {"allocation": a.to_api()}}, sort_keys=False))
 
 
+_GATES_HELP = "The cluster's feature gates, e.g. DRANodeAllocatableResources=true (claimed CPUs count against the node's cpu); default: 1.36's."
+
+
+def _gates(text: str) -> dict[str, bool]:
+    from topodra.gates import FeatureGateError, parse_feature_gates
+
+    try:
+        return parse_feature_gates(text)
+    except FeatureGateError as e:
+        _fail(f"--feature-gates: {e}")
+
+
 @sim_app.command("replay")
 def replay_cmd(
     files: Annotated[list[Path], typer.Argument(help="Kubernetes objects in the order they happened (YAML/JSON, kind: List too); a deletion is the document {op: delete, kind: Pod, name: NAME}.")],
     output: Annotated[str, typer.Option("--output", "-o", help="yaml (each step with claims in the ResourceClaim status shape), json, or table.")] = "yaml",
     percentage: Annotated[int, typer.Option("--percentage-of-nodes-to-score", min=0, max=100, help="kube-scheduler's percentageOfNodesToScore (0: adaptive).")] = 0,
     no_eviction: Annotated[bool, typer.Option("--no-taint-eviction", help="kube-controller-manager without its device-taint-eviction-controller: NoExecute taints evict nothing.")] = False,
+    feature_gates: Annotated[str, typer.Option("--feature-gates", help=_GATES_HELP)] = "",
 ) -> None:
     """Replay what happened in a cluster: every pod's node and allocation, or kube-scheduler's reason.
 
@@ -409,11 +422,14 @@ def replay_cmd(
 
     if output not in ("yaml", "json", "table"):
         _fail(f"--output {output!r}: must be yaml, json or table")
+    gates = _gates(feature_gates)
     docs = _load(files)
     if not docs:
         _fail(f"{', '.join(map(str, files))}: no Kubernetes object in it, nothing to replay")
     try:
-        r = replay(((d.obj, d.source) for d in docs), percentage_of_nodes_to_score=percentage or None, evictions=not no_eviction)
+        r = replay(
+            ((d.obj, d.source) for d in docs), percentage_of_nodes_to_score=percentage or None, gates=gates, evictions=not no_eviction
+        )
     except ReplayError as e:
         _fail(str(e))
     steps = [s.as_dict() for s in r.steps]
@@ -456,6 +472,7 @@ def diff_cmd(
     output: Annotated[str, typer.Option("--output", "-o", help="table or json.")] = "table",
     percentage: Annotated[int, typer.Option("--percentage-of-nodes-to-score", min=0, max=100, help="kube-scheduler's percentageOfNodesToScore (0: adaptive).")] = 0,
     no_eviction: Annotated[bool, typer.Option("--no-taint-eviction", help="kube-controller-manager without its device-taint-eviction-controller: NoExecute taints evict nothing.")] = False,
+    feature_gates: Annotated[str, typer.Option("--feature-gates", help=_GATES_HELP)] = "",
 ) -> None:
     """Replay FILES and compare every pod's node and allocation with a recording from a real cluster.
 
@@ -467,11 +484,13 @@ def diff_cmd(
 
     if output not in ("table", "json"):
         _fail(f"--output {output!r}: must be table or json")
+    gates = _gates(feature_gates)
     docs = _load(files)
     try:
         rec = load_recorded(recorded)
         report = diff_replay(
-            [(d.obj, d.source) for d in docs], rec, percentage_of_nodes_to_score=percentage or None, evictions=not no_eviction
+            [(d.obj, d.source) for d in docs], rec, percentage_of_nodes_to_score=percentage or None, gates=gates,
+            evictions=not no_eviction,
         )
     except (YamlFileError, ReplayError) as e:
         _fail(str(e))

@@ -200,8 +200,12 @@ def build_cluster(spec: ClusterSpec) -> Cluster:
     if spec.fill and spec.model == "core-or-thread":
         # random devices of this model would take a core and one of its threads together
         raise ClusterError("fill: not available for the core-or-thread model (its devices share counters)")
+    # Without nodeAllocatableResourceMappings: ``sim run`` does not model node cpu (its pods request
+    # none, its nodes have no allocatable), and a 1.36 API server with its default gates drops them.
     try:
-        config = DeviceModelConfig(model=spec.model, group_by=spec.group_by, order=spec.order, taints=TaintConfig.of(spec.taints))  # type: ignore[arg-type]
+        config = DeviceModelConfig(
+            model=spec.model, group_by=spec.group_by, order=spec.order, node_allocatable="off", taints=TaintConfig.of(spec.taints)  # type: ignore[arg-type]
+        )
     except ValueError as e:
         raise ClusterError(str(e)) from None
     templates: dict[str, list[dict[str, Any]]] = {}
