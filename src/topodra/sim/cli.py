@@ -7,6 +7,8 @@ and string annotations are compiled and evaluated twice per parameter when a com
 
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -186,10 +188,14 @@ class PipedProgress:
         self._start = self._last = self._clock()
 
     def __call__(self, done: int, total: int) -> None:
+        self.say(lambda: f"scheduling: {done} of {total} pods")
+
+    def say(self, line: Any) -> None:
+        """``line()`` and the time so far, once ``interval`` has passed since the last line."""
         now = self._clock()
         if now - self._last >= self.interval:
             self._last = now
-            self._write(f"scheduling: {done} of {total} pods ({now - self._start:.0f} s)")
+            self._write(f"{line()} ({now - self._start:.0f} s)")
 
 
 def _simulate(config: Any, costs: Any) -> tuple[Any, list[Any]]:
@@ -386,30 +392,54 @@ def replay_cmd(
 ) -> None:
     """Replay what happened in a cluster: every pod's node and allocation, or kube-scheduler's reason.
 
-    Exit codes: 0 every pod scheduled at the end, 1 some pod still pending, 2 bad input.
+    Objects are replayed as they are read and steps printed as they happen (yaml, json), with
+    progress on stderr. Exit codes: 0 every pod scheduled at the end, 1 some pod still pending,
+    2 bad input (the steps before it are printed).
     """
-    from topodra.sim.replay import ReplayError, replay
+    from topodra.sim.replay import ReplayError
+    from topodra.sim.replayio import StepWriter, replay_files
+    from topodra.yamldocs import YamlFileError
 
     if output not in ("yaml", "json", "table"):
         _fail(f"--output {output!r}: must be yaml, json or table")
-    docs = _load(files)
-    if not docs:
-        _fail(f"{', '.join(map(str, files))}: no Kubernetes object in it, nothing to replay")
+    table: list[Any] = []
+    writer = StepWriter(sys.stdout, output) if output != "table" else None
     try:
-        r = replay(((d.obj, d.source) for d in docs), percentage_of_nodes_to_score=percentage or None)
-    except ReplayError as e:
+        with _replay_progress() as progress:
+            r, objects = replay_files(
+                files, on_steps=writer.write if writer else table.extend, progress=progress, percentage_of_nodes_to_score=percentage or None
+            )
+    except (YamlFileError, ReplayError) as e:
+        if writer:
+            writer.close()
         _fail(str(e))
-    steps = [s.as_dict() for s in r.steps]
-    if output == "table":
-        _print_steps(r.steps)
-    elif output == "json":
-        typer.echo(json.dumps(steps, indent=2))
+    if not objects:
+        _fail(f"{', '.join(map(str, files))}: no Kubernetes object in it, nothing to replay")
+    if writer:
+        writer.close()
     else:
-        import yaml
-
-        typer.echo(yaml.safe_dump_all(steps, sort_keys=False), nl=False)
+        _print_steps(table)
     if r.pending:
         raise typer.Exit(1)
+
+
+@contextmanager
+def _replay_progress() -> Iterator[Any]:
+    """A progress bar over the input on a terminal, else a line every few seconds on stderr."""
+    if not sys.stderr.isatty():
+        piped = PipedProgress()
+        yield lambda state: piped.say(state.line)
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("[bold]replay"), BarColumn(), DownloadColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("", total=None)
+
+        def show(state: Any) -> None:
+            bar.update(task, completed=state.read, total=state.total, description=f"{state.objects:,} objects, {state.pods:,} pods placed, {state.pending:,} pending")
+
+        yield show
 
 
 def _print_steps(steps: list[Any]) -> None:
