@@ -86,15 +86,12 @@ def _fail(message: str) -> NoReturn:
 
 def _load(files: list[Path]) -> list[Any]:
     """Every document of FILES (``kind: List`` expanded), in order; bad YAML ends the command (exit 2)."""
-    from topodra.yamldocs import YamlFileError, expand_lists, load_documents
+    from topodra.yamldocs import YamlFileError, stream_files
 
-    docs = []
     try:
-        for f in files:
-            docs.extend(expand_lists(load_documents(f)))
+        return list(stream_files(files))
     except YamlFileError as e:
         _fail(str(e))
-    return docs
 
 
 @sim_app.command("run")
