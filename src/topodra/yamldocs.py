@@ -71,7 +71,6 @@ def yaml_error(err: yaml.YAMLError, source: str) -> str:
 
 
 _DEFAULT_TAGS = (None, "!", "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq")
-_DOCUMENT_END = re.compile(r"^(?:---|\.\.\.)(?:[ \t\r]|$)", re.M)
 
 
 def iter_documents(text: str, source: str = "<input>", *, lists: bool = True) -> Iterator[Document]:
@@ -132,17 +131,38 @@ def _root_mapping(b: Builder, start: Any, text: str, where: str) -> Iterator[Doc
 def _list_kind_line(text: str, items_key: Any) -> int | None:
     """The line (0-based) of the ``kind: List`` that ends the document whose ``items`` key is at
     ``items_key``'s mark: the last ``kind`` key written at that key's column before the document
-    ends (YAML, or JSON as kubectl indents it); None when there is none or it is not List."""
+    ends (YAML, or JSON as kubectl indents it); None when there is none or it is not List.
+    Lines are found with ``str.rfind``: a regex anchored at every line start would try every
+    character of a large file."""
     pos, column = items_key.start_mark.index, items_key.start_mark.column
-    end_mark = _DOCUMENT_END.search(text, pos)
-    end = end_mark.start() if end_mark else len(text)
-    kind = re.compile(rf"^ {{{column}}}(?:kind|\"kind\"|'kind')[ \t]*:[ \t]*(?P<v>[^\s#,]*)[ \t]*,?[ \t]*(?:#.*)?\r?$", re.M)
-    last = None
-    for last in kind.finditer(text, pos, end):  # noqa: B007 - the last one counts, as the last key does
-        pass
-    if last is None or last.group("v").strip("\"'") != "List":
+    end = _document_end(text, pos)
+    indent = "\n" + " " * column
+    while True:
+        at = max(text.rfind(indent + key, pos, end) for key in ("kind", '"kind"', "'kind'"))
+        if at < 0:
+            return None
+        line = _KIND_LINE.match(text, at + len(indent), text.find("\n", at + 1) if text.find("\n", at + 1) >= 0 else len(text))
+        if line is not None:
+            break
+        end = at  # "kindness:" or the like: look further up
+    if line.group("v").strip("\"'") != "List":
         return None
-    return text.count("\n", 0, last.start())
+    return text.count("\n", 0, at + 1)
+
+
+_KIND_LINE = re.compile(r"(?:kind|\"kind\"|'kind')[ \t]*:[ \t]*(?P<v>[^\s#,]*)[ \t]*,?[ \t]*(?:#.*)?\r?$")
+
+
+def _document_end(text: str, pos: int) -> int:
+    """Where the document that ``pos`` is in ends: the next ``---`` or ``...`` line, else the text's end."""
+    end = len(text)
+    for marker in ("\n---", "\n..."):
+        at = text.find(marker, pos, end)
+        while at >= 0 and text[at + 4 : at + 5] not in ("", " ", "\t", "\r", "\n"):
+            at = text.find(marker, at + 4, end)
+        if at >= 0:
+            end = at
+    return end
 
 
 def parse_documents(text: str, source: str = "<input>") -> list[Document]:
