@@ -279,7 +279,6 @@ def sweep_cmd(
     import os
 
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from topodra.sim.costmodel import DEFAULT_COSTS
     from topodra.sim.sweep import SweepConfig, parse_models, run_sweep, sweep_points, write_outputs
@@ -308,22 +307,59 @@ def sweep_cmd(
     bad = [c for c in cfg.cpus if c % 16]
     if bad:
         _fail(f"--cpus {bad[0]}: must be a multiple of 16 (16-CPU L3 groups)")
-    total = len(sweep_points(cfg))
-    console = Console(stderr=True)
-    with Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.description}"), console=console) as bar:
-        task = bar.add_task("", total=total)
+    from topodra.sim.distributed import EngineError
 
-        def done(s: Any) -> None:
-            bar.update(task, advance=1, description=f"{s.model} {s.cpus_per_node:g} CPUs x {s.nodes} nodes: p99 {s.predicted_p99_ms:.1f} ms")
-
-        from topodra.sim.distributed import EngineError
-
-        try:
-            summaries = run_sweep(cfg, costs=replace(DEFAULT_COSTS, cores=scheduler_cores), progress=done)
-        except (WorkloadError, EngineError) as e:
-            _fail(str(e))
+    try:
+        with _sweep_progress(len(sweep_points(cfg))) as progress:
+            summaries = run_sweep(cfg, costs=replace(DEFAULT_COSTS, cores=scheduler_cores), progress=progress.cell, tick=progress.cluster)
+    except (WorkloadError, EngineError) as e:
+        _fail(str(e))
     files = write_outputs(summaries, out)
     Console().print(f"wrote {', '.join(str(f) for f in files)}")
+
+
+class _SweepProgress:
+    """A sweep's progress: a bar on a terminal (``bar``), else a line every few seconds on stderr."""
+
+    def __init__(self, total: int, bar: Any = None) -> None:
+        self.total, self.bar = total, bar
+        self.task = bar.add_task("", total=total) if bar is not None else None
+        self.piped = PipedProgress() if bar is None else None
+        self.done = self.running = self.workers = 0
+        self.last = ""
+
+    def cell(self, s: Any) -> None:
+        """A cell finished."""
+        self.done += 1
+        self.last = f"last {s.model} {s.cpus_per_node:g} CPUs x {s.nodes} nodes: p99 {s.predicted_p99_ms:.1f} ms"
+        self._show()
+
+    def cluster(self, c: Any) -> None:
+        """A cluster's state (``topodra.sim.distributed.ClusterProgress``)."""
+        self.running, self.workers = c.running, c.workers
+        self._show()
+
+    def _what(self) -> str:
+        on = f"{self.running} running on {self.workers} workers" if self.workers else ""
+        return "; ".join(x for x in (on, self.last) if x)
+
+    def _show(self) -> None:
+        if self.piped is not None:
+            self.piped.say(lambda: f"sweep: {self.done} of {self.total} cells" + (f", {self._what()}" if self._what() else ""))
+        else:
+            self.bar.update(self.task, completed=self.done, description=self._what())
+
+
+@contextmanager
+def _sweep_progress(total: int) -> Iterator[_SweepProgress]:
+    if not sys.stderr.isatty():
+        yield _SweepProgress(total)
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.description}"), console=Console(stderr=True)) as bar:
+        yield _SweepProgress(total, bar)
 
 
 @sim_app.command("workloads")
