@@ -31,7 +31,7 @@ def dask_address() -> Iterator[str]:
     from distributed import LocalCluster
 
     # in-process workers: a real scheduler and real task submission, fast enough for the suite
-    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cluster:  # type: ignore[no-untyped-call]
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0") as cluster:  # type: ignore[no-untyped-call]
         yield str(cluster.scheduler_address)
 
 
@@ -94,7 +94,7 @@ def test_a_scheduler_without_workers_is_an_error_not_a_hang(monkeypatch: pytest.
     import topodra.sim.distributed as engine
 
     monkeypatch.setattr(engine, "NO_WORKERS_S", 0.5)
-    with LocalCluster(n_workers=0, processes=False, dashboard_address=None) as cluster:  # type: ignore[no-untyped-call]
+    with LocalCluster(n_workers=0, processes=False, dashboard_address=":0") as cluster:  # type: ignore[no-untyped-call]
         address = str(cluster.scheduler_address)
         with pytest.raises(EngineError, match=rf"^--cluster {address}: the Dask scheduler has no worker after 0.5 s \(start some: dask worker {address}\)$"):
             list(map_on_cluster(address, abs, [1]))
@@ -114,7 +114,7 @@ def test_a_cell_whose_worker_dies_is_one_line_naming_it() -> None:
 
     # a real worker process; the scheduler gives a task up after its first worker dies
     with dask.config.set({"distributed.scheduler.allowed-failures": 0}), LocalCluster(
-        n_workers=1, processes=True, threads_per_worker=1, dashboard_address=None
+        n_workers=1, processes=True, threads_per_worker=1, dashboard_address=":0"
     ) as cluster:  # type: ignore[no-untyped-call]
         address = str(cluster.scheduler_address)
         with pytest.raises(EngineError, match=rf"^--cluster {address}: cell exit 3 was given up: the Dask workers running it died 1 times \(out of memory, or killed"):

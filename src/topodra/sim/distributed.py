@@ -88,7 +88,7 @@ def _target(dist: Any, address: str) -> Iterator[Any]:
     _, _, n = address.partition(":")
     if n and (not n.isdigit() or int(n) < 1):
         raise EngineError(f"--cluster {address!r}: expected local or local:N (N worker processes)")
-    cluster = dist.LocalCluster(n_workers=int(n) if n else None, threads_per_worker=1, dashboard_address=None)
+    cluster = dist.LocalCluster(n_workers=int(n) if n else None, threads_per_worker=1, dashboard_address=":0")  # any free port: 8787 may be taken
     try:
         yield cluster
     finally:
@@ -123,10 +123,6 @@ def _client(dist: Any, target: Any, address: str) -> Any:
         raise EngineError(f"--cluster {address}: cannot reach the Dask scheduler ({e})") from None
 
 
-def _workers(client: Any) -> int:
-    return len(client.scheduler_info().get("workers") or {})
-
-
 def _wait_for_workers(client: Any, address: str) -> None:
     try:
         client.wait_for_workers(1, timeout=NO_WORKERS_S)
@@ -149,7 +145,8 @@ def _results(
         for f in sorted(finished, key=lambda f: index[f.key]):
             del pending[f.key]
             yield index[f.key], _result(dist, f, address, describe(index[f.key]))
-        workers = _workers(client)
+        threads = client.nthreads()  # worker -> threads, from the scheduler
+        workers = len(threads)
         if workers:
             alone_since = None
         elif alone_since is None:
@@ -157,7 +154,8 @@ def _results(
         elif time.monotonic() - alone_since > NO_WORKERS_S:
             raise EngineError(f"--cluster {address}: no Dask worker for {NO_WORKERS_S:g} s with {len(pending)} cells not done (did the workers stop?)")
         if tick is not None:
-            running = sum(len(keys) for keys in client.processing().values())
+            # a worker may hold more tasks than it has threads to run them
+            running = sum(min(len(keys), threads.get(w, 1)) for w, keys in client.processing().items())
             tick(ClusterProgress(len(futures) - len(pending), len(futures), running, workers))
 
 
