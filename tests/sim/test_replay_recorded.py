@@ -152,3 +152,18 @@ def test_the_eviction_controller_is_what_separates_v6_from_v7() -> None:
     ]
     with pytest.raises(ValueError, match="delete Pod p-05-reserved-default-op: no such object"):
         replay(_inputs("v6-device-taints"))
+
+
+def test_the_cli_replays_without_the_eviction_controller_when_told() -> None:
+    from typer.testing import CliRunner
+
+    from topodra.cli import app
+
+    files = [str(RECORDED / "v6-device-taints" / f) for f in ("cluster.yaml", "workload.yaml")]
+    recorded = str(RECORDED / "v6-device-taints" / "result.json")
+    r = CliRunner().invoke(app, ["sim", "diff", *files, "-r", recorded, "--no-taint-eviction", "-o", "json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["mismatches"] == 0
+    r = CliRunner().invoke(app, ["sim", "diff", *files, "-r", recorded])
+    assert r.exit_code == 2
+    assert "delete Pod p-05-reserved-default-op: no such object" in " ".join(r.output.split())
