@@ -162,6 +162,9 @@ def _scenario_machine(console: Console, sc: Scenario, topology: str | None) -> t
             soft_wrap=True,
         )
         return None
+    if sc.isolate:
+        topo = sc.machine(topo)
+        label += f", CPUs {topo.isolated} isolated"
     return topo, label
 
 
