@@ -49,6 +49,7 @@ from topodra.topology.model import CoreType, CPUInfo, Topology
 __all__ = [
     "DRIVER",
     "NUMA_NODE_ATTRIBUTE",
+    "PCIE_ROOT_ATTRIBUTE",
     "CAPACITY_CPU",
     "CAPACITY_CPUS",
     "Device",
@@ -62,6 +63,7 @@ __all__ = [
     "offered_cpus",
     "ordered_cpus",
     "cpu_attributes",
+    "pcie_root",
     "device_class",
     "validate_attributes",
 ]
@@ -70,6 +72,8 @@ __all__ = [
 DRIVER: Final = "native.cpu"
 #: The standard cross-driver NUMA attribute (KEP-6072).
 NUMA_NODE_ATTRIBUTE: Final = "resource.kubernetes.io/numaNode"
+#: The standard PCIe root attribute (``deviceattribute.StandardDeviceAttributePCIeRoot``).
+PCIE_ROOT_ATTRIBUTE: Final = "resource.kubernetes.io/pcieRoot"
 #: Consumable capacity of grouped devices, in whole CPUs.
 CAPACITY_CPU: Final = "cpu"
 #: Capacity of ``core`` devices: the core's hardware threads.
@@ -160,6 +164,12 @@ class DeviceModelConfig:
     usual Linux numbering it spreads a claim over the first thread of many
     cores).
 
+    ``list_attributes``: publish list-typed attribute values (gate ``DRAListTypeAttributes``,
+    alpha in Kubernetes 1.36, off by default: an API server without it refuses such slices).
+    Only ``resource.kubernetes.io/pcieRoot`` uses one: a CPU local to several PCIe roots
+    carries the list of them when on, and no ``pcieRoot`` at all when off (a CPU local to one
+    root carries it as a string either way).
+
     ``shared_floor``: how many shared CPUs are never offered, so that whatever
     the scheduler allocates from the slices leaves shared containers somewhere
     to run and Prepare never has to refuse a claim for that (see
@@ -187,6 +197,7 @@ class DeviceModelConfig:
     attribute_hook: str | None = None
     order: Literal["topology-reversed", "topology", "cpu-id"] = "topology-reversed"
     shared_floor: int = 1
+    list_attributes: bool = False
 
     def __post_init__(self) -> None:
         for name, allowed in _CHOICES.items():
@@ -195,6 +206,8 @@ class DeviceModelConfig:
                 raise ValueError(f"{_camel(name)} must be one of {', '.join(allowed)}, got {value!r}")
         if isinstance(self.shared_floor, bool) or not isinstance(self.shared_floor, int) or self.shared_floor < 0:
             raise ValueError(f"sharedFloor must be a whole number >= 0, got {self.shared_floor!r}")
+        if not isinstance(self.list_attributes, bool):
+            raise ValueError(f"listAttributes must be true or false, got {self.list_attributes!r}")
         for name, check in (
             ("add_attributes", _check_add),
             ("rename_attributes", _check_rename),
@@ -292,12 +305,14 @@ def _mhz(khz: int | None) -> int | None:
     return khz // 1000 if khz else None
 
 
-def cpu_attributes(topology: Topology, cpu: CPUInfo) -> dict[str, AttrValue]:
+def cpu_attributes(topology: Topology, cpu: CPUInfo, *, lists: bool = False) -> dict[str, AttrValue]:
     """The built-in attributes of one CPU (the ``cpu`` model's device attributes).
 
     ``package``, ``die``, ``cluster`` and ``core`` are machine-unique indexes
     (sysfs ids repeat across packages); frequencies are in MHz and present
-    only when known; ``smtSibling`` only on cores with several threads.
+    only when known; ``smtSibling`` only on cores with several threads;
+    ``resource.kubernetes.io/pcieRoot`` names the PCIe root(s) the CPU is local to
+    (``pcie_root``; ``lists``: list values allowed).
     """
     siblings = cpu.siblings or CPUSet([cpu.id])
     attrs: dict[str, AttrValue] = {
@@ -323,7 +338,22 @@ def cpu_attributes(topology: Topology, cpu: CPUInfo) -> dict[str, AttrValue]:
         attrs["l2Cache"] = cpu.l2
     if cpu.l3 is not None:
         attrs["l3Cache"] = cpu.l3
+    root = pcie_root(topology, cpu.id, lists=lists)
+    if root is not None:
+        attrs[PCIE_ROOT_ATTRIBUTE] = root
     return attrs
+
+
+def pcie_root(topology: Topology, cpu: int, *, lists: bool) -> str | tuple[str, ...] | None:
+    """The ``pcieRoot`` value of a CPU: the one root it is local to, the list of several (when
+    ``lists``), else None. Roots holding only bridges and uncore registers do not count
+    (``Topology.pcie_roots_of``)."""
+    roots = topology.pcie_roots_of(cpu)
+    if len(roots) == 1:
+        return roots[0]
+    if roots and lists:
+        return roots
+    return None
 
 
 def _load_hook(spec: str) -> AttributeHook:
@@ -467,7 +497,7 @@ def build_devices(
     per_cpu: dict[int, dict[str, AttrValue]] = {}
     for cpu_id in allowed:
         info = topology.cpus[cpu_id]
-        attrs = cpu_attributes(topology, info)
+        attrs = cpu_attributes(topology, info, lists=config.list_attributes)
         if hook is not None:
             assert config.attribute_hook is not None
             attrs.update(_hook_attributes(hook, config.attribute_hook, topology, info))
