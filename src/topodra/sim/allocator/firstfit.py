@@ -142,6 +142,8 @@ class FirstFit:
         return result
 
     def _eval(self, expr: str, d: Device) -> bool | None:
+        if d.list_attribute and not self.allocator.list_type_attributes:
+            return None  # the allocator's error (Allocator.evaluate)
         key = (expr, d.fingerprint)
         if key in self._sel:
             return self._sel[key]

@@ -110,6 +110,7 @@ class Allocator:
         solve_after: int | None = None,
         solve_on_backtrack: bool = True,
         plain: bool = False,
+        list_type_attributes: bool = False,
     ) -> None:
         """``budget``: the Filter timeout in counted work (``"default"``: the default cost
         model's; ``None``: no timeout). ``plain``: the plain search alone, every acceleration off
@@ -133,6 +134,7 @@ class Allocator:
         self.fast_after = fast_after
         self.solve_after = min(fast_after, 16 if solve_after is None else solve_after)
         self.solve_on_backtrack = solve_on_backtrack
+        self.list_type_attributes = list_type_attributes
         self.max_calls = max_calls
         if budget == "default":
             from topodra.sim.costmodel import DEFAULT_COSTS  # costmodel imports this package
@@ -180,7 +182,14 @@ class Allocator:
         return result, search.stats
 
     def evaluate(self, expression: str, device: Device, stats: SearchStats) -> bool:
-        """A selector's result on a device through the cross-call cache (raises its CEL error)."""
+        """A selector's result on a device through the cross-call cache (raises its CEL error).
+
+        Without ``DRAListTypeAttributes`` a device with a list attribute fails every selector:
+        upstream converts all attributes before evaluating (``cel/compile.go``
+        ``DeviceMatches``, ``getAttributeValue``)."""
+        if device.list_attribute and not self.list_type_attributes:
+            stats.engine_evals += 1
+            raise CelRuntimeError(expression, f"attribute {device.list_attribute}: unsupported attribute value")
         key = (expression, device.driver if reads_only_driver(expression) else device.fingerprint)
         hit = self._sel_cache.get(key)
         if hit is None:
@@ -300,8 +309,9 @@ class Search:
                 raise AllocationError(
                     f"claim {claim.key}: number of requested devices {min_devices} exceeds the claim limit of {MAX_RESULTS}"
                 )
-            self.constraints.append([make_constraint(c) for c in claim.constraints])
-        if self.a.fast or self.a.prune:
+            self.constraints.append([make_constraint(c, sets=self.a.list_type_attributes) for c in claim.constraints])
+        sets = self.a.list_type_attributes and any(self.constraints)
+        if (self.a.fast or self.a.prune) and not sets:
             self._accelerate(Bitsets(self))
         try:
             done = self.allocate_one(0, 0, 0, 0, False, 0)
