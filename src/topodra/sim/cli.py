@@ -118,6 +118,8 @@ def run_cmd(
     scoring: Annotated[str, typer.Option("--scoring", help="Among feasible nodes: least-allocated (spread, like NodeResourcesFit) or first (pack).")] = "least-allocated",
     percentage: Annotated[int, typer.Option("--percentage-of-nodes-to-score", min=0, max=100, help="kube-scheduler's percentageOfNodesToScore (0: adaptive).")] = 0,
     keep_going: Annotated[bool, typer.Option("--keep-going", help="Schedule every pod even once no later pod can be scheduled (default: stop there).")] = False,
+    gpus: Annotated[bool, typer.Option("--gpus", help="Also publish the gpu.example.com driver's slices: a GPU per PCIe root (machines with PCI data: fixture:NAME, a spec with +pci).")] = False,
+    list_attributes: Annotated[bool, typer.Option("--list-attributes", help="DRAListTypeAttributes on (alpha): list-typed pcieRoot on CPUs that serve several roots, and the scheduler's set semantics for matchAttribute.")] = False,
 ) -> None:
     """Schedule a workload on one synthetic cluster and report what kube-scheduler would spend.
 
@@ -153,6 +155,8 @@ def run_cmd(
         objects=tuple(str(p) for p in objects or ()),
         scoring=scoring,
         keep_going=keep_going,
+        gpus=gpus,
+        list_type_attributes=list_attributes,
     )
     costs = replace(DEFAULT_COSTS, cores=scheduler_cores)
     if out is not None:
@@ -383,6 +387,7 @@ def replay_cmd(
     files: Annotated[list[Path], typer.Argument(help="Kubernetes objects in the order they happened (YAML/JSON, kind: List too); a deletion is the document {op: delete, kind: Pod, name: NAME}.")],
     output: Annotated[str, typer.Option("--output", "-o", help="yaml (each step with claims in the ResourceClaim status shape), json, or table.")] = "yaml",
     percentage: Annotated[int, typer.Option("--percentage-of-nodes-to-score", min=0, max=100, help="kube-scheduler's percentageOfNodesToScore (0: adaptive).")] = 0,
+    list_attributes: Annotated[bool, typer.Option("--list-attributes", help="The scheduler runs with DRAListTypeAttributes on (alpha): matchAttribute and distinctAttribute compare value sets.")] = False,
 ) -> None:
     """Replay what happened in a cluster: every pod's node and allocation, or kube-scheduler's reason.
 
@@ -396,7 +401,7 @@ def replay_cmd(
     if not docs:
         _fail(f"{', '.join(map(str, files))}: no Kubernetes object in it, nothing to replay")
     try:
-        r = replay(((d.obj, d.source) for d in docs), percentage_of_nodes_to_score=percentage or None)
+        r = replay(((d.obj, d.source) for d in docs), percentage_of_nodes_to_score=percentage or None, list_type_attributes=list_attributes)
     except ReplayError as e:
         _fail(str(e))
     steps = [s.as_dict() for s in r.steps]
@@ -438,6 +443,7 @@ def diff_cmd(
     recorded: Annotated[Path, typer.Option("--recorded", "-r", help="What the cluster did: Pods and ResourceClaims read back from it (kubectl get -o yaml), or a step log with {steps: [...]}.")],
     output: Annotated[str, typer.Option("--output", "-o", help="table or json.")] = "table",
     percentage: Annotated[int, typer.Option("--percentage-of-nodes-to-score", min=0, max=100, help="kube-scheduler's percentageOfNodesToScore (0: adaptive).")] = 0,
+    list_attributes: Annotated[bool, typer.Option("--list-attributes", help="The scheduler runs with DRAListTypeAttributes on (alpha): matchAttribute and distinctAttribute compare value sets.")] = False,
 ) -> None:
     """Replay FILES and compare every pod's node and allocation with a recording from a real cluster.
 
@@ -452,7 +458,9 @@ def diff_cmd(
     docs = _load(files)
     try:
         rec = load_recorded(recorded)
-        report = diff_replay([(d.obj, d.source) for d in docs], rec, percentage_of_nodes_to_score=percentage or None)
+        report = diff_replay(
+            [(d.obj, d.source) for d in docs], rec, percentage_of_nodes_to_score=percentage or None, list_type_attributes=list_attributes
+        )
     except (YamlFileError, ReplayError) as e:
         _fail(str(e))
     if output == "json":

@@ -299,9 +299,20 @@ def _keyed(outcomes: Iterable[Outcome]) -> dict[str, Outcome]:
     return out
 
 
-def diff_replay(objects: Iterable[tuple[Any, str]], recorded: Recorded, *, percentage_of_nodes_to_score: int | None = None) -> DiffReport:
+def diff_replay(
+    objects: Iterable[tuple[Any, str]],
+    recorded: Recorded,
+    *,
+    percentage_of_nodes_to_score: int | None = None,
+    list_type_attributes: bool = False,
+) -> DiffReport:
     """Replay ``objects`` (following the recorded node on ties) and compare with ``recorded``."""
-    r = replay(objects, prefer=recorded.nodes.get, percentage_of_nodes_to_score=percentage_of_nodes_to_score)
+    r = replay(
+        objects,
+        prefer=recorded.nodes.get,
+        percentage_of_nodes_to_score=percentage_of_nodes_to_score,
+        list_type_attributes=list_type_attributes,
+    )
     if recorded.form == "steps":
         ties = {(s.op if s.op != "bound" else "create", s.pod) for s in r.steps if s.followed_hint}
         mine = _keyed(_outcome(s, "create" if s.op == "bound" else None) for s in r.steps)

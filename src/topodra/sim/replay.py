@@ -151,9 +151,16 @@ class Replay:
     """The cluster as objects arrive; ``apply`` returns the steps each object causes."""
 
     def __init__(
-        self, *, prefer: Callable[[str], str | None] | None = None, percentage_of_nodes_to_score: int | None = None, memo: bool = True
+        self,
+        *,
+        prefer: Callable[[str], str | None] | None = None,
+        percentage_of_nodes_to_score: int | None = None,
+        memo: bool = True,
+        list_type_attributes: bool = False,
     ) -> None:
+        """``list_type_attributes``: the scheduler's gate ``DRAListTypeAttributes`` is on."""
         self.prefer = prefer
+        self.list_type_attributes = list_type_attributes
         self.memo = memo
         self.percentage = percentage_of_nodes_to_score
         self.nodes: dict[str, NodeView] = {}
@@ -290,7 +297,9 @@ class Replay:
     # ---- scheduling
     def _allocator_now(self) -> Allocator:
         if self._allocator is None:
-            self._allocator = Allocator(list(self.slices.values()), list(self.classes.values()), self.state)
+            self._allocator = Allocator(
+                list(self.slices.values()), list(self.classes.values()), self.state, list_type_attributes=self.list_type_attributes
+            )
         return self._allocator
 
     def _reset(self) -> None:
@@ -614,9 +623,15 @@ class Replay:
         return out
 
 
-def replay(objects: Iterable[tuple[Any, str]], *, prefer: Callable[[str], str | None] | None = None, percentage_of_nodes_to_score: int | None = None) -> Replay:
+def replay(
+    objects: Iterable[tuple[Any, str]],
+    *,
+    prefer: Callable[[str], str | None] | None = None,
+    percentage_of_nodes_to_score: int | None = None,
+    list_type_attributes: bool = False,
+) -> Replay:
     """Replay ``(object, source)`` pairs in order; the finished ``Replay`` (its ``steps``, its state)."""
-    r = Replay(prefer=prefer, percentage_of_nodes_to_score=percentage_of_nodes_to_score)
+    r = Replay(prefer=prefer, percentage_of_nodes_to_score=percentage_of_nodes_to_score, list_type_attributes=list_type_attributes)
     for obj, source in objects:
         r.apply(obj, source)
     return r

@@ -134,6 +134,11 @@ class PCIDevice:
     node: int | None = None
 
     @property
+    def is_display(self) -> bool:
+        """A display controller (base class 0x03: VGA, XGA, 3D): what a GPU shows as."""
+        return self.class_code is not None and self.class_code >> 16 == 0x03
+
+    @property
     def is_endpoint(self) -> bool:
         """A device another DRA driver could publish: anything but a bridge (class 0x06), a base
         system peripheral (0x08: interrupt controllers, IOMMUs, uncore registers) or a signal
