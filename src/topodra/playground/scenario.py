@@ -24,11 +24,18 @@ holds only on its own topology), ``count``,
 ``coreType`` (every CPU of that kind), ``excludes`` (no CPU shared with that
 container), ``includes`` (all CPUs of that container), ``asInStep`` (the same CPUs as
 after that earlier step), ``pending`` (the pod
-could not be scheduled and the message contains this text).
+could not be scheduled and the message contains this text), ``pcieLocal``
+(true: every CPU is local to the PCIe root of the ``gpu.example.com`` device
+allocated to the same pod).
+
+``gpus: true`` puts the made-up ``gpu.example.com`` driver on the node (a GPU per
+PCIe root, ``topodra.sim.gpus``); ``listAttributes: true`` turns
+``DRAListTypeAttributes`` on (list-typed ``pcieRoot`` published and scheduled).
 
 ``requires`` states what a machine needs for the expectations to hold
 (``cpus``: at least that many online CPUs; ``coreTypes``: kinds of core that
-must be present, e.g. ``[P-core]``): on a machine without them the playground
+must be present, e.g. ``[P-core]``; ``gpus``: at least that many made-up GPUs,
+i.e. PCIe roots holding a device): on a machine without them the playground
 says so in one line instead of reporting failed expectations.
 """
 
@@ -49,9 +56,9 @@ from topodra.yamldocs import read_text
 
 __all__ = ["Check", "Scenario", "ScenarioError", "Step", "builtin_scenario", "builtin_names", "load_scenario"]
 
-_CHECK_KEYS = {"cpus", "count", "coreType", "excludes", "includes", "pending", "asInStep"}
+_CHECK_KEYS = {"cpus", "count", "coreType", "excludes", "includes", "pending", "asInStep", "pcieLocal"}
 _STEP_KEYS = {"title", "apply", "delete", "expect", "restartAgent"}
-_REQUIRES_KEYS = {"cpus", "coreTypes"}
+_REQUIRES_KEYS = {"cpus", "coreTypes", "gpus"}
 
 
 class ScenarioError(ValueError):
@@ -68,6 +75,7 @@ class Check:
     excludes: str | None = None
     includes: str | None = None
     pending: str | None = None
+    pcie_local: bool = False
 
 
 @dataclass
@@ -88,12 +96,22 @@ class Scenario:
     source: str = ""
     min_cpus: int = 0
     core_types: tuple[str, ...] = ()
+    gpus: bool = False
+    list_attributes: bool = False
+    min_gpus: int = 0
 
     def unmet(self, topology: Topology) -> str | None:
         """Why ``topology`` cannot run this scenario's expectations, or None."""
         missing = []
         if len(topology.online) < self.min_cpus:
             missing.append(f"at least {self.min_cpus} online CPUs (it has {len(topology.online)})")
+        if self.min_gpus:
+            from topodra.sim.gpus import gpu_devices, no_gpu_reason
+
+            gpus = len(gpu_devices(topology))
+            if gpus < self.min_gpus:
+                why = no_gpu_reason(topology) or f"it has {gpus}"
+                missing.append(f"{self.min_gpus} PCIe roots holding a device, a made-up GPU each ({why})")
         have = {t.value for t in topology.core_types()}
         lacking = [t for t in self.core_types if t not in have]
         if lacking:
@@ -138,7 +156,14 @@ def _parse_check(target: str, spec: Any, where: str) -> Check:
         excludes=_target(spec["excludes"], where) if "excludes" in spec else None,
         includes=_target(spec["includes"], where) if "includes" in spec else None,
         pending=str(spec["pending"]) if "pending" in spec else None,
+        pcie_local=_flag(spec.get("pcieLocal", False), f"{where}: expect[{target}].pcieLocal"),
     )
+
+
+def _flag(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise ScenarioError(f"{where} must be true or false, got {value!r}")
+    return value
 
 
 def _step_number(value: Any, target: str, where: str) -> int | None:
@@ -204,6 +229,12 @@ def parse_scenario(data: Any, source: str, loader: Any) -> Scenario:
         raise ScenarioError(f"{source}: requires.cpus must be a whole number, got {min_cpus!r}")
     if not isinstance(core_types, list) or not all(t in ("P-core", "E-core") for t in core_types):
         raise ScenarioError(f"{source}: requires.coreTypes must be a list of P-core / E-core, got {core_types!r}")
+    min_gpus = requires.get("gpus", 0)
+    if not isinstance(min_gpus, int) or isinstance(min_gpus, bool) or min_gpus < 0:
+        raise ScenarioError(f"{source}: requires.gpus must be a whole number, got {min_gpus!r}")
+    gpus = _flag(data.get("gpus", False), f"{source}: gpus")
+    if min_gpus and not gpus:
+        raise ScenarioError(f"{source}: requires.gpus needs gpus: true")
     return Scenario(
         title=str(data.get("title") or source),
         steps=steps,
@@ -212,6 +243,9 @@ def parse_scenario(data: Any, source: str, loader: Any) -> Scenario:
         source=source,
         min_cpus=min_cpus,
         core_types=tuple(core_types),
+        gpus=gpus,
+        list_attributes=_flag(data.get("listAttributes", False), f"{source}: listAttributes"),
+        min_gpus=min_gpus,
     )
 
 

@@ -23,12 +23,14 @@ from topodra.agent.agent import Agent
 from topodra.agent.config import AgentConfig, parse_config
 from topodra.cpuset import CPUSet
 from topodra.dra.devices import DRIVER, device_class
+from topodra.dra.kubeletplugin import KubeletPlugin, PluginPaths
 from topodra.embedded.apiserver import ApiServer
 from topodra.embedded.runtime import ContainerChange, EmbeddedRuntime
 from topodra.embedded.store import KINDS, Kind, Store
 from topodra.kube.errors import ApiError
 from topodra.playground.kubelet import EmbeddedKubelet, KubeletError
 from topodra.playground.scheduler import EmbeddedScheduler, SchedulingError
+from topodra.sim.gpus import GPU_DRIVER
 from topodra.topology.model import Topology
 
 __all__ = ["DEFAULT_TOPOLOGY", "ContainerRow", "Playground", "PlaygroundError"]
@@ -81,12 +83,18 @@ class Playground:
         agent_process: str | None = None,
         cgroups: bool = False,
         runtime_options: Mapping[str, Any] | None = None,
+        gpus: bool = False,
+        list_attributes: bool = False,
     ) -> None:
         """``agent_process``: run the agent as a child process (``python -m topodra agent``) with
         this topology spec (fixture name or ``synthetic:SPEC``), as the crash tests do.
         ``cgroups``: the runtime writes each task's cpuset to cgroup files under the work
         directory's ``host/sys/fs/cgroup``, where the agent (``sysfsRoot: host``) reads them.
-        ``runtime_options``: more ``EmbeddedRuntime`` options (``start_delay``, ``fail_updates``...)."""
+        ``runtime_options``: more ``EmbeddedRuntime`` options (``start_delay``, ``fail_updates``...).
+        ``gpus``: a second driver on the node, ``gpu.example.com`` (``topodra.sim.gpus``): its
+        DeviceClass, its slices (a GPU per PCIe root of the machine) and its kubelet plugin.
+        ``list_attributes``: ``DRAListTypeAttributes`` on: the agent publishes list-typed
+        ``pcieRoot`` (``devices.listAttributes``) and the scheduler compares sets."""
         self.topology = topology
         self.model = model
         self.group_by = group_by
@@ -100,7 +108,10 @@ class Playground:
         self.runtime: EmbeddedRuntime | None = None
         self.agent: Agent | None = None
         self.kubelet: EmbeddedKubelet | None = None
-        self.scheduler = EmbeddedScheduler(self.store, NODE_NAME)
+        self.scheduler = EmbeddedScheduler(self.store, NODE_NAME, list_type_attributes=list_attributes)
+        self.gpus = gpus
+        self.list_attributes = list_attributes
+        self.gpu_plugin: KubeletPlugin | None = None
         self.log = StepLog()
         self.last_source: dict[str, str] = {}  # container id -> how its cpus last changed
         self.pod_errors: dict[str, str] = {}
@@ -131,7 +142,7 @@ class Playground:
         base = self._dirs()
         raw: dict[str, Any] = {
             "nodeName": NODE_NAME,
-            "devices": {"model": self.model, "group_by": self.group_by},
+            "devices": {"model": self.model, "group_by": self.group_by, "listAttributes": self.list_attributes},
             "kubeletRoot": str(base / "kubelet"),
             "cdiDir": str(base / "cdi"),
             "stateDir": str(base / "state"),
@@ -149,6 +160,12 @@ class Playground:
         return parse_config(raw, "playground agent configuration")
 
     async def start(self) -> None:
+        if self.gpus:
+            from topodra.sim.gpus import PCI_HINT, no_gpu_reason
+
+            why = no_gpu_reason(self.topology)
+            if why is not None:  # before anything starts
+                raise PlaygroundError(f"no {GPU_DRIVER} device on this machine: {why} (use {PCI_HINT})")
         base = self._dirs()
         await self.api.start()
         self.store.create(
@@ -172,9 +189,29 @@ class Playground:
         self.kubelet = EmbeddedKubelet(
             node_name=NODE_NAME, runtime=self.runtime, kubelet_root=base / "kubelet", cdi_dir=base / "cdi"
         )
-        await self.kubelet.register_plugins(expect=[DRIVER])
+        drivers = [DRIVER]
+        if self.gpus:
+            await self._start_gpus(base)
+            drivers.append(GPU_DRIVER)
+        await self.kubelet.register_plugins(expect=drivers)
         await self.wait_slices()
         self.log.add(f"node {NODE_NAME}: {len(self.topology.cpus)} CPUs, agent ready, {len(self.slices())} ResourceSlice(s)")
+
+    async def _start_gpus(self, base: Path) -> None:
+        """The ``gpu.example.com`` driver: its class, its slices and its kubelet plugin."""
+        from topodra.embedded.gpudriver import FakeGpuDriver
+        from topodra.sim.gpus import gpu_device_class, gpu_devices, gpu_slices
+
+        self.store.create(KINDS[("resource.k8s.io", "deviceclasses")], None, gpu_device_class())
+        for obj in gpu_slices(NODE_NAME, self.topology):
+            self.store.create(KINDS[("resource.k8s.io", "resourceslices")], None, obj)
+
+        async def fetch(namespace: str, name: str) -> Mapping[str, Any]:
+            return self.store.get(KINDS[("resource.k8s.io", "resourceclaims")], namespace, name)
+
+        driver = FakeGpuDriver(gpu_devices(self.topology), pool=NODE_NAME, fetch_claim=fetch)
+        self.gpu_plugin = KubeletPlugin(driver, PluginPaths(base / "kubelet", GPU_DRIVER))
+        await self.gpu_plugin.start()
 
     def endpoints(self) -> list[tuple[str, str]]:
         """What a person can connect to while the node runs (``playground --hold``)."""
@@ -303,7 +340,7 @@ class Playground:
             return
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        while not self.slices():
+        while not [s for s in self.slices() if s["spec"]["driver"] == DRIVER]:
             if loop.time() > deadline:
                 raise PlaygroundError("the agent published no ResourceSlice")
             await asyncio.sleep(0.05)
@@ -330,6 +367,8 @@ class Playground:
     async def stop(self) -> None:
         if self.kubelet is not None:
             await self.kubelet.close()
+        if self.gpu_plugin is not None:
+            await self.gpu_plugin.stop()
         if self.agent is not None:
             await self.agent.stop()
         await self.kill_agent_process()

@@ -28,7 +28,7 @@ from topodra.dra.devices import DRIVER, MODELS, DeviceModelConfig, build_devices
 from topodra.dra.slices import build_slices, slice_name
 from topodra.quantity import Quantity
 from topodra.sim.allocator import ClaimAllocation, DeviceResult, allocation_of_claim, share_id
-from topodra.sim.gpus import GPU_DRIVER, gpu_device_class, gpu_slices, no_gpu_reason
+from topodra.sim.gpus import GPU_DRIVER, PCI_HINT, gpu_device_class, gpu_slices, no_gpu_reason
 from topodra.topology.errors import TopologyError
 from topodra.topology.machine import load_machine
 from topodra.topology.model import Topology
@@ -298,7 +298,7 @@ def _gpu_templates(spec: ClusterSpec) -> dict[str, list[dict[str, Any]]]:
         topo = topology_for(m)
         why = no_gpu_reason(topo)
         if why is not None:
-            raise ClusterError(f"gpus: machine {m!r} gets no {GPU_DRIVER} device: {why}")
+            raise ClusterError(f"gpus: machine {m!r} gets no {GPU_DRIVER} device: {why} (use {PCI_HINT})")
         out[m] = gpu_slices("template-node", topo)
     return out
 

@@ -26,10 +26,12 @@ from topodra.dra.devices import NUMA_NODE_ATTRIBUTE, PCIE_ROOT_ATTRIBUTE, Device
 from topodra.dra.slices import build_slices
 from topodra.topology.model import Topology
 
-__all__ = ["GPU_DRIVER", "PCI_BUS_ID_ATTRIBUTE", "gpu_device_class", "gpu_devices", "gpu_slices", "no_gpu_reason"]
+__all__ = ["GPU_DRIVER", "PCI_HINT", "PCI_BUS_ID_ATTRIBUTE", "gpu_device_class", "gpu_devices", "gpu_slices", "no_gpu_reason"]
 
 #: The made-up GPU driver's name, DeviceClass name and attribute domain.
 GPU_DRIVER: Final = "gpu.example.com"
+#: Where machines with PCI data come from, for messages.
+PCI_HINT: Final = "a fixture with PCI devices (e.g. 32em64t-2n8c+dax+nvme+mic+dimms) or a synthetic spec with +pci"
 #: ``deviceattribute.StandardDeviceAttributePCIBusID``.
 PCI_BUS_ID_ATTRIBUTE: Final = "resource.kubernetes.io/pciBusID"
 
@@ -59,7 +61,7 @@ def no_gpu_reason(topology: Topology) -> str | None:
     if gpu_devices(topology):
         return None
     if not topology.pci_roots:
-        return "it has no PCI data (use a fixture with PCI devices or a synthetic spec with +pci)"
+        return "it has no PCI data"
     return "none of its PCIe roots holds a device other than bridges and system peripherals"
 
 
