@@ -9,16 +9,21 @@ answer names no CDI device. Unprepare forgets the claim.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 from topodra.cpuset import CPUSet
 from topodra.dra.checkpoint import PreparedClaim, PreparedDevice
 from topodra.dra.claims import ClaimError, ClaimRef, allocated_devices
 from topodra.dra.devices import Device
 from topodra.dra.driver import ClaimFetcher, PrepareResult, UnprepareResult
-from topodra.sim.gpus import GPU_DRIVER
+from topodra.dra.kubeletplugin import KubeletPlugin, PluginPaths
+from topodra.embedded.store import KINDS, Store
+from topodra.sim.gpus import GPU_DRIVER, gpu_device_class, gpu_devices, gpu_slices
+from topodra.topology.model import Topology
 
-__all__ = ["FakeGpuDriver"]
+__all__ = ["FakeGpuDriver", "start_gpu_driver"]
 
 
 class FakeGpuDriver:
@@ -68,3 +73,19 @@ class FakeGpuDriver:
         for ref in claims:
             self.prepared.pop(ref.uid, None)
         return {ref.uid: UnprepareResult() for ref in claims}
+
+
+async def start_gpu_driver(store: Store, topology: Topology, node: str, kubelet_root: Path) -> KubeletPlugin:
+    """Put ``gpu.example.com`` on a node: its DeviceClass and slices into ``store``, and its kubelet
+    plugin started below ``kubelet_root`` (stop it when done)."""
+    store.create(KINDS[("resource.k8s.io", "deviceclasses")], None, gpu_device_class())
+    for obj in gpu_slices(node, topology):
+        store.create(KINDS[("resource.k8s.io", "resourceslices")], None, obj)
+
+    async def fetch(namespace: str, name: str) -> Mapping[str, Any]:
+        return store.get(KINDS[("resource.k8s.io", "resourceclaims")], namespace, name)
+
+    driver = FakeGpuDriver(gpu_devices(topology), pool=node, fetch_claim=fetch)
+    plugin = KubeletPlugin(driver, PluginPaths(kubelet_root, GPU_DRIVER))
+    await plugin.start()
+    return plugin

@@ -23,8 +23,9 @@ from topodra.agent.agent import Agent
 from topodra.agent.config import AgentConfig, parse_config
 from topodra.cpuset import CPUSet
 from topodra.dra.devices import DRIVER, device_class
-from topodra.dra.kubeletplugin import KubeletPlugin, PluginPaths
+from topodra.dra.kubeletplugin import KubeletPlugin
 from topodra.embedded.apiserver import ApiServer
+from topodra.embedded.gpudriver import start_gpu_driver
 from topodra.embedded.runtime import ContainerChange, EmbeddedRuntime
 from topodra.embedded.store import KINDS, Kind, Store
 from topodra.kube.errors import ApiError
@@ -191,27 +192,11 @@ class Playground:
         )
         drivers = [DRIVER]
         if self.gpus:
-            await self._start_gpus(base)
+            self.gpu_plugin = await start_gpu_driver(self.store, self.topology, NODE_NAME, base / "kubelet")
             drivers.append(GPU_DRIVER)
         await self.kubelet.register_plugins(expect=drivers)
         await self.wait_slices()
         self.log.add(f"node {NODE_NAME}: {len(self.topology.cpus)} CPUs, agent ready, {len(self.slices())} ResourceSlice(s)")
-
-    async def _start_gpus(self, base: Path) -> None:
-        """The ``gpu.example.com`` driver: its class, its slices and its kubelet plugin."""
-        from topodra.embedded.gpudriver import FakeGpuDriver
-        from topodra.sim.gpus import gpu_device_class, gpu_devices, gpu_slices
-
-        self.store.create(KINDS[("resource.k8s.io", "deviceclasses")], None, gpu_device_class())
-        for obj in gpu_slices(NODE_NAME, self.topology):
-            self.store.create(KINDS[("resource.k8s.io", "resourceslices")], None, obj)
-
-        async def fetch(namespace: str, name: str) -> Mapping[str, Any]:
-            return self.store.get(KINDS[("resource.k8s.io", "resourceclaims")], namespace, name)
-
-        driver = FakeGpuDriver(gpu_devices(self.topology), pool=NODE_NAME, fetch_claim=fetch)
-        self.gpu_plugin = KubeletPlugin(driver, PluginPaths(base / "kubelet", GPU_DRIVER))
-        await self.gpu_plugin.start()
 
     def endpoints(self) -> list[tuple[str, str]]:
         """What a person can connect to while the node runs (``playground --hold``)."""
