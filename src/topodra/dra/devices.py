@@ -168,7 +168,8 @@ class DeviceModelConfig:
     alpha in Kubernetes 1.36, off by default: an API server without it refuses such slices).
     Only ``resource.kubernetes.io/pcieRoot`` uses one: a CPU local to several PCIe roots
     carries the list of them when on, and no ``pcieRoot`` at all when off (a CPU local to one
-    root carries it as a string either way).
+    root carries it as a string either way). kube-scheduler 1.36 lets CEL selectors read such a
+    list, but its ``matchAttribute`` matches no list (docs/dra.md).
 
     ``shared_floor``: how many shared CPUs are never offered, so that whatever
     the scheduler allocates from the slices leaves shared containers somewhere

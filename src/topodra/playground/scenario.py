@@ -34,8 +34,9 @@ PCIe root, ``topodra.sim.gpus``); ``listAttributes: true`` turns
 
 ``requires`` states what a machine needs for the expectations to hold
 (``cpus``: at least that many online CPUs; ``coreTypes``: kinds of core that
-must be present, e.g. ``[P-core]``; ``gpus``: at least that many made-up GPUs,
-i.e. PCIe roots holding a device): on a machine without them the playground
+must be present, e.g. ``[P-core]``; ``gpus``: at least that many made-up GPUs
+whose PCIe root has CPUs local to it alone, ``topodra.sim.gpus.alignable_gpus``): on a machine
+without them the playground
 says so in one line instead of reporting failed expectations.
 """
 
@@ -106,12 +107,14 @@ class Scenario:
         if len(topology.online) < self.min_cpus:
             missing.append(f"at least {self.min_cpus} online CPUs (it has {len(topology.online)})")
         if self.min_gpus:
-            from topodra.sim.gpus import gpu_devices, no_gpu_reason
+            from topodra.sim.gpus import alignable_gpus, no_gpu_reason
 
-            gpus = len(gpu_devices(topology))
+            gpus = len(alignable_gpus(topology))
             if gpus < self.min_gpus:
                 why = no_gpu_reason(topology) or f"it has {gpus}"
-                missing.append(f"{self.min_gpus} PCIe roots holding a device, a made-up GPU each ({why})")
+                missing.append(
+                    f"{self.min_gpus} PCIe roots holding a device, a made-up GPU each, with CPUs local to that root alone ({why})"
+                )
         have = {t.value for t in topology.core_types()}
         lacking = [t for t in self.core_types if t not in have]
         if lacking:

@@ -26,7 +26,16 @@ from topodra.dra.devices import NUMA_NODE_ATTRIBUTE, PCIE_ROOT_ATTRIBUTE, Device
 from topodra.dra.slices import build_slices
 from topodra.topology.model import Topology
 
-__all__ = ["GPU_DRIVER", "PCI_HINT", "PCI_BUS_ID_ATTRIBUTE", "gpu_device_class", "gpu_devices", "gpu_slices", "no_gpu_reason"]
+__all__ = [
+    "GPU_DRIVER",
+    "PCI_HINT",
+    "PCI_BUS_ID_ATTRIBUTE",
+    "alignable_gpus",
+    "gpu_device_class",
+    "gpu_devices",
+    "gpu_slices",
+    "no_gpu_reason",
+]
 
 #: The made-up GPU driver's name, DeviceClass name and attribute domain.
 GPU_DRIVER: Final = "gpu.example.com"
@@ -53,6 +62,19 @@ def gpu_devices(topology: Topology) -> list[Device]:
         if len(root.nodes) == 1:
             attrs[NUMA_NODE_ATTRIBUTE] = root.nodes[0]
         out.append(Device(name=f"gpu{len(out)}", attributes=dict(sorted(attrs.items())), cpus=root.cpus))
+    return out
+
+
+def alignable_gpus(topology: Topology, cpus: int = 2) -> list[Device]:
+    """The GPUs whose root has at least ``cpus`` CPUs local to it alone: the CPUs that carry it
+    as a plain string, which is what kube-scheduler 1.36's ``matchAttribute`` can match (it
+    matches no list)."""
+    out = []
+    for gpu in gpu_devices(topology):
+        root = gpu.attributes[PCIE_ROOT_ATTRIBUTE]
+        alone = sum(1 for c in gpu.cpus if topology.pcie_roots_of(c) == (root,))
+        if alone >= cpus:
+            out.append(gpu)
     return out
 
 

@@ -10,14 +10,6 @@ Attribute values are compared as upstream compares them: by type and value; a li
 value (``DRAListTypeAttributes`` is off by default in 1.36) equals nothing. Kept on purpose:
 a ``distinctAttribute`` remembers one value per request name, so removing a device forgets
 its request's value even when the request holds other devices.
-
-With ``DRAListTypeAttributes`` on, kube-scheduler runs ``internal/experimental`` instead,
-whose constraints compare sets (``attributeAsSet``: a scalar is a set of one, a list the set
-of its elements): ``matchAttribute`` keeps the intersection of the values added so far and
-takes a device whose set meets it, ``distinctAttribute`` takes a device whose set is disjoint
-from each value it remembers; values of different types never meet. Kept on purpose too:
-removing a device does not widen ``matchAttribute``'s intersection again (only the next
-first device, once the count is back to zero, starts a new one).
 """
 
 from __future__ import annotations
@@ -26,15 +18,7 @@ from typing import Any, ClassVar
 
 from topodra.sim.objects import Constraint, Device
 
-__all__ = [
-    "ClaimConstraint",
-    "DistinctAttributeConstraint",
-    "MatchAttributeConstraint",
-    "SetDistinctAttributeConstraint",
-    "SetMatchAttributeConstraint",
-    "lookup_attribute",
-    "make_constraint",
-]
+__all__ = ["ClaimConstraint", "DistinctAttributeConstraint", "MatchAttributeConstraint", "lookup_attribute", "make_constraint"]
 
 #: an attribute value with its type: ("bool" | "int" | "string" | "version" | "list", value)
 Typed = tuple[str, Any]
@@ -48,25 +32,8 @@ def _typed(value: Any) -> Typed:
     if isinstance(value, str):
         return ("string", value)
     if isinstance(value, list):
-        return ("list", tuple(value))
+        return ("list", None)
     return ("version", str(value))
-
-
-def as_set(value: Typed) -> tuple[str, frozenset[Any]] | None:
-    """``attributeAsSet``: a value's element type and its elements (None: an empty or mixed list,
-    which the API server never accepts)."""
-    if value[0] != "list":
-        return (value[0], frozenset((value[1],)))
-    elements = [_typed(v) for v in value[1]]
-    kinds = {k for k, _ in elements}
-    if len(kinds) != 1 or "list" in kinds:
-        return None
-    return (kinds.pop(), frozenset(v for _, v in elements))
-
-
-def _meet(a: tuple[str, frozenset[Any]], b: tuple[str, frozenset[Any]]) -> bool:
-    """``hasIntersection``: same element type and a common element."""
-    return a[0] == b[0] and not a[1].isdisjoint(b[1])
 
 
 def lookup_attribute(device: Device, driver: str, name: str) -> Typed | None:
@@ -161,62 +128,6 @@ class DistinctAttributeConstraint(ClaimConstraint):
         self.num -= 1
 
 
-class SetMatchAttributeConstraint(ClaimConstraint):
-    """``matchAttribute`` with ``DRAListTypeAttributes``: the devices' value sets share an element;
-    ``stored`` holds the intersection so far, narrowed by every device added and never widened
-    by a removal (upstream's ``matchAttributeConstraint`` in ``allocator_experimental.go``)."""
-
-    __slots__ = ()
-    distinct = False
-
-    def accepts(self, value: Typed | None) -> bool:
-        if value is None:
-            return False
-        got = as_set(value)
-        if got is None:
-            return False
-        if self.num == 0:
-            return True
-        assert self.stored is not None
-        return _meet(self.stored[1], got)
-
-    def add(self, base: str, value: Typed) -> None:
-        got = as_set(value)
-        assert got is not None
-        if self.num == 0:
-            self.stored = ("set", got)
-        else:
-            assert self.stored is not None
-            kind, have = self.stored[1]
-            self.stored = ("set", (kind, have & got[1]))
-        self.num += 1
-
-
-class SetDistinctAttributeConstraint(DistinctAttributeConstraint):
-    """``distinctAttribute`` with ``DRAListTypeAttributes``: a device's value set is disjoint from
-    each value remembered (one per request name, as without the gate; ``constraint.go`` of
-    ``internal/experimental``)."""
-
-    __slots__ = ()
-
-    def accepts(self, value: Typed | None) -> bool:
-        if value is None:
-            return False
-        if self.num == 0:
-            return True
-        got = as_set(value)
-        if got is None:
-            return False
-        for v in self.values.values():
-            have = as_set(v)
-            if have is not None and _meet(got, have):
-                return False
-        return True
-
-
-def make_constraint(c: Constraint, *, sets: bool = False) -> ClaimConstraint:
-    """The state of one claim constraint for a fresh Allocate call (``sets``: the gate
-    ``DRAListTypeAttributes`` is on, the set comparisons of ``internal/experimental``)."""
-    if c.distinct_attribute is not None:
-        return SetDistinctAttributeConstraint(c) if sets else DistinctAttributeConstraint(c)
-    return SetMatchAttributeConstraint(c) if sets else MatchAttributeConstraint(c)
+def make_constraint(c: Constraint) -> ClaimConstraint:
+    """The state of one claim constraint for a fresh Allocate call."""
+    return DistinctAttributeConstraint(c) if c.distinct_attribute is not None else MatchAttributeConstraint(c)

@@ -123,7 +123,13 @@ class Allocator:
         same for solving the last request by dynamic programming (default 16, at most
         ``fast_after``). ``solve_on_backtrack``: also solve it as soon as one of its devices under
         a ``distinctAttribute`` is taken back (the search is past first fit; counting cannot
-        decide such subtrees).
+        decide such subtrees). ``list_type_attributes``: the scheduler's gate
+        ``DRAListTypeAttributes``: selectors see list attributes (without it a device with one
+        fails every selector). Constraints compare values as before either way: kube-scheduler
+        1.36 does not hand the gate to its allocator (``AllocatorFeatures`` in
+        ``pkg/scheduler/framework/plugins/dynamicresources/dynamicresources.go`` sets no
+        ``ListTypeAttributes``), so it runs ``internal/incubating``, not ``experimental``, and a
+        list value matches nothing in ``matchAttribute`` (``constraints``).
         """
         cache: DeviceCache = {}
         self.slices = [s if isinstance(s, Slice) else parse_slice(s, cache) for s in slices]
@@ -309,9 +315,8 @@ class Search:
                 raise AllocationError(
                     f"claim {claim.key}: number of requested devices {min_devices} exceeds the claim limit of {MAX_RESULTS}"
                 )
-            self.constraints.append([make_constraint(c, sets=self.a.list_type_attributes) for c in claim.constraints])
-        sets = self.a.list_type_attributes and any(self.constraints)
-        if (self.a.fast or self.a.prune) and not sets:
+            self.constraints.append([make_constraint(c) for c in claim.constraints])
+        if self.a.fast or self.a.prune:
             self._accelerate(Bitsets(self))
         try:
             done = self.allocate_one(0, 0, 0, 0, False, 0)
