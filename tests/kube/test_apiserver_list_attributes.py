@@ -1,5 +1,6 @@
-"""List-typed attributes (``DRAListTypeAttributes``) in the API server double, against what a real
-kube-apiserver 1.36 did with the same slice (tests/data/apiserver-rejected/list-attributes.json)."""
+"""List-typed attributes (``DRAListTypeAttributes``) in the API server double, answer for answer
+as a real kube-apiserver 1.36 answered the same slices (tests/data/apiserver-rejected/list-attributes.json):
+stored as it stored them, refused with its words."""
 
 from __future__ import annotations
 
@@ -8,25 +9,40 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from topodra.embedded.apiserver import ApiServer
 from topodra.kube.client import RESOURCE_SLICES, KubeClient
+from topodra.kube.errors import ApiError
 
 RECORDED = json.loads((Path(__file__).resolve().parents[1] / "data" / "apiserver-rejected" / "list-attributes.json").read_text())
+GATE_ON = [c for c in RECORDED if c["gates"]["DRAListTypeAttributes"]]
 
 
-def _stored(obj: dict[str, Any]) -> dict[str, Any]:
-    async def main() -> dict[str, Any]:
+def _create(obj: dict[str, Any]) -> dict[str, Any] | ApiError:
+    async def main() -> dict[str, Any] | ApiError:
         async with ApiServer() as server:
             client = KubeClient.for_url(server.url)
             try:
                 got: dict[str, Any] = await client.create(RESOURCE_SLICES, obj)
                 return got
+            except ApiError as err:
+                return err
             finally:
                 await client.close()
 
     return asyncio.run(main())
 
 
-def test_a_slice_with_list_attributes_is_stored_as_the_real_server_stores_it_with_the_gate_on() -> None:
-    (case,) = [c for c in RECORDED if c["gates"]["DRAListTypeAttributes"]]
-    assert _stored(case["object"])["spec"] == case["stored"]["spec"]
+@pytest.mark.parametrize("case", GATE_ON, ids=[c["object"]["metadata"]["name"] for c in GATE_ON])
+def test_answered_as_the_real_api_server_with_the_gate_on(case: dict[str, Any]) -> None:
+    got = _create(case["object"])
+    if "stored" in case:
+        assert not isinstance(got, ApiError), got
+        assert got["spec"] == case["stored"]["spec"]
+        return
+    real = case["status"]
+    assert isinstance(got, ApiError)
+    assert (got.code, got.reason) == (real["code"], real["reason"])
+    assert [(c.field, c.reason, c.message) for c in got.causes] == [(c["field"], c["reason"], c["message"]) for c in real["details"]["causes"]]
+    assert got.status()["message"] == real["message"]
