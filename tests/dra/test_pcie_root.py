@@ -88,3 +88,47 @@ def test_reserved_cpus_do_not_change_the_roots() -> None:
     assert [(d.name, attribute_to_api(d.attributes[PCIE_ROOT_ATTRIBUTE])) for d in devices] == [
         ("numa1", {"string": "pci0000:80"})
     ]
+
+
+def test_a_server_without_the_list_gate_is_named_in_the_publishing_error() -> None:
+    """A server without DRAListTypeAttributes drops the lists and then refuses the attribute left
+    without a value (tests/data/apiserver-rejected/list-attributes.json); the agent's error says
+    what to change."""
+    import asyncio
+
+    from topodra.dra.reconciler import SliceReconciler
+    from topodra.embedded.apiserver import ApiServer
+    from topodra.embedded.store import Kind, Store
+    from topodra.kube.client import NODES, KubeClient
+
+    def drop_lists(kind: Kind, obj: dict[str, object]) -> None:  # as strategy.go drops a disabled gate's fields
+        if kind.plural != "resourceslices":
+            return
+        for device in obj["spec"]["devices"] or []:  # type: ignore[index]
+            for attr in (device.get("attributes") or {}).values():
+                for member in ("ints", "bools", "strings", "versions"):
+                    attr.pop(member, None)
+
+    store = Store()
+    store.admission.append(drop_lists)
+    devices = build_devices(SHARED_ROOTS, DeviceModelConfig(list_attributes=True))
+
+    async def main() -> str:
+        async with ApiServer(store) as server:
+            client = KubeClient.for_url(server.url)
+            try:
+                await client.create(NODES, {"metadata": {"name": "node-a"}})
+                rec = SliceReconciler(client, "node-a", devices)
+                stop = asyncio.Event()
+                task = asyncio.create_task(rec.run(stop))
+                while not rec.last_error:
+                    await asyncio.sleep(0.02)
+                stop.set()
+                await asyncio.wait_for(task, 5)
+                return rec.last_error
+            finally:
+                await client.close()
+
+    error = asyncio.run(asyncio.wait_for(main(), 20))
+    assert 'Invalid value: "": exactly one value must be specified' in error
+    assert error.endswith("turn the DRAListTypeAttributes gate on or set devices.listAttributes: false")
