@@ -49,6 +49,7 @@ declines, and then the plain search runs:
 
 from topodra.sim.allocator.prune import hopeless_group_work
 from topodra.sim.allocator.results import (
+    INVALID_POOLS_MESSAGE,
     TIMEOUT_MESSAGE,
     AllocatedState,
     AllocationError,
@@ -56,6 +57,7 @@ from topodra.sim.allocator.results import (
     DeviceResult,
     FilterBudget,
     FilterTimeout,
+    InvalidPools,
     ObjectError,
     SearchAborted,
     SearchStats,
@@ -69,6 +71,8 @@ __all__ = [
     "ObjectError",
     "AllocationError",
     "SearchAborted",
+    "InvalidPools",
+    "INVALID_POOLS_MESSAGE",
     "TIMEOUT_MESSAGE",
     "FilterTimeout",
     "FilterBudget",
