@@ -111,3 +111,21 @@ def test_cross_driver_match_on_a_standard_attribute() -> None:
     assert picked(got) == [[("gpu", "gpu1"), ("cpus", "cpu2"), ("cpus", "cpu3")]]
     plain = Allocator([cpus, gpus], classes, list_type_attributes=True, plain=True).allocate(NODE, [two])
     assert picked(plain) == picked(got)
+
+
+def test_the_attribute_type_follows_the_gate() -> None:
+    """compile.go types attributes ``any`` without the gate and ``dyn`` with it: a comprehension
+    over one compiles only with the gate, and fails at run time on a scalar as cel-go does."""
+    from topodra.sim.cel import CelCompileError, CelDevice, CelRuntimeError, compile_selector
+
+    expression = f'device.attributes["{DRIVER}"].a.exists(r, r.startsWith("x"))'
+    with pytest.raises(CelCompileError, match="cannot be the range of a comprehension"):
+        compile_selector(expression)
+    selector = compile_selector(expression, lists=True)
+    assert selector.matches(CelDevice.build(DRIVER, {f"{DRIVER}/a": ["y", "x1"]}))
+    for value, go in (("x", "types.String"), (3, "types.Int"), (True, "types.Bool")):
+        with pytest.raises(CelRuntimeError) as err:
+            selector.matches(CelDevice.build(DRIVER, {f"{DRIVER}/a": value}))
+        assert err.value.message == f"got '{go}', expected iterable type"
+    # a dyn result is a valid selector with the gate only
+    assert compile_selector(f'device.attributes["{DRIVER}"].flag', lists=True).matches(CelDevice.build(DRIVER, {f"{DRIVER}/flag": True}))

@@ -148,7 +148,7 @@ class FirstFit:
         if key in self._sel:
             return self._sel[key]
         try:
-            hit: bool | None = compile_selector(expr).matches(d.cel())
+            hit: bool | None = compile_selector(expr, lists=self.allocator.list_type_attributes).matches(d.cel())
         except CelError:
             hit = None
         if len(self._sel) > 100_000:

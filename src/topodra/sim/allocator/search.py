@@ -202,7 +202,7 @@ class Allocator:
         if hit is None:
             stats.engine_evals += 1
             try:
-                hit = compile_selector(expression).matches(device.cel())
+                hit = compile_selector(expression, lists=self.list_type_attributes).matches(device.cel())
             except CelError as e:
                 hit = e
             if len(self._sel_cache) > 200_000:
