@@ -12,7 +12,15 @@ from topodra.sim.replay import replay
 from topodra.yamldocs import expand_lists, load_documents
 
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "sched-recorded"
-SCENARIOS = ["v1-core-siblings", "v2-mixed-nodes", "v3-shared-claim-lifecycle", "v4-kubectl-dump"]
+SCENARIOS = [
+    "v1-core-siblings",
+    "v2-mixed-nodes",
+    "v3-shared-claim-lifecycle",
+    "v4-kubectl-dump",
+    "v5-core-or-thread",
+    "v6-device-taints",
+    "v9-opaque-params",
+]
 
 
 def _objects(*files: Path) -> list[tuple[object, str]]:
