@@ -46,3 +46,20 @@ def test_answered_as_the_real_api_server_with_the_gate_on(case: dict[str, Any]) 
     assert (got.code, got.reason) == (real["code"], real["reason"])
     assert [(c.field, c.reason, c.message) for c in got.causes] == [(c["field"], c["reason"], c["message"]) for c in real["details"]["causes"]]
     assert got.status()["message"] == real["message"]
+
+
+PROBES = [
+    p
+    for p in json.loads((Path(__file__).resolve().parents[1] / "data" / "sched-recorded" / "v13-pcie-root" / "rejected.json").read_text())
+    if p.get("kind") == "ResourceSlice"
+]
+
+
+@pytest.mark.parametrize("probe", PROBES, ids=[p["name"] for p in PROBES])
+def test_the_recorded_probes_of_v13_are_answered_alike(probe: dict[str, Any]) -> None:
+    got = _create(probe["object"])
+    if probe["accepted"]:
+        assert not isinstance(got, ApiError), got
+    else:
+        assert isinstance(got, ApiError)
+        assert (got.code, got.reason, got.status()["message"]) == (probe["code"], probe["reason"], probe["message"])
