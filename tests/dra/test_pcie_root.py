@@ -98,19 +98,11 @@ def test_a_server_without_the_list_gate_is_named_in_the_publishing_error() -> No
 
     from topodra.dra.reconciler import SliceReconciler
     from topodra.embedded.apiserver import ApiServer
-    from topodra.embedded.store import Kind, Store
+    from topodra.embedded.store import Store
+    from topodra.gates import LIST_TYPE_ATTRIBUTES
     from topodra.kube.client import NODES, KubeClient
 
-    def drop_lists(kind: Kind, obj: dict[str, object]) -> None:  # as strategy.go drops a disabled gate's fields
-        if kind.plural != "resourceslices":
-            return
-        for device in obj["spec"]["devices"] or []:  # type: ignore[index]
-            for attr in (device.get("attributes") or {}).values():
-                for member in ("ints", "bools", "strings", "versions"):
-                    attr.pop(member, None)
-
-    store = Store()
-    store.admission.append(drop_lists)
+    store = Store(gates={LIST_TYPE_ATTRIBUTES: False})  # drops lists as strategy.go does
     devices = build_devices(SHARED_ROOTS, DeviceModelConfig(list_attributes=True))
 
     async def main() -> str:

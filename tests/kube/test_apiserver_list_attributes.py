@@ -63,3 +63,26 @@ def test_the_recorded_probes_of_v13_are_answered_alike(probe: dict[str, Any]) ->
     else:
         assert isinstance(got, ApiError)
         assert (got.code, got.reason, got.status()["message"]) == (probe["code"], probe["reason"], probe["message"])
+
+
+def test_without_the_gate_the_list_is_dropped_and_the_slice_refused_as_the_real_server_does() -> None:
+    from topodra.embedded.store import Store
+    from topodra.gates import LIST_TYPE_ATTRIBUTES
+
+    (case,) = [c for c in RECORDED if not c["gates"]["DRAListTypeAttributes"]]
+
+    async def main() -> ApiError:
+        async with ApiServer(Store(gates={LIST_TYPE_ATTRIBUTES: False})) as server:
+            client = KubeClient.for_url(server.url)
+            try:
+                await client.create(RESOURCE_SLICES, case["object"])
+            except ApiError as err:
+                return err
+            finally:
+                await client.close()
+        raise AssertionError("a list-valued slice was stored with the gate off")
+
+    err = asyncio.run(main())
+    real = case["status"]
+    assert [(c.field, c.reason, c.message) for c in err.causes] == [(c["field"], c["reason"], c["message"]) for c in real["details"]["causes"]]
+    assert err.status()["message"] == real["message"]

@@ -13,6 +13,7 @@ from topodra.cli import app
 from topodra.dra.claims import ClaimRef
 from topodra.dra.devices import MODELS
 from topodra.embedded.gpudriver import FakeGpuDriver
+from topodra.gates import LIST_TYPE_ATTRIBUTES
 from topodra.playground.runner import resolve_topology, run_scenario
 from topodra.playground.scenario import builtin_scenario
 from topodra.playground.world import Playground
@@ -124,7 +125,6 @@ def test_the_fake_gpu_driver_prepares_only_what_is_its_own() -> None:
         ({"gpus": "yes"}, "gpus must be true or false, got 'yes'"),
         ({"requires": {"gpus": 2}}, "requires.gpus needs gpus: true"),
         ({"gpus": True, "requires": {"gpus": -1}}, "requires.gpus must be a whole number"),
-        ({"listAttributes": 1}, "listAttributes must be true or false"),
         ({"steps": [{"expect": {"p/c": {"pcieLocal": "x"}}}]}, "pcieLocal must be true or false"),
     ],
 )
@@ -136,11 +136,11 @@ def test_bad_scenario_settings_are_named(data: dict[str, Any], needle: str) -> N
 
 
 def test_list_attributes_reach_the_agent_and_the_api_server() -> None:
-    """``list_attributes``: the agent publishes a CPU serving both roots with the list of them, and
+    """With ``DRAListTypeAttributes`` on, the agent publishes a CPU serving both roots with the list of them, and
     the API server double stores it (a real one does with the gate on)."""
 
     async def run() -> list[object]:
-        async with Playground(topology=load_machine("fixture:40intel64-2g2n4c+pcilocality"), gpus=True, list_attributes=True) as pg:
+        async with Playground(topology=load_machine("fixture:40intel64-2g2n4c+pcilocality"), gpus=True, gates={LIST_TYPE_ATTRIBUTES: True}) as pg:
             devices = [d for s in pg.slices() if s["spec"]["driver"] == "native.cpu" for d in s["spec"]["devices"]]
             return [d["attributes"]["resource.kubernetes.io/pcieRoot"] for d in devices]
 

@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 from topodra.cli import app
 from topodra.cpuset import CPUSet
 from topodra.dra.devices import PCIE_ROOT_ATTRIBUTE
+from topodra.gates import LIST_TYPE_ATTRIBUTES
 from topodra.sim.cluster import ClusterError, ClusterSpec, build_cluster, topology_for
 from topodra.sim.gpus import GPU_DRIVER, gpu_devices, no_gpu_reason
 from topodra.sim.replay import replay
@@ -93,7 +94,7 @@ def test_a_replay_of_such_a_cluster() -> None:
                 "spec": {"containers": [{"name": "c", "image": "x"}], "resourceClaims": [{"name": "g", "resourceClaimTemplateName": "t"}]},
             }
         )
-    r = replay([(o, "test") for o in objects], list_type_attributes=True)
+    r = replay([(o, "test") for o in objects], gates={LIST_TYPE_ATTRIBUTES: True})
     steps = [s for s in r.steps if s.op == "create"]
     assert [s.node for s in steps] == ["node-00000", "node-00000", None]
     assert [d for s in steps[:2] for c in s.claims for d in c.devices if d.startswith("gpu")] == ["gpu0", "gpu1"]

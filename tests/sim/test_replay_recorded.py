@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from topodra.gates import parse_feature_gates
 from topodra.sim.diff import diff_replay, load_recorded
 from topodra.sim.replay import replay
 from topodra.yamldocs import expand_lists, load_documents
@@ -108,9 +109,8 @@ def test_a_tie_row_names_the_tied_nodes() -> None:
 def test_the_pcie_root_recording_replays_with_its_gate() -> None:
     """v13-pcie-root ran with DRAListTypeAttributes on: CEL sees lists, matchAttribute matches none."""
     scenario = RECORDED / "v13-pcie-root"
-    assert json.loads((scenario / "result.json").read_text())["gates"] == "DRAListTypeAttributes=true"
     recorded = load_recorded(scenario / "result.json")
-    report = diff_replay(_inputs("v13-pcie-root"), recorded, list_type_attributes=True)
+    report = diff_replay(_inputs("v13-pcie-root"), recorded, gates=parse_feature_gates(json.loads((scenario / "result.json").read_text())["gates"]))
     assert [r for r in report.rows if r.verdict not in ("match", "tie")] == []
     assert report.matches == len(recorded.outcomes) == 48
     steps = {s.pod: s for s in report.replay.steps if s.op == "create"}

@@ -117,9 +117,7 @@ async def _run(console: object, scenarios: Sequence[object], topology: str | Non
             console.print(step_report(pg, res))
 
         try:
-            async with Playground(
-                topology=topo, model=chosen_model, group_by=sc.group_by, gpus=sc.gpus, list_attributes=sc.list_attributes
-            ) as pg:
+            async with Playground(topology=topo, model=chosen_model, group_by=sc.group_by, gates=sc.gates, gpus=sc.gpus) as pg:
                 console.print(f"  {pg.log.lines[0]}" if pg.log.lines else "", highlight=False)
                 results = await run_scenario(pg, sc, before_step=before, after_step=after)
                 ok = all(r.ok for r in results)

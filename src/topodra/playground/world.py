@@ -28,6 +28,7 @@ from topodra.embedded.apiserver import ApiServer
 from topodra.embedded.gpudriver import start_gpu_driver
 from topodra.embedded.runtime import ContainerChange, EmbeddedRuntime
 from topodra.embedded.store import KINDS, Kind, Store
+from topodra.gates import LIST_TYPE_ATTRIBUTES, feature_gates
 from topodra.kube.errors import ApiError
 from topodra.playground.kubelet import EmbeddedKubelet, KubeletError
 from topodra.playground.scheduler import EmbeddedScheduler, SchedulingError
@@ -40,6 +41,16 @@ DEFAULT_TOPOLOGY = "20em64t-hybrid-1p6c2t+2ca4co1t"  # Intel Core i7-1370P: 6 P-
 NODE_NAME = "playground"
 
 _KIND_BY_NAME: dict[tuple[str, str], Kind] = {(k.api_version, k.kind): k for k in KINDS.values()}
+
+
+def node_allocatable(topology: Topology, config: AgentConfig) -> dict[str, str]:
+    """The node's ``status.allocatable`` as the kubelet reports it: every online CPU but the agent's
+    reserved ones, the machine's memory, 110 pods."""
+    from topodra.policy import Policy
+
+    reserved = Policy(topology, config.policy).reserved_cpus
+    memory = sum(n.memory_bytes for n in topology.nodes.values()) or 64 << 30
+    return {"cpu": str(len(topology.online - reserved)), "memory": str(memory), "pods": "110"}
 
 
 class PlaygroundError(RuntimeError):
@@ -84,18 +95,19 @@ class Playground:
         agent_process: str | None = None,
         cgroups: bool = False,
         runtime_options: Mapping[str, Any] | None = None,
+        gates: Mapping[str, bool] | None = None,
         gpus: bool = False,
-        list_attributes: bool = False,
     ) -> None:
         """``agent_process``: run the agent as a child process (``python -m topodra agent``) with
         this topology spec (fixture name or ``synthetic:SPEC``), as the crash tests do.
         ``cgroups``: the runtime writes each task's cpuset to cgroup files under the work
         directory's ``host/sys/fs/cgroup``, where the agent (``sysfsRoot: host``) reads them.
         ``runtime_options``: more ``EmbeddedRuntime`` options (``start_delay``, ``fail_updates``...).
+        ``gates``: feature gates of the API server and the scheduler (``topodra.gates``; unless
+        given, Kubernetes 1.36's defaults); both read ``store.gates``, so changing it there is
+        restarting them with other ``--feature-gates`` (the agent sees it at its next start).
         ``gpus``: a second driver on the node, ``gpu.example.com`` (``topodra.sim.gpus``): its
-        DeviceClass, its slices (a GPU per PCIe root of the machine) and its kubelet plugin.
-        ``list_attributes``: ``DRAListTypeAttributes`` on: the agent publishes list-typed
-        ``pcieRoot`` (``devices.listAttributes``) and the scheduler compares sets."""
+        DeviceClass, its slices (a GPU per PCIe root of the machine) and its kubelet plugin."""
         self.topology = topology
         self.model = model
         self.group_by = group_by
@@ -104,14 +116,13 @@ class Playground:
         self.agent_overrides = dict(agent_overrides or {})
         self.nri_version = nri_version
         self.on_change = on_change
-        self.store = Store()
+        self.store = Store(gates=feature_gates(gates))
         self.api = ApiServer(self.store)
         self.runtime: EmbeddedRuntime | None = None
         self.agent: Agent | None = None
         self.kubelet: EmbeddedKubelet | None = None
-        self.scheduler = EmbeddedScheduler(self.store, NODE_NAME, list_type_attributes=list_attributes)
+        self.scheduler = EmbeddedScheduler(self.store, NODE_NAME)
         self.gpus = gpus
-        self.list_attributes = list_attributes
         self.gpu_plugin: KubeletPlugin | None = None
         self.log = StepLog()
         self.last_source: dict[str, str] = {}  # container id -> how its cpus last changed
@@ -143,7 +154,8 @@ class Playground:
         base = self._dirs()
         raw: dict[str, Any] = {
             "nodeName": NODE_NAME,
-            "devices": {"model": self.model, "group_by": self.group_by, "listAttributes": self.list_attributes},
+            # list-typed pcieRoot where the API server keeps lists (DRAListTypeAttributes)
+            "devices": {"model": self.model, "group_by": self.group_by, "listAttributes": self.store.gates[LIST_TYPE_ATTRIBUTES]},
             "kubeletRoot": str(base / "kubelet"),
             "cdiDir": str(base / "cdi"),
             "stateDir": str(base / "state"),
@@ -172,7 +184,12 @@ class Playground:
         self.store.create(
             KINDS[("", "nodes")],
             None,
-            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE_NAME, "labels": {"kubernetes.io/hostname": NODE_NAME}}},
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": NODE_NAME, "labels": {"kubernetes.io/hostname": NODE_NAME}},
+                "status": {"allocatable": node_allocatable(self.topology, self.agent_config())},
+            },
         )
         self.store.create(KINDS[("resource.k8s.io", "deviceclasses")], None, device_class())
         mems = CPUSet(n.id for n in self.topology.nodes.values() if n.memory_bytes > 0) or CPUSet([0])

@@ -119,7 +119,7 @@ def run_cmd(
     percentage: Annotated[int, typer.Option("--percentage-of-nodes-to-score", min=0, max=100, help="kube-scheduler's percentageOfNodesToScore (0: adaptive).")] = 0,
     keep_going: Annotated[bool, typer.Option("--keep-going", help="Schedule every pod even once no later pod can be scheduled (default: stop there).")] = False,
     gpus: Annotated[bool, typer.Option("--gpus", help="Also publish the gpu.example.com driver's slices: a GPU per PCIe root (machines with PCI data: fixture:NAME, a spec with +pci).")] = False,
-    list_attributes: Annotated[bool, typer.Option("--list-attributes", help="DRAListTypeAttributes on (alpha): list-typed pcieRoot on CPUs that serve several roots, and the scheduler's set semantics for matchAttribute.")] = False,
+    list_attributes: Annotated[bool, typer.Option("--list-attributes", help="DRAListTypeAttributes on (alpha): list-typed pcieRoot on CPUs that serve several roots, seen by the scheduler's CEL (its matchAttribute matches no list in 1.36).")] = False,
 ) -> None:
     """Schedule a workload on one synthetic cluster and report what kube-scheduler would spend.
 
@@ -382,12 +382,24 @@ def allocate_cmd(
         typer.echo(yaml.safe_dump({"claim": claim["metadata"]["name"], "status": {"allocation": a.to_api()}}, sort_keys=False))
 
 
+_GATES_HELP = "The cluster's feature gates, e.g. DRANodeAllocatableResources=true (claimed CPUs count against the node's cpu); default: 1.36's."
+
+
+def _gates(text: str) -> dict[str, bool]:
+    from topodra.gates import FeatureGateError, parse_feature_gates
+
+    try:
+        return parse_feature_gates(text)
+    except FeatureGateError as e:
+        _fail(f"--feature-gates: {e}")
+
+
 @sim_app.command("replay")
 def replay_cmd(
     files: Annotated[list[Path], typer.Argument(help="Kubernetes objects in the order they happened (YAML/JSON, kind: List too); a deletion is the document {op: delete, kind: Pod, name: NAME}.")],
     output: Annotated[str, typer.Option("--output", "-o", help="yaml (each step with claims in the ResourceClaim status shape), json, or table.")] = "yaml",
     percentage: Annotated[int, typer.Option("--percentage-of-nodes-to-score", min=0, max=100, help="kube-scheduler's percentageOfNodesToScore (0: adaptive).")] = 0,
-    list_attributes: Annotated[bool, typer.Option("--list-attributes", help="The scheduler runs with DRAListTypeAttributes on (alpha): matchAttribute and distinctAttribute compare value sets.")] = False,
+    feature_gates: Annotated[str, typer.Option("--feature-gates", help=_GATES_HELP)] = "",
 ) -> None:
     """Replay what happened in a cluster: every pod's node and allocation, or kube-scheduler's reason.
 
@@ -397,11 +409,12 @@ def replay_cmd(
 
     if output not in ("yaml", "json", "table"):
         _fail(f"--output {output!r}: must be yaml, json or table")
+    gates = _gates(feature_gates)
     docs = _load(files)
     if not docs:
         _fail(f"{', '.join(map(str, files))}: no Kubernetes object in it, nothing to replay")
     try:
-        r = replay(((d.obj, d.source) for d in docs), percentage_of_nodes_to_score=percentage or None, list_type_attributes=list_attributes)
+        r = replay(((d.obj, d.source) for d in docs), percentage_of_nodes_to_score=percentage or None, gates=gates)
     except ReplayError as e:
         _fail(str(e))
     steps = [s.as_dict() for s in r.steps]
@@ -443,7 +456,7 @@ def diff_cmd(
     recorded: Annotated[Path, typer.Option("--recorded", "-r", help="What the cluster did: Pods and ResourceClaims read back from it (kubectl get -o yaml), or a step log with {steps: [...]}.")],
     output: Annotated[str, typer.Option("--output", "-o", help="table or json.")] = "table",
     percentage: Annotated[int, typer.Option("--percentage-of-nodes-to-score", min=0, max=100, help="kube-scheduler's percentageOfNodesToScore (0: adaptive).")] = 0,
-    list_attributes: Annotated[bool, typer.Option("--list-attributes", help="The scheduler runs with DRAListTypeAttributes on (alpha): matchAttribute and distinctAttribute compare value sets.")] = False,
+    feature_gates: Annotated[str, typer.Option("--feature-gates", help=_GATES_HELP)] = "",
 ) -> None:
     """Replay FILES and compare every pod's node and allocation with a recording from a real cluster.
 
@@ -455,12 +468,11 @@ def diff_cmd(
 
     if output not in ("table", "json"):
         _fail(f"--output {output!r}: must be table or json")
+    gates = _gates(feature_gates)
     docs = _load(files)
     try:
         rec = load_recorded(recorded)
-        report = diff_replay(
-            [(d.obj, d.source) for d in docs], rec, percentage_of_nodes_to_score=percentage or None, list_type_attributes=list_attributes
-        )
+        report = diff_replay([(d.obj, d.source) for d in docs], rec, percentage_of_nodes_to_score=percentage or None, gates=gates)
     except (YamlFileError, ReplayError) as e:
         _fail(str(e))
     if output == "json":
