@@ -3,8 +3,10 @@
 ``write_sysfs(t, root)`` lays out the files ``read_topology`` reads, the way
 the kernel writes them: CPU sets in list and hex-mask form, sibling masks
 limited to online CPUs, offline CPUs as bare ``cpuN`` folders with
-``online`` = 0, node ``meminfo``/``distance``, and evidence for core types
-and memory kinds. :class:`TreeStyle` switches parts off to imitate older
+``online`` = 0, node ``meminfo``/``distance``, evidence for core types
+and memory kinds, and the PCI devices of ``pci_roots`` (each in
+``sys/devices/<root>/<address>`` with ``class``, ``local_cpus``/``local_cpulist``
+and ``numa_node``, linked from ``sys/bus/pci/devices``: any shape a test builds). :class:`TreeStyle` switches parts off to imitate older
 kernels, containers and VMs (no caches, no cpufreq, no NUMA folder, no
 die/cluster files, masks only) so tests can check every fallback.
 """
@@ -138,6 +140,7 @@ def write_sysfs(t: Topology, root: str | os.PathLike[str], style: TreeStyle = Tr
     if hybrid and style.core_type_evidence == "pmu":
         _write(base, "sys/devices/cpu_core/cpus", t.cpus_of_type(CoreType.P_CORE).format())
         _write(base, "sys/devices/cpu_atom/cpus", t.cpus_of_type(CoreType.E_CORE).format())
+    _write_pci(base, t, style)
 
     total_kb = sum(n.memory_bytes for n in t.nodes.values()) // 1024
     _write(base, "proc/meminfo", f"MemTotal:       {total_kb} kB\nMemFree:        {total_kb // 2} kB")
@@ -183,6 +186,25 @@ def write_sysfs(t: Topology, root: str | os.PathLike[str], style: TreeStyle = Tr
     return base
 
 
+def _write_pci(base: Path, t: Topology, style: TreeStyle) -> None:
+    """Every device of every root directly below its root's folder (whatever its bus: the
+    path, not the bus number, names the root), with the attributes the reader and hwloc read."""
+    links = base / "sys/bus/pci/devices"
+    for root in t.pci_roots:
+        for dev in root.devices:
+            d = f"sys/devices/{root.name}/{dev.address}"
+            (base / d).mkdir(parents=True, exist_ok=True)
+            _write(base, f"{d}/vendor", "0x8086")
+            _write(base, f"{d}/device", "0x0000")
+            if dev.class_code is not None:
+                _write(base, f"{d}/class", f"0x{dev.class_code:06x}")
+            if dev.cpus is not None:
+                _cpus(base, f"{d}/local_cpus", dev.cpus, style, "local_cpulist")
+            _write(base, f"{d}/numa_node", str(-1 if dev.node is None else dev.node))
+            links.mkdir(parents=True, exist_ok=True)
+            os.symlink(f"../../../devices/{root.name}/{dev.address}", links / dev.address)
+
+
 def with_offline(t: Topology, cpus: CPUSet) -> Topology:
     """``t`` as the kernel shows it once ``cpus`` are offline (a hotplug): they leave every
     group and node list but stay present (``cpuN/online`` = 0 in the written tree)."""
@@ -196,6 +218,7 @@ def with_offline(t: Topology, cpus: CPUSet) -> Topology:
         cpus={c: replace(info, siblings=info.siblings & keep) for c, info in t.cpus.items() if c in keep},
         nodes=nodes,
         caches=caches,
+        pci_roots=tuple(replace(r, cpus=r.cpus & keep or keep, locality_known=bool(r.cpus & keep)) for r in t.pci_roots),
         present=t.present or t.online,
         online_cpus=keep,
         isolated=t.isolated & keep,

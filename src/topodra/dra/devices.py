@@ -56,6 +56,7 @@ from topodra.topology.model import CoreType, CPUInfo, Topology
 __all__ = [
     "DRIVER",
     "NUMA_NODE_ATTRIBUTE",
+    "PCIE_ROOT_ATTRIBUTE",
     "CAPACITY_CPU",
     "CAPACITY_CPUS",
     "Device",
@@ -69,6 +70,7 @@ __all__ = [
     "offered_cpus",
     "ordered_cpus",
     "cpu_attributes",
+    "pcie_root",
     "device_class",
     "node_allocatable_mappings",
     "NODE_ALLOCATABLE_SWITCHES",
@@ -80,6 +82,8 @@ __all__ = [
 DRIVER: Final = "native.cpu"
 #: The standard cross-driver NUMA attribute (KEP-6072).
 NUMA_NODE_ATTRIBUTE: Final = "resource.kubernetes.io/numaNode"
+#: The standard PCIe root attribute (``deviceattribute.StandardDeviceAttributePCIeRoot``).
+PCIE_ROOT_ATTRIBUTE: Final = "resource.kubernetes.io/pcieRoot"
 #: Consumable capacity of grouped devices, in whole CPUs.
 CAPACITY_CPU: Final = "cpu"
 #: Capacity of ``core`` devices: the core's hardware threads.
@@ -192,6 +196,13 @@ class DeviceModelConfig:
     ``off``. The device model builds them unless ``off``; the agent leaves them out
     of its slices when the probe says the server drops them.
 
+    ``list_attributes``: publish list-typed attribute values (gate ``DRAListTypeAttributes``,
+    alpha in Kubernetes 1.36, off by default: an API server without it refuses such slices).
+    Only ``resource.kubernetes.io/pcieRoot`` uses one: a CPU local to several PCIe roots
+    carries the list of them when on, and no ``pcieRoot`` at all when off (a CPU local to one
+    root carries it as a string either way). kube-scheduler 1.36 lets CEL selectors read such a
+    list, but its ``matchAttribute`` matches no list (docs/dra.md).
+
     ``shared_floor``: how many shared CPUs are never offered, so that whatever
     the scheduler allocates from the slices leaves shared containers somewhere
     to run and Prepare never has to refuse a claim for that (see
@@ -225,6 +236,7 @@ class DeviceModelConfig:
     shared_floor: int = 1
     node_allocatable: Literal["auto", "on", "off"] = "auto"
     taints: TaintConfig = field(default_factory=TaintConfig)
+    list_attributes: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.taints, Mapping):  # a plain mapping, as the loose constructors give it
@@ -235,6 +247,8 @@ class DeviceModelConfig:
                 raise ValueError(f"{_camel(name)} must be one of {', '.join(allowed)}, got {value!r}")
         if isinstance(self.shared_floor, bool) or not isinstance(self.shared_floor, int) or self.shared_floor < 0:
             raise ValueError(f"sharedFloor must be a whole number >= 0, got {self.shared_floor!r}")
+        if not isinstance(self.list_attributes, bool):
+            raise ValueError(f"listAttributes must be true or false, got {self.list_attributes!r}")
         for name, check in (
             ("add_attributes", _check_add),
             ("rename_attributes", _check_rename),
@@ -362,12 +376,14 @@ def _mhz(khz: int | None) -> int | None:
     return khz // 1000 if khz else None
 
 
-def cpu_attributes(topology: Topology, cpu: CPUInfo) -> dict[str, AttrValue]:
+def cpu_attributes(topology: Topology, cpu: CPUInfo, *, lists: bool = False) -> dict[str, AttrValue]:
     """The built-in attributes of one CPU (the ``cpu`` model's device attributes).
 
     ``package``, ``die``, ``cluster`` and ``core`` are machine-unique indexes
     (sysfs ids repeat across packages); frequencies are in MHz and present
-    only when known; ``smtSibling`` only on cores with several threads.
+    only when known; ``smtSibling`` only on cores with several threads;
+    ``resource.kubernetes.io/pcieRoot`` names the PCIe root(s) the CPU is local to
+    (``pcie_root``; ``lists``: list values allowed).
     """
     siblings = cpu.siblings or CPUSet([cpu.id])
     attrs: dict[str, AttrValue] = {
@@ -393,7 +409,22 @@ def cpu_attributes(topology: Topology, cpu: CPUInfo) -> dict[str, AttrValue]:
         attrs["l2Cache"] = cpu.l2
     if cpu.l3 is not None:
         attrs["l3Cache"] = cpu.l3
+    root = pcie_root(topology, cpu.id, lists=lists)
+    if root is not None:
+        attrs[PCIE_ROOT_ATTRIBUTE] = root
     return attrs
+
+
+def pcie_root(topology: Topology, cpu: int, *, lists: bool) -> str | tuple[str, ...] | None:
+    """The ``pcieRoot`` value of a CPU: the one root it is local to, the list of several (when
+    ``lists``), else None. Roots holding only bridges and uncore registers do not count
+    (``Topology.pcie_roots_of``)."""
+    roots = topology.pcie_roots_of(cpu)
+    if len(roots) == 1:
+        return roots[0]
+    if roots and lists:
+        return roots
+    return None
 
 
 def _load_hook(spec: str) -> AttributeHook:
@@ -555,7 +586,7 @@ def build_devices(
     per_cpu: dict[int, dict[str, AttrValue]] = {}
     for cpu_id in allowed:
         info = topology.cpus[cpu_id]
-        attrs = cpu_attributes(topology, info)
+        attrs = cpu_attributes(topology, info, lists=config.list_attributes)
         if hook is not None:
             assert config.attribute_hook is not None
             attrs.update(_hook_attributes(hook, config.attribute_hook, topology, info))

@@ -132,6 +132,8 @@ def run_cmd(
     scoring: Annotated[str, typer.Option("--scoring", help="Among feasible nodes: least-allocated (spread, like NodeResourcesFit) or first (pack).")] = "least-allocated",
     percentage: Annotated[int, typer.Option("--percentage-of-nodes-to-score", min=0, max=100, help="kube-scheduler's percentageOfNodesToScore (0: adaptive).")] = 0,
     keep_going: Annotated[bool, typer.Option("--keep-going", help="Schedule every pod even once no later pod can be scheduled (default: stop there).")] = False,
+    gpus: Annotated[bool, typer.Option("--gpus", help="Also publish the gpu.example.com driver's slices: a GPU per PCIe root (machines with PCI data: fixture:NAME, a spec with +pci).")] = False,
+    list_attributes: Annotated[bool, typer.Option("--list-attributes", help="DRAListTypeAttributes on (alpha): list-typed pcieRoot on CPUs that serve several roots, seen by the scheduler's CEL (its matchAttribute matches no list in 1.36).")] = False,
 ) -> None:
     """Schedule a workload on one synthetic cluster and report what kube-scheduler would spend.
 
@@ -168,6 +170,8 @@ def run_cmd(
         objects=tuple(str(p) for p in objects or ()),
         scoring=scoring,
         keep_going=keep_going,
+        gpus=gpus,
+        list_type_attributes=list_attributes,
     )
     costs = replace(DEFAULT_COSTS, cores=scheduler_cores)
     if out is not None:

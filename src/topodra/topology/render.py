@@ -248,12 +248,26 @@ def _sets_and_kinds(t: Topology) -> Table:
     return table
 
 
+def pci_table(t: Topology) -> Table | None:
+    """The PCIe roots and the CPUs local to each, or None without PCI data."""
+    if not t.pci_roots:
+        return None
+    table = Table(title="PCIe roots", show_edge=False)
+    for name in ("root", "local CPUs", "NUMA nodes", "devices", "endpoints"):
+        table.add_column(name)
+    for r in t.pci_roots:
+        cpus = r.cpus.format() + ("" if r.locality_known else " (unknown: all)")
+        ends = sum(d.is_endpoint for d in r.devices)
+        table.add_row(r.name, cpus, ",".join(map(str, r.nodes)) or "-", str(len(r.devices)), str(ends))
+    return table
+
+
 def render_topology(t: Topology) -> RichGroup:
-    """Everything ``topodra topology`` prints: tree, CPU sets, distances, warnings."""
+    """Everything ``topodra topology`` prints: tree, CPU sets, distances, PCIe roots, warnings."""
     parts: list[Tree | Table | Text] = [topology_tree(t), _sets_and_kinds(t)]
-    dist = distance_table(t)
-    if dist is not None:
-        parts.append(dist)
+    for extra in (distance_table(t), pci_table(t)):
+        if extra is not None:
+            parts.append(extra)
     for w in t.warnings:
         parts.append(Text(f"warning: {w}", style="yellow"))
     return RichGroup(*parts)

@@ -32,6 +32,7 @@ from topodra.topology.model import (
     NUMANode,
     Topology,
 )
+from topodra.topology.pci import read_pci_roots
 from topodra.topology.sysfs_tree import SysfsTree
 
 __all__ = ["read_topology", "TopologyError"]
@@ -364,6 +365,7 @@ class _Reader:
             )
         )
         final, caches = self.assemble_cpus(online, raw, node_of, core_types, isolated)
+        pci_roots = read_pci_roots(t, online, {n: node.cpus for n, node in nodes.items()}, self.warn)
         return Topology(
             cpus=final,
             nodes=nodes,
@@ -377,6 +379,7 @@ class _Reader:
             core_type_source=source,
             source=f"sysfs:{os.fspath(t.root)}",
             warnings=tuple(self.warnings),
+            pci_roots=pci_roots,
         )
 
     # --- one read per group -----------------------------------------------------
