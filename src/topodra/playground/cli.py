@@ -97,6 +97,9 @@ async def _run(console: object, scenarios: Sequence[object], topology: str | Non
             return False
         topo, label = machine
         chosen_model = model or sc.model or "cpu"
+        if (why := sc.unmet_model(chosen_model)) is not None:
+            console.print(f"[red]error:[/red] {why}", highlight=False, soft_wrap=True)
+            return False
         console.print(Rule(f"[bold]{sc.title}"))
         console.print(
             f"node [bold]playground[/bold]: {label}, {len(topo.cpus)} CPUs"
@@ -114,7 +117,7 @@ async def _run(console: object, scenarios: Sequence[object], topology: str | Non
             console.print(step_report(pg, res))
 
         try:
-            async with Playground(topology=topo, model=chosen_model) as pg:
+            async with Playground(topology=topo, model=chosen_model, group_by=sc.group_by) as pg:
                 console.print(f"  {pg.log.lines[0]}" if pg.log.lines else "", highlight=False)
                 results = await run_scenario(pg, sc, before_step=before, after_step=after)
                 ok = all(r.ok for r in results)

@@ -6,6 +6,7 @@ is a one-step scenario)::
     title: The upstream example, then its pod goes away
     topology: 20em64t-hybrid-1p6c2t+2ca4co1t   # optional: fixture, synthetic:SPEC or host
     model: cpu                                  # optional: cpu | core | core-or-thread | grouped
+    groupBy: numa                               # optional, grouped devices: numa | l3 | socket | machine
     steps:
     - title: Shared workloads
       apply: [background.yaml]                  # files (relative to the scenario) or inline objects
@@ -24,12 +25,16 @@ holds only on its own topology), ``count``,
 ``coreType`` (every CPU of that kind), ``excludes`` (no CPU shared with that
 container), ``includes`` (all CPUs of that container), ``asInStep`` (the same CPUs as
 after that earlier step), ``pending`` (the pod
-could not be scheduled and the message contains this text).
+could not be scheduled and the message contains this text), ``mems`` (exact
+memory nodes), ``allocated: true`` (exactly the CPUs of the devices the scheduler
+allocated to the container's claims: Prepare gave what the scheduler chose).
 
 ``requires`` states what a machine needs for the expectations to hold
 (``cpus``: at least that many online CPUs; ``coreTypes``: kinds of core that
-must be present, e.g. ``[P-core]``): on a machine without them the playground
-says so in one line instead of reporting failed expectations.
+must be present, e.g. ``[P-core]``; ``models``: the device models the
+expectations are written for): on a machine without them, or with another
+``--model``, the playground says so in one line instead of reporting failed
+expectations.
 """
 
 from __future__ import annotations
@@ -49,9 +54,10 @@ from topodra.yamldocs import read_text
 
 __all__ = ["Check", "Scenario", "ScenarioError", "Step", "builtin_scenario", "builtin_names", "load_scenario"]
 
-_CHECK_KEYS = {"cpus", "count", "coreType", "excludes", "includes", "pending", "asInStep"}
+_CHECK_KEYS = {"cpus", "count", "coreType", "excludes", "includes", "pending", "asInStep", "mems", "allocated"}
 _STEP_KEYS = {"title", "apply", "delete", "expect", "restartAgent"}
-_REQUIRES_KEYS = {"cpus", "coreTypes"}
+_REQUIRES_KEYS = {"cpus", "coreTypes", "models"}
+_GROUP_BY = ("numa", "l3", "socket", "machine")
 
 
 class ScenarioError(ValueError):
@@ -68,6 +74,8 @@ class Check:
     excludes: str | None = None
     includes: str | None = None
     pending: str | None = None
+    mems: CPUSet | None = None
+    allocated: bool = False
 
 
 @dataclass
@@ -85,9 +93,20 @@ class Scenario:
     steps: list[Step]
     topology: str | None = None
     model: str | None = None
+    group_by: str = "numa"  # of grouped devices
     source: str = ""
     min_cpus: int = 0
     core_types: tuple[str, ...] = ()
+    models: tuple[str, ...] = ()  # the device models its expectations are written for (empty: any)
+
+    def unmet_model(self, model: str) -> str | None:
+        """Why the expectations do not hold with ``model`` devices, or None."""
+        if not self.models or model in self.models:
+            return None
+        return (
+            f"{self.title!r} is written for {' or '.join(self.models)} devices; its expectations do not hold "
+            f"with --model {model} (run it without --model, or with {' or '.join(self.models)})"
+        )
 
     def unmet(self, topology: Topology) -> str | None:
         """Why ``topology`` cannot run this scenario's expectations, or None."""
@@ -118,12 +137,10 @@ def _parse_check(target: str, spec: Any, where: str) -> Check:
     unknown = set(spec) - _CHECK_KEYS
     if unknown:
         raise ScenarioError(f"{where}: expect[{target}]: unknown check(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(_CHECK_KEYS))}")
-    cpus = None
-    if "cpus" in spec:
-        try:
-            cpus = CPUSet.parse(str(spec["cpus"]))
-        except CPUSetParseError as err:
-            raise ScenarioError(f"{where}: expect[{target}].cpus: {err}") from None
+    cpus, mems = (_cpu_list(spec, key, target, where) for key in ("cpus", "mems"))
+    allocated = spec.get("allocated", False)
+    if not isinstance(allocated, bool):
+        raise ScenarioError(f"{where}: expect[{target}].allocated must be true or false, got {allocated!r}")
     count = spec.get("count")
     if count is not None and (not isinstance(count, int) or isinstance(count, bool) or count < 0):
         raise ScenarioError(
@@ -138,7 +155,18 @@ def _parse_check(target: str, spec: Any, where: str) -> Check:
         excludes=_target(spec["excludes"], where) if "excludes" in spec else None,
         includes=_target(spec["includes"], where) if "includes" in spec else None,
         pending=str(spec["pending"]) if "pending" in spec else None,
+        mems=mems,
+        allocated=allocated,
     )
+
+
+def _cpu_list(spec: dict[str, Any], key: str, target: str, where: str) -> CPUSet | None:
+    if key not in spec:
+        return None
+    try:
+        return CPUSet.parse(str(spec[key]))
+    except CPUSetParseError as err:
+        raise ScenarioError(f"{where}: expect[{target}].{key}: {err}") from None
 
 
 def _step_number(value: Any, target: str, where: str) -> int | None:
@@ -195,6 +223,9 @@ def parse_scenario(data: Any, source: str, loader: Any) -> Scenario:
     model = data.get("model")
     if model is not None and model not in MODELS:
         raise ScenarioError(f"{source}: model must be {', '.join(MODELS)}, got {model!r}")
+    group_by = data.get("groupBy", "numa")
+    if group_by not in _GROUP_BY:
+        raise ScenarioError(f"{source}: groupBy must be {', '.join(_GROUP_BY)}, got {group_by!r}")
     requires = data.get("requires") or {}
     if not isinstance(requires, dict) or set(requires) - _REQUIRES_KEYS:
         raise ScenarioError(f"{source}: requires must be a mapping with {', '.join(sorted(_REQUIRES_KEYS))}")
@@ -204,14 +235,19 @@ def parse_scenario(data: Any, source: str, loader: Any) -> Scenario:
         raise ScenarioError(f"{source}: requires.cpus must be a whole number, got {min_cpus!r}")
     if not isinstance(core_types, list) or not all(t in ("P-core", "E-core") for t in core_types):
         raise ScenarioError(f"{source}: requires.coreTypes must be a list of P-core / E-core, got {core_types!r}")
+    models = requires.get("models", [])
+    if not isinstance(models, list) or not all(m in MODELS for m in models):
+        raise ScenarioError(f"{source}: requires.models must be a list of {', '.join(MODELS)}, got {models!r}")
     return Scenario(
         title=str(data.get("title") or source),
         steps=steps,
         topology=data.get("topology"),
         model=model,
+        group_by=group_by,
         source=source,
         min_cpus=min_cpus,
         core_types=tuple(core_types),
+        models=tuple(models),
     )
 
 
