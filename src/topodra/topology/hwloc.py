@@ -834,17 +834,25 @@ def lstopo_available() -> bool:
 
 
 def run_lstopo(
-    root: Path, *, disallowed: bool = True, env: Mapping[str, str] | None = None, timeout: float = 60
+    root: Path,
+    *,
+    disallowed: bool = True,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 60,
+    console: bool = False,
 ) -> HwlocReading:
     """hwloc's reading of the tree at ``root`` (``lstopo-no-graphics --input ROOT --of xml``).
 
     ``disallowed`` shows CPUs and nodes a cgroup in the tree forbids, as
-    topodra reads the whole machine regardless of its own cgroup.
+    topodra reads the whole machine regardless of its own cgroup. ``console``
+    reads ``--of console -v`` instead, which also gives each CPU kind's
+    efficiency rank (the XML export leaves ranking to its reader).
     """
     exe = shutil.which(LSTOPO)
     if exe is None:
         raise FileNotFoundError(f"{LSTOPO} is not installed (Debian package 'hwloc')")
-    cmd = [exe, "--input", str(root), "--if", "fsroot", "--of", "xml", "-"]
+    out_format = ["console", "-v"] if console else ["xml"]
+    cmd = [exe, "--input", str(root), "--if", "fsroot", "--of", *out_format, "-"]
     if disallowed:
         cmd.insert(1, "--disallowed")
     run_env = {k: v for k, v in os.environ.items() if not k.startswith("HWLOC_")}
@@ -852,4 +860,5 @@ def run_lstopo(
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=run_env, check=False)
     if out.returncode != 0:
         raise HwlocParseError(f"{' '.join(cmd)} failed ({out.returncode}): {out.stderr.strip()[:300]}")
-    return parse_xml(out.stdout, where=f"lstopo --input {root}")
+    where = f"lstopo --input {root}"
+    return parse_console(out.stdout, where) if console else parse_xml(out.stdout, where)
