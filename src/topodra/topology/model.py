@@ -250,7 +250,7 @@ class Topology(_NodeQueries):
         return sorted(self._index.core_type, key=list(CoreType).index)
 
     def cpu_kinds(self) -> list[CPUSet]:
-        """The CPUs of each kind, least performant first (index = ``CPUInfo.kind``)."""
+        """The CPUs of each kind, least performant first (by ``CPUInfo.kind``)."""
         return [self._index.kind[k] for k in sorted(self._index.kind)]
 
     @property
