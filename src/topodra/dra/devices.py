@@ -398,6 +398,8 @@ def cpu_attributes(topology: Topology, cpu: CPUInfo, *, lists: bool = False) -> 
         "thread": sorted(siblings).index(cpu.id) if cpu.id in siblings else 0,
         NUMA_NODE_ATTRIBUTE: cpu.node,
     }
+    if len(topology.cpu_kinds()) > 1:
+        attrs["cpuKind"] = cpu.kind
     others = siblings - CPUSet([cpu.id])
     if others:
         attrs["smtSibling"] = others.first()
@@ -541,19 +543,23 @@ def _raw_devices(
             attrs = _agreeing([per_cpu[c] for c in cpus])
             raw.append((f"core{core}", attrs, {CAPACITY_CPUS: Capacity(len(cpus))}, False, cpus))
     else:
+        # One device per group and CPU kind (which fixes the core type), so every device has
+        # one coreType and one cpuKind; P before E as before, kinds of a type by rank.
         split_by_type = topology.hybrid
-        groups: dict[tuple[int, int, int], int] = {}
+        kinds_of_type = {ct: {topology.cpus[c].kind for c in topology.cpus_of_type(ct)} for ct in CoreType}
+        groups: dict[tuple[int, int, int, int], int] = {}
         for cpu_id in allowed:
             info = topology.cpus[cpu_id]
             type_index = list(CoreType).index(info.core_type) if split_by_type else 0
-            key = (_group_key(config, info), type_index, _SET_APART.index(reasons.get(cpu_id, "")))
+            key = (_group_key(config, info), type_index, info.kind if split_by_type else 0, _SET_APART.index(reasons.get(cpu_id, "")))
             groups[key] = groups.get(key, 0) | (1 << cpu_id)
-        for (gid, type_index, apart), mask in sorted(groups.items()):
+        for (gid, type_index, kind, apart), mask in sorted(groups.items()):
             cpus = CPUSet.from_mask(mask)
             prefix = _GROUP_PREFIX[config.group_by]
             name = prefix if config.group_by == "machine" else f"{prefix}{gid}"
             if split_by_type:
-                name += "-" + _TYPE_SUFFIX[list(CoreType)[type_index]]
+                core_type = list(CoreType)[type_index]
+                name += "-" + _TYPE_SUFFIX[core_type] + (f"{kind}" if len(kinds_of_type[core_type]) > 1 else "")
             if apart:
                 name += "-" + _SET_APART[apart]
             attrs = _agreeing([per_cpu[c] for c in cpus])

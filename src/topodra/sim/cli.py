@@ -149,10 +149,9 @@ def run_cmd(
         (mod, group), = parse_models([model])
     except ValueError as e:
         _fail(str(e))
-    if scoring not in ("least-allocated", "first"):
-        _fail(f"--scoring {scoring!r}: must be least-allocated or first")
-    if order not in ("topology-reversed", "topology", "cpu-id"):
-        _fail(f"--order {order!r}: must be topology-reversed, topology or cpu-id")
+    for option, value, allowed in (("--scoring", scoring, ("least-allocated", "first")), ("--order", order, ("topology-reversed", "topology", "cpu-id"))):
+        if value not in allowed:
+            _fail(f"{option} {value!r}: must be {', '.join(allowed[:-1])} or {allowed[-1]}")
     config = RunConfig(
         nodes=nodes,
         machines=_machines(machine, cpus),
@@ -180,6 +179,11 @@ def run_cmd(
         summary, results = _simulate(config, costs)
     except (ClusterError, WorkloadError, ValueError) as e:
         _fail(str(e))
+    _report_run(summary, results, out, as_json)
+
+
+def _report_run(summary: Any, results: Any, out: Path | None, as_json: bool) -> None:
+    """Write and print a run's summary; exit 1 when some pod could not be scheduled."""
     if out is not None:
         _write_run_files(out, summary, results)
     if as_json:

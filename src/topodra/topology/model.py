@@ -42,12 +42,12 @@ class CoreType(enum.StrEnum):
 
 
 class CoreTypeSource(enum.StrEnum):
-    """Where the core types came from, in order of precedence."""
+    """What told the CPU kinds apart (``topology.coretypes``)."""
 
     INTEL_PMU = "intel-pmu"  # /sys/devices/cpu_core/cpus, /sys/devices/cpu_atom/cpus
-    CPU_CAPACITY = "cpu-capacity"  # ARM big.LITTLE: cpuN/cpu_capacity
-    ACPI_CPPC = "acpi-cppc"  # cpuN/acpi_cppc/highest_perf
-    MAX_FREQUENCY = "max-frequency"  # cpuinfo_max_freq classes (last resort)
+    CPU_CAPACITY = "cpu-capacity"  # cpuN/cpu_capacity (ARM big.LITTLE / DynamIQ)
+    BASE_FREQUENCY = "base-frequency"  # cpuN/cpufreq/base_frequency
+    MAX_FREQUENCY = "max-frequency"  # cpuN/cpufreq/cpuinfo_max_freq
     NONE = "none"  # a single kind of CPU
 
 
@@ -92,6 +92,7 @@ class CPUInfo:
     l2: int | None = None
     l3: int | None = None
     core_type: CoreType = CoreType.STANDARD
+    kind: int = 0  # rank of the CPU's kind as hwloc ranks them: 0 = least performant
     base_freq_khz: int | None = None
     min_freq_khz: int | None = None
     max_freq_khz: int | None = None
@@ -301,6 +302,10 @@ class Topology(_NodeQueries):
     def core_types(self) -> list[CoreType]:
         return sorted(self._index.core_type, key=list(CoreType).index)
 
+    def cpu_kinds(self) -> list[CPUSet]:
+        """The CPUs of each kind, least performant first (by ``CPUInfo.kind``)."""
+        return [self._index.kind[k] for k in sorted(self._index.kind)]
+
     @property
     def hybrid(self) -> bool:
         return len(self._index.core_type) > 1
@@ -341,11 +346,12 @@ class _Index:
     l2: dict[int, CPUSet]
     l3: dict[int, CPUSet]
     core_type: dict[CoreType, CPUSet]
+    kind: dict[int, CPUSet]
 
     @staticmethod
     def build(cpus: Iterable[CPUInfo]) -> _Index:
         groups: dict[str, dict[object, int]] = {
-            k: {} for k in ("package", "die", "cluster", "core", "l2", "l3", "core_type")
+            k: {} for k in ("package", "die", "cluster", "core", "l2", "l3", "core_type", "kind")
         }
         for c in cpus:
             bit = 1 << c.id
@@ -357,6 +363,7 @@ class _Index:
                 ("l2", c.l2),
                 ("l3", c.l3),
                 ("core_type", c.core_type),
+                ("kind", c.kind),
             ):
                 if key is None:
                     continue
@@ -373,5 +380,6 @@ class _Index:
             core=sets("core"),
             l2=sets("l2"),
             l3=sets("l3"),
+            kind=sets("kind"),
             core_type={CoreType(k): CPUSet.from_mask(m) for k, m in groups["core_type"].items()},  # type: ignore[arg-type]
         )

@@ -82,6 +82,8 @@ def _core_label(t: Topology, core: Hashable, cpus: CPUSet) -> str:
         parts.append(f"{_ghz(c.base_freq_khz)}/{_ghz(c.max_freq_khz)} GHz")
     if c.capacity is not None:
         parts.append(f"capacity {c.capacity}")
+    if len(t.cpu_kinds()) > 1:
+        parts.append(f"kind {c.kind}")
     return " · ".join(parts)
 
 
@@ -242,6 +244,9 @@ def _sets_and_kinds(t: Topology) -> Table:
     table.add_row(
         "core types", f"{', '.join(k.value for k in t.core_types())} (source: {t.core_type_source.value})"
     )
+    kinds = t.cpu_kinds()
+    if len(kinds) > 1:
+        table.add_row("CPU kinds", ", ".join(f"{i}: {k.format()}" for i, k in enumerate(kinds)) + " (0 = slowest)")
     for n in t.nodes.values():
         tier = f", tier {n.tier}" if n.tier is not None else ""
         table.add_row(f"node {n.id} memory", f"{n.kind.value}{tier}: {n.kind_reason}")

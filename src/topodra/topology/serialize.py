@@ -30,7 +30,7 @@ from topodra.topology.model import (
 __all__ = ["SCHEMA", "topology_from_dict", "topology_to_dict"]
 
 #: Version of the dict layout.
-SCHEMA = 1
+SCHEMA = 2
 
 _CPU_INTS = ("id", "package", "die", "die_id", "cluster", "cluster_id", "core", "core_id", "node")
 _CPU_OPT_INTS = ("l1d", "l1i", "l2", "l3", "base_freq_khz", "min_freq_khz", "max_freq_khz", "capacity")
@@ -113,6 +113,7 @@ def _cpu_to_dict(c: CPUInfo) -> dict[str, Any]:
     for name in _CPU_OPT_INTS:
         out[name] = getattr(c, name)
     out["core_type"] = c.core_type.value
+    out["kind"] = c.kind
     out["isolated"] = c.isolated
     return out
 
@@ -281,6 +282,7 @@ def _read_cpus(items: list[Any]) -> dict[int, CPUInfo]:
             l2=opt["l2"],
             l3=opt["l3"],
             core_type=f.choice("core_type", CoreType, CoreType.STANDARD.value),
+            kind=f.req_int("kind", minimum=0),
             base_freq_khz=opt["base_freq_khz"],
             min_freq_khz=opt["min_freq_khz"],
             max_freq_khz=opt["max_freq_khz"],

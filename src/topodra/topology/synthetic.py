@@ -262,6 +262,7 @@ def _cpu_infos(spec: MachineSpec, cores: list[_Core], threads: list[list[int]]) 
                 l2=l2,
                 l3=core.l3,
                 core_type=core_type,
+                kind=0 if core_type is CoreType.E_CORE else int(hybrid),
                 base_freq_khz=1_400_000 if core.efficient else 1_900_000,
                 min_freq_khz=400_000,
                 max_freq_khz=3_900_000 if core.efficient else 5_000_000,
