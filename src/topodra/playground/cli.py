@@ -61,8 +61,13 @@ def playground_command(
         err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     if list_scenarios:
-        for name in builtin_names():
-            console.print(f"{name:16} {builtin_scenario(name).title}")
+        import textwrap
+
+        names = builtin_names()
+        indent = max(map(len, names), default=0) + 2
+        for name in names:
+            lines = textwrap.wrap(builtin_scenario(name).title, max(20, console.width - indent)) or [""]
+            console.print(f"{name:{indent}}" + ("\n" + " " * indent).join(lines), markup=False, highlight=False, soft_wrap=True)
         return
     from topodra.dra.devices import MODELS
 
@@ -92,11 +97,15 @@ async def _run(console: object, scenarios: Sequence[object], topology: str | Non
     all_ok = True
     for sc in scenarios:
         assert isinstance(sc, Scenario)
+        chosen_model = model or sc.model or "cpu"
+        refused = sc.refuses_model(chosen_model)
+        if refused is not None:
+            console.print(f"[red]error:[/red] {refused}", highlight=False, soft_wrap=True)
+            return False
         machine = _scenario_machine(console, sc, topology)
         if machine is None:
             return False
         topo, label = machine
-        chosen_model = model or sc.model or "cpu"
         console.print(Rule(f"[bold]{sc.title}"))
         console.print(
             f"node [bold]playground[/bold]: {label}, {len(topo.cpus)} CPUs"
@@ -146,15 +155,19 @@ def _scenario_machine(console: Console, sc: Scenario, topology: str | None) -> t
     exact = any(c.cpus is not None for st in sc.steps for c in st.expect)
     if exact and topology and sc.topology and topology != sc.topology:
         console.print(
-            f"[red]error:[/red] {sc.title!r} expects exact CPUs of {sc.topology}; run it without --topology",
+            f"[red]error:[/red] scenario {sc.name} expects exact CPUs of {sc.topology}; run it without --topology",
             highlight=False,
             soft_wrap=True,
         )
         return None
     if unmet:
+        hint = (
+            f"run it without --topology (it runs on {sc.topology})"
+            if topology and sc.topology
+            else "try another --topology or your own scenario file"
+        )
         console.print(
-            f"[red]error:[/red] {sc.title!r} needs a machine with {unmet}; {label} does not have it. "
-            "Try --topology synthetic:1s1d1n1l6c2t8e (a hybrid laptop) or your own scenario file.",
+            f"[red]error:[/red] scenario {sc.name} needs a machine with {unmet}; {label} does not have it: {hint}",
             highlight=False,
             soft_wrap=True,
         )

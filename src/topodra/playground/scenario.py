@@ -20,21 +20,27 @@ is a one-step scenario)::
 
 ``expect`` maps ``pod/container`` (namespace ``default`` unless written
 ``ns/pod/container``) to checks: ``cpus`` (exact list: the scenario then
-holds only on its own topology), ``count``,
+holds only on its own topology), ``count``, ``cores`` (exactly that many whole
+cores, every thread of each),
 ``coreType`` (every CPU of that kind), ``excludes`` (no CPU shared with that
 container), ``includes`` (all CPUs of that container), ``asInStep`` (the same CPUs as
 after that earlier step), ``pending`` (the pod
-could not be scheduled and the message contains this text).
+could not be scheduled and the message contains this text), and ``byModel``
+(model -> checks that replace the ones named for that device model; ``null``
+drops one: ``{count: 1, byModel: {core: {count: null, cores: 1}}}``).
+
+``models`` lists the device models the expectations hold for (default: every
+model); asked for another, the playground refuses in one line.
 
 ``requires`` states what a machine needs for the expectations to hold
-(``cpus``: at least that many online CPUs; ``coreTypes``: kinds of core that
-must be present, e.g. ``[P-core]``): on a machine without them the playground
+(``cpus``: at least that many online CPUs; ``numaCpus``: a NUMA node with at
+least that many; ``coreTypes``: kinds of core that must be present, e.g. ``[P-core]``): on a machine without them the playground
 says so in one line instead of reporting failed expectations.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -49,9 +55,10 @@ from topodra.yamldocs import read_text
 
 __all__ = ["Check", "Scenario", "ScenarioError", "Step", "builtin_scenario", "builtin_names", "load_scenario"]
 
-_CHECK_KEYS = {"cpus", "count", "coreType", "excludes", "includes", "pending", "asInStep"}
+_CHECK_KEYS = {"cpus", "count", "cores", "coreType", "excludes", "includes", "pending", "asInStep", "byModel"}
 _STEP_KEYS = {"title", "apply", "delete", "expect", "restartAgent"}
-_REQUIRES_KEYS = {"cpus", "coreTypes"}
+_REQUIRES_KEYS = {"cpus", "coreTypes", "numaCpus"}
+_SCENARIO_KEYS = {"title", "topology", "model", "models", "requires", "steps"}
 
 
 class ScenarioError(ValueError):
@@ -68,6 +75,12 @@ class Check:
     excludes: str | None = None
     includes: str | None = None
     pending: str | None = None
+    cores: int | None = None  # exactly this many whole cores
+    by_model: tuple[tuple[str, Check], ...] = ()  # the check as it reads for a device model
+
+    def for_model(self, model: str) -> Check:
+        """The check as it reads for ``model`` (its ``byModel`` entry, else itself)."""
+        return dict(self.by_model).get(model, self)
 
 
 @dataclass
@@ -87,18 +100,36 @@ class Scenario:
     model: str | None = None
     source: str = ""
     min_cpus: int = 0
+    min_numa_cpus: int = 0
     core_types: tuple[str, ...] = ()
+    models: tuple[str, ...] = MODELS
+
+    @property
+    def name(self) -> str:
+        """What the user named: a built-in scenario's name, else its file."""
+        return self.source.removeprefix("builtin:") or self.title
+
+    def refuses_model(self, model: str) -> str | None:
+        """Why this scenario's expectations do not hold for device model ``model``, or None."""
+        if model in self.models:
+            return None
+        *most, last = self.models
+        choices = f"{', '.join(most)} or {last}" if most else last
+        return f"scenario {self.name} holds for --model {choices}, not {model}"
 
     def unmet(self, topology: Topology) -> str | None:
         """Why ``topology`` cannot run this scenario's expectations, or None."""
         missing = []
         if len(topology.online) < self.min_cpus:
             missing.append(f"at least {self.min_cpus} online CPUs (it has {len(topology.online)})")
+        largest = max((len(topology.cpus_of_node(n) & topology.online) for n in topology.numa_nodes()), default=0)
+        if largest < self.min_numa_cpus:
+            missing.append(f"a NUMA node of at least {self.min_numa_cpus} online CPUs (its largest has {largest})")
         have = {t.value for t in topology.core_types()}
         lacking = [t for t in self.core_types if t not in have]
         if lacking:
             missing.append(f"{' and '.join(lacking)} CPUs (it has {', '.join(sorted(have)) or 'none'})")
-        return "; ".join(missing) or None
+        return " and ".join(missing) or None
 
 
 def _target(text: str, where: str) -> str:
@@ -118,21 +149,35 @@ def _parse_check(target: str, spec: Any, where: str) -> Check:
     unknown = set(spec) - _CHECK_KEYS
     if unknown:
         raise ScenarioError(f"{where}: expect[{target}]: unknown check(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(_CHECK_KEYS))}")
+    by_model = spec.get("byModel") or {}
+    if not isinstance(by_model, dict) or not all(m in MODELS and isinstance(v, dict) for m, v in by_model.items()):
+        raise ScenarioError(f"{where}: expect[{target}].byModel must map a model ({', '.join(MODELS)}) to checks, got {by_model!r}")
+    base = {k: v for k, v in spec.items() if k != "byModel"}
+    variants = tuple(
+        (m, _one_check(target, {k: v for k, v in {**base, **over}.items() if v is not None}, f"{where}: byModel.{m}"))
+        for m, over in by_model.items()
+    )
+    return replace(_one_check(target, base, where), by_model=variants)
+
+
+def _whole(value: Any, what: str, where: str) -> int | None:
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+        raise ScenarioError(f"{where}: {what} must be a whole number (got {value!r})")
+    return value
+
+
+def _one_check(target: str, spec: dict[str, Any], where: str) -> Check:
     cpus = None
     if "cpus" in spec:
         try:
             cpus = CPUSet.parse(str(spec["cpus"]))
         except CPUSetParseError as err:
             raise ScenarioError(f"{where}: expect[{target}].cpus: {err}") from None
-    count = spec.get("count")
-    if count is not None and (not isinstance(count, int) or isinstance(count, bool) or count < 0):
-        raise ScenarioError(
-            f"{where}: expect[{target}].count must be a whole number, got {count!r}"
-        )
     return Check(
         target=_target(target, where),
         cpus=cpus,
-        count=count,
+        count=_whole(spec.get("count"), f"expect[{target}].count", where),
+        cores=_whole(spec.get("cores"), f"expect[{target}].cores", where),
         as_in_step=_step_number(spec.get("asInStep"), target, where),
         core_type=spec.get("coreType"),
         excludes=_target(spec["excludes"], where) if "excludes" in spec else None,
@@ -172,6 +217,9 @@ def _objects(items: Any, base: Path | None, where: str, loader: Any) -> list[Man
 def parse_scenario(data: Any, source: str, loader: Any) -> Scenario:
     if not isinstance(data, dict) or not isinstance(data.get("steps"), list):
         raise ScenarioError(f"{source}: a scenario is a mapping with a list of steps")
+    unknown = set(data) - _SCENARIO_KEYS
+    if unknown:
+        raise ScenarioError(f"{source}: unknown key(s) {', '.join(sorted(map(str, unknown)))}; known: {', '.join(sorted(_SCENARIO_KEYS))}")
     steps: list[Step] = []
     for i, raw in enumerate(data["steps"]):
         where = f"{source}: step {i + 1}"
@@ -195,13 +243,15 @@ def parse_scenario(data: Any, source: str, loader: Any) -> Scenario:
     model = data.get("model")
     if model is not None and model not in MODELS:
         raise ScenarioError(f"{source}: model must be {', '.join(MODELS)}, got {model!r}")
+    models = data.get("models", list(MODELS))
+    if not isinstance(models, list) or not models or not all(m in MODELS for m in models):
+        raise ScenarioError(f"{source}: models must be a list of {', '.join(MODELS)} (got {models!r})")
     requires = data.get("requires") or {}
     if not isinstance(requires, dict) or set(requires) - _REQUIRES_KEYS:
         raise ScenarioError(f"{source}: requires must be a mapping with {', '.join(sorted(_REQUIRES_KEYS))}")
-    min_cpus = requires.get("cpus", 0)
+    min_cpus = _whole(requires.get("cpus", 0), "requires.cpus", source) or 0
+    min_numa_cpus = _whole(requires.get("numaCpus", 0), "requires.numaCpus", source) or 0
     core_types = requires.get("coreTypes", [])
-    if not isinstance(min_cpus, int) or isinstance(min_cpus, bool) or min_cpus < 0:
-        raise ScenarioError(f"{source}: requires.cpus must be a whole number, got {min_cpus!r}")
     if not isinstance(core_types, list) or not all(t in ("P-core", "E-core") for t in core_types):
         raise ScenarioError(f"{source}: requires.coreTypes must be a list of P-core / E-core, got {core_types!r}")
     return Scenario(
@@ -211,7 +261,9 @@ def parse_scenario(data: Any, source: str, loader: Any) -> Scenario:
         model=model,
         source=source,
         min_cpus=min_cpus,
+        min_numa_cpus=min_numa_cpus,
         core_types=tuple(core_types),
+        models=tuple(models),
     )
 
 
