@@ -28,7 +28,7 @@ import asyncio
 import contextlib
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
@@ -214,6 +214,43 @@ def _discovery(path: str) -> dict[str, Any] | None:
     return None
 
 
+def _warning(text: str) -> str:
+    """A ``Warning`` header value (RFC 7234 warn-code 299, agent "-"), as the real server writes it."""
+    return "299 - " + json.dumps(text)
+
+
+_VALIDATIONS: Final = ("Strict", "Warn", "Ignore")
+
+
+def _decoded(kind: Kind, body: bytes, validation: str, ctype: str, warnings: list[str]) -> bytes:
+    """The request body as decoding into the typed object leaves it: unknown fields refused
+    (``fieldValidation=Strict``), or dropped with a warning each (``Warn``, the default) or
+    silently (``Ignore``). A body that is not a JSON object is left to the handler."""
+    from topodra.embedded.openapi import drop_unknown_fields
+
+    if validation not in _VALIDATIONS:
+        raise ApiError.bad_request(f"fieldValidation must be one of {', '.join(_VALIDATIONS)}, got {validation!r}")
+    if ctype == "application/apply-patch+yaml":
+        return body
+    try:
+        obj = json.loads(body) if body else None
+    except ValueError:
+        return body
+    if not isinstance(obj, dict):
+        return body
+    unknown = drop_unknown_fields(kind, obj, strategic=ctype == "application/strategic-merge-patch+json")
+    if not unknown:
+        return body
+    if validation == "Strict":
+        fields = ", ".join(f"unknown field {json.dumps(f)}" for f in unknown)
+        raise ApiError.bad_request(
+            f'{kind.kind} in version "{kind.version}" cannot be handled as a {kind.kind}: strict decoding error: {fields}'
+        )
+    if validation == "Warn":
+        warnings.extend(f"unknown field {json.dumps(f)}" for f in unknown)
+    return json.dumps(obj).encode()
+
+
 def _default_manager(headers: dict[str, str]) -> str:
     """The real server names an update's manager after the client's user agent."""
     return headers.get("user-agent", "unknown").split("/")[0] or "unknown"
@@ -320,9 +357,12 @@ class ApiServer:
             except h11.LocalProtocolError:
                 return
 
-    async def _respond(self, conn: h11.Connection, writer: asyncio.StreamWriter, code: int, obj: Any) -> None:
-        data = json.dumps(obj).encode()
-        writer.write(conn.send(h11.Response(status_code=code, headers=[*_JSON, ("content-length", str(len(data)))])) or b"")
+    async def _respond(
+        self, conn: h11.Connection, writer: asyncio.StreamWriter, code: int, obj: Any, warnings: Sequence[str] = ()
+    ) -> None:
+        data = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
+        headers = [*_JSON, *(("warning", _warning(w)) for w in warnings), ("content-length", str(len(data)))]
+        writer.write(conn.send(h11.Response(status_code=code, headers=headers)) or b"")
         writer.write(conn.send(h11.Data(data=data)) or b"")
         writer.write(conn.send(h11.EndOfMessage()) or b"")
         await writer.drain()
@@ -341,6 +381,7 @@ class ApiServer:
         split = urlsplit(target)
         query = parse_qs(split.query)
         self.requests.append((method, split.path))
+        warnings: list[str] = []
         try:
             route = _route(split.path)
             if isinstance(route, str):
@@ -358,10 +399,10 @@ class ApiServer:
                 await self._watch(conn, reader, writer, route, query)
                 return
             self._granular_check(method, route, query, headers, body)
-            code, obj = self._call(method, route, query, headers, body)
+            code, obj = self._call(method, route, query, headers, body, warnings)
         except ApiError as exc:
             code, obj = exc.code, exc.status()
-        await self._respond(conn, writer, code, obj)
+        await self._respond(conn, writer, code, obj, warnings)
 
     def _granular_check(
         self, method: str, route: _Route, query: dict[str, list[str]], headers: dict[str, str], body: bytes
@@ -408,6 +449,12 @@ class ApiServer:
     def _misc(self, path: str) -> tuple[int, Any]:
         if path in ("healthz", "readyz", "livez"):
             return 200, "ok"
+        if path.startswith("openapi/"):
+            from topodra.embedded.openapi import document
+
+            served = document(path)
+            if served is not None:
+                return 200, served
         if path == "version":
             return 200, {"major": "1", "minor": "37", "gitVersion": "v1.37.0-topodra-double", "platform": "linux/amd64"}
         found = _discovery(path)
@@ -430,10 +477,19 @@ class ApiServer:
             raise ApiError.bad_request(f"the request body is not valid JSON: {exc}") from None
 
     def _call(
-        self, method: str, route: _Route, query: dict[str, list[str]], headers: dict[str, str], body: bytes
+        self,
+        method: str,
+        route: _Route,
+        query: dict[str, list[str]],
+        headers: dict[str, str],
+        body: bytes,
+        warnings: list[str] | None = None,
     ) -> tuple[int, Any]:
         store, kind, ns, name = self.store, route.kind, route.namespace, route.name
         dry_run = _q(query, "dryRun") == "All"
+        if method in ("POST", "PUT", "PATCH"):
+            ctype = headers.get("content-type", "").split(";")[0].strip()
+            body = _decoded(kind, body, _q(query, "fieldValidation") or "Warn", ctype, warnings if warnings is not None else [])
         if route.subresource and route.subresource != "status":
             raise ApiError(404, "NotFound", f"unknown subresource {route.subresource!r}")
         if method == "GET":

@@ -375,7 +375,7 @@ def cel_compile_problem(expression: str) -> str | None:
     the ``sim`` extra; without it selectors are not compiled here (``cel_checked()`` says so)."""
     if not cel_checked():
         return None
-    from topodra.sim.cel import CelCompileError, compile_selector
+    from topodra.sim.cel import CelCompileError, compile_selector, result_type
 
     try:
         compile_selector(expression)
@@ -384,6 +384,11 @@ def cel_compile_problem(expression: str) -> str | None:
         lines = expression.split("\n")
         text = lines[err.line - 1] if 0 < err.line <= len(lines) else expression
         return f"compilation failed: ERROR: <input>:{err.line}:{col}: {err.message}\n | {text}\n | {'.' * (col - 1)}^"
+    # A selector decides per device: a result known to be anything but a bool is refused too
+    # (dynamic-resource-allocation/cel/compile.go CompileCELExpression, v1.36.2).
+    found = result_type(expression)
+    if found not in (None, "bool", "dyn"):
+        return f"must evaluate to bool or the unknown type, not {found}"
     return None
 
 

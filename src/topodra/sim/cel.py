@@ -47,6 +47,7 @@ __all__ = [
     "CelDevice",
     "CompiledSelector",
     "compile_selector",
+    "result_type",
     "attribute_value",
     "split_qualified_name",
     "INCLUDES_MAX_LIST",
@@ -122,17 +123,26 @@ class _Runtime:
         self.cel = cel
         T = cel.Type
         functions = [*self._quantity_functions(), *self._semver_functions(), *self._list_functions()]
-        self.env = cel.NewEnv(
-            pool,
-            variables={"device": T.DYN},
+
+        def env(variables: dict[str, Any]) -> Any:
             # The Kubernetes functions go in an extension loaded after the string
             # extension so that list ``indexOf`` joins the string overloads.
-            extensions=[
-                ext_bindings.ExtBindings(),
-                ext_optional.ExtOptional(),
-                ext_strings.ExtStrings(2),
-                cel.CelExtension("kubernetes", functions),
-            ],
+            extensions = [ext_bindings.ExtBindings(), ext_optional.ExtOptional(), ext_strings.ExtStrings(2)]
+            return cel.NewEnv(pool, variables=variables, extensions=[*extensions, cel.CelExtension("kubernetes", functions)])
+
+        self.env = env({"device": T.DYN})
+        # For result types only: the device's fields typed as Kubernetes declares them
+        # (staging/src/k8s.io/dynamic-resource-allocation/cel/compile.go, v1.36.2), each
+        # reached through a variable of its own (see ``result_type``).
+        quantity = T("topodra.cel.Quantity")
+        self.typed_env = env(
+            {
+                "device__self": T.AbstractType("kubernetes.DRADevice"),
+                "device__driver": T.STRING,
+                "device__attributes": T.Map(T.STRING, T.Map(T.STRING, T.DYN)),
+                "device__capacity": T.Map(T.STRING, T.Map(T.STRING, quantity)),
+                "device__allowMultipleAllocations": T.BOOL,
+            }
         )
         self.bool_type = T.BOOL
         self.error_type = T.ERROR
@@ -553,6 +563,55 @@ def compile_selector(expression: str) -> CompiledSelector:
             first = errors[0] if errors else _clean(text)
             raise CelCompileError(expression, first, int(pos.group(2)) if pos else None, int(pos.group(1)) if pos else 1) from None
     return CompiledSelector(expression, program)
+
+
+_CEL_GO_NAMES: dict[str, str] = {
+    "topodra.cel.Quantity": "kubernetes.Quantity",
+    "topodra.cel.Semver": "kubernetes.Semver",
+    "NULL": "null_type",
+    "DURATION": "google.protobuf.Duration",
+    "TIMESTAMP": "google.protobuf.Timestamp",
+}
+_BARE_DEVICE = re.compile(r"\bdevice\b(?!\s*\.)")
+_TYPE_PART = re.compile(r"topodra\.cel\.\w+|[A-Z_]+|[<>,]|\s+|[\w.]+")
+
+
+def _cel_go_type(name: str) -> str:
+    """cel-expr-python's type name (``LIST<INT>``) as cel-go prints it (``list(int)``)."""
+    out = []
+    for part in _TYPE_PART.findall(name):
+        if part in _CEL_GO_NAMES:
+            out.append(_CEL_GO_NAMES[part])
+        elif part == "<":
+            out.append("(")
+        elif part == ">":
+            out.append(")")
+        elif part.strip() and part[:1].isupper() and part.isupper():
+            out.append(part.lower().replace("optional", "optional_type"))
+        else:
+            out.append(part)
+    return "".join(out)
+
+
+def result_type(expression: str) -> str | None:
+    """The type a selector that compiles evaluates to, as cel-go names it (``bool``, ``int``,
+    ``list(string)``, ``kubernetes.Quantity``...), with ``device.driver``, ``.attributes``,
+    ``.capacity`` and ``.allowMultipleAllocations`` typed as in Kubernetes; ``dyn`` when the
+    type is known only at run time; None when the expression does not compile."""
+    def typed_names(code: str) -> str:
+        return _BARE_DEVICE.sub("device__self", _DEVICE_FIELD_REF.sub(lambda f: f"device__{f.group(1)}", code))
+
+    typed: list[str] = []
+    last = 0
+    for m in _STRING_LITERAL.finditer(expression):
+        typed.extend((typed_names(expression[last : m.start()]), m.group(0)))
+        last = m.end()
+    typed.append(typed_names(expression[last:]))
+    try:
+        program = _runtime().typed_env.compile("".join(typed))
+    except RuntimeError:
+        return None
+    return _cel_go_type(str(program.return_type()))
 
 
 def selectors_of(expressions: Iterable[str]) -> list[CompiledSelector]:

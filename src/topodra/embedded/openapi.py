@@ -1,0 +1,233 @@
+"""The OpenAPI v3 documents of the kinds the API server double serves, and field checks from them.
+
+kubectl 1.36 reads ``/openapi/v3`` (a list of group-version documents, each under a
+``serverRelativeURL`` carrying the document's hash), then the document of the object's group
+and version. When that document's PATCH operation for the object's kind takes the
+``fieldValidation`` query parameter, kubectl leaves validation to the server and sends
+``fieldValidation=Strict`` (its default ``--validate=strict``); otherwise it validates the
+object itself against the schemas, or gives up without ``--validate=false``.
+
+The component schemas are kube-apiserver 1.36.2's for the served kinds and everything they
+refer to, facts only (``openapi/README.md``; ``scripts/openapi-schemas`` extracts them). The
+paths are built here from ``store.KINDS`` with the verbs and parameters the double serves. The
+same schemas decide which fields of an object are unknown, as the real server's strict decoding
+does: ``fieldValidation=Strict`` refuses them, ``Warn`` (the default) and ``Ignore`` drop them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from functools import cache, lru_cache
+from importlib import resources
+from typing import Any, Final
+
+from topodra.embedded.store import KINDS, Kind
+
+__all__ = [
+    "document",
+    "drop_unknown_fields",
+    "group_version_path",
+    "schema_name",
+    "strategic_patch",
+    "unknown_fields",
+]
+
+_FILES: Final = {("", "v1"): "core-v1.json", ("resource.k8s.io", "v1"): "resource-v1.json"}
+_REF: Final = "#/components/schemas/"
+_META: Final = "io.k8s.apimachinery.pkg.apis.meta.v1."
+_VERSION: Final = "v1.36.2"
+
+
+@cache
+def _schemas(group: str, version: str) -> dict[str, Any]:
+    text = (resources.files("topodra.embedded") / "openapi" / _FILES[(group, version)]).read_text()
+    loaded: dict[str, Any] = json.loads(text)
+    return loaded
+
+
+def group_version_path(group: str, version: str) -> str:
+    """``api/v1`` or ``apis/GROUP/VERSION``: the key of a group-version in ``/openapi/v3``."""
+    return f"apis/{group}/{version}" if group else f"api/{version}"
+
+
+def schema_name(kind: Kind) -> str:
+    """The component schema of ``kind`` (``io.k8s.api.core.v1.Pod``)."""
+    for name, schema in _schemas(kind.group, kind.version).items():
+        for gvk in schema.get("x-kubernetes-group-version-kind", []):
+            if (gvk.get("group"), gvk.get("version"), gvk.get("kind")) == (kind.group, kind.version, kind.kind):
+                return name
+    raise KeyError(f"no schema for {kind.kind}")
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": _REF + name}
+
+
+def _query(*names: str) -> list[dict[str, Any]]:
+    types = {"limit": "integer", "timeoutSeconds": "integer", "watch": "boolean", "force": "boolean"}
+    return [{"name": n, "in": "query", "schema": {"type": types.get(n, "string"), "uniqueItems": True}} for n in names]
+
+
+_BODY_TYPES: Final = ("application/json", "application/yaml")
+_PATCH_TYPES: Final = ("application/apply-patch+yaml", "application/merge-patch+json", "application/strategic-merge-patch+json")
+
+
+def _operation(kind: Kind, action: str, schema: str, sub: str = "") -> dict[str, Any]:
+    gvk = {"group": kind.group, "version": kind.version, "kind": kind.kind}
+    what = f"{kind.kind}{sub.title()}"
+    responses = {"200": {"description": "OK", "content": {t: {"schema": _ref(schema)} for t in _BODY_TYPES}}}
+    op: dict[str, Any] = {
+        "operationId": f"{action}{what}",
+        "x-kubernetes-action": action,
+        "x-kubernetes-group-version-kind": gvk,
+        "responses": responses,
+    }
+    if action == "list":
+        op["parameters"] = _query("labelSelector", "fieldSelector", "limit", "continue", "resourceVersion", "timeoutSeconds", "watch")
+        op["responses"] = {"200": {"description": "OK", "content": {"application/json": {"schema": {"type": "object"}}}}}
+    elif action in ("post", "put"):
+        op["parameters"] = _query("dryRun", "fieldManager", "fieldValidation")
+        op["requestBody"] = {"content": {"*/*": {"schema": _ref(schema)}}, "required": True}
+        if action == "post":
+            op["responses"]["201"] = {"description": "Created", "content": responses["200"]["content"]}
+    elif action == "patch":
+        op["parameters"] = _query("dryRun", "fieldManager", "fieldValidation", "force")
+        op["requestBody"] = {"content": {t: {"schema": _ref(_META + "Patch")} for t in _PATCH_TYPES}, "required": True}
+    elif action == "delete":
+        op["parameters"] = _query("dryRun")
+        op["requestBody"] = {"content": {"*/*": {"schema": _ref(_META + "DeleteOptions")}}}
+    return op
+
+
+def _paths(kind: Kind) -> dict[str, Any]:
+    schema = schema_name(kind)
+    base = f"/{group_version_path(kind.group, kind.version)}"
+    named = [{"name": "name", "in": "path", "required": True, "schema": {"type": "string", "uniqueItems": True}}]
+    if kind.namespaced:
+        ns = [{"name": "namespace", "in": "path", "required": True, "schema": {"type": "string", "uniqueItems": True}}]
+        collection = f"{base}/namespaces/{{namespace}}/{kind.plural}"
+        paths: dict[str, Any] = {f"{base}/{kind.plural}": {"get": _operation(kind, "list", schema)}}
+    else:
+        ns = []
+        collection = f"{base}/{kind.plural}"
+        paths = {}
+    paths[collection] = {"get": _operation(kind, "list", schema), "post": _operation(kind, "post", schema), "parameters": ns}
+    paths[f"{collection}/{{name}}"] = {
+        action: _operation(kind, action, schema) for action in ("get", "put", "patch", "delete")
+    } | {"parameters": named + ns}
+    if kind.has_status:
+        paths[f"{collection}/{{name}}/status"] = {
+            action: _operation(kind, action, schema, "status") for action in ("get", "put", "patch")
+        } | {"parameters": named + ns}
+    return paths
+
+
+@cache
+def _group_version_document(group: str, version: str) -> bytes:
+    paths: dict[str, Any] = {}
+    for kind in KINDS.values():
+        if (kind.group, kind.version) == (group, version):
+            paths.update(_paths(kind))
+    doc = {
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": _VERSION},
+        "paths": paths,
+        "components": {"schemas": _schemas(group, version)},
+    }
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+@lru_cache(maxsize=1)
+def _root() -> bytes:
+    paths = {}
+    for group, version in sorted({(k.group, k.version) for k in KINDS.values()}):
+        key = group_version_path(group, version)
+        digest = hashlib.sha512(_group_version_document(group, version)).hexdigest().upper()
+        paths[key] = {"serverRelativeURL": f"/openapi/v3/{key}?hash={digest}"}
+    return json.dumps({"paths": paths}).encode()
+
+
+def document(path: str) -> bytes | None:
+    """The JSON of ``/openapi/v3`` or ``/openapi/v3/<group-version>`` (path without slashes at
+    either end), or None for any other path."""
+    if path == "openapi/v3":
+        return _root()
+    for group, version in {(k.group, k.version) for k in KINDS.values()}:
+        if path == f"openapi/v3/{group_version_path(group, version)}":
+            return _group_version_document(group, version)
+    return None
+
+
+# --- strict decoding ---------------------------------------------------------------------------------
+
+
+def _resolve(schema: dict[str, Any], schemas: dict[str, Any]) -> dict[str, Any]:
+    while True:
+        if "$ref" in schema:
+            schema = schemas[schema["$ref"].removeprefix(_REF)]
+        elif len(schema.get("allOf", ())) == 1:
+            schema = schema["allOf"][0]
+        else:
+            return schema
+
+
+def _walk(
+    value: Any, schema: dict[str, Any], path: str, schemas: dict[str, Any], drop: bool | None, out: list[str]
+) -> None:
+    """Unknown fields of ``value`` into ``out``; ``drop``: remove them too (None: remove them, and
+    pass over ``$`` directives)."""
+    schema = _resolve(schema, schemas)
+    if isinstance(value, dict):
+        props = schema.get("properties")
+        extra = schema.get("additionalProperties")
+        for key in list(value):
+            if drop is None and str(key).startswith("$"):
+                continue  # a strategic merge patch's directive
+            where = f"{path}.{key}" if path else str(key)
+            if props is not None:
+                if key not in props:
+                    out.append(where)
+                    if drop is not False:
+                        del value[key]
+                    continue
+                _walk(value[key], props[key], where, schemas, drop, out)
+            elif isinstance(extra, dict):
+                _walk(value[key], extra, where, schemas, drop, out)
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for i, item in enumerate(value):
+            _walk(item, schema["items"], f"{path}[{i}]", schemas, drop, out)
+
+
+def unknown_fields(kind: Kind, obj: Any) -> list[str]:
+    """The fields of ``obj`` that ``kind``'s schema does not declare, in document order, written
+    as the real server's strict decoding writes them (``spec.devices[0].attributes.DOMAIN/ID.x``)."""
+    out: list[str] = []
+    _walk(obj, {"$ref": _REF + schema_name(kind)}, "", _schemas(kind.group, kind.version), False, out)
+    return out
+
+
+def drop_unknown_fields(kind: Kind, obj: Any, *, strategic: bool = False) -> list[str]:
+    """Remove the unknown fields from ``obj`` (in place), as decoding into the typed object does;
+    returns them. ``strategic``: ``obj`` is a strategic merge patch, whose ``$`` directives stay."""
+    out: list[str] = []
+    _walk(obj, {"$ref": _REF + schema_name(kind)}, "", _schemas(kind.group, kind.version), None if strategic else True, out)
+    return out
+
+
+def strategic_patch(kind: Kind, current: Any, patch: Any) -> Any:
+    """``current`` with the strategic merge ``patch`` applied, by ``kind``'s schema."""
+    from topodra.embedded.strategic import strategic_merge
+
+    schemas = _schemas(kind.group, kind.version)
+
+    def field(schema: dict[str, Any] | None, name: str) -> dict[str, Any] | None:
+        if schema is None:
+            return None
+        if name == "[]":
+            items = schema.get("items")
+            return _resolve(items, schemas) if isinstance(items, dict) else None
+        sub = (schema.get("properties") or {}).get(name, schema.get("additionalProperties"))
+        return _resolve(sub, schemas) if isinstance(sub, dict) else None
+
+    return strategic_merge(current, patch, _resolve({"$ref": _REF + schema_name(kind)}, schemas), field)
