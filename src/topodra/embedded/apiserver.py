@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import json
 import threading
 from collections.abc import Callable, Sequence
@@ -38,6 +39,7 @@ import h11
 import yaml
 
 from topodra.embedded.store import KINDS, Kind, Store, kind_for
+from topodra.embedded.tables import table, wants_table
 from topodra.kube.errors import ApiError
 
 __all__ = ["ApiServer", "ApiServerThread", "Authorizer", "Fault"]
@@ -212,6 +214,15 @@ def _discovery(path: str) -> dict[str, Any] | None:
                 )
         return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{group}/{version}" if group else version, "resources": resources}
     return None
+
+
+def _as_table(route: _Route, obj: dict[str, Any], include: str) -> dict[str, Any]:
+    """A GET's answer as the Table ``kubectl get`` asks for (``embedded/tables.py``)."""
+    now = datetime.datetime.now(datetime.UTC)
+    if route.name is None:
+        return table(route.kind, obj.get("items") or [], obj.get("metadata") or {}, include, now)
+    meta = {"resourceVersion": (obj.get("metadata") or {}).get("resourceVersion", "")}
+    return table(route.kind, [obj], meta, include, now)
 
 
 def _warning(text: str) -> str:
@@ -400,6 +411,8 @@ class ApiServer:
                 return
             self._granular_check(method, route, query, headers, body)
             code, obj = self._call(method, route, query, headers, body, warnings)
+            if method == "GET" and code == 200 and wants_table(headers.get("accept", "")):
+                obj = _as_table(route, obj, _q(query, "includeObject") or "Metadata")
         except ApiError as exc:
             code, obj = exc.code, exc.status()
         await self._respond(conn, writer, code, obj, warnings)

@@ -416,6 +416,8 @@ class Store:
             meta["name"] = f"{meta['generateName']}{uuid.uuid4().hex[:5]}"
         if kind.plural in ("resourceclaims", "pods"):
             obj.pop("status", None)  # set only through the status subresource, as on a real server
+        if kind.plural == "pods":
+            obj["status"] = {"phase": "Pending"}  # the pod strategy's PrepareForCreate
         for admit in self.admission:
             admit(kind, obj)
         self._validate(kind, obj, None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -192,17 +193,32 @@ def _print_expectations(console: Console, results: Sequence[StepResult], ok: boo
 
 async def _hold(console: Console, pg: Playground) -> None:
     """Keep the node running with a live container table until Ctrl-C."""
+    from rich.console import Group
     from rich.live import Live
+    from rich.text import Text
 
+    from topodra.playground.follower import PodFollower
     from topodra.playground.ui import container_table
 
     for what, where in pg.endpoints():
         console.print(f"  {what + ':':19} {where}", highlight=False, soft_wrap=True)
-    console.print("[dim]node running; Ctrl-C ends[/dim]")
-    with Live(container_table(pg), console=console, refresh_per_second=4) as live:
-        while True:
-            await asyncio.sleep(0.25)
-            live.update(container_table(pg))
+    console.print("[dim]node running: pods applied with kubectl are scheduled and started, deleted ones stopped; Ctrl-C ends[/dim]")
+    follower = PodFollower(pg)
+    task = asyncio.create_task(follower.run())
+
+    def view() -> Group:
+        return Group(container_table(pg), *(Text(f"  {line}") for line in follower.lines[-5:]))
+
+    try:
+        with Live(view(), console=console, refresh_per_second=4) as live:
+            while not task.done():
+                await asyncio.sleep(0.25)
+                live.update(view())
+        task.result()  # the follower's failure, if it ended
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 def register(app: typer.Typer) -> None:

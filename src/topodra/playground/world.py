@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import datetime
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -63,6 +64,32 @@ class StepLog:
 
     def add(self, text: str) -> None:
         self.lines.append(text)
+
+
+def _pod_status(pod: Mapping[str, Any], phase: str, message: str) -> dict[str, Any]:
+    """A pod's status as the scheduler and the kubelet leave it (what ``kubectl get pods``
+    reads): PodScheduled false with reason Unschedulable for a pending pod; Ready, and each
+    container running and ready, for a running one."""
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    status: dict[str, Any] = {**(pod.get("status") or {}), "phase": phase, "message": message}
+    status.pop("containerStatuses", None)
+    if phase == "Pending":
+        status["conditions"] = [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message, "lastTransitionTime": now}
+        ]
+    elif phase == "Running":
+        status["conditions"] = [
+            {"type": t, "status": "True", "lastTransitionTime": now} for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready")
+        ]
+        status["startTime"] = now
+        status["containerStatuses"] = [
+            {"name": c.get("name"), "image": c.get("image", ""), "imageID": "", "ready": True, "started": True,
+             "restartCount": 0, "state": {"running": {"startedAt": now}}}
+            for c in (pod.get("spec") or {}).get("containers") or []
+        ]
+    else:
+        status["conditions"] = [{"type": "Ready", "status": "False", "reason": "PodFailed", "lastTransitionTime": now}]
+    return status
 
 
 class Playground:
@@ -154,7 +181,15 @@ class Playground:
         self.store.create(
             KINDS[("", "nodes")],
             None,
-            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE_NAME, "labels": {"kubernetes.io/hostname": NODE_NAME}}},
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": NODE_NAME, "labels": {"kubernetes.io/hostname": NODE_NAME}},
+                "status": {
+                    "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "the playground's kubelet is ready"}],
+                    "nodeInfo": {"kubeletVersion": "v1.36.2", "containerRuntimeVersion": "embedded://topodra", "osImage": "topodra playground"},
+                },
+            },
         )
         self.store.create(KINDS[("resource.k8s.io", "deviceclasses")], None, device_class())
         mems = CPUSet(n.id for n in self.topology.nodes.values() if n.memory_bytes > 0) or CPUSet([0])
@@ -418,7 +453,7 @@ class Playground:
         meta = pod["metadata"]
         with contextlib.suppress(ApiError):
             fresh = self.store.get(kind, meta.get("namespace", "default"), meta["name"])
-            fresh["status"] = {**(fresh.get("status") or {}), "phase": phase, "message": message}
+            fresh["status"] = _pod_status(fresh, phase, message)
             self.store.update(kind, meta.get("namespace", "default"), meta["name"], fresh, subresource="status")
 
     async def retry_pod(self, name: str, namespace: str = "default") -> str:
