@@ -50,7 +50,7 @@ def test_file_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"bad\.yaml:\d+:\d+"):
         load_config(bad)
     bad.write_text("- a list\n")
-    with pytest.raises(ConfigError, match="expected a mapping"):
+    with pytest.raises(ConfigError, match=r"bad\.yaml: \(top level\): must be a mapping"):
         load_config(bad)
 
 

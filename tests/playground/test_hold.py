@@ -44,6 +44,16 @@ async def _until(check: Any, what: str, timeout: float = 10.0) -> None:
         await asyncio.sleep(0.05)
 
 
+def _phase(pg: Playground, name: str) -> str:
+    from topodra.embedded.store import KINDS
+
+    try:
+        pod = pg.store.get(KINDS[("", "pods")], "default", name)
+    except Exception:
+        return ""
+    return str((pod.get("status") or {}).get("phase", ""))
+
+
 def _table_rows(url: str) -> dict[str, list[Any]]:
     req = urllib.request.Request(
         f"{url}/api/v1/namespaces/default/pods", headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"}
@@ -63,7 +73,7 @@ def test_pods_applied_by_another_client_are_scheduled_started_and_stopped() -> N
             try:
                 await client.create(RESOURCE_CLAIM_TEMPLATES, _template("three", 3))
                 await client.create(PODS, _claiming_pod("first", "three"))
-                await _until(lambda: any(r.pod == "default/first" for r in pg.rows()), "first runs")
+                await _until(lambda: _phase(pg, "first") == "Running", "first runs")
                 assert len(pg.cpus_of("first")) == 3
                 rows = await asyncio.to_thread(_table_rows, pg.api.url)
                 # READY, STATUS; NODE is the -o wide column
@@ -80,7 +90,7 @@ def test_pods_applied_by_another_client_are_scheduled_started_and_stopped() -> N
 
                 # deleting the first stops it, releases its claim, and the pending pod gets its CPUs
                 await client.delete(PODS, "first", "default")
-                await _until(lambda: any(r.pod == "default/second" for r in pg.rows()), "second runs")
+                await _until(lambda: _phase(pg, "second") == "Running", "second runs")
                 assert not any(r.pod == "default/first" for r in pg.rows())
                 claims, _ = await client.list(RESOURCE_CLAIMS, namespace="default")
                 assert [c["metadata"]["name"].split("-")[0] for c in claims] == ["second"]

@@ -59,29 +59,44 @@ ConfigOpt = Annotated[
 
 
 def _fail(message: str) -> typer.Exit:
-    from rich.console import Console
+    from topodra.cli_errors import fail
 
-    Console(stderr=True, soft_wrap=True).print(f"[red]error:[/red] {message}", highlight=False)
-    return typer.Exit(1)
+    return fail(message, 1)
+
+
+def _device_settings(path: Path) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The device model settings of ``path`` (the agent's whole configuration, checked whole, or
+    its ``devices`` section alone) and the path of their keys in the file."""
+    from topodra.agent.config import config_section
+    from topodra.yamldocs import YamlFileError, load_documents
+
+    docs = load_documents(path)
+    if len(docs) > 1:
+        raise YamlFileError(f"{path}: holds {len(docs)} YAML documents; a configuration is one")
+    data, prefix = config_section(docs[0].obj if docs else {}, str(path), "devices")
+    if data is not None and not isinstance(data, dict):
+        where = ".".join(prefix) or "(top level)"
+        raise YamlFileError(f"{path}: {where}: must be a mapping of device model settings (got {type(data).__name__})")
+    return dict(data or {}), prefix
 
 
 def _devices(
     topology: str | None, model: Model | None, group_by: GroupBy | None, reserved: str, config: Path | None
 ) -> tuple[Any, list[Any]]:
-    import yaml
     from pydantic import ValidationError
 
+    from topodra.agent.config_file import ConfigError
+    from topodra.config_errors import describe
     from topodra.cpuset import CPUSet, CPUSetParseError
     from topodra.dra.attributes import AttributeValidationError
     from topodra.dra.devices import DeviceModelConfig, DeviceModelError, build_devices
-    from topodra.yamldocs import read_text
+    from topodra.yamldocs import YamlFileError
 
+    raw: dict[str, Any] = {}
+    prefix: tuple[str, ...] = ()
     try:
-        raw: dict[str, Any] = {}
         if config is not None:
-            loaded = yaml.safe_load(read_text(config)) or {}
-            if not isinstance(loaded, dict):
-                raise _fail(f"{config}: expected a mapping of device model settings")
+            loaded, prefix = _device_settings(config)
             raw.update(loaded)
         if model is not None:
             raw["model"] = model.value
@@ -89,12 +104,10 @@ def _devices(
             raw["group_by"] = group_by.value
         cfg = DeviceModelConfig.from_mapping(raw)
         exclude = CPUSet.parse(reserved)
-    except OSError as exc:
-        raise _fail(f"cannot read {config}: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise _fail(f"{config}: not valid YAML: {exc}") from None
+    except (ConfigError, YamlFileError) as exc:
+        raise _fail(str(exc)) from None
     except ValidationError as exc:
-        raise _fail(f"invalid device model settings: {exc}") from None
+        raise _fail(describe(exc, str(config or "--model/--group-by"), DeviceModelConfig, prefix)) from None
     except CPUSetParseError as exc:
         raise _fail(f"--reserved: {exc}") from None
     try:

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from topodra.cli_errors import print_error
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -55,11 +57,10 @@ def playground_command(
     from topodra.playground.scenario import ScenarioError, builtin_names, builtin_scenario, load_scenario
 
     console = Console()
-    err = Console(stderr=True)
     try:
         require_extra("sim", "playground")  # the scheduler is the simulator's allocator
     except MissingExtra as exc:
-        err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        print_error(str(exc))
         raise typer.Exit(2) from None
     if list_scenarios:
         import textwrap
@@ -73,12 +74,12 @@ def playground_command(
     from topodra.dra.devices import MODELS
 
     if model is not None and model not in MODELS:
-        err.print(f"[red]error:[/red] --model must be {', '.join(MODELS)}, got {model!r}")
+        print_error(f"--model must be {', '.join(MODELS)}, got {model!r}")
         raise typer.Exit(2)
     try:
         scenarios = [load_scenario(f) for f in files] if files else [builtin_scenario(scenario)]
     except ScenarioError as exc:
-        err.print(f"[red]error:[/red] {exc}", markup=True, highlight=False)
+        print_error(str(exc))
         raise typer.Exit(2) from None
     logging.basicConfig(level=logging.INFO if verbose else logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
     ok = asyncio.run(_run(console, scenarios, topology, model, step, hold))
@@ -101,7 +102,7 @@ async def _run(console: object, scenarios: Sequence[object], topology: str | Non
         chosen_model = model or sc.model or "cpu"
         refused = sc.refuses_model(chosen_model)
         if refused is not None:
-            console.print(f"[red]error:[/red] {refused}", highlight=False, soft_wrap=True)
+            print_error(refused)
             return False
         machine = _scenario_machine(console, sc, topology)
         if machine is None:
@@ -133,7 +134,7 @@ async def _run(console: object, scenarios: Sequence[object], topology: str | Non
                 if hold:
                     await _hold(console, pg)
         except PlaygroundError as exc:
-            console.print(f"[red]error:[/red] {exc}", highlight=False)
+            print_error(str(exc))
             return False
         except (KeyboardInterrupt, asyncio.CancelledError):
             return all_ok
@@ -150,16 +151,12 @@ def _scenario_machine(console: Console, sc: Scenario, topology: str | None) -> t
     try:
         topo, label = resolve_topology(topology or sc.topology)
     except (PlaygroundError, ValueError, OSError) as exc:
-        console.print(f"[red]error:[/red] {exc}", highlight=False)
+        print_error(str(exc))
         return None
     unmet = sc.unmet(topo)
     exact = any(c.cpus is not None for st in sc.steps for c in st.expect)
     if exact and topology and sc.topology and topology != sc.topology:
-        console.print(
-            f"[red]error:[/red] scenario {sc.name} expects exact CPUs of {sc.topology}; run it without --topology",
-            highlight=False,
-            soft_wrap=True,
-        )
+        print_error(f"scenario {sc.name} expects exact CPUs of {sc.topology}; run it without --topology")
         return None
     if unmet:
         hint = (
@@ -167,11 +164,7 @@ def _scenario_machine(console: Console, sc: Scenario, topology: str | None) -> t
             if topology and sc.topology
             else "try another --topology or your own scenario file"
         )
-        console.print(
-            f"[red]error:[/red] scenario {sc.name} needs a machine with {unmet}; {label} does not have it: {hint}",
-            highlight=False,
-            soft_wrap=True,
-        )
+        print_error(f"scenario {sc.name} needs a machine with {unmet}; {label} does not have it: {hint}")
         return None
     return topo, label
 

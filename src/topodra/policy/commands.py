@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from topodra.cli_errors import print_error
 from topodra.topology.machine import TOPOLOGY_HELP, load_machine, machine_label
 
 if TYPE_CHECKING:
@@ -49,21 +50,38 @@ def parse_memory_quantity(value: object, what: str) -> int:
     return memory_bytes(value, what)
 
 
-def _config(path: Path | None, inline: dict[str, Any] | None = None) -> Any:
-    import yaml
+def _config(path: Path | None, inline: dict[str, Any] | None = None, source: str = "workload") -> Any:
+    """The policy settings of ``path`` (the agent's whole configuration, or its ``policy``
+    section alone), else a workload's inline ``config``; errors worded as the agent's."""
+    from pydantic import ValidationError
 
+    from topodra.agent.config import config_section
+    from topodra.config_errors import describe
     from topodra.policy.config import PolicyConfig
-    from topodra.yamldocs import read_text
+    from topodra.yamldocs import YamlFileError, load_documents
 
     data: Any = inline
+    prefix: tuple[str, ...] = ("config",) if inline is not None else ()
     if path is not None:
+        source = str(path)
         try:
-            data = yaml.safe_load(read_text(path)) or {}
-        except (OSError, yaml.YAMLError) as e:
-            raise ValueError(f"{path}: {e}") from None
+            docs = load_documents(path)
+        except YamlFileError as e:
+            raise ValueError(str(e)) from None
+        if len(docs) > 1:
+            raise ValueError(f"{path}: holds {len(docs)} YAML documents; a configuration is one")
+        data = docs[0].obj if docs else {}
         if isinstance(data, dict) and "policy" in data and len(data) == 1:
-            data = data["policy"]
-    return PolicyConfig.model_validate(data or {})
+            data, prefix = data["policy"], ("policy",)
+        else:
+            data, prefix = config_section(data, source, "policy")
+    if data is not None and not isinstance(data, dict):
+        where = ".".join(prefix) or "(top level)"
+        raise ValueError(f"{source}: {where}: must be a mapping of policy settings (got {type(data).__name__})")
+    try:
+        return PolicyConfig.model_validate(data or {})
+    except ValidationError as e:
+        raise ValueError(describe(e, source, PolicyConfig, prefix)) from None
 
 
 def load_workload(data: Any, source: str = "workload") -> tuple[dict[str, Any], dict[str, Any], list[Any]]:
@@ -186,15 +204,14 @@ def pools_command(
       topodra policy pools --topology 2s1d2n2l8c2t
     """
     from rich.console import Console
-    from rich.markup import escape
 
     from topodra.policy.policy import Policy
 
-    console, err = Console(), Console(stderr=True)
+    console = Console()
     try:
         policy = Policy(load_machine(topology), _config(config))
     except Exception as e:  # every input error ends here with its message
-        err.print(f"[red]error:[/red] {escape(str(e))}", highlight=False)
+        print_error(str(e))
         raise typer.Exit(1) from None
     console.print(_pool_table(policy, f"pools of {machine_label(topology)}"))
     for note in policy.notes:
@@ -235,15 +252,15 @@ def place_command(
     try:
         data = yaml.safe_load(read_text(workload))
         inline_config, claims, requests = load_workload(data, str(workload))
-        cfg = _config(config) if config is not None else _config(None, inline_config)
+        cfg = _config(config) if config is not None else _config(None, inline_config, str(workload))
         policy = Policy(load_machine(topology), cfg)
         for claim_id, cpus in claims.items():
             policy.claim(str(claim_id), CPUSet.parse(str(cpus)))
     except OSError as e:
-        err.print(f"[red]error:[/red] cannot read {escape(str(workload))}: {escape(e.strerror or str(e))}", highlight=False)
+        print_error(f"cannot read {workload}: {e.strerror or e}")
         raise typer.Exit(1) from None
     except Exception as e:
-        err.print(f"[red]error:[/red] {escape(str(e))}", highlight=False)
+        print_error(str(e))
         raise typer.Exit(1) from None
     refused: dict[str, str] = {}
     show = output is OutputFormat.TABLE and len(requests) > 200

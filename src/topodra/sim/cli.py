@@ -75,11 +75,9 @@ def _output_dir(out: Path) -> Path:
 
 
 def _fail(message: str) -> NoReturn:
-    from rich.console import Console
-    from rich.markup import escape
+    from topodra.cli_errors import fail
 
-    Console(stderr=True, soft_wrap=True).print(f"[red]error:[/red] {escape(message)}")
-    raise typer.Exit(2)
+    raise fail(message, 2)
 
 
 def _load(files: list[Path]) -> list[Any]:
