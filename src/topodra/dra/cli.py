@@ -68,15 +68,12 @@ def _device_settings(path: Path) -> tuple[dict[str, Any], tuple[str, ...]]:
     """The device model settings of ``path`` (the agent's whole configuration, checked whole, or
     its ``devices`` section alone) and the path of their keys in the file."""
     from topodra.agent.config import config_section
-    from topodra.yamldocs import YamlFileError, load_documents
+    from topodra.agent.config_file import ConfigError, read_config_file
 
-    docs = load_documents(path)
-    if len(docs) > 1:
-        raise YamlFileError(f"{path}: holds {len(docs)} YAML documents; a configuration is one")
-    data, prefix = config_section(docs[0].obj if docs else {}, str(path), "devices")
+    data, prefix = config_section(read_config_file(path, check_mode=False), str(path), "devices")
     if data is not None and not isinstance(data, dict):
         where = ".".join(prefix) or "(top level)"
-        raise YamlFileError(f"{path}: {where}: must be a mapping of device model settings (got {type(data).__name__})")
+        raise ConfigError(f"{path}: {where}: must be a mapping of device model settings (got {type(data).__name__})")
     return dict(data or {}), prefix
 
 
@@ -90,7 +87,6 @@ def _devices(
     from topodra.cpuset import CPUSet, CPUSetParseError
     from topodra.dra.attributes import AttributeValidationError
     from topodra.dra.devices import DeviceModelConfig, DeviceModelError, build_devices
-    from topodra.yamldocs import YamlFileError
 
     raw: dict[str, Any] = {}
     prefix: tuple[str, ...] = ()
@@ -104,7 +100,7 @@ def _devices(
             raw["group_by"] = group_by.value
         cfg = DeviceModelConfig.from_mapping(raw)
         exclude = CPUSet.parse(reserved)
-    except (ConfigError, YamlFileError) as exc:
+    except ConfigError as exc:
         raise _fail(str(exc)) from None
     except ValidationError as exc:
         raise _fail(describe(exc, str(config or "--model/--group-by"), DeviceModelConfig, prefix)) from None

@@ -56,21 +56,15 @@ def _config(path: Path | None, inline: dict[str, Any] | None = None, source: str
     from pydantic import ValidationError
 
     from topodra.agent.config import config_section
+    from topodra.agent.config_file import read_config_file
     from topodra.config_errors import describe
     from topodra.policy.config import PolicyConfig
-    from topodra.yamldocs import YamlFileError, load_documents
 
     data: Any = inline
     prefix: tuple[str, ...] = ("config",) if inline is not None else ()
     if path is not None:
         source = str(path)
-        try:
-            docs = load_documents(path)
-        except YamlFileError as e:
-            raise ValueError(str(e)) from None
-        if len(docs) > 1:
-            raise ValueError(f"{path}: holds {len(docs)} YAML documents; a configuration is one")
-        data = docs[0].obj if docs else {}
+        data = read_config_file(path, check_mode=False)
         if isinstance(data, dict) and "policy" in data and len(data) == 1:
             data, prefix = data["policy"], ("policy",)
         else:
