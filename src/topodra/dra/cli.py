@@ -244,12 +244,11 @@ def apiserver_command(
     """
     import asyncio
 
-    import yaml
     from rich.console import Console
 
     from topodra.embedded.apiserver import ApiServer
     from topodra.kube.errors import ApiError
-    from topodra.yamldocs import read_text
+    from topodra.yamldocs import YamlFileError, expand_lists, load_documents
 
     console = Console()
 
@@ -257,9 +256,11 @@ def apiserver_command(
         async with ApiServer(port=port) as server:
             for path in load or []:
                 try:
-                    docs = [d for d in yaml.safe_load_all(read_text(path)) if d]
+                    docs = [d.obj for d in expand_lists(load_documents(path))]
                     server.store.load(docs)
-                except (OSError, yaml.YAMLError, ApiError) as exc:
+                except YamlFileError as exc:
+                    raise _fail(str(exc)) from None
+                except ApiError as exc:
                     raise _fail(f"{path}: {exc}") from None
                 console.print(f"loaded {len(docs)} object(s) from {path}")
             console.print(f"[bold]API server double listening on {server.url}[/bold] (Ctrl-C to stop)")

@@ -237,7 +237,7 @@ def _decoded(kind: Kind, body: bytes, validation: str, ctype: str, warnings: lis
     """The request body as decoding into the typed object leaves it: unknown fields refused
     (``fieldValidation=Strict``), or dropped with a warning each (``Warn``, the default) or
     silently (``Ignore``). A body that is not a JSON object is left to the handler."""
-    from topodra.embedded.openapi import drop_unknown_fields
+    from topodra.embedded.openapi import drop_unknown_fields, strict_decoding_error
 
     if validation not in _VALIDATIONS:
         raise ApiError.bad_request(f"fieldValidation must be one of {', '.join(_VALIDATIONS)}, got {validation!r}")
@@ -253,10 +253,7 @@ def _decoded(kind: Kind, body: bytes, validation: str, ctype: str, warnings: lis
     if not unknown:
         return body
     if validation == "Strict":
-        fields = ", ".join(f"unknown field {json.dumps(f)}" for f in unknown)
-        raise ApiError.bad_request(
-            f'{kind.kind} in version "{kind.version}" cannot be handled as a {kind.kind}: strict decoding error: {fields}'
-        )
+        raise strict_decoding_error(kind, unknown)
     if validation == "Warn":
         warnings.extend(f"unknown field {json.dumps(f)}" for f in unknown)
     return json.dumps(obj).encode()

@@ -23,9 +23,11 @@ from importlib import resources
 from typing import Any, Final
 
 from topodra.embedded.store import KINDS, Kind
+from topodra.kube.errors import ApiError
 
 __all__ = [
     "document",
+    "strict_decoding_error",
     "drop_unknown_fields",
     "group_version_path",
     "schema_name",
@@ -205,6 +207,14 @@ def unknown_fields(kind: Kind, obj: Any) -> list[str]:
     out: list[str] = []
     _walk(obj, {"$ref": _REF + schema_name(kind)}, "", _schemas(kind.group, kind.version), False, out)
     return out
+
+
+def strict_decoding_error(kind: Kind, unknown: list[str]) -> ApiError:
+    """The real server's refusal of fields its schema lacks (``fieldValidation=Strict``)."""
+    fields = ", ".join(f"unknown field {json.dumps(f)}" for f in unknown)
+    return ApiError.bad_request(
+        f'{kind.kind} in version "{kind.version}" cannot be handled as a {kind.kind}: strict decoding error: {fields}'
+    )
 
 
 def drop_unknown_fields(kind: Kind, obj: Any, *, strategic: bool = False) -> list[str]:

@@ -25,6 +25,7 @@ from topodra.agent.config import AgentConfig, parse_config
 from topodra.cpuset import CPUSet
 from topodra.dra.devices import DRIVER, device_class
 from topodra.embedded.apiserver import ApiServer
+from topodra.embedded.openapi import strict_decoding_error, unknown_fields
 from topodra.embedded.runtime import ContainerChange, EmbeddedRuntime
 from topodra.embedded.store import KINDS, Kind, Store
 from topodra.kube.errors import ApiError
@@ -401,6 +402,9 @@ class Playground:
             meta = obj.setdefault("metadata", {})
             ns = meta.get("namespace", "default") if kind.namespaced else None
             name = meta.get("name", "?")
+            unknown = unknown_fields(kind, obj)  # refused as kubectl apply's strict validation has it
+            if unknown:
+                raise PlaygroundError(f"{where}{kind.kind} {name}: {strict_decoding_error(kind, unknown)}")
             try:
                 if kind.plural == "pods":
                     created = self.store.create(kind, ns, obj)

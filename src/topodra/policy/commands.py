@@ -232,7 +232,6 @@ def place_command(
         - {name: side, annotations: {"memory-type.resource-policy.nri.io": "dram"}}
         - {name: inf, cpu: "2", claims: [gpu-cpus]}            # pinned to the claim
     """
-    import yaml
     from rich.console import Console
     from rich.markup import escape
     from rich.progress import track
@@ -240,12 +239,14 @@ def place_command(
     from topodra.cpuset import CPUSet
     from topodra.policy.api import PolicyError
     from topodra.policy.policy import Policy
-    from topodra.yamldocs import read_text
+    from topodra.yamldocs import load_documents
 
     console, err = Console(), Console(stderr=True)
     try:
-        data = yaml.safe_load(read_text(workload))
-        inline_config, claims, requests = load_workload(data, str(workload))
+        docs = load_documents(workload)
+        if len(docs) > 1:
+            raise ValueError(f"{workload}: holds {len(docs)} YAML documents; a workload is one")
+        inline_config, claims, requests = load_workload(docs[0].obj if docs else None, str(workload))
         cfg = _config(config) if config is not None else _config(None, inline_config, str(workload))
         policy = Policy(load_machine(topology), cfg)
         for claim_id, cpus in claims.items():
@@ -269,6 +270,7 @@ def place_command(
     console.print(_placement_table(policy, requests))
     console.print(_pool_table(policy, "pools after placement"))
     for cid, why in refused.items():
+        why = why.removeprefix(f"container {cid}: ")
         err.print(f"[red]refused[/red] {escape(cid)}: {escape(why)}", highlight=False, soft_wrap=True)
     if refused:
         raise typer.Exit(1)

@@ -280,17 +280,15 @@ def _preallocate(sched: Scheduler, cluster: Cluster) -> None:
 
 
 def _objects_cluster(config: RunConfig) -> Any:
-    import yaml
-
     from topodra.sim.cluster import ClusterError, cluster_from_objects
-    from topodra.yamldocs import read_text
+    from topodra.yamldocs import YamlFileError, load_documents
 
     docs: list[Any] = []
     for path in config.objects:
         try:
-            docs.extend(d for d in yaml.safe_load_all(read_text(path)) if d is not None)
-        except (OSError, yaml.YAMLError) as e:
-            raise ClusterError(f"{path}: {e}") from None
+            docs.extend(d.obj for d in load_documents(path))
+        except YamlFileError as e:
+            raise ClusterError(str(e)) from None
     return cluster_from_objects(docs, config.model)
 
 
@@ -307,4 +305,7 @@ def _short(text: str | None) -> str:
     # node names vary; keep the reason
     if text.startswith("node ") and ": " in text:
         text = text.split(": ", 1)[1]
-    return text[:160]
+    text = text.splitlines()[0] if text.strip() else text
+    if len(text) <= 160:
+        return text
+    return text[:160].rsplit(" ", 1)[0] + " …"  # whole words: never cut one in half
