@@ -159,9 +159,9 @@ def devices_command(
         _emit([d.to_api() for d in devices], output)
         return
     from rich.console import Console
-    from rich.table import Table
 
     from topodra.dra.attributes import attribute_to_api
+    from topodra.texttable import Column, render
 
     columns = [
         ("coreType", "type"),
@@ -174,13 +174,8 @@ def devices_command(
         ("maxFreq", "MHz"),
     ]
     shown = {k for k, _ in columns}
-    table = Table(title=f"{len(devices)} native.cpu devices", caption="all attributes: --format yaml")
-    table.add_column("device")
-    table.add_column("cpus")
-    for _, header in columns:
-        table.add_column(header)
-    table.add_column("capacity")
     extra: set[str] = set()
+    rows = []
     for d in devices:
         cells = []
         for k, _ in columns:
@@ -188,9 +183,12 @@ def devices_command(
             cells.append("" if v is None else json.dumps(next(iter(attribute_to_api(v).values()))).strip('"'))
         extra |= set(d.attributes) - shown
         cap = ", ".join(f"{k}={c.value}" for k, c in d.capacity.items())
-        table.add_row(d.name, str(d.cpus), *cells, cap + (" shared" if d.allow_multiple_allocations else ""))
+        rows.append([d.name, str(d.cpus), *cells, cap + (" shared" if d.allow_multiple_allocations else "")])
     console = Console()
-    console.print(table)
+    table = [Column("device"), Column("cpus", breaks=","), *(Column(h, breaks=",") for _, h in columns)]
+    table.append(Column("capacity", "cap", breaks=", "))
+    console.print(render(table, rows, console.width, f"{len(devices)} native.cpu devices"))
+    console.print("all attributes: --format yaml", highlight=False)
     if extra:
         console.print(f"other attributes: {', '.join(sorted(extra))}", highlight=False)
 

@@ -122,7 +122,7 @@ async def _run(console: object, scenarios: Sequence[object], topology: str | Non
                 await asyncio.to_thread(input, "  press Enter to run it ")
 
         async def after(res: StepResult) -> None:
-            console.print(step_report(pg, res))
+            console.print(step_report(pg, res, console.width))
 
         try:
             async with Playground(topology=topo, model=chosen_model) as pg:
@@ -200,7 +200,7 @@ async def _hold(console: Console, pg: Playground) -> None:
     task = asyncio.create_task(follower.run())
 
     def view() -> Group:
-        return Group(container_table(pg), *(Text(f"  {line}") for line in follower.lines[-5:]))
+        return Group(container_table(pg, width=console.width), *(Text(f"  {line}") for line in follower.lines[-5:]))
 
     try:
         with Live(view(), console=console, refresh_per_second=4) as live:

@@ -152,27 +152,35 @@ def load_workload(data: Any, source: str = "workload") -> tuple[dict[str, Any], 
     return config, claims, requests
 
 
-def _pool_table(policy: Policy, title: str) -> Any:
-    from rich.table import Table
+def _pool_table(policy: Policy, title: str, width: int) -> Any:
+    from topodra.texttable import Column, render
 
-    stats = policy.stats()
-    table = Table(title=title)
-    for col in ("pool", "CPUs", "shared", "excl", "claimed", "reserved", "isolated", "mems", "shared req"):
-        table.add_column(col, overflow="fold", no_wrap=col == "pool")
-    for p in stats.pools:
-        u = p.usage
-        table.add_row(
+    columns = [
+        Column("pool"),
+        Column("CPUs", breaks=","),
+        Column("shared", right=True),
+        Column("excl", right=True),
+        Column("claimed", "claim", right=True),
+        Column("reserved", "resv", right=True),
+        Column("isolated", "isol", right=True),
+        Column("mems", breaks=","),
+        Column("shared req", "req", breaks="/"),
+    ]
+    rows = [
+        [
             "  " * p.depth + p.name,
-            str(u.cpus),
-            str(len(u.shared)),
-            str(len(u.allocated)),
-            str(len(u.claimed)),
-            str(len(u.reserved)),
-            str(len(u.isolated)),
+            str(p.usage.cpus),
+            str(len(p.usage.shared)),
+            str(len(p.usage.allocated)),
+            str(len(p.usage.claimed)),
+            str(len(p.usage.reserved)),
+            str(len(p.usage.isolated)),
             str(p.mems),
             f"{p.shared_requested_milli}m/{p.shared_capacity_milli // 1000}",
-        )
-    return table
+        ]
+        for p in policy.stats().pools
+    ]
+    return render(columns, rows, width, title)
 
 
 TopologyOpt = Annotated[str | None, typer.Option("--topology", "-t", help=TOPOLOGY_HELP)]
@@ -207,7 +215,7 @@ def pools_command(
     except Exception as e:  # every input error ends here with its message
         print_error(str(e))
         raise typer.Exit(1) from None
-    console.print(_pool_table(policy, f"pools of {machine_label(topology)}"))
+    console.print(_pool_table(policy, f"pools of {machine_label(topology)}", console.width))
     for note in policy.notes:
         console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
 
@@ -267,8 +275,8 @@ def place_command(
     if output is OutputFormat.JSON:
         typer.echo(json.dumps(_placements_json(policy, requests, refused), indent=2))
         raise typer.Exit(1 if refused else 0)
-    console.print(_placement_table(policy, requests))
-    console.print(_pool_table(policy, "pools after placement"))
+    console.print(_placement_table(policy, requests, console.width))
+    console.print(_pool_table(policy, "pools after placement", console.width))
     for cid, why in refused.items():
         why = why.removeprefix(f"container {cid}: ")
         err.print(f"[red]refused[/red] {escape(cid)}: {escape(why)}", highlight=False, soft_wrap=True)
@@ -289,28 +297,36 @@ def _placements_json(policy: Policy, requests: list[Any], refused: dict[str, str
     }
 
 
-def _placement_table(policy: Policy, requests: list[Any]) -> Any:
+def _placement_table(policy: Policy, requests: list[Any], width: int) -> Any:
     """One row per container: its class, pool, cpus and mems, or refused."""
-    from rich.table import Table
+    from topodra.texttable import Column, render
 
-    table = Table(title="placements")
-    for col in ("container", "class", "pool", "cpus", "mems", "note"):
-        table.add_column(col, overflow="fold")
+    columns = [
+        Column("container", breaks="/"),
+        Column("class"),
+        Column("pool"),
+        Column("cpus", breaks=", "),
+        Column("mems", breaks=","),
+        Column("note", breaks=" "),
+    ]
+    rows = []
     for req in requests:
         g = policy.grant(req.id)
         if g is None:
-            table.add_row(req.id, "[red]refused[/red]", "", "", "", "see below")
+            rows.append([req.id, "refused", "", "", "", "see below"])
             continue
         a = policy.assignment(req.id)
-        table.add_row(
-            req.id,
-            g.kind.value,
-            policy.pool_name(g.pool),
-            "(unchanged)" if a is None else f"{a.cpus} ({len(a.cpus)})",
-            "" if a is None else str(a.mems),
-            g.degraded,
+        rows.append(
+            [
+                req.id,
+                g.kind.value,
+                policy.pool_name(g.pool),
+                "(unchanged)" if a is None else f"{a.cpus} ({len(a.cpus)})",
+                "" if a is None else str(a.mems),
+                g.degraded,
+            ]
         )
-    return table
+    return render(columns, rows, width, "placements")
 
 
 def register(root_app: typer.Typer) -> None:
