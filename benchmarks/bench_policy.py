@@ -1,8 +1,11 @@
 """Policy quality against the kubelet's static policy, and time per operation.
 
 Quality: one churn workload of exclusive containers (random sizes, ~75 %
-occupancy, deterministic seed) is replayed on our policy and on the kubelet's
-takeByTopology (NUMA-packed) baseline. Reported per algorithm: the share of
+occupancy, deterministic seed) is replayed on our policy and, as a grant
+sequence, on the kubelet's ``takeByTopologyNUMAPacked`` (its Python port, and
+the Go code itself when ``TOPODRA_KUBELET_HARNESS`` names the harness; then the
+port's grants are counted against the Go code's and the Go answers are the
+kubelet's figures; docs/policy.md, "The kubelet peer"). Reported per algorithm: the share of
 grants inside one NUMA node / one L3 (of those small enough to fit one), on
 full cores (they touch ceil(n / threads) cores), refused requests, and the
 fragmentation left behind (free CPUs on split cores; the largest grant one L3
@@ -11,10 +14,10 @@ could still take on full cores, averaged over the run).
 Speed: a node with 500 containers (shared, exclusive, mixed, claim-pinned) on
 a 256-CPU machine (and 2,000 on a 1,024-CPU one); steady-state remove+add,
 resize, claim+release and pick are timed one call each, and the adds once
-more by kind (an exclusive add against a shared one, issue 15 item 1). Goal: median <= 200 us. The peer, measured in the
-same run on the same free CPUs: the kubelet static policy's takeByTopology
-(``testkit.kubelet_baseline``); add and update are reported as a
-ratio to it, next to the ratio measured before the accounting rework.
+more by kind (an exclusive add against a shared one). Goal: median <= 200 us.
+The peer, measured in the same run on the same free CPUs: the kubelet's
+``takeByTopologyNUMAPacked``, by its Python port and (with the harness) by the
+Go code; add and update are reported as ratios to each.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from testkit.kubelet_baseline import take_by_topology
+from testkit.kubelet_baseline import kubelet_view, take_by_topology_numa_packed
+from testkit.kubelet_harness import Grant, GrantSequence, harness_binary, replay_go, replay_python
 
 from benchmarks.common import Result, percentile
 from topodra.cpuset import CPUSet
@@ -36,14 +40,6 @@ from topodra.topology.model import Topology
 from topodra.topology.synthetic import synthetic_topology
 
 SIZES = [1, 1, 1, 2, 2, 2, 2, 3, 4, 4, 4, 6, 8, 8, 12, 16]
-#: Median time per operation / the kubelet peer's median, as this benchmark measured them (median of
-#: three full runs) before the policy's accounting moved into one object (issue 15 item 4: halve them).
-BEFORE = {
-    ("synthetic 256 CPUs", "add"): 0.119,
-    ("synthetic 256 CPUs", "update"): 0.389,
-    ("256ia64-64n2s2c (193 pools)", "add"): 0.253,
-    ("256ia64-64n2s2c (193 pools)", "update"): 0.536,
-}
 #: Real trees: a 2-socket Xeon with SNC (80 CPUs, NUMA nodes below the L3) and the largest
 #: tree (256 CPUs in 64 NUMA nodes, 193 pools).
 FIXTURES = ("memorysidecaches", "256ia64-64n2s2c")
@@ -138,14 +134,15 @@ class _Geometry:
         tally.numa_headroom.append(max(len(clean & m) for m in self.nodes))
 
 
-def _churn(topo: Topology, steps: int, seed: int) -> tuple[_Tally, _Tally]:
+def _churn(topo: Topology, steps: int, seed: int) -> tuple[_Tally, GrantSequence]:
+    """Our policy under a churn of exclusive containers; returns its tally and the same
+    requests as a kubelet grant sequence (a take per add, a release per remove)."""
     rng = random.Random(seed)
     policy = Policy(topo, PolicyConfig(reserved_cpu_count=2))
     usable = policy.available_cpus - policy.reserved_cpus - policy.isolated_cpus
     geo = _Geometry(topo, usable)
-    ours, kubelet = _Tally(), _Tally()
-    kube_free = usable
-    kube_held: dict[str, CPUSet] = {}
+    ours = _Tally()
+    ops: list[dict[str, Any]] = []
     ours_held: dict[str, int] = {}
     target = 0.75 * len(usable)
     live: list[str] = []
@@ -154,35 +151,62 @@ def _churn(topo: Topology, steps: int, seed: int) -> tuple[_Tally, _Tally]:
             cid = live.pop(rng.randrange(len(live)))
             policy.remove(cid)
             ours_held.pop(cid, None)
-            kube_free |= kube_held.pop(cid, CPUSet())
+            ops.append({"release": cid})
         else:
             cid = f"c{step}"
             n = rng.choice(SIZES)
             live.append(cid)
+            ops.append({"take": cid, "count": n})
             try:
                 got = policy.add(_req(cid, QoSClass.GUARANTEED, n * 1000))[cid].cpus
                 ours_held[cid] = n
                 geo.record(ours, got)
             except PolicyError:
                 ours.refused += 1
-            if len(kube_free) >= n:
-                taken = take_by_topology(topo, kube_free, n)
-                kube_free -= taken
-                kube_held[cid] = taken
-                geo.record(kubelet, taken)
-            else:
-                kubelet.refused += 1
         if step % 50 == 49:
             geo.sample(ours, policy.stats().total.free & usable)
-            geo.sample(kubelet, kube_free)
-    return ours, kubelet
+            ops.append({"sample": True})
+    return ours, GrantSequence(f"{len(topo.cpus)} CPUs", kubelet_view(topo), usable, tuple(ops))
+
+
+def _kubelet_tally(topo: Topology, seq: GrantSequence, grants: list[Grant]) -> _Tally:
+    """The placement figures of the kubelet's answers to a churn's sequence."""
+    geo = _Geometry(topo, seq.available)
+    tally = _Tally()
+    free = seq.available
+    held: dict[str, CPUSet] = {}
+    answers = iter(grants)
+    for op in seq.ops:
+        if "sample" in op:
+            geo.sample(tally, free)
+        elif "release" in op:
+            free |= held.pop(op["release"], CPUSet())
+        else:
+            g = next(answers)
+            if g.error:
+                tally.refused += 1
+                continue
+            got = CPUSet(g.cpus)
+            free -= got
+            held[g.id] = got
+            geo.record(tally, got)
+    return tally
 
 
 def _quality(quick: bool) -> list[Result]:
     out: list[Result] = []
     steps = 600 if quick else 3000
+    binary = harness_binary()
     for name, topo in _machines():
-        ours, kube = _churn(topo, steps, seed=7)
+        ours, seq = _churn(topo, steps, seed=7)
+        port = replay_python(seq)
+        kube = _kubelet_tally(topo, seq, port)
+        if binary is not None:
+            go = replay_go(binary, [seq], repeat=1)[0]
+            same = sum(a.cpus == b.cpus and bool(a.error) == bool(b.error) for a, b in zip(port, go, strict=True))
+            out.append(Result(f"{name}: Python port's grants equal to the kubelet's Go code", same, "grants",
+                              f"all {len(go)}", same == len(go)))
+            kube = _kubelet_tally(topo, seq, go)
 
         def pct(a: int, b: int) -> float:
             return 100.0 * a / b if b else 100.0
@@ -253,16 +277,20 @@ def _speed_on(name: str, topo: Topology, quick: bool, scale: int = 1) -> list[Re
 
     by_id = {r.id: r for r in reqs}
     movable = [r.id for r in reqs if not r.claims]
-    kubelet: list[float] = []  # the peer: the kubelet static policy's choice, on the same free CPUs
+    kubelet: list[float] = []  # the peer: the Python port of the kubelet's choice, on the same free CPUs
+    takes: list[GrantSequence] = []  # the same choices, for the kubelet's own Go code
+    view = kubelet_view(topo)
     for i in range(rounds):
         cid = movable[rng.randrange(len(movable))]
         r = by_id[cid]
         timed("remove", policy.remove, cid)
         if r.qos is QoSClass.GUARANTEED and not r.annotations and r.cpu_request_milli % 1000 == 0:
             free = policy.shared_cpus()
+            count = r.cpu_request_milli // 1000
             t0 = time.perf_counter()
-            take_by_topology(topo, free, r.cpu_request_milli // 1000)
+            take_by_topology_numa_packed(view, free, count)
             kubelet.append(time.perf_counter() - t0)
+            takes.append(GrantSequence(f"take{i}", view, free, ({"take": cid, "count": count},)))
         timed("add", policy.add, r)
         if r.qos is QoSClass.GUARANTEED and not r.annotations:
             bigger = _req(cid, QoSClass.GUARANTEED, r.cpu_request_milli + 1000)
@@ -289,17 +317,14 @@ def _speed_on(name: str, topo: Topology, quick: bool, scale: int = 1) -> list[Re
         Result(f"{name}: p99 of all operations (CPU time)", percentile(cpu, 99) * us, "us"),
     ]
     peer = statistics.median(kubelet) * us
-    out.append(Result(f"{name}: kubelet takeByTopology median (peer, same run)", peer, "us",
+    out.append(Result(f"{name}: Python port of takeByTopologyNUMAPacked, median (peer, same run)", peer, "us",
                       note=f"{len(kubelet)} calls"))
     for kind in ("add", "update"):
         mine = statistics.median(times[kind]) * us
         ratio = mine / peer
-        before = BEFORE.get((name, kind))
-        goal = None if before is None else f"<= {before / 2:.3f} (half of {before:.3f} before)"
-        out.append(Result(f"{name}: {kind} median / kubelet takeByTopology", ratio, "x", goal,
-                          None if before is None else ratio <= before / 2,
-                          f"{mine:.0f} us vs kubelet {peer:.0f} us"
-                          + ("" if before is None else f"; before: {before:.3f}x")))
+        out.append(Result(f"{name}: {kind} median / Python port of takeByTopologyNUMAPacked", ratio, "x",
+                          note=f"{mine:.0f} us vs port {peer:.0f} us"))
+    out += _against_go(name, takes, times)
     # Issue 15 item 1: an exclusive add against a shared one (same run, same node) and the peer.
     adds = _adds_by_kind(policy, reqs, rng, rounds)
     excl, shared = statistics.median(adds["exclusive"]) * us, statistics.median(adds["shared"]) * us
@@ -310,6 +335,22 @@ def _speed_on(name: str, topo: Topology, quick: bool, scale: int = 1) -> list[Re
         if ts:
             out.append(Result(f"{name}: {kind} median", statistics.median(ts) * us, "us", note=f"{len(ts)} calls, "
                               f"p99 {percentile(ts, 99) * us:.0f} us"))
+    return out
+
+
+def _against_go(name: str, takes: list[GrantSequence], times: dict[str, list[float]]) -> list[Result]:
+    """Our add and update against the kubelet's own Go ``takeByTopologyNUMAPacked`` on the same
+    free CPUs (fastest of 5 calls each), when the harness is built (``TOPODRA_KUBELET_HARNESS``)."""
+    binary = harness_binary()
+    if binary is None or not takes:
+        return []
+    go_us = statistics.median(g[0].ns for g in replay_go(binary, takes, repeat=5)) / 1000
+    out = [Result(f"{name}: kubelet Go takeByTopologyNUMAPacked median (peer)", go_us, "us",
+                  note=f"{len(takes)} calls, each the fastest of 5")]
+    for kind in ("add", "update"):
+        mine = statistics.median(times[kind]) * 1e6
+        out.append(Result(f"{name}: {kind} median / kubelet Go takeByTopologyNUMAPacked", mine / go_us, "x",
+                          note=f"{mine:.0f} us vs {go_us:.1f} us"))
     return out
 
 

@@ -1,144 +1,207 @@
-"""The kubelet CPU manager's static policy choice (takeByTopology, NUMA-packed), as a baseline.
+"""A Python port of the kubelet static CPU manager's ``takeByTopologyNUMAPacked``.
 
-Written from the documented algorithm of ``takeByTopologyNUMAPacked`` so the
-benchmark can compare our packing with what a default kubelet does for a
-Guaranteed pod with integer CPUs (topology manager policy "none"):
+The peer the policy benchmark compares placements with: what a default kubelet
+(``cpuManagerPolicy: static``, topology manager ``none``, no policy options)
+gives a Guaranteed container with integer CPUs. It follows
+``pkg/kubelet/cm/cpumanager/cpu_assignment.go`` of Kubernetes v1.36.2 step by
+step (``cpuAccumulator``, ``numaFirst``/``socketsFirst``, packed sorting, no
+uncore-cache preference), including its quirks: "free" sockets and cores are
+judged against the uniform view of the machine (CPUs per socket / per core =
+total CPUs / count), the lists of free NUMA nodes, sockets and cores are
+computed once per step before anything is taken, and a socket listed under two
+NUMA nodes is listed twice.
 
-1. take whole free sockets, then whole free NUMA nodes, while the request
-   still needs at least that many CPUs (NUMA nodes first when a NUMA node
-   spans one or more sockets);
-2. take whole free cores while the request needs at least a core;
-3. take single threads, walking cores in the same order.
+It is checked grant for grant against the Go code itself: ``testkit.kubelet_harness``
+replays grant sequences through the kubelet's own function (a Go harness kept out
+of this repo) and ``tests/data/kubelet-grants/`` keeps what it answered.
 
-Sockets, NUMA nodes and cores are visited "packed": fewest free CPUs first,
-ties by id. Sizes come from the kubelet's uniform view of the machine
-(CPUs per socket / NUMA node / core = total CPUs / count), so on hybrid
-machines a 2-thread P-core is never "free" when the average core has fewer
-threads, as in the kubelet.
+The machine is seen as the kubelet sees it (``kubelet_view``): socket = physical
+package, NUMA node, and core = the lowest CPU id of the core's threads
+(``getUniqueCoreID``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 
 from topodra.cpuset import CPUSet
 from topodra.policy.api import PolicyError
 from topodra.topology.model import Topology
 
-__all__ = ["take_by_topology"]
+__all__ = ["KubeletCPU", "KubeletMachine", "kubelet_view", "take_by_topology", "take_by_topology_numa_packed"]
+
+
+@dataclass(frozen=True)
+class KubeletCPU:
+    """One CPU as the kubelet's ``topology.CPUInfo`` holds it."""
+
+    socket: int
+    numa: int
+    core: int
+
+
+_Key = Callable[[KubeletCPU], int]
+
+
+def _numa(i: KubeletCPU) -> int:
+    return i.numa
+
+
+def _socket(i: KubeletCPU) -> int:
+    return i.socket
+
+
+def _core(i: KubeletCPU) -> int:
+    return i.core
+
+
+class KubeletMachine:
+    """The kubelet's ``CPUTopology``: each CPU's ``CPUInfo`` and, computed once, the CPUs of every
+    NUMA node, socket and core (``CPUDetails.CPUsInNUMANodes`` and the like on the whole machine)."""
+
+    def __init__(self, cpus: Mapping[int, KubeletCPU]) -> None:
+        self.cpus = dict(cpus)
+        self.members: dict[_Key, dict[int, frozenset[int]]] = {}
+        for key in (_numa, _socket, _core):
+            groups: dict[int, set[int]] = {}
+            for c, info in self.cpus.items():
+                groups.setdefault(key(info), set()).add(c)
+            self.members[key] = {k: frozenset(v) for k, v in groups.items()}
+        n_cpus = len(self.cpus)
+        #: ``CPUsPerSocket`` and ``CPUsPerCore``: the uniform view (total CPUs / count)
+        self.per_socket = n_cpus // len(self.members[_socket])
+        self.per_core = n_cpus // len(self.members[_core])
+        #: ``NumSockets >= NumNUMANodes``: NUMA nodes are the first level (``numaFirst``)
+        self.numa_first = len(self.members[_socket]) >= len(self.members[_numa])
+
+
+def kubelet_view(topology: Topology) -> KubeletMachine:
+    """The kubelet's view of a machine (``topology.Discover``)."""
+    out: dict[int, KubeletCPU] = {}
+    for cpu, info in topology.cpus.items():
+        siblings = info.siblings or CPUSet([cpu])
+        out[cpu] = KubeletCPU(socket=info.package, numa=info.node, core=min(siblings | CPUSet([cpu])))
+    return KubeletMachine(out)
 
 
 class _Accumulator:
-    def __init__(self, topology: Topology, available: CPUSet, count: int) -> None:
-        cpus = topology.cpus
-        self.socket_of = {c: info.package for c, info in cpus.items()}
-        self.numa_of = {c: info.node for c, info in cpus.items()}
-        self.core_of = {c: info.core for c, info in cpus.items()}
-        n_cpus = len(cpus)
-        self.per_socket = n_cpus // max(1, len(set(self.socket_of.values())))
-        self.per_core = n_cpus // max(1, len(set(self.core_of.values())))
-        self.numa_first = len(set(self.socket_of.values())) >= len(set(self.numa_of.values()))
-        self.free = set(available) & set(cpus)
+    """``cpuAccumulator``: ``free`` is the CPUs its ``details`` still hold."""
+
+    def __init__(self, machine: KubeletMachine, available: CPUSet, count: int) -> None:
+        self.topo = machine.cpus
+        self.members = machine.members
+        self.per_socket, self.per_core, self.numa_first = machine.per_socket, machine.per_core, machine.numa_first
+        self.free = {c for c in self.topo if c in available}
         self.needed = count
         self.result: set[int] = set()
-        self.all_by: dict[str, dict[int, set[int]]] = {"socket": {}, "numa": {}, "core": {}}
-        for c in cpus:
-            self.all_by["socket"].setdefault(self.socket_of[c], set()).add(c)
-            self.all_by["numa"].setdefault(self.numa_of[c], set()).add(c)
-            self.all_by["core"].setdefault(self.core_of[c], set()).add(c)
 
-    # --- details restricted to the still-free CPUs ------------------------
-    def free_in(self, kind: str, ident: int) -> set[int]:
-        return self.all_by[kind][ident] & self.free
+    # --- CPUDetails queries ---------------------------------------------------------
+    def free_in(self, key: _Key, ident: int) -> set[int]:
+        """``details.CPUsIn...(ident)``: the free CPUs of one NUMA node / socket / core."""
+        return self.free & self.members[key][ident]
 
-    def ids(self, kind: str, within: set[int] | None = None) -> list[int]:
-        of = {"socket": self.socket_of, "numa": self.numa_of, "core": self.core_of}[kind]
-        src = self.free if within is None else within & self.free
-        return sorted({of[c] for c in src})
+    def ids(self, key: _Key, parent: _Key | None = None, parent_id: int = 0) -> list[int]:
+        """``details.NUMANodes()``, or with a parent ``SocketsInNUMANodes(parent_id)``,
+        ``CoresInSockets(parent_id)`` and the like: the ids that still hold a free CPU."""
+        cpus = self.free if parent is None else self.free_in(parent, parent_id)
+        return sorted({key(self.topo[c]) for c in cpus})
 
-    def sort_packed(self, kind: str, ids: list[int]) -> list[int]:
-        return sorted(ids, key=lambda i: (len(self.free_in(kind, i)), i))
+    def sort(self, ids: list[int], key: _Key) -> list[int]:
+        """``sort``: fewest free CPUs first, then by id."""
+        return sorted(ids, key=lambda ident: (len(self.free_in(key, ident)), ident))
 
-    def sorted_sockets(self) -> list[int]:
+    # --- numaFirst / socketsFirst ---------------------------------------------------
+    def sort_numa_nodes(self) -> list[int]:
         if self.numa_first:
-            out: list[int] = []
-            for numa in self.sorted_numas():
-                for s in self.sort_packed("socket", self.ids("socket", self.all_by["numa"][numa])):
-                    if s not in out:
-                        out.append(s)
-            return out
-        return self.sort_packed("socket", self.ids("socket"))
-
-    def sorted_numas(self) -> list[int]:
-        if self.numa_first:
-            return self.sort_packed("numa", self.ids("numa"))
+            return self.sort(self.ids(_numa), _numa)
         out: list[int] = []
-        for s in self.sorted_sockets():
-            out.extend(self.sort_packed("numa", self.ids("numa", self.all_by["socket"][s])))
+        for socket in self.sort_sockets():
+            out += self.sort(self.ids(_numa, _socket, socket), _numa)
         return out
 
-    def sorted_cores(self) -> list[int]:
-        outer: Callable[[], list[int]]
+    def sort_sockets(self) -> list[int]:
+        if not self.numa_first:
+            return self.sort(self.ids(_socket), _socket)
         out: list[int] = []
-        if self.numa_first:
-            # cores per socket inside the NUMA-ordered sockets
-            outer, kind = self.sorted_sockets, "socket"
-        else:
-            outer, kind = self.sorted_numas, "numa"
-        for ident in outer():
-            for core in self.sort_packed("core", self.ids("core", self.all_by[kind][ident])):
-                if core not in out:
-                    out.append(core)
+        for numa in self.sort_numa_nodes():
+            out += self.sort(self.ids(_socket, _numa, numa), _socket)
         return out
 
-    # --- taking -------------------------------------------------------------
-    def take(self, cpus: set[int]) -> None:
-        self.result |= cpus
-        self.free -= cpus
-        self.needed -= len(cpus)
-
-    def satisfied(self) -> bool:
-        return self.needed < 1
-
-    def take_full(self, kind: str, order: list[int]) -> None:
-        """Take every fully free socket / NUMA node / core the request still needs whole."""
-        if kind == "numa":
-            free = [i for i in order if len(self.free_in(kind, i)) == len(self.all_by[kind][i])]
+    def sort_cores(self) -> list[int]:
+        out: list[int] = []
+        if self.numa_first:
+            for socket in self.sort_sockets():
+                out += self.sort(self.ids(_core, _socket, socket), _core)
         else:
-            uniform = self.per_socket if kind == "socket" else self.per_core
-            free = [i for i in order if len(self.free_in(kind, i)) == uniform]
-        for ident in free:
-            whole = self.all_by[kind][ident]
+            for numa in self.sort_numa_nodes():
+                out += self.sort(self.ids(_core, _numa, numa), _core)
+        return out
+
+    def sort_cpus_packed(self) -> list[int]:
+        return [cpu for core in self.sort_cores() for cpu in sorted(self.free_in(_core, core))]
+
+    # --- taking ---------------------------------------------------------------------
+    def take(self, cpus: Iterable[int]) -> None:
+        taken = set(cpus)
+        self.result |= taken
+        self.free -= self.result
+        self.needed -= len(taken)
+
+    def take_full(self, order: list[int], key: _Key, is_free: Callable[[int], bool]) -> None:
+        """``takeFullNUMANodes`` / ``takeFullSockets`` / ``takeFullCores``: the free list is made
+        first, then each whole group the request still needs at least is taken."""
+        for ident in [i for i in order if is_free(i)]:
+            whole = self.members[key][ident]
             if self.needed >= len(whole):
                 self.take(whole)
 
-    def run(self) -> set[int]:
-        if self.satisfied():
-            return self.result
-        if len(self.free) < self.needed:
-            raise PolicyError(
-                f"not enough CPUs available to satisfy request: requested={self.needed}, available={len(self.free)}"
-            )
-        levels = [("numa", self.sorted_numas), ("socket", self.sorted_sockets)]
-        if not self.numa_first:
-            levels.reverse()
-        for kind, order in levels:
-            self.take_full(kind, order())
-            if self.satisfied():
-                return self.result
-        self.take_full("core", self.sorted_cores())
-        if self.satisfied():
-            return self.result
-        for core in self.sorted_cores():
-            for cpu in sorted(self.free_in("core", core)):
-                self.take({cpu})
-                if self.satisfied():
-                    return self.result
+    def numa_free(self, numa: int) -> bool:
+        return len(self.free_in(_numa, numa)) == len(self.members[_numa][numa])
+
+    def socket_free(self, socket: int) -> bool:
+        return len(self.free_in(_socket, socket)) == self.per_socket
+
+    def core_free(self, core: int) -> bool:
+        return len(self.free_in(_core, core)) == self.per_core
+
+    def take_levels(self) -> None:
+        """Steps 1 and 3: whole NUMA nodes and sockets (in the machine's order), then whole cores."""
+        numas = (self.sort_numa_nodes, _numa, self.numa_free)
+        sockets = (self.sort_sockets, _socket, self.socket_free)
+        for order, key, is_free in (numas, sockets) if self.numa_first else (sockets, numas):
+            self.take_full(order(), key, is_free)
+            if self.needed < 1:
+                return
+        self.take_full(self.sort_cores(), _core, self.core_free)
+
+    def take_remaining(self) -> None:
+        """Step 4: single threads in packed order."""
+        for cpu in self.sort_cpus_packed():
+            self.take([cpu])
+            if self.needed < 1:
+                return
+
+
+def take_by_topology_numa_packed(machine: KubeletMachine, available: CPUSet, count: int) -> CPUSet:
+    """``takeByTopologyNUMAPacked`` with packed sorting and no uncore-cache preference."""
+    acc = _Accumulator(machine, available, count)
+    if acc.needed < 1:
+        return CPUSet(acc.result)
+    if acc.needed > len(acc.free):
+        raise PolicyError(
+            f"not enough cpus available to satisfy request: requested={count}, available={len(available)}"
+        )
+    acc.take_levels()
+    if acc.needed >= 1:
+        acc.take_remaining()
+    if acc.needed >= 1:
         raise PolicyError("failed to allocate cpus")  # pragma: no cover - guarded by the size check
+    return CPUSet(acc.result)
 
 
 def take_by_topology(topology: Topology, available: CPUSet, count: int) -> CPUSet:
     """The CPUs a default kubelet static policy would give a ``count``-CPU container."""
     if count < 0:
         raise PolicyError(f"CPU count must not be negative, got {count}")
-    return CPUSet(_Accumulator(topology, available, count).run())
+    return take_by_topology_numa_packed(kubelet_view(topology), available, count)

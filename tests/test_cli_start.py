@@ -227,13 +227,16 @@ def test_cel_message_types_match_descriptor_pb2() -> None:
 
     from topodra.sim import cel
 
-    fdp = descriptor_pb2.FileDescriptorProto(name="topodra/sim/cel_types.proto", package="topodra.cel", syntax="proto3")
+    fdp = descriptor_pb2.FileDescriptorProto(name="topodra/sim/cel_types.proto", package="kubernetes", syntax="proto3")
     q = fdp.message_type.add(name="Quantity")
     q.field.add(name="amount", number=1, type=descriptor_pb2.FieldDescriptorProto.TYPE_STRING, label=1)
     s = fdp.message_type.add(name="Semver")
     for i, name in enumerate(("major", "minor", "patch"), start=1):
         s.field.add(name=name, number=i, type=descriptor_pb2.FieldDescriptorProto.TYPE_INT64, label=1)
     s.field.add(name="pre", number=4, type=descriptor_pb2.FieldDescriptorProto.TYPE_STRING, label=1)
+    d = fdp.message_type.add(name="DRADevice")
+    d.field.add(name="driver", number=1, type=descriptor_pb2.FieldDescriptorProto.TYPE_STRING, label=1)
+    d.field.add(name="allowMultipleAllocations", number=2, type=descriptor_pb2.FieldDescriptorProto.TYPE_BOOL, label=1)
     assert descriptor_pb2.FileDescriptorProto.FromString(cel.CEL_TYPES_PROTO) == fdp
 
     _, quantity, semver = cel._message_types()

@@ -11,7 +11,7 @@ from importlib.util import find_spec
 __all__ = ["EXTRA_PACKAGES", "MissingExtra", "package_installed", "require_extra"]
 
 #: The importable packages each extra brings.
-EXTRA_PACKAGES: dict[str, tuple[str, ...]] = {"sim": ("numpy", "matplotlib", "cel_expr_python")}
+EXTRA_PACKAGES: dict[str, tuple[str, ...]] = {"sim": ("numpy", "matplotlib", "cel_expr_python", "re2")}
 
 
 class MissingExtra(RuntimeError):

@@ -16,6 +16,7 @@ from topodra.sim.cel import (
     CelDevice,
     CelRuntimeError,
     attribute_value,
+    compile_expression,
     compile_selector,
     split_qualified_name,
 )
@@ -66,7 +67,7 @@ VALUES: list[tuple[str, Any]] = [
     ('quantity("1500m").asApproximateFloat()', 1.5),
     ('quantity("1").add(quantity("500m")) == quantity("1.5")', True),
     ('quantity("2").sub(1).asInteger()', 1),
-    ('quantity("-3").sign()', -1),
+    ('sign(quantity("-3"))', -1),  # a global function in quantity.go, not a member
     ('isQuantity("1Ki")', True),
     ('isQuantity("1KB")', False),
     (f'{A}.firmware.isGreaterThan(semver("1.9.0"))', True),
@@ -82,7 +83,6 @@ VALUES: list[tuple[str, Any]] = [
     (f'{A}.coreType.lowerAscii()', "p-core"),
     (f'{A}.coreType.split("-")', ["P", "core"]),
     (f'{A}.coreType.matches("^[PE]-core$")', True),
-    (f'{A}.tags.exists(t, t == "b")', True),
     (f'{A}.tags.includes("a")', True),
     (f'{A}.numaNode.includes(1)', True),
     ("[3, 1, 2].max()", 3),
@@ -102,20 +102,24 @@ ERRORS: list[tuple[str, type[Exception], str]] = [
     ('device.attributes["unknown.example.com"].x == 1', CelRuntimeError, "no such key: x"),
     (f"{C}.nope.isInteger()", CelRuntimeError, "no such key: nope"),
     ('quantity("12 apples") == quantity("1")', CelRuntimeError, "quantities must match"),
-    ('semver("one") == semver("1.0.0")', CelRuntimeError, "could not parse"),
+    ('semver("one") == semver("1.0.0")', CelRuntimeError, "No Major.Minor.Patch elements found"),
     ("1 +", CelCompileError, "Syntax error"),
     ("device.nodeName == 'x'", CelCompileError, "undefined field 'nodeName'"),
     ("undefinedFunction(1)", CelCompileError, "undeclared reference"),
     ('device.driver == 1 + "a"', CelCompileError, "no matching overload"),
     ('quantity("1500m").asInteger() == 1', CelRuntimeError, "cannot convert value to integer"),
     ("[].max() == 1", CelRuntimeError, "empty list"),
-    ("1 / 0 == 1", CelRuntimeError, "divide by zero"),
+    ("1 / 0 == 1", CelRuntimeError, "division by zero"),
+    # DRAListTypeAttributes is off in 1.36: an attribute is ``any``, not a list to iterate
+    (f'{A}.tags.exists(t, t == "b")', CelCompileError, "expression of type 'any' cannot be the range of a comprehension"),
+    ("[1, 2].size()", CelCompileError, "must evaluate to bool or the unknown type, not int"),
+    ('quantity("1").sign() == 1', CelCompileError, "sign"),
 ]
 
 
 @pytest.mark.parametrize(("expression", "expected"), VALUES)
 def test_expression_value(expression: str, expected: Any) -> None:
-    got = compile_selector(expression).evaluate(DEVICE)
+    got = compile_expression(expression).evaluate(DEVICE)
     assert got == expected
     assert type(got) is type(expected)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,15 @@ from topodra.sim.replay import replay
 from topodra.yamldocs import expand_lists, load_documents
 
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "sched-recorded"
-SCENARIOS = ["v1-core-siblings", "v2-mixed-nodes", "v3-shared-claim-lifecycle", "v4-kubectl-dump"]
+SCENARIOS = [
+    "v1-core-siblings",
+    "v2-mixed-nodes",
+    "v3-shared-claim-lifecycle",
+    "v4-kubectl-dump",
+    "v5-core-or-thread",
+    "v6-device-taints",
+    "v9-opaque-params",
+]
 
 
 def _objects(*files: Path) -> list[tuple[object, str]]:
@@ -73,3 +82,24 @@ def test_a_wrong_device_is_a_mismatch(tmp_path: Path) -> None:
     report = diff_replay(_inputs("v1-core-siblings"), load_recorded(tmp_path / "result.json"))
     bad = [r for r in report.rows if r.verdict == "MISMATCH"]
     assert [(r.key, r.differs) for r in bad] == [("create s8-02-pair", ("claim c0 devices",))]
+
+
+def test_each_plugins_score_is_compared(tmp_path: Path) -> None:
+    # move 1 point between two plugins of one node: the total stays, the per-plugin scores differ
+    doc = json.loads((RECORDED / "v2-mixed-nodes" / "result.json").read_text())
+    step = next(s for s in doc["steps"] if s.get("name") == "m-01-ge2-c6")
+    plugins = step["scores"]["ia16"]["plugins"]
+    plugins["NodeResourcesFit"] -= 1
+    plugins["ImageLocality"] += 1
+    (tmp_path / "result.json").write_text(json.dumps(doc))
+    report = diff_replay(_inputs("v2-mixed-nodes"), load_recorded(tmp_path / "result.json"))
+    bad = [(r.key, r.differs) for r in report.rows if r.verdict == "MISMATCH"]
+    assert bad == [("create m-01-ge2-c6", ("plugin scores",))]
+
+
+def test_a_tie_row_names_the_tied_nodes() -> None:
+    report = diff_replay(_inputs("v2-mixed-nodes"), load_recorded(RECORDED / "v2-mixed-nodes" / "result.json"))
+    row = next(r for r in report.rows if r.key == "create m-07-1to2-c4")
+    assert row.verdict == "tie"
+    assert sorted(row.tied) == ["ia8", "xeon40"]
+    assert report.as_dict()["rows"][report.rows.index(row)]["tie"] == list(row.tied)

@@ -375,20 +375,14 @@ def cel_compile_problem(expression: str) -> str | None:
     the ``sim`` extra; without it selectors are not compiled here (``cel_checked()`` says so)."""
     if not cel_checked():
         return None
-    from topodra.sim.cel import CelCompileError, compile_selector, result_type
+    from topodra.sim.cel import CelCompileError, compile_selector
 
     try:
         compile_selector(expression)
     except CelCompileError as err:
-        col = err.position or 1
-        lines = expression.split("\n")
-        text = lines[err.line - 1] if 0 < err.line <= len(lines) else expression
-        return f"compilation failed: ERROR: <input>:{err.line}:{col}: {err.message}\n | {text}\n | {'.' * (col - 1)}^"
-    # A selector decides per device: a result known to be anything but a bool is refused too
-    # (dynamic-resource-allocation/cel/compile.go CompileCELExpression, v1.36.2).
-    found = result_type(expression)
-    if found not in (None, "bool", "dyn"):
-        return f"must evaluate to bool or the unknown type, not {found}"
+        # compile.go's words: cel-go's issues with the caret, or a result that is not a bool
+        # (dynamic-resource-allocation/cel/compile.go CompileCELExpression, v1.36.2)
+        return err.detail()
     return None
 
 

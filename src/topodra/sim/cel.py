@@ -2,29 +2,37 @@
 
 Backed by cel-expr-python (Google's C++ CEL runtime), the fastest engine that
 has the features selectors need (measured in ``benchmarks/bench_sim.py``).
-The environment mirrors the one kube-scheduler compiles selectors with:
+The environment is the one kube-scheduler 1.36 compiles selectors in
+(``staging/src/k8s.io/dynamic-resource-allocation/cel/compile.go`` on the base
+environment of ``staging/src/k8s.io/apiserver/pkg/cel/environment/base.go`` and
+the libraries of ``.../apiserver/pkg/cel/library/``, Kubernetes v1.36.2, stored
+expressions):
 
-- one variable ``device`` with ``driver``, ``attributes``, ``capacity`` and
-  ``allowMultipleAllocations``; attribute and capacity names are split at the
-  first ``/`` into domain and id (no ``/``: the driver is the domain);
-- ``device.attributes[<unknown domain>]`` is an empty map, an unknown id is
-  an error ("no such key");
-- ``quantity()``/``isQuantity()`` and the Quantity member functions,
-  ``semver()``/``isSemver()`` and the Semver member functions, the Kubernetes
-  list library (``isSorted``, ``sum``, ``min``, ``max``, ``indexOf``,
-  ``lastIndexOf``), the ``sets`` extension, the string extension (v2),
-  ``cel.bind``, optionals, ``includes()``, regular expressions;
-- relational operators across int/uint/double (CrossTypeNumericComparisons).
+- ``device`` typed as there: ``driver`` string, ``attributes``
+  ``map(string, map(string, any))``, ``capacity``
+  ``map(string, map(string, kubernetes.Quantity))``, ``allowMultipleAllocations``
+  bool; names are split at the first ``/`` into domain and id (no ``/``: the
+  driver is the domain); ``device.attributes[<unknown domain>]`` is an empty
+  map, an unknown id is an error ("no such key");
+- the result must be bool or ``any``;
+- cel.bind, optionals, the string extension v2, the sets extension, the list
+  extension, two-variable comprehensions, cross-type numeric comparisons,
+  homogeneous aggregate literals;
+- the Kubernetes ``quantity`` and ``semver`` types and their functions, the
+  Kubernetes list library (``isSorted``, ``sum``, ``min``, ``max``, ``indexOf``,
+  ``lastIndexOf``), regular expressions ``find``/``findAll`` (RE2, as Go's
+  ``regexp``), and DRA's ``includes``.
 
-Quantities and semvers travel through the C++ runtime as small protobuf
-messages whose only field is their canonical value, so ``==`` compares them
-semantically (``quantity("1") == quantity("1000m")``).
+Expressions are type-checked in an environment declared with those exact types
+(so what cel-go rejects with "found no matching overload" is a compile error
+here too) and run in a twin environment whose variables are dynamic: the C++
+runtime refuses plain maps for a variable declared as a message, and the
+checked expression carries everything else. Messages are cel-go's: the C++
+runtime's are rewritten where its wording differs. The conformance set in
+``tests/data/cel-go/`` (recorded from the Go packages themselves) checks both.
 
-Known differences from cel-go, all compile-time conveniences rather than
-results: two-variable comprehensions and cel-go's ``ext.Lists`` v3 are not
-available, mixed-type list literals are not rejected, and the per-evaluation
-cost limit is not enforced (selectors that would exceed it are rare and are
-rejected by the apiserver at validation anyway).
+Not provided (cel-go has them; a compile error here): the ``ip``, ``cidr``,
+``url`` and ``format`` libraries; the per-evaluation cost limit.
 """
 
 from __future__ import annotations
@@ -46,8 +54,8 @@ __all__ = [
     "CelRuntimeError",
     "CelDevice",
     "CompiledSelector",
+    "compile_expression",
     "compile_selector",
-    "result_type",
     "attribute_value",
     "split_qualified_name",
     "INCLUDES_MAX_LIST",
@@ -56,7 +64,6 @@ __all__ = [
 #: ``includes()`` refuses lists longer than the per-device value limit.
 INCLUDES_MAX_LIST = 48
 MAX_EXPRESSION_LENGTH = 10 * 1024
-_DEVICE_FIELDS = ("driver", "attributes", "capacity", "allowMultipleAllocations")
 
 
 class CelError(Exception):
@@ -72,11 +79,32 @@ class CelError(Exception):
 
 
 class CelCompileError(CelError):
-    """The expression does not compile in the DRA environment."""
+    """The expression does not compile in the DRA environment. ``issues``: cel-go's issues as
+    (line, column, message); ``kind``: how compile.go words it ("compilation failed: ...", a
+    result of the wrong type, or a program that cannot be instantiated)."""
+
+    def __init__(
+        self, expression: str, message: str, position: int | None = None, line: int = 1, *, issues: tuple[tuple[int, int, str], ...] = (), kind: str = "issues"
+    ) -> None:
+        super().__init__(expression, message, position, line)
+        self.issues = issues or ((line, position or 1, message),)
+        self.kind = kind
+
+    def detail(self) -> str:
+        """The ``Detail`` of compile.go's ``CompilationResult.Error``, word for word."""
+        if self.kind != "issues":
+            return self.message
+        lines = self.expression.split("\n")
+        out = []
+        for line, col, msg in self.issues:
+            text = lines[line - 1] if 0 < line <= len(lines) else self.expression
+            out.append(f"ERROR: <input>:{line}:{col}: {msg}\n | {text}\n | {'.' * (col - 1)}^")
+        return "compilation failed: " + "\n".join(out)
 
 
 class CelRuntimeError(CelError):
-    """Evaluating the expression failed (for example a missing attribute id)."""
+    """Evaluating the expression failed; ``message`` is cel-go's error (for example
+    "no such key: id")."""
 
 
 def split_qualified_name(name: str, driver: str) -> tuple[str, str]:
@@ -90,141 +118,74 @@ def split_qualified_name(name: str, driver: str) -> tuple[str, str]:
 # --- the runtime: protobuf types and library functions --------------------------------------
 
 
-#: ``topodra/sim/cel_types.proto`` serialised: ``topodra.cel.Quantity {string amount = 1}`` and
-#: ``topodra.cel.Semver {int64 major = 1; int64 minor = 2; int64 patch = 3; string pre = 4}``
-#: (proto3). Written out because building it with ``descriptor_pb2`` costs that module's
-#: import on every run's first compile; a test rebuilds it with ``descriptor_pb2`` and compares.
+#: ``topodra/sim/cel_types.proto`` serialised (proto3, package ``kubernetes`` so that types read
+#: as cel-go names them): ``Quantity {string amount = 1}``, ``Semver {int64 major = 1; int64
+#: minor = 2; int64 patch = 3; string pre = 4}`` and ``DRADevice {string driver = 1; bool
+#: allowMultipleAllocations = 2}`` (the type of ``device`` in messages). Written out because
+#: building it with ``descriptor_pb2`` costs that module's import on every run's first compile;
+#: a test rebuilds it with ``descriptor_pb2`` and compares.
 CEL_TYPES_PROTO = (
-    b'\n\x1btopodra/sim/cel_types.proto\x12\x0btopodra.cel"\x1a\n\x08Quantity\x12\x0e\n\x06amount\x18\x01 \x01(\t"B'
+    b'\n\x1btopodra/sim/cel_types.proto\x12\nkubernetes"\x1a\n\x08Quantity\x12\x0e\n\x06amount\x18\x01 \x01(\t"B'
     b"\n\x06Semver\x12\r\n\x05major\x18\x01 \x01(\x03\x12\r\n\x05minor\x18\x02 \x01(\x03\x12\r\n\x05patch\x18\x03 \x01(\x03"
-    b"\x12\x0b\n\x03pre\x18\x04 \x01(\tb\x06proto3"
+    b'\x12\x0b\n\x03pre\x18\x04 \x01(\t"=\n\tDRADevice\x12\x0e\n\x06driver\x18\x01 \x01(\t\x12 \n\x18allowMultipleAllocations'
+    b"\x18\x02 \x01(\x08b\x06proto3"
 )
+
+#: The extensions of the base environment (environment/base.go and compile.go), as the C++
+#: runtime names them.
+_EXTENSIONS_YAML = """extensions:
+  - name: bindings
+  - name: optional
+  - name: strings
+    version: 2
+  - name: sets
+  - name: lists
+    version: latest
+  - name: cel.lib.ext.comprev2
+"""
+
+_DEVICE_VARS = ("device.driver", "device.attributes", "device.capacity", "device.allowMultipleAllocations")
 
 
 def _message_types() -> tuple[Any, Any, Any]:
-    """The descriptor pool with :data:`CEL_TYPES_PROTO`, and the Quantity and Semver classes."""
-    from google.protobuf import descriptor_pool, message_factory
+    """The descriptor pool with :data:`CEL_TYPES_PROTO` (and ``google.protobuf.Any``), and the
+    Quantity and Semver classes."""
+    from google.protobuf import any_pb2, descriptor_pool, message_factory
 
     pool = descriptor_pool.DescriptorPool()
+    pool.AddSerializedFile(any_pb2.DESCRIPTOR.serialized_pb)
     pool.AddSerializedFile(CEL_TYPES_PROTO)
-    quantity = message_factory.GetMessageClass(pool.FindMessageTypeByName("topodra.cel.Quantity"))
-    semver = message_factory.GetMessageClass(pool.FindMessageTypeByName("topodra.cel.Semver"))
+    quantity = message_factory.GetMessageClass(pool.FindMessageTypeByName("kubernetes.Quantity"))
+    semver = message_factory.GetMessageClass(pool.FindMessageTypeByName("kubernetes.Semver"))
     return pool, quantity, semver
 
 
 class _Runtime:
-    """The cel-expr-python environment with the Kubernetes libraries (built once)."""
+    """The two cel-expr-python environments with the Kubernetes libraries (built once): one
+    declared with the exact types to check, one with dynamic variables to run."""
 
     def __init__(self) -> None:
         from cel_expr_python import cel  # type: ignore[import-untyped]
-        from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings  # type: ignore[import-untyped]
 
         pool, self.QuantityMsg, self.SemverMsg = _message_types()
         self.cel = cel
         T = cel.Type
-        functions = [*self._quantity_functions(), *self._semver_functions(), *self._list_functions()]
-
-        def env(variables: dict[str, Any]) -> Any:
-            # The Kubernetes functions go in an extension loaded after the string
-            # extension so that list ``indexOf`` joins the string overloads.
-            extensions = [ext_bindings.ExtBindings(), ext_optional.ExtOptional(), ext_strings.ExtStrings(2)]
-            return cel.NewEnv(pool, variables=variables, extensions=[*extensions, cel.CelExtension("kubernetes", functions)])
-
-        self.env = env({"device": T.DYN})
-        # For result types only: the device's fields typed as Kubernetes declares them
-        # (staging/src/k8s.io/dynamic-resource-allocation/cel/compile.go, v1.36.2), each
-        # reached through a variable of its own (see ``result_type``).
-        quantity = T("topodra.cel.Quantity")
-        self.typed_env = env(
-            {
-                "device__self": T.AbstractType("kubernetes.DRADevice"),
-                "device__driver": T.STRING,
-                "device__attributes": T.Map(T.STRING, T.Map(T.STRING, T.DYN)),
-                "device__capacity": T.Map(T.STRING, T.Map(T.STRING, quantity)),
-                "device__allowMultipleAllocations": T.BOOL,
-            }
+        Q = T("kubernetes.Quantity")
+        declared = {
+            "device": T("kubernetes.DRADevice"),
+            "device.driver": T.STRING,
+            "device.attributes": T.Map(T.STRING, T.Map(T.STRING, T("google.protobuf.Any"))),
+            "device.capacity": T.Map(T.STRING, T.Map(T.STRING, Q)),
+            "device.allowMultipleAllocations": T.BOOL,
+        }
+        lib = _KubernetesLibrary(self)
+        config = cel.NewEnvConfigFromYaml(_EXTENSIONS_YAML)
+        self.checker = cel.NewEnv(pool, config=config, variables=declared, extensions=[cel.CelExtension("kubernetes", lib.declared())])
+        self.env = cel.NewEnv(
+            pool, config=config, variables=dict.fromkeys(declared, T.DYN), extensions=[cel.CelExtension("kubernetes", lib.runtime())]
         )
-        self.bool_type = T.BOOL
         self.error_type = T.ERROR
-        self._lock = threading.Lock()
-
-    def _function(self, name: str, *overloads: tuple[str, Any, list[Any], bool, Callable[..., Any]]) -> Any:
-        """A CEL function declaration: (overload id, result type, parameter types, member?, impl) each."""
-        cel = self.cel
-        return cel.FunctionDecl(
-            name,
-            [cel.Overload(oid, ret, params, is_member=member, impl=impl) for oid, ret, params, member, impl in overloads],
-        )
-
-    def _quantity_functions(self) -> list[Any]:
-        """The Kubernetes quantity library, and the comparisons it shares with semver."""
-        fn, T = self._function, self.cel.Type
-        QT = T("topodra.cel.Quantity")
-        q_ = self.q_of
-        mq = self.msg_of_quantity
-        return [
-            fn("quantity", ("k8s_quantity", QT, [T.STRING], False, lambda x: mq(parse_quantity(x)))),
-            fn("isQuantity", ("k8s_is_quantity", T.BOOL, [T.STRING], False, _is_quantity)),
-            fn("sign", ("quantity_sign", T.INT, [QT], True, lambda a: _sign(q_(a).amount))),
-            fn("asInteger", ("quantity_as_integer", T.INT, [QT], True, lambda a: _as_integer(q_(a)))),
-            fn("isInteger", ("quantity_is_integer", T.BOOL, [QT], True, lambda a: _is_int64(q_(a)))),
-            fn("asApproximateFloat", ("quantity_as_float", T.DOUBLE, [QT], True, lambda a: float(q_(a).amount))),
-            fn(
-                "add",
-                ("quantity_add", QT, [QT, QT], True, lambda a, b: mq(q_(a) + q_(b))),
-                ("quantity_add_int", QT, [QT, T.INT], True, lambda a, b: mq(q_(a) + Quantity.of(b))),
-            ),
-            fn(
-                "sub",
-                ("quantity_sub", QT, [QT, QT], True, lambda a, b: mq(q_(a) - q_(b))),
-                ("quantity_sub_int", QT, [QT, T.INT], True, lambda a, b: mq(q_(a) - Quantity.of(b))),
-            ),
-            # Quantity and Semver are both messages to the runtime, which dispatches on
-            # the kind only: one dyn overload each, split by type here.
-            fn("isGreaterThan", ("k8s_is_greater_than", T.BOOL, [T.DYN, T.DYN], True, lambda a, b: self._cmp(a, b) > 0)),
-            fn("isLessThan", ("k8s_is_less_than", T.BOOL, [T.DYN, T.DYN], True, lambda a, b: self._cmp(a, b) < 0)),
-            fn("compareTo", ("k8s_compare_to", T.INT, [T.DYN, T.DYN], True, self._cmp)),
-        ]
-
-    def _semver_functions(self) -> list[Any]:
-        """The Kubernetes semver library."""
-        fn, T = self._function, self.cel.Type
-        ST = T("topodra.cel.Semver")
-        return [
-            fn(
-                "semver",
-                ("k8s_semver", ST, [T.STRING], False, lambda x: self.msg_of_semver(parse_semver(x))),
-                ("k8s_semver_normalize", ST, [T.STRING, T.BOOL], False, lambda x, n: self.msg_of_semver(parse_semver(x, n))),
-            ),
-            fn(
-                "isSemver",
-                ("k8s_is_semver", T.BOOL, [T.STRING], False, lambda x: _is_semver(x, False)),
-                ("k8s_is_semver_normalize", T.BOOL, [T.STRING, T.BOOL], False, _is_semver),
-            ),
-            fn("major", ("semver_major", T.INT, [ST], True, lambda a: a.major)),
-            fn("minor", ("semver_minor", T.INT, [ST], True, lambda a: a.minor)),
-            fn("patch", ("semver_patch", T.INT, [ST], True, lambda a: a.patch)),
-        ]
-
-    def _list_functions(self) -> list[Any]:
-        """The Kubernetes list and sets libraries, and DRA's ``includes``."""
-        fn, T = self._function, self.cel.Type
-        L = T.List(T.DYN)
-        return [
-            fn("isSorted", ("list_is_sorted", T.BOOL, [L], True, self._is_sorted)),
-            fn("sum", ("list_sum", T.DYN, [L], True, self._sum)),
-            fn("min", ("list_min", T.DYN, [L], True, lambda xs: self._extreme(xs, -1))),
-            fn("max", ("list_max", T.DYN, [L], True, lambda xs: self._extreme(xs, 1))),
-            fn("indexOf", ("list_index_of", T.INT, [L, T.DYN], True, lambda xs, v: _index_of(xs, v, False))),
-            fn("lastIndexOf", ("list_last_index_of", T.INT, [L, T.DYN], True, lambda xs, v: _index_of(xs, v, True))),
-            fn("sets.contains", ("sets_contains", T.BOOL, [L, L], False, lambda a, b: all(_in(x, a) for x in b))),
-            fn("sets.intersects", ("sets_intersects", T.BOOL, [L, L], False, lambda a, b: any(_in(x, a) for x in b))),
-            fn(
-                "sets.equivalent",
-                ("sets_equivalent", T.BOOL, [L, L], False, lambda a, b: all(_in(x, a) for x in b) and all(_in(x, b) for x in a)),
-            ),
-            fn("includes", ("dra_includes_dyn_dyn", T.BOOL, [T.DYN, T.DYN], True, _includes)),
-        ]
+        self.bool_type = T.BOOL
 
     # conversions between Python values and the messages the runtime carries
     def msg_of_quantity(self, q: Quantity) -> Any:
@@ -232,8 +193,6 @@ class _Runtime:
         return self.QuantityMsg(amount=f"{a.numerator}/{a.denominator}")
 
     def q_of(self, msg: Any) -> Quantity:
-        if not hasattr(msg, "amount"):
-            raise TypeError(f"expected a Quantity, got {type(msg).__name__}")
         return Quantity(Fraction(msg.amount))
 
     def msg_of_semver(self, v: Semver) -> Any:
@@ -256,40 +215,173 @@ class _Runtime:
             return {k: self.to_python(v) for k, v in value.items()}
         return value
 
+
+class _KubernetesLibrary:
+    """The Kubernetes CEL libraries DRA selectors see, as extension functions: the declarations
+    for the checker (cel-go's overloads) and the implementations for the runtime (one dynamic
+    overload per function and arity: the runtime dispatches on argument kinds, and Quantity and
+    Semver are both messages to it)."""
+
+    _COMPARABLE = ("INT", "UINT", "DOUBLE", "BOOL", "DURATION", "TIMESTAMP", "STRING", "BYTES")
+    _SUMMABLE = ("INT", "UINT", "DOUBLE", "DURATION")
+
+    def __init__(self, rt: _Runtime) -> None:
+        self.rt = rt
+        self.cel = rt.cel
+
+    def _fn(self, name: str, *overloads: tuple[str, Any, list[Any], bool, Callable[..., Any]]) -> Any:
+        cel = self.cel
+        return cel.FunctionDecl(name, [cel.Overload(o, r, p, is_member=m, impl=f) for o, r, p, m, f in overloads])
+
+    def declared(self) -> list[Any]:
+        """cel-go's overloads (quantity.go, semverlib.go, lists.go, regex.go, compile.go's includes)."""
+        T = self.cel.Type
+        Q, S = T("kubernetes.Quantity"), T("kubernetes.Semver")
+        A = T.AbstractType("A")
+        never = _never
+        fn = self._fn
+        out = [
+            fn("quantity", ("string_to_quantity", Q, [T.STRING], False, never)),
+            fn("isQuantity", ("is_quantity_string", T.BOOL, [T.STRING], False, never)),
+            fn("sign", ("quantity_sign", T.INT, [Q], False, never)),
+            fn("asApproximateFloat", ("quantity_get_float", T.DOUBLE, [Q], True, never)),
+            fn("asInteger", ("quantity_get_int", T.INT, [Q], True, never)),
+            fn("isInteger", ("quantity_is_integer", T.BOOL, [Q], True, never)),
+            fn("add", ("quantity_add", Q, [Q, Q], True, never), ("quantity_add_int", Q, [Q, T.INT], True, never)),
+            fn("sub", ("quantity_sub", Q, [Q, Q], True, never), ("quantity_sub_int", Q, [Q, T.INT], True, never)),
+            fn("semver", ("string_to_semver", S, [T.STRING], False, never), ("string_bool_to_semver", S, [T.STRING, T.BOOL], False, never)),
+            fn("isSemver", ("is_semver_string", T.BOOL, [T.STRING], False, never), ("is_semver_string_bool", T.BOOL, [T.STRING, T.BOOL], False, never)),
+            fn("major", ("semver_major", T.INT, [S], True, never)),
+            fn("minor", ("semver_minor", T.INT, [S], True, never)),
+            fn("patch", ("semver_patch", T.INT, [S], True, never)),
+            fn("find", ("string_find_string", T.STRING, [T.STRING, T.STRING], True, never)),
+            fn(
+                "findAll",
+                ("string_find_all_string", T.List(T.STRING), [T.STRING, T.STRING], True, never),
+                ("string_find_all_string_int", T.List(T.STRING), [T.STRING, T.STRING, T.INT], True, never),
+            ),
+            fn("indexOf", ("list_a_index_of_int", T.INT, [T.List(A), A], True, never)),
+            fn("lastIndexOf", ("list_a_last_index_of_int", T.INT, [T.List(A), A], True, never)),
+            fn("includes", ("dra_includes_dyn_dyn", T.BOOL, [T.DYN, T.DYN], True, never)),
+        ]
+        for name, ret in (("isGreaterThan", T.BOOL), ("isLessThan", T.BOOL), ("compareTo", T.INT)):
+            snake = {"isGreaterThan": "is_greater_than", "isLessThan": "is_less_than", "compareTo": "compare_to"}[name]
+            out.append(fn(name, (f"quantity_{snake}", ret, [Q, Q], True, never), (f"semver_{snake}", ret, [S, S], True, never)))
+        for name, kinds in (("isSorted", self._COMPARABLE), ("sum", self._SUMMABLE), ("min", self._COMPARABLE), ("max", self._COMPARABLE)):
+            overloads = []
+            for k in kinds:
+                t = getattr(T, k)
+                overloads.append((f"list_{k.lower()}_{name}", T.BOOL if name == "isSorted" else t, [T.List(t)], True, never))
+            out.append(fn(name, *overloads))
+        return out
+
+    def runtime(self) -> list[Any]:
+        """The implementations, one dynamic overload per function and arity."""
+        T = self.cel.Type
+        D, L = T.DYN, T.List(T.DYN)
+        rt = self.rt
+        mq, q_ = rt.msg_of_quantity, rt.q_of
+        fn = self._fn
+        return [
+            fn("quantity", ("string_to_quantity", D, [T.STRING], False, lambda x: mq(_quantity(x)))),
+            fn("isQuantity", ("is_quantity_string", T.BOOL, [T.STRING], False, _is_quantity)),
+            fn("sign", ("quantity_sign", T.INT, [D], False, lambda a: _sign(q_(a).amount))),
+            fn("asApproximateFloat", ("quantity_get_float", T.DOUBLE, [D], True, lambda a: float(q_(a).amount))),
+            fn("asInteger", ("quantity_get_int", T.INT, [D], True, lambda a: _as_integer(q_(a)))),
+            fn("isInteger", ("quantity_is_integer", T.BOOL, [D], True, lambda a: _is_int64(q_(a)))),
+            fn("add", ("k8s_add", D, [D, D], True, lambda a, b: mq(q_(a) + self._q_or_int(b)))),
+            fn("sub", ("k8s_sub", D, [D, D], True, lambda a, b: mq(q_(a) - self._q_or_int(b)))),
+            fn(
+                "semver",
+                ("string_to_semver", D, [T.STRING], False, lambda x: rt.msg_of_semver(_semver(x, False))),
+                ("string_bool_to_semver", D, [T.STRING, T.BOOL], False, lambda x, n: rt.msg_of_semver(_semver(x, n))),
+            ),
+            fn(
+                "isSemver",
+                ("is_semver_string", T.BOOL, [T.STRING], False, lambda x: _is_semver(x, False)),
+                ("is_semver_string_bool", T.BOOL, [T.STRING, T.BOOL], False, _is_semver),
+            ),
+            fn("major", ("semver_major", T.INT, [D], True, lambda a: a.major)),
+            fn("minor", ("semver_minor", T.INT, [D], True, lambda a: a.minor)),
+            fn("patch", ("semver_patch", T.INT, [D], True, lambda a: a.patch)),
+            fn("isGreaterThan", ("k8s_is_greater_than", T.BOOL, [D, D], True, lambda a, b: self._cmp(a, b) > 0)),
+            fn("isLessThan", ("k8s_is_less_than", T.BOOL, [D, D], True, lambda a, b: self._cmp(a, b) < 0)),
+            fn("compareTo", ("k8s_compare_to", T.INT, [D, D], True, self._cmp)),
+            fn("find", ("string_find_string", T.STRING, [T.STRING, T.STRING], True, _find)),
+            fn(
+                "findAll",
+                ("string_find_all_string", L, [T.STRING, T.STRING], True, lambda s, r: _find_all(s, r, -1)),
+                ("string_find_all_string_int", L, [T.STRING, T.STRING, T.INT], True, _find_all),
+            ),
+            fn("isSorted", ("k8s_is_sorted", T.BOOL, [L], True, self._is_sorted)),
+            fn("sum", ("k8s_sum", D, [L], True, self._sum)),
+            fn("min", ("k8s_min", D, [L], True, lambda xs: self._extreme(xs, "min"))),
+            fn("max", ("k8s_max", D, [L], True, lambda xs: self._extreme(xs, "max"))),
+            fn("indexOf", ("list_a_index_of_int", T.INT, [L, D], True, lambda xs, v: _index_of(xs, v, False))),
+            fn("lastIndexOf", ("list_a_last_index_of_int", T.INT, [L, D], True, lambda xs, v: _index_of(xs, v, True))),
+            fn("includes", ("dra_includes_dyn_dyn", T.BOOL, [D, D], True, _includes)),
+            # the two-variable comprehensions' helper, declared by their checker library
+            fn("cel.@mapInsert", ("k8s_map_insert", D, [D, D, D], False, _map_insert), ("k8s_map_merge", D, [D, D], False, _map_merge)),
+        ]
+
+    def _q_or_int(self, b: Any) -> Quantity:
+        return Quantity.of(b) if isinstance(b, int) else self.rt.q_of(b)
+
     def _key(self, v: Any) -> Any:
-        if isinstance(v, self.QuantityMsg):
-            return self.q_of(v).amount
-        if isinstance(v, self.SemverMsg):
-            return _SemverKey(self.s_of(v))
+        rt = self.rt
+        if isinstance(v, rt.QuantityMsg):
+            return rt.q_of(v).amount
+        if isinstance(v, rt.SemverMsg):
+            return _SemverKey(rt.s_of(v))
         return v
 
     def _cmp(self, a: Any, b: Any) -> int:
-        if isinstance(a, self.QuantityMsg) and isinstance(b, self.QuantityMsg):
-            return self.q_of(a).cmp(self.q_of(b))
-        if isinstance(a, self.SemverMsg) and isinstance(b, self.SemverMsg):
-            return self.s_of(a).compare(self.s_of(b))
-        raise TypeError(f"no such overload: compare {_cel_type_name(self.to_python(a))} with {_cel_type_name(self.to_python(b))}")
+        rt = self.rt
+        if isinstance(a, rt.QuantityMsg) and isinstance(b, rt.QuantityMsg):
+            return rt.q_of(a).cmp(rt.q_of(b))
+        if isinstance(a, rt.SemverMsg) and isinstance(b, rt.SemverMsg):
+            return rt.s_of(a).compare(rt.s_of(b))
+        raise TypeError("no such overload")
 
     def _is_sorted(self, xs: list[Any]) -> bool:
         keys = [self._key(x) for x in xs]
-        return all(keys[i] <= keys[i + 1] for i in range(len(keys) - 1))
+        return all(not keys[i] > keys[i + 1] for i in range(len(keys) - 1))
 
     def _sum(self, xs: list[Any]) -> Any:
-        if xs and isinstance(xs[0], self.QuantityMsg):
-            total = Quantity.of(0)
-            for x in xs:
-                total = total + self.q_of(x)
-            return self.msg_of_quantity(total)
-        return sum(xs)
+        return sum(xs[1:], xs[0]) if xs else 0
 
-    def _extreme(self, xs: list[Any], direction: int) -> Any:
+    def _extreme(self, xs: list[Any], name: str) -> Any:
         if not xs:
-            raise ValueError("min/max of an empty list")
+            raise ValueError(f"{name} called on empty list")
         best = xs[0]
         for x in xs[1:]:
-            if (self._key(x) > self._key(best)) if direction > 0 else (self._key(x) < self._key(best)):
+            if (self._key(x) > self._key(best)) if name == "max" else (self._key(x) < self._key(best)):
                 best = x
         return best
+
+
+def _map_insert(m: dict[Any, Any], key: Any, value: Any) -> dict[Any, Any]:
+    if any(_equal(k, key) for k in m):
+        raise ValueError(f"insert failed: key {_go_value(key)} already exists")
+    return {**m, key: value}
+
+
+def _map_merge(m: dict[Any, Any], other: dict[Any, Any]) -> dict[Any, Any]:
+    out = dict(m)
+    for k, v in other.items():
+        out = _map_insert(out, k, v)
+    return out
+
+
+def _go_value(v: Any) -> str:
+    """A value as Go's %v prints a CEL value."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+def _never(*args: Any) -> Any:
+    raise AssertionError("declaration-only overload called")
 
 
 class _SemverKey:
@@ -300,9 +392,6 @@ class _SemverKey:
 
     def __lt__(self, o: _SemverKey) -> bool:
         return self.v.compare(o.v) < 0
-
-    def __le__(self, o: _SemverKey) -> bool:
-        return self.v.compare(o.v) <= 0
 
     def __gt__(self, o: _SemverKey) -> bool:
         return self.v.compare(o.v) > 0
@@ -322,12 +411,27 @@ def _as_integer(q: Quantity) -> int:
     return q.amount.numerator
 
 
+def _quantity(x: str) -> Quantity:
+    try:
+        return parse_quantity(x)
+    except QuantityError as e:
+        # resource.ParseQuantity's errors name no input
+        raise ValueError(str(e).removesuffix(f": {x!r}")) from None
+
+
 def _is_quantity(x: str) -> bool:
     try:
         parse_quantity(x)
     except QuantityError:
         return False
     return True
+
+
+def _semver(x: str, normalize: bool) -> Semver:
+    try:
+        return parse_semver(x, normalize)
+    except SemverError as e:
+        raise ValueError(str(e)) from None
 
 
 def _is_semver(x: str, normalize: bool) -> bool:
@@ -338,28 +442,99 @@ def _is_semver(x: str, normalize: bool) -> bool:
     return True
 
 
-def _in(x: Any, xs: list[Any]) -> bool:
-    return any((x == y and type(x) is type(y)) or _num_eq(x, y) for y in xs)
-
-
-def _num_eq(x: Any, y: Any) -> bool:
-    return isinstance(x, int | float) and isinstance(y, int | float) and not isinstance(x, bool) and not isinstance(y, bool) and x == y
-
-
 def _index_of(xs: list[Any], v: Any, last: bool) -> int:
     rng = range(len(xs) - 1, -1, -1) if last else range(len(xs))
     for i in rng:
-        if xs[i] == v:
+        if _equal(xs[i], v):
             return i
     return -1
 
 
+def _equal(x: Any, y: Any) -> bool:
+    """CEL equality of plain values: numbers across int/uint/double, otherwise same type and value."""
+    if isinstance(x, bool) or isinstance(y, bool):
+        return type(x) is type(y) and x == y
+    if isinstance(x, int | float) and isinstance(y, int | float):
+        return x == y
+    return type(x) is type(y) and bool(x == y)
+
+
 def _includes(target: Any, arg: Any) -> bool:
     if isinstance(target, list):
-        if len(target) > INCLUDES_MAX_LIST:
-            raise ValueError(f"'includes' function cannot be applied to lists longer than {INCLUDES_MAX_LIST} values")
-        return _in(arg, target)
-    return bool(target == arg)
+        for i, x in enumerate(target):
+            if i >= INCLUDES_MAX_LIST:
+                raise ValueError(f"'includes' function cannot be applied to lists longer than {INCLUDES_MAX_LIST} values")
+            if _equal(x, arg):
+                return True
+        return False
+    return _equal(target, arg)
+
+
+# --- regular expressions: RE2, as Go's regexp --------------------------------------------------
+
+#: RE2's error codes as Go's regexp/syntax words them (ErrorCode strings).
+_RE2_TO_GO = {
+    "missing ]": "missing closing ]",
+    "missing )": "missing closing )",
+    "unexpected )": "unexpected )",
+    "invalid perl operator": "invalid or unsupported Perl syntax",
+    "bad repetition operator": "invalid nested repetition operator",
+    "invalid repetition size": "invalid repeat count",
+    "no argument for repetition operator": "missing argument to repetition operator",
+    "invalid named capture group": "invalid named capture",
+    "trailing \\": "trailing backslash at end of expression",
+}
+
+
+@lru_cache(maxsize=256)
+def _regex(pattern: str) -> Any:
+    """``regexp.Compile``: the RE2 program, or ``ValueError`` worded as Go's parser words it."""
+    import re2  # type: ignore[import-untyped]
+
+    options = re2.Options()
+    options.log_errors = False
+    try:
+        return re2.compile(pattern, options)
+    except re2.error as e:
+        text = e.args[0].decode() if e.args and isinstance(e.args[0], bytes) else str(e)
+        code, _, arg = text.partition(": ")
+        raise ValueError(f"error parsing regexp: {_RE2_TO_GO.get(code, code)}: `{arg}`") from None
+
+
+def _find(s: str, pattern: str) -> str:
+    """regex.go ``find``: the leftmost match, or ""."""
+    try:
+        m = _regex(pattern).search(s)
+    except ValueError as e:
+        raise ValueError(f"Illegal regex: {e}") from None
+    return m.group(0) if m else ""
+
+
+def _find_all(s: str, pattern: str, n: int) -> list[str]:
+    """regex.go ``findAll``: Go's ``FindAllString(s, n)`` (successive matches; an empty match
+    right after a match is skipped)."""
+    try:
+        rx = _regex(pattern)
+    except ValueError as e:
+        raise ValueError(f"Illegal regex: {e}") from None
+    out: list[str] = []
+    pos, prev_end = 0, -1
+    while (n < 0 or len(out) < n) and pos <= len(s):
+        m = rx.search(s, pos)
+        if m is None:
+            break
+        start, end = m.span()
+        accept = True
+        if end == pos:  # an empty match
+            if start == prev_end:
+                accept = False
+            pos += 1
+        else:
+            pos = end
+        prev_end = end
+        if accept:
+            out.append(s[start:end])
+    return out
 
 
 _RUNTIME: _Runtime | None = None
@@ -430,12 +605,10 @@ class CelDevice:
             domain, ident = split_qualified_name(name, driver)
             caps.setdefault(domain, {})[ident] = rt.msg_of_quantity(q)
         data = {
-            "device": {
-                "driver": driver,
-                "attributes": attrs,
-                "capacity": caps,
-                "allowMultipleAllocations": bool(allow_multiple_allocations),
-            }
+            "device.driver": driver,
+            "device.attributes": attrs,
+            "device.capacity": caps,
+            "device.allowMultipleAllocations": bool(allow_multiple_allocations),
         }
         return cls(data, driver)
 
@@ -452,14 +625,12 @@ def _to_cel(rt: _Runtime, value: Any) -> Any:
 
 # --- compiled selectors -----------------------------------------------------------------------
 
-# The runtime's error messages: patterns compiled on first use (``re``'s cache), as most runs
+# The C++ runtime's messages: patterns compiled on first use (``re``'s cache), as most runs
 # have no error.
 _KEY_NOT_FOUND = r'Key not found in map : "((?:[^"\\]|\\.)*)"'
-_POSITION = r"<input>:(\d+):(\d+):"
+_ISSUE = r"ERROR: <input>:(\d+):(\d+): (.*)"
 _RELATIONAL_MIX = r"found no matching overload for '_(?:<|<=|>|>=)_' applied to '\((?:int|uint|double), (?:int|uint|double)\)'"
-_ERROR_LINE = r"ERROR: <input>:\d+:\d+: (.*)"
-_DEVICE_FIELD_REF = re.compile(r"\bdevice\s*\.\s*([A-Za-z_][A-Za-z0-9_]*)")
-_STRING_LITERAL = re.compile(r"'''.*?'''|\"\"\".*?\"\"\"|'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"", re.S)
+_NO_OVERLOAD = r"^(found no matching overload for '[^']+' applied to ')\((.*)\)'$"
 
 
 @dataclass(frozen=True, slots=True)
@@ -474,7 +645,10 @@ class CompiledSelector:
         rt = _runtime()
         data = device.data
         added: set[str] = set()
-        result = self._program.eval(device.activation())
+        try:
+            result = self._program.eval(device.activation())
+        except RuntimeError as e:  # the runtime refused the program (a missing function)
+            raise CelRuntimeError(self.expression, _runtime_message(str(e))) from None
         while True:
             if result.type() != rt.error_type:
                 return rt.to_python(result.value())
@@ -483,29 +657,30 @@ class CompiledSelector:
             # A missing *domain* is an empty map in Kubernetes: add it and try again.
             if m:
                 key = m.group(1).encode().decode("unicode_escape")
-                dev = data["device"]
-                if key not in added and (key not in dev["attributes"] or key not in dev["capacity"]):
+                if key not in added and (key not in data["device.attributes"] or key not in data["device.capacity"]):
                     added.add(key)
-                    dev = dict(dev)
-                    dev["attributes"] = {key: {}, **dev["attributes"]}
-                    dev["capacity"] = {key: {}, **dev["capacity"]}
-                    data = {"device": dev}
+                    data = dict(data)
+                    data["device.attributes"] = {key: {}, **data["device.attributes"]}
+                    data["device.capacity"] = {key: {}, **data["device.capacity"]}
                     result = self._program.eval(data=data)
                     continue
                 raise CelRuntimeError(self.expression, f"no such key: {key}")
-            raise CelRuntimeError(self.expression, _clean(message))
+            raise CelRuntimeError(self.expression, _runtime_message(message))
 
     def matches(self, device: CelDevice) -> bool:
         """True/False for a selector; a non-bool result is an error, as in Kubernetes."""
         value = self.evaluate(device)
         if not isinstance(value, bool):
+            name = _cel_type_name(value)
             raise CelRuntimeError(
-                self.expression, f"CEL result of type {_cel_type_name(value)} could not be converted to bool"
+                self.expression, f"CEL result of type {name} could not be converted to bool: unsupported type conversion from '{name}' to bool"
             )
         return value
 
 
 def _cel_type_name(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
     if isinstance(value, int):
         return "int"
     if isinstance(value, float):
@@ -533,85 +708,156 @@ def _clean(message: str) -> str:
     return re.sub(_STATUS_PREFIX, "", message)
 
 
+#: Functions whose standard overloads take a first argument of these C++ type names: a call
+#: with another argument type fails in cel-go's function itself ("no such overload"), others
+#: fail in its dispatch ("no such overload: NAME").
+_NATIVE_FIRST = {
+    "_<_": {"int64", "uint64", "double", "string", "bytes", "bool", "google.protobuf.Timestamp", "google.protobuf.Duration"},
+    "_+_": {"int64", "uint64", "double", "string", "bytes", "list", "google.protobuf.Timestamp", "google.protobuf.Duration"},
+    "_-_": {"int64", "uint64", "double", "google.protobuf.Timestamp", "google.protobuf.Duration"},
+    "_*_": {"int64", "uint64", "double"},
+    "_/_": {"int64", "uint64", "double"},
+    "_%_": {"int64", "uint64"},
+}
+for _op in ("_<=_", "_>_", "_>=_"):
+    _NATIVE_FIRST[_op] = _NATIVE_FIRST["_<_"]
+
+
+def _no_overload(text: str) -> str:
+    m = re.match(r"No matching overloads found : ([^(]+)\((.*)\)", text)
+    if not m:
+        return "no such overload"
+    name, args = m.group(1).strip(), _split_types(m.group(2))
+    if args and args[0] in _NATIVE_FIRST.get(name, ()):
+        return "no such overload"
+    return f"no such overload: {name}"
+
+
+def _runtime_message(message: str) -> str:
+    """A C++ runtime error as cel-go words it."""
+    text = _clean(message)
+    if text.startswith("No matching overloads found"):
+        return _no_overload(text)
+    m = re.match(r"^cannot convert (string|int|uint|double|bool|bytes) to (string|int|uint|double|bool|bytes)$", text)
+    if m:
+        return f"type conversion error from '{m.group(1)}' to '{m.group(2)}'"
+    m = re.match(r"^Index error: index=(-?\d+)", text)
+    if m:
+        return f"index out of bounds: {m.group(1)}"
+    if text.startswith("Division by zero") or text == "divide by zero":
+        return "division by zero"
+    if text.startswith("Modulus by zero") or text == "modulus by zero":
+        return "modulus by zero"
+    if "overflow" in text and "uint" not in text:
+        return "integer overflow"
+    m = re.match(r"^[Ii]ndex out of (?:bounds|range)\D*(-?\d+)", text)
+    if m:
+        return f"index out of bounds: {m.group(1)}"
+    return text
+
+
+_NAMESPACES = frozenset({"sets", "strings", "lists", "optional", "cel"})
+
+
+def _member_call(expression: str, line: int, col: int) -> bool:
+    """Whether the call whose ``(`` an issue points at is a member call (``x.f(...)``)."""
+    lines = expression.split("\n")
+    text = lines[line - 1] if 0 < line <= len(lines) else ""
+    i = col - 2  # the character before "("
+    while i >= 0 and (text[i].isalnum() or text[i] in "_"):
+        i -= 1
+    if i < 0 or text[i] != ".":
+        return False
+    j = i - 1
+    while j >= 0 and (text[j].isalnum() or text[j] in "_"):
+        j -= 1
+    return text[j + 1 : i] not in _NAMESPACES  # sets.contains(...) is a global function
+
+
+def _split_types(text: str) -> list[str]:
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+            continue
+        depth += ch == "("
+        depth -= ch == ")"
+        cur += ch
+    if cur.strip():
+        out.append(cur.strip())
+    return out
+
+
+def _issue_message(expression: str, line: int, col: int, message: str) -> str:
+    """A C++ checker issue as cel-go words it."""
+    message = re.sub(r"^(undefined field '[^']*') not found in struct '[^']*'$", r"\1", message)
+    m = re.match(_NO_OVERLOAD, message)
+    if m and _member_call(expression, line, col):
+        types = _split_types(m.group(2))
+        if types:
+            return f"{m.group(1)}{types[0]}.({', '.join(types[1:])})'"
+    return message
+
+
+def _compile_issues(expression: str, text: str) -> tuple[tuple[int, int, str], ...]:
+    return tuple((int(m.group(1)), int(m.group(2)), _issue_message(expression, int(m.group(1)), int(m.group(2)), m.group(3))) for m in re.finditer(_ISSUE, text))
+
+
+_CEL_GO_TYPE_NAMES = {
+    "BOOL": "bool", "INT": "int", "UINT": "uint", "DOUBLE": "double", "STRING": "string", "BYTES": "bytes",
+    "DYN": "dyn", "NULL": "null_type", "LIST": "list", "MAP": "map", "TYPE": "type",
+    "DURATION": "google.protobuf.Duration", "TIMESTAMP": "google.protobuf.Timestamp",
+    "ERROR": "dyn",  # the binding's name for google.protobuf.Any, the attributes' values
+}
+
+
+def _output_type_name(t: Any) -> str:
+    """The C++ binding's type name (``LIST<INT>``) as cel-go prints it (``list(int)``)."""
+    parts = re.findall(r"[\w.]+|[<>]|,\s*", str(t.name()))
+    return "".join(_CEL_GO_TYPE_NAMES.get(p, {"<": "(", ">": ")"}.get(p, p)) for p in parts)
+
+
+def compile_expression(expression: str) -> CompiledSelector:
+    """Compile any expression in the DRA environment (cached), whatever its result type;
+    raises ``CelCompileError``."""
+    return _compile(expression)[0]
+
+
 @lru_cache(maxsize=4096)
-def compile_selector(expression: str) -> CompiledSelector:
-    """Compile a selector in the DRA environment (cached); raises ``CelCompileError``."""
+def _compile(expression: str) -> tuple[CompiledSelector, Any]:
+    """The compiled expression and its output type (None: checked with the numeric-comparison
+    relaxation, a bool)."""
     if not isinstance(expression, str):
         raise CelCompileError(repr(expression), "expression must be a string")
     if len(expression) > MAX_EXPRESSION_LENGTH:
-        raise CelCompileError(expression[:64] + "...", f"expression is longer than {MAX_EXPRESSION_LENGTH} bytes")
-    bare = _STRING_LITERAL.sub('""', expression)
-    for m in _DEVICE_FIELD_REF.finditer(bare):
-        if m.group(1) not in _DEVICE_FIELDS:
-            raise CelCompileError(
-                expression,
-                f"undefined field '{m.group(1)}' (device has {', '.join(_DEVICE_FIELDS)})",
-                m.start(1) + 1,
-            )
+        raise CelCompileError(expression[:64] + "...", f"expression is longer than {MAX_EXPRESSION_LENGTH} bytes", kind="length")
     rt = _runtime()
     try:
-        program = rt.env.compile(expression)
+        checked = rt.checker.compile(expression)
     except RuntimeError as err:
-        text = str(err)
-        errors = re.findall(_ERROR_LINE, text)
-        if errors and all(re.search(_RELATIONAL_MIX, e) for e in errors):
+        issues = _compile_issues(expression, str(err))
+        if issues and all(re.search(_RELATIONAL_MIX, msg) for _, _, msg in issues):
             # CrossTypeNumericComparisons: int/uint/double relations are allowed; the
             # runtime compares them correctly, only the checker lacks the overloads.
-            program = rt.env.compile(expression, disable_check=True)
-        else:
-            pos = re.search(_POSITION, text)
-            first = errors[0] if errors else _clean(text)
-            raise CelCompileError(expression, first, int(pos.group(2)) if pos else None, int(pos.group(1)) if pos else 1) from None
-    return CompiledSelector(expression, program)
+            unchecked = rt.checker.compile(expression, disable_check=True)
+            return CompiledSelector(expression, rt.env.deserialize(unchecked.serialize())), None
+        if not issues:
+            raise CelCompileError(expression, _clean(str(err))) from None
+        line, col, first = issues[0]
+        raise CelCompileError(expression, first, col, line, issues=issues) from None
+    return CompiledSelector(expression, rt.env.deserialize(checked.serialize())), checked.return_type()
 
 
-_CEL_GO_NAMES: dict[str, str] = {
-    "topodra.cel.Quantity": "kubernetes.Quantity",
-    "topodra.cel.Semver": "kubernetes.Semver",
-    "NULL": "null_type",
-    "DURATION": "google.protobuf.Duration",
-    "TIMESTAMP": "google.protobuf.Timestamp",
-}
-_BARE_DEVICE = re.compile(r"\bdevice\b(?!\s*\.)")
-_TYPE_PART = re.compile(r"topodra\.cel\.\w+|[A-Z_]+|[<>,]|\s+|[\w.]+")
-
-
-def _cel_go_type(name: str) -> str:
-    """cel-expr-python's type name (``LIST<INT>``) as cel-go prints it (``list(int)``)."""
-    out = []
-    for part in _TYPE_PART.findall(name):
-        if part in _CEL_GO_NAMES:
-            out.append(_CEL_GO_NAMES[part])
-        elif part == "<":
-            out.append("(")
-        elif part == ">":
-            out.append(")")
-        elif part.strip() and part[:1].isupper() and part.isupper():
-            out.append(part.lower().replace("optional", "optional_type"))
-        else:
-            out.append(part)
-    return "".join(out)
-
-
-def result_type(expression: str) -> str | None:
-    """The type a selector that compiles evaluates to, as cel-go names it (``bool``, ``int``,
-    ``list(string)``, ``kubernetes.Quantity``...), with ``device.driver``, ``.attributes``,
-    ``.capacity`` and ``.allowMultipleAllocations`` typed as in Kubernetes; ``dyn`` when the
-    type is known only at run time; None when the expression does not compile."""
-    def typed_names(code: str) -> str:
-        return _BARE_DEVICE.sub("device__self", _DEVICE_FIELD_REF.sub(lambda f: f"device__{f.group(1)}", code))
-
-    typed: list[str] = []
-    last = 0
-    for m in _STRING_LITERAL.finditer(expression):
-        typed.extend((typed_names(expression[last : m.start()]), m.group(0)))
-        last = m.end()
-    typed.append(typed_names(expression[last:]))
-    try:
-        program = _runtime().typed_env.compile("".join(typed))
-    except RuntimeError:
-        return None
-    return _cel_go_type(str(program.return_type()))
+@lru_cache(maxsize=4096)
+def compile_selector(expression: str) -> CompiledSelector:
+    """Compile a selector as compile.go does (cached): the result must be bool or ``any``;
+    raises ``CelCompileError``."""
+    compiled, out = _compile(expression)
+    rt = _runtime()
+    if out is not None and out != rt.bool_type and out != rt.error_type:  # the C++ binding shows ``any`` as its error type
+        raise CelCompileError(expression, f"must evaluate to bool or the unknown type, not {_output_type_name(out)}", kind="type")
+    return compiled
 
 
 def selectors_of(expressions: Iterable[str]) -> list[CompiledSelector]:

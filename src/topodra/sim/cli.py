@@ -470,7 +470,7 @@ def diff_cmd(
             t.add_column(col, overflow="fold")
         for row in report.rows:
             style = "green" if row.verdict in ("match", "tie") else "red"
-            verdict = row.verdict + (f" ({', '.join(row.differs)})" if row.differs else "")
+            verdict = row.verdict + (f" ({', '.join(row.differs or row.tied)})" if row.differs or row.tied else "")
             cells = (row.key, verdict, row.recorded, row.replayed if row.verdict != "match" else "=")
             t.add_row(*(Text(x) for x in cells), style=style)
         Console().print(t)

@@ -15,7 +15,9 @@ allocation's nodeSelector, ``reservedFor``, and for deletions what became of eac
 claim. Generated claim names, uids and shareIDs are random in a real cluster and
 are not compared. Where the real scheduler broke a tie between equally scored
 nodes at random, the replay follows the recorded node if its own best nodes
-include it (the row says ``tie``), so later steps see the same state.
+include it (the row says ``tie`` and names the tied nodes), so later steps see the
+same state. Scores are compared per node: the totals, and each plugin's weighted
+score where the recording has them.
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ class Outcome:
     pending: tuple[str, ...] = ()
     feasible: frozenset[str] | None = None  # nodes that passed Filter (None: not recorded)
     scores: tuple[tuple[str, int], ...] | None = None  # total score per node when several passed
+    plugin_scores: tuple[tuple[str, tuple[tuple[str, int], ...]], ...] | None = None  # node -> (plugin, weighted score)
 
     def text(self) -> str:
         if self.op == "still-pending":
@@ -94,6 +97,8 @@ class Outcome:
             out.append("feasible nodes")
         if self.scores is not None and other.scores is not None and self.scores != other.scores:
             out.append("scores")
+        elif self.plugin_scores is not None and other.plugin_scores is not None and self.plugin_scores != other.plugin_scores:
+            out.append("plugin scores")
         for k in sorted(set(self.claims) | set(other.claims)):
             a, b = self.claims.get(k), other.claims.get(k)
             if a is None or b is None:
@@ -130,6 +135,7 @@ class DiffRow:
     replayed: str
     verdict: str  # match | tie | MISMATCH | missing | extra
     differs: tuple[str, ...] = ()
+    tied: tuple[str, ...] = ()  # a tie: the nodes with the best total, the real scheduler's among them
 
 
 @dataclass
@@ -151,6 +157,7 @@ class DiffReport:
             "mismatches": self.mismatches,
             "rows": [
                 {"step": r.key, "verdict": r.verdict, "recorded": r.recorded, "replayed": r.replayed, "differs": list(r.differs)}
+                | ({"tie": list(r.tied)} if r.tied else {})
                 for r in self.rows
             ],
         }
@@ -215,10 +222,15 @@ def _from_steps(doc: Mapping[str, Any], source: str) -> Recorded:
                 feasible = frozenset(s["feasibleNodes"]) if s.get("feasibleNodes") else None
                 scores = s.get("scores")
                 totals = tuple(sorted((str(n), int(v["total"])) for n, v in scores.items())) if scores else None
-                outcomes.append(Outcome(str(op), pod, str(node), None, claims, feasible=feasible, scores=totals))
+                plugins = _plugin_scores({str(n): v.get("plugins") or {} for n, v in scores.items()}) if scores else None
+                outcomes.append(Outcome(str(op), pod, str(node), None, claims, feasible=feasible, scores=totals, plugin_scores=plugins))
         else:
             raise YamlFileError(f"{where}: unknown op {op!r}")
     return Recorded(tuple(outcomes), "steps", nodes)
+
+
+def _plugin_scores(per_node: Mapping[str, Mapping[str, Any]]) -> tuple[tuple[str, tuple[tuple[str, int], ...]], ...]:
+    return tuple(sorted((n, tuple(sorted((str(p), int(v)) for p, v in plugins.items()))) for n, plugins in per_node.items()))
 
 
 def _from_objects(objs: Sequence[Mapping[str, Any]]) -> Recorded:
@@ -284,7 +296,8 @@ def _outcome(step: Step, op: str | None = None) -> Outcome:
     message = filter_message(step.failure) if step.node is None else None
     feasible = frozenset(step.feasible) if step.feasible else None
     scores = tuple(sorted(step.scores.items())) if step.scores else None
-    return Outcome(op or step.op, step.pod, step.node, message, claims, feasible=feasible, scores=scores)
+    plugins = _plugin_scores(step.plugin_scores) if step.plugin_scores else None
+    return Outcome(op or step.op, step.pod, step.node, message, claims, feasible=feasible, scores=scores, plugin_scores=plugins)
 
 
 def _keyed(outcomes: Iterable[Outcome]) -> dict[str, Outcome]:
@@ -303,11 +316,12 @@ def diff_replay(objects: Iterable[tuple[Any, str]], recorded: Recorded, *, perce
     """Replay ``objects`` (following the recorded node on ties) and compare with ``recorded``."""
     r = replay(objects, prefer=recorded.nodes.get, percentage_of_nodes_to_score=percentage_of_nodes_to_score)
     if recorded.form == "steps":
-        ties = {(s.op if s.op != "bound" else "create", s.pod) for s in r.steps if s.followed_hint}
+        ties = {(s.op if s.op != "bound" else "create", s.pod): tuple(s.top) for s in r.steps if s.followed_hint}
         mine = _keyed(_outcome(s, "create" if s.op == "bound" else None) for s in r.steps)
     else:
-        ties = {("state", s.pod) for s in r.steps if s.followed_hint and r.final_pods().get(s.pod, s).node == s.node}
-        mine = _keyed(_outcome(s) for s in r.final_pods().values())
+        final = r.final_pods()
+        ties = {("state", s.pod): tuple(s.top) for s in r.steps if s.followed_hint and final.get(s.pod, s).node == s.node}
+        mine = _keyed(_outcome(s) for s in final.values())
     theirs = _keyed(recorded.outcomes)
     rows = []
     for key, rec in theirs.items():
@@ -316,7 +330,8 @@ def diff_replay(objects: Iterable[tuple[Any, str]], recorded: Recorded, *, perce
             rows.append(DiffRow(key, rec.text(), "-", "missing"))
             continue
         differs = tuple(rec.same(got))
-        verdict = "MISMATCH" if differs else ("tie" if (rec.op, rec.pod) in ties else "match")
-        rows.append(DiffRow(key, rec.text(), got.text(), verdict, differs))
+        tied = ties.get((rec.op, rec.pod), ()) if not differs else ()
+        verdict = "MISMATCH" if differs else ("tie" if tied else "match")
+        rows.append(DiffRow(key, rec.text(), got.text(), verdict, differs, tied))
     rows.extend(DiffRow(key, "-", got.text(), "extra") for key, got in mine.items() if key not in theirs)
     return DiffReport(rows, r)

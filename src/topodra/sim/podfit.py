@@ -4,10 +4,9 @@ how a node scores.
 Filter, in the default profile's order: NodeUnschedulable, TaintToleration,
 NodeAffinity (``nodeSelector`` and required node affinity), NodeResourcesFit
 (requests against ``status.allocatable``); DynamicResources comes after them
-(``topodra.sim.replay``). Score: TaintToleration (weight 3), NodeAffinity
-(preferred terms, weight 2), NodeResourcesFit LeastAllocated and
-NodeResourcesBalancedAllocation (weight 1 each). The reasons are kube-scheduler's
-own strings, so a failure reads as the scheduler writes it. Pure.
+(``topodra.sim.replay``). Scoring is ``topodra.sim.scoring``'s; ``score_inputs`` gives it
+what it reads from a pod and a node. The reasons are kube-scheduler's own strings, so a
+failure reads as the scheduler writes it. Pure.
 """
 
 from __future__ import annotations
@@ -19,25 +18,25 @@ from typing import Any
 
 from topodra.quantity import QuantityError, parse_quantity
 from topodra.sim.objects import Node, ObjectError, node_selector_matches
+from topodra.sim.scoring import NodeInputs, PodInputs, tolerates
 
 __all__ = [
     "NodeView",
     "PodView",
     "NodeUsage",
     "filter_reasons",
-    "score_nodes",
     "parse_pod",
     "parse_node_view",
-    "MAX_NODE_SCORE",
-    "weighted_dynamic_resources",
+    "pod_inputs",
+    "node_inputs",
 ]
 
-MAX_NODE_SCORE = 100
 DEFAULT_MILLI_CPU = 100  # the requests scoring assumes for a container without one
 DEFAULT_MEMORY = 200 * 1024 * 1024
 
 REASON_UNSCHEDULABLE = "node(s) were unschedulable"
 REASON_AFFINITY = "node(s) didn't match Pod's node affinity/selector"
+REASON_TAINT = "node(s) had untolerated taint(s)"  # taint_toleration.go Filter (1.36)
 
 
 @dataclass(frozen=True)
@@ -78,6 +77,12 @@ class PodView:
     claims: tuple[PodClaimRef, ...]
     claim_statuses: Mapping[str, str]  # status.resourceClaimStatuses: pod claim -> generated claim
     scheduler_name: str = "default-scheduler"
+    labels: Mapping[str, str] = field(default_factory=dict)
+    images: tuple[str, ...] = ()  # init containers, containers, image volumes (ImageLocality's order)
+    containers: int = 1  # init containers + containers
+    spread_constraints: bool = False  # spec.topologySpreadConstraints given
+    pod_affinity: Mapping[str, Any] | None = None  # spec.affinity.podAffinity
+    pod_anti_affinity: Mapping[str, Any] | None = None  # spec.affinity.podAntiAffinity
 
     @property
     def key(self) -> str:
@@ -93,6 +98,7 @@ class NodeView:
     unschedulable: bool
     allocatable: Resources | None  # None: no status.allocatable, treated as unlimited
     max_pods: int | None
+    images: Mapping[str, int] = field(default_factory=dict)  # status.images: each name -> size in bytes
 
     @property
     def name(self) -> str:
@@ -185,6 +191,10 @@ def parse_pod(obj: Mapping[str, Any]) -> PodView:
                     cname, rc.get("resourceClaimName") or None, rc.get("resourceClaimTemplateName") or None
                 )
             )
+        affinity_all = spec.get("affinity") or {}
+        containers = [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]
+        images = [str(c.get("image") or "") for c in containers]
+        images += [str((v.get("image") or {}).get("reference") or "") for v in spec.get("volumes") or () if v.get("image") is not None]
         statuses = {
             str(s.get("name")): str(s["resourceClaimName"])
             for s in (obj.get("status") or {}).get("resourceClaimStatuses") or ()
@@ -204,6 +214,12 @@ def parse_pod(obj: Mapping[str, Any]) -> PodView:
             claims=tuple(claims),
             claim_statuses=statuses,
             scheduler_name=str(spec.get("schedulerName") or "default-scheduler"),
+            labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
+            images=tuple(images),
+            containers=len(containers),
+            spread_constraints=bool(spec.get("topologySpreadConstraints")),
+            pod_affinity=affinity_all.get("podAffinity"),
+            pod_anti_affinity=affinity_all.get("podAntiAffinity"),
         )
     except (AttributeError, TypeError, ValueError, KeyError) as e:
         if isinstance(e, ObjectError):
@@ -233,6 +249,11 @@ def parse_node_view(obj: Mapping[str, Any]) -> NodeView:
             unschedulable=bool(spec.get("unschedulable")),
             allocatable=allocatable,
             max_pods=max_pods,
+            images={
+                str(n): int(img.get("sizeBytes") or 0)
+                for img in (obj.get("status") or {}).get("images") or ()
+                for n in img.get("names") or ()
+            },
         )
     except (AttributeError, TypeError, ValueError) as e:
         if isinstance(e, ObjectError):
@@ -243,24 +264,11 @@ def parse_node_view(obj: Mapping[str, Any]) -> NodeView:
 # --- filters --------------------------------------------------------------------------------
 
 
-def _tolerates(tol: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
-    effect = tol.get("effect") or ""
-    if effect and effect != taint.get("effect"):
-        return False
-    key = tol.get("key") or ""
-    if key and key != taint.get("key"):
-        return False
-    op = tol.get("operator") or "Equal"
-    if op == "Exists":
-        return True
-    return op == "Equal" and (tol.get("value") or "") == (taint.get("value") or "")
-
-
 def _untolerated(pod: PodView, node: NodeView, effects: Sequence[str]) -> list[Mapping[str, Any]]:
     return [
         t
         for t in node.taints
-        if t.get("effect") in effects and not any(_tolerates(tol, t) for tol in pod.tolerations)
+        if t.get("effect") in effects and not any(tolerates(tol, t) for tol in pod.tolerations)
     ]
 
 
@@ -276,13 +284,13 @@ def _affinity_matches(pod: PodView, node: NodeView) -> bool:
 def filter_reasons(pod: PodView, node: NodeView, usage: NodeUsage) -> list[str]:
     """Why the non-DRA plugins reject ``node`` (empty: it passes), from the first failing plugin."""
     if node.unschedulable and not any(
-        _tolerates(t, {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"})
+        tolerates(t, {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"})
         for t in pod.tolerations
     ):
         return [REASON_UNSCHEDULABLE]
     bad = _untolerated(pod, node, ("NoSchedule", "NoExecute"))
     if bad:
-        return [f"node(s) had untolerated taint {{{bad[0].get('key', '')}: {bad[0].get('value', '')}}}"]
+        return [REASON_TAINT]
     if not _affinity_matches(pod, node):
         return [REASON_AFFINITY]
     reasons = []
@@ -297,91 +305,36 @@ def filter_reasons(pod: PodView, node: NodeView, usage: NodeUsage) -> list[str]:
     return reasons
 
 
-# --- scores ---------------------------------------------------------------------------------
+# --- what scoring reads -------------------------------------------------------------------------
 
 
-def _least_allocated(pod: PodView, node: NodeView, usage: NodeUsage) -> int:
-    if node.allocatable is None:
-        return 0
-    total = weights = 0
-    for cap, used in (
-        (node.allocatable.milli_cpu, usage.nonzero.milli_cpu + pod.nonzero.milli_cpu),
-        (node.allocatable.memory, usage.nonzero.memory + pod.nonzero.memory),
-    ):
-        if cap == 0:
-            continue
-        total += 0 if used > cap else (cap - used) * MAX_NODE_SCORE // cap
-        weights += 1
-    return total // weights if weights else 0
-
-
-def _balance(used: Sequence[tuple[int, int]]) -> int:
-    """balancedResourceScore: 100 * (1 - the spread of the used fractions), truncated."""
-    fractions = [min(1.0, u / cap) for cap, u in used if cap]
-    if len(fractions) < 2:
-        return MAX_NODE_SCORE
-    std = abs((fractions[0] - fractions[1]) / 2)
-    return int((1 - std) * MAX_NODE_SCORE)
-
-
-def _balanced(pod: PodView, node: NodeView, usage: NodeUsage) -> int:
-    """balancedResourceScorer (1.36): how much the pod improves the balance, centred on 50.
-
-    Both balances lie in [50, 100] for two resources, so the numerator is never negative
-    and floor division equals Go's truncating one.
-    """
-    if node.allocatable is None:
-        return 0
-    cap = node.allocatable
-    before = _balance(((cap.milli_cpu, usage.requested.milli_cpu), (cap.memory, usage.requested.memory)))
-    after = _balance(
-        (
-            (cap.milli_cpu, usage.requested.milli_cpu + pod.requests.milli_cpu),
-            (cap.memory, usage.requested.memory + pod.requests.memory),
-        )
-    )
-    return MAX_NODE_SCORE // 2 + (MAX_NODE_SCORE // 2 + after - before) // 2
-
-
-def _preferred(pod: PodView, node: NodeView) -> int:
-    return sum(
-        w for w, term in pod.preferred if node_selector_matches({"nodeSelectorTerms": [term]}, node.node)
+def pod_inputs(pod: PodView) -> PodInputs:
+    """The pod as ``topodra.sim.scoring`` reads it."""
+    return PodInputs(
+        tolerations=pod.tolerations,
+        preferred=pod.preferred,
+        requests=(pod.requests.milli_cpu, pod.requests.memory),
+        nonzero=(pod.nonzero.milli_cpu, pod.nonzero.memory),
+        images=pod.images,
+        containers=pod.containers,
+        has_claims=bool(pod.claims),
+        spread_constraints=pod.spread_constraints,
+        preferred_pod_affinity=bool(
+            (pod.pod_affinity or {}).get("preferredDuringSchedulingIgnoredDuringExecution")
+            or (pod.pod_anti_affinity or {}).get("preferredDuringSchedulingIgnoredDuringExecution")
+        ),
     )
 
 
-def _normalize(raw: dict[str, int], reverse: bool) -> dict[str, int]:
-    """The framework's DefaultNormalizeScore."""
-    top = max(raw.values(), default=0)
-    if top == 0:
-        return dict.fromkeys(raw, MAX_NODE_SCORE if reverse else 0)
-    return {
-        n: (MAX_NODE_SCORE - MAX_NODE_SCORE * v // top) if reverse else MAX_NODE_SCORE * v // top
-        for n, v in raw.items()
-    }
-
-
-def weighted_dynamic_resources(raw: Mapping[str, int]) -> dict[str, int]:
-    """DynamicResources' scores as the framework adds them: DefaultNormalizeScore, then weight 2."""
-    return {n: 2 * v for n, v in _normalize(dict(raw), reverse=False).items()}
-
-
-def score_nodes(
-    pod: PodView, nodes: Sequence[NodeView], usage: Mapping[str, NodeUsage]
-) -> dict[str, dict[str, int]]:
-    """Weighted per-plugin scores of the feasible ``nodes`` (plugins that skip this pod are absent)."""
-    out: dict[str, dict[str, int]] = {n.name: {} for n in nodes}
-    taints = _normalize(
-        {n.name: len(_untolerated(pod, n, ("PreferNoSchedule",))) for n in nodes}, reverse=True
+def node_inputs(node: NodeView, usage: NodeUsage, image_sizes: Mapping[str, int]) -> NodeInputs:
+    """A node and its bound pods as ``topodra.sim.scoring`` reads them (``image_sizes``: the
+    size the scheduler's cache keeps per image name, the first node's that reported it)."""
+    alloc = node.allocatable
+    return NodeInputs(
+        node=node.node,
+        taints=node.taints,
+        allocatable=(alloc.milli_cpu, alloc.memory) if alloc is not None else (0, 0),
+        requested=(usage.requested.milli_cpu, usage.requested.memory),
+        nonzero=(usage.nonzero.milli_cpu, usage.nonzero.memory),
+        images={name: image_sizes.get(name, size) for name, size in node.images.items()},
     )
-    for n in nodes:
-        out[n.name]["TaintToleration"] = 3 * taints[n.name]
-    if pod.preferred:
-        aff = _normalize({n.name: _preferred(pod, n) for n in nodes}, reverse=False)
-        for n in nodes:
-            out[n.name]["NodeAffinity"] = 2 * aff[n.name]
-    for n in nodes:
-        u = usage.get(n.name) or NodeUsage()
-        out[n.name]["NodeResourcesFit"] = _least_allocated(pod, n, u)
-        if pod.requests.milli_cpu or pod.requests.memory:
-            out[n.name]["NodeResourcesBalancedAllocation"] = _balanced(pod, n, u)
-    return out

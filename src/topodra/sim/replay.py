@@ -29,10 +29,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from topodra.sim.allocator import (
+    INVALID_POOLS_MESSAGE,
     AllocatedState,
     AllocationError,
     Allocator,
     ClaimAllocation,
+    InvalidPools,
     allocation_of_claim,
 )
 from topodra.sim.costmodel import num_feasible_nodes_to_find
@@ -42,13 +44,19 @@ from topodra.sim.podfit import (
     NodeView,
     PodView,
     filter_reasons,
+    node_inputs,
     parse_node_view,
     parse_pod,
-    score_nodes,
-    weighted_dynamic_resources,
+    pod_inputs,
 )
 from topodra.sim.replaysteps import ClaimState, Step
-from topodra.sim.scheduler import _score as dra_score
+from topodra.sim.scoring import (
+    ClaimScoreInput,
+    Unmodelled,
+    dynamic_resources_score,
+    existing_affinity_scores,
+    score_nodes,
+)
 
 __all__ = ["ClaimState", "Step", "Replay", "ReplayError", "replay"]
 
@@ -170,7 +178,7 @@ class Replay:
         self._next_start = 0
         # Filter memo: (node, node version, claim specs) -> (fits, DRA score, allocation error).
         # A node's version changes with every allocation on its devices, so a hit is exact.
-        self._memo: dict[tuple[str, int, str], tuple[bool, int, str | None]] = {}
+        self._memo: dict[tuple[str, int, str], tuple[Any, ...]] = {}  # (fits, score, error[, reason])
         self._version: dict[str, int] = {}
         self._pool_node: dict[tuple[str, str], str] | None = None  # None: some slice is not node-local
         self.memo_hits = 0
@@ -379,7 +387,7 @@ class Replay:
             return self._fail(pod, step, f"0/{len(names)} nodes are available: {hist}.")
         chosen = feasible[0]
         if len(feasible) > 1:
-            chosen = self._choose(pod, step, feasible, dra_scores)
+            chosen = self._choose(pod, step, feasible, _with_allocated(claims, dra_scores) if to_allocate else {}, source)
         step.feasible = feasible
         allocations: list[ClaimAllocation] = []
         if to_allocate:
@@ -407,7 +415,9 @@ class Replay:
             if hit is None:
                 try:
                     result = self._allocator_now().allocate(node.node, parsed)
-                    hit = (result is not None, dra_score(parsed, result) if result is not None else 0, None)
+                    hit = (result is not None, _dra_score(parsed, result) if result is not None else 0, None)
+                except InvalidPools:  # Unschedulable on this node, with the allocator's words
+                    hit = (False, 0, None, INVALID_POOLS_MESSAGE)
                 except AllocationError as e:
                     hit = (False, 0, str(e))
                 if use_memo:
@@ -417,7 +427,7 @@ class Replay:
             if hit[2] is not None:
                 raise AllocationError(hit[2])
             if not hit[0]:
-                return [CANNOT_ALLOCATE]
+                return [hit[3] if len(hit) > 3 else CANNOT_ALLOCATE]
             scores[node.name] = hit[1]
         for _, c in claims:
             sel = c.allocation.node_selector if c.allocation is not None else None
@@ -425,15 +435,33 @@ class Replay:
                 return [NOT_AVAILABLE]
         return []
 
-    def _choose(self, pod: _Pod, step: Step, feasible: list[str], dra_scores: Mapping[str, int]) -> str:
-        per_plugin = score_nodes(pod.view, [self.nodes[n] for n in feasible], self.usage)
-        totals = {}
-        dra = weighted_dynamic_resources(dra_scores)
-        for n in feasible:
-            if n in dra:
-                per_plugin[n]["DynamicResources"] = dra[n]
-            totals[n] = sum(per_plugin[n].values())
+    def _choose(self, pod: _Pod, step: Step, feasible: list[str], dra_scores: Mapping[str, int], source: str) -> str:
+        view = pod.view
+        sizes: dict[str, int] = {}
+        spread: dict[str, int] = {}
+        for n in self.nodes.values():  # the scheduler cache's image states: first size seen, nodes per name
+            for name, size in n.images.items():
+                sizes.setdefault(name, size)
+                spread[name] = spread.get(name, 0) + 1
+        bound = (
+            (p.view.namespace, p.view.pod_affinity, p.view.pod_anti_affinity)
+            for p in self.pods.values()
+            if p.node is not None and (p.view.pod_affinity is not None or p.view.pod_anti_affinity is not None)
+        )
+        try:
+            per_plugin = score_nodes(
+                pod_inputs(view),
+                [node_inputs(self.nodes[n], self.usage[n], sizes) for n in feasible],
+                dra=dra_scores,
+                image_spread=spread,
+                total_nodes=len(self.nodes),
+                pods_with_affinity=existing_affinity_scores(bound, view.namespace, view.labels),
+            )
+        except Unmodelled as e:
+            raise ReplayError(f"{source}: Pod {view.key}: {e}") from None
+        totals = {n: sum(per_plugin[n].values()) for n in feasible}
         step.scores = totals
+        step.plugin_scores = per_plugin
         best = max(totals.values())
         top = [n for n in feasible if totals[n] == best]
         if len(top) > 1:
@@ -474,12 +502,15 @@ class Replay:
             step.failure = f"node {view.node_name} does not exist: its claims cannot be allocated"
         elif to_allocate:
             assert node is not None
+            reason = CANNOT_ALLOCATE
             try:
                 result = self._allocator_now().allocate(node.node, [parse_claim(c.obj) for c in to_allocate])
+            except InvalidPools:
+                result, reason = None, INVALID_POOLS_MESSAGE
             except AllocationError as e:
                 result, step.failure = None, f'running "DynamicResources" filter plugin: {e}'
             if result is None:
-                step.failure = step.failure or f"0/1 nodes are available: 1 {CANNOT_ALLOCATE}."
+                step.failure = step.failure or f"0/1 nodes are available: 1 {reason}."
                 to_allocate, result = [], []
             for c, a in zip(to_allocate, result, strict=True):
                 c.allocation = a
@@ -612,6 +643,25 @@ class Replay:
             step.claims = self._claim_states(pod)
             out[view.name] = step
         return out
+
+
+def _with_allocated(claims: list[tuple[str, _Claim]], scores: Mapping[str, int]) -> dict[str, int]:
+    """DynamicResources' Score per node: the claims allocated on the node plus those allocated
+    already (computeScore counts every claim of the pod once Filter allocated some)."""
+    done = [
+        ClaimScoreInput(parse_claim(c.obj), frozenset(r.request for r in c.allocation.results))
+        for _, c in claims
+        if c.allocation is not None
+    ]
+    extra = dynamic_resources_score(done)
+    return {n: v + extra for n, v in scores.items()}
+
+
+def _dra_score(claims: list[Claim], allocations: list[ClaimAllocation]) -> int:
+    """DynamicResources' Score of the claims Filter allocated on a node."""
+    return dynamic_resources_score(
+        ClaimScoreInput(c, frozenset(r.request for r in a.results)) for c, a in zip(claims, allocations, strict=True)
+    )
 
 
 def replay(objects: Iterable[tuple[Any, str]], *, prefer: Callable[[str], str | None] | None = None, percentage_of_nodes_to_score: int | None = None) -> Replay:

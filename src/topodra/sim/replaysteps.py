@@ -41,7 +41,8 @@ class Step:
     failure: str | None = None  # kube-scheduler's message when the pod stays pending
     claims: list[ClaimState] = field(default_factory=list)
     feasible: list[str] = field(default_factory=list)
-    scores: dict[str, int] = field(default_factory=dict)
+    scores: dict[str, int] = field(default_factory=dict)  # total per node
+    plugin_scores: dict[str, dict[str, int]] = field(default_factory=dict)  # node -> plugin -> weighted score
     top: list[str] = field(default_factory=list)  # best-scoring nodes when several tie
     followed_hint: bool = False  # a tie resolved by the ``prefer`` hint
     pending: list[str] = field(default_factory=list)  # still-pending: pods that stayed pending
@@ -72,7 +73,7 @@ class Step:
             out["claims"] = claims
         if len(self.feasible) > 1:
             out["feasibleNodes"] = self.feasible
-            out["scores"] = self.scores
+            out["scores"] = {n: {"plugins": self.plugin_scores.get(n, {}), "total": t} for n, t in self.scores.items()}
         if len(self.top) > 1:
             out["tie"] = self.top
         if self.source:

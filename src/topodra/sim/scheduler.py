@@ -42,6 +42,7 @@ from topodra.sim.allocator import (
     ClaimAllocation,
     DeviceResult,
     FilterTimeout,
+    InvalidPools,
     SearchAborted,
     SearchStats,
     share_id,
@@ -891,7 +892,7 @@ class Scheduler:
             entry = _new_entry(self.costs, False, stats, error=str(e), kind="aborted")
         except AllocationError as e:
             stats = self.allocator.last_stats
-            kind = "invalid-pool" if "invalid resource pools" in str(e) else "error"
+            kind = "invalid-pool" if isinstance(e, InvalidPools) else "error"
             entry = _new_entry(self.costs, False, stats, error=str(e), kind=kind)
         else:
             entry = _new_entry(self.costs, res is not None, stats, score=_score(claims, res) if res is not None else 0)

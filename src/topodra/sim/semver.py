@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 __all__ = ["Semver", "SemverError", "parse_semver"]
@@ -12,12 +11,8 @@ class SemverError(ValueError):
     """A string that is not a semantic version."""
 
 
-#: compiled on first use (``re``'s cache): most runs parse no version
-_STRICT = (
-    r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
-    r"(?:-((?:0|[1-9]\d*|\d*[A-Za-z-][0-9A-Za-z-]*)(?:\.(?:0|[1-9]\d*|\d*[A-Za-z-][0-9A-Za-z-]*))*))?"
-    r"(?:\+([0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*))?$"
-)
+_NUMBERS = "0123456789"
+_ALPHANUM = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-" + _NUMBERS
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,32 +56,76 @@ class Semver:
 
 
 def parse_semver(text: str, normalize: bool = False) -> Semver:
-    """Strict semver; with ``normalize`` a ``v`` prefix is dropped and missing parts filled."""
+    """A semantic version as blang/semver v4's ``Parse`` reads it (its error messages word for
+    word); with ``normalize``, first as the Kubernetes semver library's ``normalizeAndParse``:
+    a ``v`` prefix dropped, leading zeros trimmed, missing minor and patch filled with 0."""
     s = text
     if normalize:
-        if s.startswith("v"):
-            s = s[1:]
-        core, sep, rest = _split_core(s)
-        parts = core.split(".")
-        if 0 < len(parts) < 3 and all(parts):
+        s = s.removeprefix("v")
+        parts = s.split(".", 2)
+        for i, part in enumerate(parts):
+            if len(part) > 1:
+                part = part.lstrip("0")
+                if not part or part[0] not in _NUMBERS:
+                    part = "0" + part
+                parts[i] = part
+        if len(parts) < 3:
+            if any(c in parts[-1] for c in "+-"):
+                raise SemverError("Short version cannot contain PreRelease/Build meta data")
             parts += ["0"] * (3 - len(parts))
-            parts = [p.lstrip("0") or "0" for p in parts]
-        s = ".".join(parts) + sep + rest
-    m = re.match(_STRICT, s)
-    if not m:
-        raise SemverError(f"could not parse {text!r} as semver")
-    major, minor, patch, pre, build = m.groups()
-    return Semver(
-        int(major),
-        int(minor),
-        int(patch),
-        tuple(pre.split(".")) if pre else (),
-        tuple(build.split(".")) if build else (),
-    )
+        s = ".".join(parts)
+    return _parse(s)
 
 
-def _split_core(s: str) -> tuple[str, str, str]:
-    for i, ch in enumerate(s):
-        if ch in "-+":
-            return s[:i], ch, s[i + 1 :]
-    return s, "", ""
+def _only(s: str, allowed: str) -> bool:
+    return all(c in allowed for c in s)
+
+
+def _number(s: str, what: str) -> int:
+    if not _only(s, _NUMBERS):
+        raise SemverError(f"Invalid character(s) found in {what} number {_quote(s)}")
+    if len(s) > 1 and s[0] == "0":
+        raise SemverError(f"{what.capitalize()} number must not contain leading zeroes {_quote(s)}")
+    if not s or int(s) >= 2**64:
+        raise SemverError(f'strconv.ParseUint: parsing {_quote(s)}: {"invalid syntax" if not s else "value out of range"}')
+    return int(s)
+
+
+def _quote(s: str) -> str:
+    """Go's %q for the ASCII strings these messages quote."""
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _parse(s: str) -> Semver:
+    """blang/semver v4 ``Parse``."""
+    if not s:
+        raise SemverError("Version string empty")
+    parts = s.split(".", 2)
+    if len(parts) != 3:
+        raise SemverError("No Major.Minor.Patch elements found")
+    major = _number(parts[0], "major")
+    minor = _number(parts[1], "minor")
+    patch_str = parts[2]
+    build: list[str] = []
+    pre: list[str] = []
+    if "+" in patch_str:
+        patch_str, _, rest = patch_str.partition("+")
+        build = rest.split(".")
+    if "-" in patch_str:
+        patch_str, _, rest = patch_str.partition("-")
+        pre = rest.split(".")
+    patch = _number(patch_str, "patch")
+    for p in pre:
+        if not p:
+            raise SemverError("Prerelease is empty")
+        if _only(p, _NUMBERS):
+            if len(p) > 1 and p[0] == "0":
+                raise SemverError(f"Numeric PreRelease version must not contain leading zeroes {_quote(p)}")
+        elif not _only(p, _ALPHANUM):
+            raise SemverError(f"Invalid character(s) found in prerelease {_quote(p)}")
+    for b in build:
+        if not b:
+            raise SemverError("Build meta data is empty")
+        if not _only(b, _ALPHANUM):
+            raise SemverError(f"Invalid character(s) found in build meta data {_quote(b)}")
+    return Semver(major, minor, patch, tuple(pre), tuple(build))

@@ -45,6 +45,7 @@ declines, and then the plain search runs:
 
 from topodra.sim.allocator.prune import hopeless_group_work
 from topodra.sim.allocator.results import (
+    INVALID_POOLS_MESSAGE,
     TIMEOUT_MESSAGE,
     AllocatedState,
     AllocationError,
@@ -52,6 +53,7 @@ from topodra.sim.allocator.results import (
     DeviceResult,
     FilterBudget,
     FilterTimeout,
+    InvalidPools,
     ObjectError,
     SearchAborted,
     SearchStats,
@@ -65,6 +67,8 @@ __all__ = [
     "ObjectError",
     "AllocationError",
     "SearchAborted",
+    "InvalidPools",
+    "INVALID_POOLS_MESSAGE",
     "TIMEOUT_MESSAGE",
     "FilterTimeout",
     "FilterBudget",

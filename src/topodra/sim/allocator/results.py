@@ -28,6 +28,8 @@ __all__ = [
     "DeviceResult",
     "ClaimAllocation",
     "SearchStats",
+    "INVALID_POOLS_MESSAGE",
+    "InvalidPools",
     "write_allocation",
     "share_id",
     "allocation_of_claim",
@@ -38,6 +40,20 @@ _SHARE_NS = uuid.UUID("6f1d3c1e-8a7b-4e55-9a43-7d0c2b1e5f10")
 
 class AllocationError(Exception):
     """The scheduler would report an error (not "unschedulable") for this node."""
+
+
+#: The allocator's words when no allocation was found and some pool is invalid (``Allocate``).
+INVALID_POOLS_MESSAGE = "invalid resource pools were encountered"
+
+
+class InvalidPools(AllocationError):
+    """No allocation on this node while some of its pools are invalid: the allocator wraps
+    ``ErrFailedAllocationOnNode``, so Filter answers Unschedulable for this node with the message
+    (other nodes may still fit), not an error (``Allocate`` in allocator_incubating.go,
+    ``Filter`` in dynamicresources.go)."""
+
+    def __init__(self) -> None:
+        super().__init__(INVALID_POOLS_MESSAGE)
 
 
 class SearchAborted(AllocationError):

@@ -53,6 +53,7 @@ from topodra.sim.allocator.results import (
     DeviceResult,
     FilterBudget,
     FilterTimeout,
+    InvalidPools,
     SearchAborted,
     SearchStats,
     share_id,
@@ -309,7 +310,7 @@ class Search:
             done = False
         if not done:
             if any(p.invalid for p in self.pools):
-                raise AllocationError("invalid resource pools were encountered (failed allocation on node)")
+                raise InvalidPools
             return None
         return [self.build_result(ci) for ci in range(len(self.claims))]
 
@@ -487,14 +488,12 @@ class Search:
                 evals += 1
                 try:
                     ok = self.a.evaluate(expr, d, self.stats)
-                except CelCompileError as e:
+                except CelCompileError as e:  # selectorsMatch (allocator_incubating.go), word for word
                     who = f"class {owner.name}" if owner else f"claim {self.claims[ci].key}"
-                    raise AllocationError(f"{who}: selector #{i}: CEL compile error: {e}") from None
+                    raise AllocationError(f"{who}: selector #{i}: CEL compile error: {e.detail()}") from None
                 except CelRuntimeError as e:
                     who = f"class {owner.name}" if owner else f"claim {self.claims[ci].key}"
-                    raise AllocationError(
-                        f"{who}: selector #{i} on device {'/'.join(cand.id)}: CEL runtime error: {e}"
-                    ) from None
+                    raise AllocationError(f"{who}: selector #{i}: CEL runtime error: {e.message}") from None
                 if not ok:
                     return (False, evals)
         if cand.slice.per_device_node_selection and not node_matches(self.node, d.node_name, d.all_nodes, d.node_selector):

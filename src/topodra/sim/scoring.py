@@ -1,0 +1,394 @@
+"""Score and NormalizeScore of kube-scheduler 1.36's default profile, integer arithmetic included.
+
+The one place where topodra scores nodes: ``sim replay`` and ``sim diff`` call ``score_nodes``
+on the nodes that passed Filter; ``sim run``'s scheduler gives its pods the same plugins
+(``fit_scores`` and ``dynamic_resources_normalized`` are the vectorised forms it uses, equal to
+the plain ones by construction and by test). Upstream, Kubernetes v1.36.2:
+
+- the profile and weights: ``pkg/scheduler/apis/config/v1/default_plugins.go``; how scores,
+  NormalizeScore and weights combine: ``pkg/scheduler/framework/runtime/framework.go``
+  (``RunPreScorePlugins``: a plugin whose PreScore says Skip gives no score at all;
+  ``RunScorePlugins``: Score per node, NormalizeScore per plugin, then times the weight);
+- ``pkg/scheduler/framework/plugins/``: ``tainttoleration``, ``nodeaffinity``, ``noderesources``
+  (``fit.go``, ``resource_allocation.go``, ``least_allocated.go``, ``balanced_allocation.go``),
+  ``volumebinding``, ``podtopologyspread``, ``interpodaffinity``, ``dynamicresources``,
+  ``imagelocality``; ``helper/normalize_score.go``.
+
+Plugins whose inputs the replay does not carry, as Go computes them for such pods:
+VolumeBinding's PreScore skips unless StorageCapacityScoring (alpha, off) or the pod has
+statically bound PVCs; PodTopologySpread skips a pod without ``topologySpreadConstraints`` (its
+system default constraints select pods through Services, ReplicaSets and StatefulSets, which are
+not replayed); InterPodAffinity skips a pod without preferred pod (anti-)affinity while no bound
+pod carries pod affinity terms. Pods for which these would score raise ``Unmodelled``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from topodra.sim.objects import Claim, Node, node_selector_matches
+
+__all__ = [
+    "MAX_NODE_SCORE",
+    "WEIGHTS",
+    "ClaimScoreInput",
+    "NodeInputs",
+    "PodInputs",
+    "Unmodelled",
+    "balanced_allocation",
+    "default_normalize",
+    "dynamic_resources_score",
+    "image_locality",
+    "existing_affinity_scores",
+    "label_selector_matches",
+    "least_allocated",
+    "normalized_image_name",
+    "score_nodes",
+    "tolerates",
+    "total",
+]
+
+MAX_NODE_SCORE = 100
+
+#: Score plugins of the default profile in their order, with their weights (default_plugins.go;
+#: DynamicResources comes before DefaultPreemption when DRA is on; VolumeBinding has weight 1).
+WEIGHTS: Mapping[str, int] = {
+    "TaintToleration": 3,
+    "NodeAffinity": 2,
+    "NodeResourcesFit": 1,
+    "VolumeBinding": 1,
+    "PodTopologySpread": 2,
+    "InterPodAffinity": 2,
+    "DynamicResources": 2,
+    "NodeResourcesBalancedAllocation": 1,
+    "ImageLocality": 1,
+}
+
+#: imagelocality.go: the size range an image's score is scaled over.
+_MB = 1024 * 1024
+_MIN_THRESHOLD = 23 * _MB
+_MAX_CONTAINER_THRESHOLD = 1000 * _MB
+
+#: resourceapi.FirstAvailableDeviceRequestMaxSize
+FIRST_AVAILABLE_MAX = 8
+
+
+class Unmodelled(ValueError):
+    """A pod for which a plugin would score from inputs the replay does not carry."""
+
+
+@dataclass(frozen=True)
+class PodInputs:
+    """What scoring reads from the pod being scheduled."""
+
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    preferred: tuple[tuple[int, Mapping[str, Any]], ...] = ()  # nodeAffinity preferred terms
+    requests: tuple[int, int] = (0, 0)  # (milli CPU, memory bytes) as requested
+    nonzero: tuple[int, int] = (0, 0)  # the same with kube-scheduler's defaults for containers without
+    images: tuple[str, ...] = ()  # init containers, containers, image volumes, in that order
+    containers: int = 1  # init containers + containers
+    has_claims: bool = False
+    spread_constraints: bool = False  # spec.topologySpreadConstraints given
+    preferred_pod_affinity: bool = False  # preferred pod affinity or anti-affinity terms
+
+
+@dataclass(frozen=True)
+class NodeInputs:
+    """What scoring reads from one feasible node and the pods bound to it."""
+
+    node: Node
+    taints: tuple[Mapping[str, Any], ...] = ()
+    allocatable: tuple[int, int] = (0, 0)  # (milli CPU, memory bytes); 0: not reported
+    requested: tuple[int, int] = (0, 0)  # sum of the bound pods' requests
+    nonzero: tuple[int, int] = (0, 0)  # sum of the bound pods' non-zero requests
+    images: Mapping[str, int] = field(default_factory=dict)  # image name -> size in bytes
+
+
+# --- helpers ------------------------------------------------------------------------------------
+
+
+def default_normalize(scores: Sequence[int], reverse: bool) -> list[int]:
+    """helper.DefaultNormalizeScore(MaxNodeScore, reverse, scores)."""
+    max_count = max(scores, default=0)
+    if max_count <= 0:
+        return [MAX_NODE_SCORE] * len(scores) if reverse else list(scores)
+    out = []
+    for score in scores:
+        score = _div(MAX_NODE_SCORE * score, max_count)
+        out.append(MAX_NODE_SCORE - score if reverse else score)
+    return out
+
+
+def _div(a: int, b: int) -> int:
+    """Go's integer division (truncates toward zero)."""
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b > 0) else -q
+
+
+# --- TaintToleration ----------------------------------------------------------------------------
+
+
+def tolerates(tol: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
+    """Toleration.ToleratesTaint (staging/src/k8s.io/api/core/v1/toleration.go), with the alpha
+    TaintTolerationComparisonOperators off: Lt and Gt tolerate nothing."""
+    effect = tol.get("effect") or ""
+    if effect and effect != (taint.get("effect") or ""):
+        return False
+    key = tol.get("key") or ""
+    if key and key != (taint.get("key") or ""):
+        return False
+    op = tol.get("operator") or ""
+    if op in ("", "Equal"):
+        return (tol.get("value") or "") == (taint.get("value") or "")
+    return op == "Exists"
+
+
+def intolerable_prefer_no_schedule(tolerations: Sequence[Mapping[str, Any]], taints: Iterable[Mapping[str, Any]]) -> int:
+    """countIntolerableTaintsPreferNoSchedule, with the tolerations PreScore keeps (effect empty or
+    PreferNoSchedule)."""
+    kept = [t for t in tolerations if (t.get("effect") or "") in ("", "PreferNoSchedule")]
+    return sum(
+        1 for taint in taints if taint.get("effect") == "PreferNoSchedule" and not any(tolerates(t, taint) for t in kept)
+    )
+
+
+# --- NodeAffinity -------------------------------------------------------------------------------
+
+
+def preferred_affinity_score(preferred: Sequence[tuple[int, Mapping[str, Any]]], node: Node) -> int:
+    """PreferredSchedulingTerms.Score: the weights of the matching terms (terms of weight 0 or
+    with neither expressions nor fields are dropped when parsed)."""
+    score = 0
+    for weight, term in preferred:
+        if weight == 0 or not (term.get("matchExpressions") or term.get("matchFields")):
+            continue
+        if node_selector_matches({"nodeSelectorTerms": [term]}, node):
+            score += weight
+    return score
+
+
+# --- NodeResourcesFit and NodeResourcesBalancedAllocation ---------------------------------------
+
+
+def least_requested_score(requested: int, capacity: int) -> int:
+    """leastRequestedScore (least_allocated.go)."""
+    if capacity == 0 or requested > capacity:
+        return 0
+    return _div((capacity - requested) * MAX_NODE_SCORE, capacity)
+
+
+def least_allocated(requested: Sequence[int], allocatable: Sequence[int], weights: Sequence[int] = (1, 1)) -> int:
+    """leastResourceScorer: the weighted mean of the per-resource scores, resources the node does
+    not report (allocatable 0) left out."""
+    node_score = weight_sum = 0
+    for req, alloc, weight in zip(requested, allocatable, weights, strict=True):
+        if alloc == 0:
+            continue
+        node_score += least_requested_score(req, alloc) * weight
+        weight_sum += weight
+    return _div(node_score, weight_sum) if weight_sum else 0
+
+
+def balanced_resource_score(requested: Sequence[int], allocatable: Sequence[int]) -> int:
+    """balancedResourceScore: 100 * (1 - the standard deviation of the used fractions), truncated."""
+    fractions = []
+    for req, alloc in zip(requested, allocatable, strict=True):
+        if alloc == 0:
+            continue
+        fractions.append(min(1.0, float(req) / float(alloc)))
+    std = 0.0
+    if len(fractions) == 2:
+        std = abs((fractions[0] - fractions[1]) / 2)
+    elif len(fractions) > 2:
+        mean = sum(fractions) / len(fractions)
+        std = math.sqrt(sum((f - mean) * (f - mean) for f in fractions) / len(fractions))
+    return int((1 - std) * float(MAX_NODE_SCORE))
+
+
+def balanced_allocation(requested: Sequence[int], allocated: Sequence[int], allocatable: Sequence[int]) -> int:
+    """balancedResourceScorer (1.36): how much the pod improves the balance, centred on 50."""
+    with_pod = balanced_resource_score(requested, allocatable)
+    without_pod = balanced_resource_score(allocated, allocatable)
+    return MAX_NODE_SCORE // 2 + _div(MAX_NODE_SCORE // 2 + with_pod - without_pod, 2)
+
+
+def _node_request(pod: Sequence[int], node_used: Sequence[int], allocatable: Sequence[int]) -> tuple[list[int], list[int], list[int]]:
+    """calculateNodeAllocatableRequest for cpu and memory: (requested, allocated, allocatable),
+    zeros for a resource the node does not report."""
+    requested, allocated, alloc = [], [], []
+    for p, used, a in zip(pod, node_used, allocatable, strict=True):
+        if a == 0:
+            requested.append(0)
+            allocated.append(0)
+            alloc.append(0)
+            continue
+        requested.append(used + p)
+        allocated.append(used)
+        alloc.append(a)
+    return requested, allocated, alloc
+
+
+# --- ImageLocality -------------------------------------------------------------------------------
+
+
+def normalized_image_name(name: str) -> str:
+    """normalizedImageName: a name without a tag gets ``:latest``."""
+    if name.rfind(":") <= name.rfind("/"):
+        name = name + ":latest"
+    return name
+
+
+def image_locality(pod: PodInputs, node: NodeInputs, spread: Mapping[str, int], total_nodes: int) -> int:
+    """ImageLocality's score: the images the node has, each scaled by how many nodes have it
+    (``spread``: image name -> nodes with it, over every node of the cluster)."""
+    total = 0
+    for image in pod.images:
+        name = normalized_image_name(image)
+        size = node.images.get(name)
+        if size is not None:
+            total += int(float(size) * (float(spread.get(name, 0)) / float(total_nodes)))
+    max_threshold = _MAX_CONTAINER_THRESHOLD * pod.containers
+    if total < _MIN_THRESHOLD:
+        total = _MIN_THRESHOLD
+    elif total > max_threshold:
+        total = max_threshold
+    return _div(MAX_NODE_SCORE * (total - _MIN_THRESHOLD), max_threshold - _MIN_THRESHOLD)
+
+
+# --- DynamicResources ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClaimScoreInput:
+    """One of the pod's claims for computeScore: its requests and the subrequests its allocation
+    chose (from status.allocation, or the one Filter found on the node)."""
+
+    claim: Claim
+    chosen: frozenset[str]  # the allocation results' request names ("request/subrequest")
+
+
+def dynamic_resources_score(claims: Iterable[ClaimScoreInput]) -> int:
+    """computeScore (dynamicresources.go): per ``firstAvailable`` request, 8 minus the index of
+    each subrequest the allocation used, over all the pod's claims, allocated ones included."""
+    score = 0
+    for c in claims:
+        for req in c.claim.requests:
+            if req.exactly is not None:
+                continue
+            for i, sub in enumerate(req.first_available):
+                if f"{req.name}/{sub.name}" in c.chosen:
+                    score += FIRST_AVAILABLE_MAX - i
+    return score
+
+
+# --- InterPodAffinity: whether it scores at all ----------------------------------------------
+
+
+def label_selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
+    """metav1.LabelSelector as an affinity term reads it: nil matches nothing, ``{}`` everything."""
+    if selector is None:
+        return False
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    for req in selector.get("matchExpressions") or ():
+        key, op, values = req.get("key", ""), req.get("operator", ""), list(req.get("values") or ())
+        present = key in labels
+        if op == "In" and not (present and labels[key] in values):
+            return False
+        if op == "NotIn" and present and labels[key] in values:
+            return False
+        if op == "Exists" and not present:
+            return False
+        if op == "DoesNotExist" and present:
+            return False
+    return True
+
+
+def _term_may_match(term: Mapping[str, Any], owner_namespace: str, namespace: str, labels: Mapping[str, str]) -> bool:
+    """Whether a pod affinity term of a bound pod can match the incoming pod (a namespace selector
+    other than ``{}`` needs Namespace objects, which are not replayed: taken as matching)."""
+    namespaces = list(term.get("namespaces") or ())
+    ns_selector = term.get("namespaceSelector")
+    if not namespaces and ns_selector is None:
+        namespaces = [owner_namespace]
+    in_namespace = namespace in namespaces or (ns_selector is not None)
+    return in_namespace and label_selector_matches(term.get("labelSelector"), labels)
+
+
+def existing_affinity_scores(
+    bound: Iterable[tuple[str, Mapping[str, Any] | None, Mapping[str, Any] | None]], namespace: str, labels: Mapping[str, str]
+) -> bool:
+    """Whether InterPodAffinity's PreScore finds a term of a bound pod (namespace, podAffinity,
+    podAntiAffinity) that scores for the incoming pod (processExistingPod, scoring.go: required
+    affinity terms at hardPodAffinityWeight 1, preferred affinity and anti-affinity terms)."""
+    for owner_ns, affinity, anti in bound:
+        terms = list((affinity or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or ())
+        for weighted in (
+            *((affinity or {}).get("preferredDuringSchedulingIgnoredDuringExecution") or ()),
+            *((anti or {}).get("preferredDuringSchedulingIgnoredDuringExecution") or ()),
+        ):
+            if int(weighted.get("weight") or 0):
+                terms.append(weighted.get("podAffinityTerm") or {})
+        if any(_term_may_match(t, owner_ns, namespace, labels) for t in terms):
+            return True
+    return False
+
+
+# --- the whole profile --------------------------------------------------------------------------
+
+
+def score_nodes(
+    pod: PodInputs,
+    nodes: Sequence[NodeInputs],
+    *,
+    dra: Mapping[str, int] | None = None,
+    image_spread: Mapping[str, int] | None = None,
+    total_nodes: int | None = None,
+    pods_with_affinity: bool = False,
+) -> dict[str, dict[str, int]]:
+    """The weighted score of each plugin on each node (RunScorePlugins), plugins that PreScore
+    skips left out. ``dra``: DynamicResources' Score per node (a node without one scores 0, as
+    when Filter made no allocation there); ``image_spread``/``total_nodes``: for ImageLocality,
+    over the whole cluster; ``pods_with_affinity``: some bound pod has pod affinity terms."""
+    if pod.spread_constraints:
+        raise Unmodelled("PodTopologySpread: topologySpreadConstraints are not replayed")
+    if pod.preferred_pod_affinity or pods_with_affinity:
+        raise Unmodelled("InterPodAffinity: pod affinity and anti-affinity are not replayed")
+    raw: dict[str, list[int]] = {}
+    raw["TaintToleration"] = default_normalize(
+        [intolerable_prefer_no_schedule(pod.tolerations, n.taints) for n in nodes], reverse=True
+    )
+    if pod.preferred:  # PreScore: Skip without preferred terms
+        raw["NodeAffinity"] = default_normalize([preferred_affinity_score(pod.preferred, n.node) for n in nodes], reverse=False)
+    fit = []
+    for n in nodes:
+        requested, _, alloc = _node_request(pod.nonzero, n.nonzero, n.allocatable)
+        fit.append(least_allocated(requested, alloc))
+    raw["NodeResourcesFit"] = fit
+    raw["DynamicResources"] = default_normalize([(dra or {}).get(n.node.name, 0) for n in nodes], reverse=False)
+    if any(pod.requests):  # PreScore: Skip for best-effort pods
+        balanced = []
+        for n in nodes:
+            requested, allocated, alloc = _node_request(pod.requests, n.requested, n.allocatable)
+            balanced.append(balanced_allocation(requested, allocated, alloc))
+        raw["NodeResourcesBalancedAllocation"] = balanced
+    spread = image_spread or {}
+    count = total_nodes or len(nodes)
+    raw["ImageLocality"] = [image_locality(pod, n, spread, count) for n in nodes]
+    out: dict[str, dict[str, int]] = {n.node.name: {} for n in nodes}
+    for plugin in WEIGHTS:
+        scores = raw.get(plugin)
+        if scores is None:
+            continue
+        for n, s in zip(nodes, scores, strict=True):
+            out[n.node.name][plugin] = s * WEIGHTS[plugin]
+    return out
+
+
+def total(plugins: Mapping[str, int]) -> int:
+    """A node's total score: the sum of its weighted plugin scores."""
+    return sum(plugins.values())
