@@ -233,30 +233,32 @@ def _warning(text: str) -> str:
 _VALIDATIONS: Final = ("Strict", "Warn", "Ignore")
 
 
-def _decoded(kind: Kind, body: bytes, validation: str, ctype: str, warnings: list[str]) -> bytes:
+def _decoded(kind: Kind, body: bytes, validation: str, ctype: str, warnings: list[str]) -> Any:
     """The request body as decoding into the typed object leaves it: unknown fields refused
     (``fieldValidation=Strict``), or dropped with a warning each (``Warn``, the default) or
-    silently (``Ignore``). A body that is not a JSON object is left to the handler."""
+    silently (``Ignore``). The decoded JSON object, or ``_RAW`` for a body the handler reads
+    itself (not JSON, not an object, an apply configuration)."""
     from topodra.embedded.openapi import drop_unknown_fields, strict_decoding_error
 
     if validation not in _VALIDATIONS:
         raise ApiError.bad_request(f"fieldValidation must be one of {', '.join(_VALIDATIONS)}, got {validation!r}")
-    if ctype == "application/apply-patch+yaml":
-        return body
+    if ctype == "application/apply-patch+yaml" or not body:
+        return _RAW
     try:
-        obj = json.loads(body) if body else None
+        obj = json.loads(body)
     except ValueError:
-        return body
+        return _RAW
     if not isinstance(obj, dict):
-        return body
+        return _RAW
     unknown = drop_unknown_fields(kind, obj, strategic=ctype == "application/strategic-merge-patch+json")
-    if not unknown:
-        return body
-    if validation == "Strict":
+    if unknown and validation == "Strict":
         raise strict_decoding_error(kind, unknown)
     if validation == "Warn":
         warnings.extend(f"unknown field {json.dumps(f)}" for f in unknown)
-    return json.dumps(obj).encode()
+    return obj
+
+
+_RAW: Final = object()
 
 
 def _default_manager(headers: dict[str, str]) -> str:
@@ -497,9 +499,14 @@ class ApiServer:
     ) -> tuple[int, Any]:
         store, kind, ns, name = self.store, route.kind, route.namespace, route.name
         dry_run = _q(query, "dryRun") == "All"
+        decoded: Any = _RAW
         if method in ("POST", "PUT", "PATCH"):
             ctype = headers.get("content-type", "").split(";")[0].strip()
-            body = _decoded(kind, body, _q(query, "fieldValidation") or "Warn", ctype, warnings if warnings is not None else [])
+            decoded = _decoded(kind, body, _q(query, "fieldValidation") or "Warn", ctype, warnings if warnings is not None else [])
+
+        def payload(*, yaml_ok: bool = False) -> Any:
+            return self._body(body, yaml_ok=yaml_ok) if decoded is _RAW else decoded
+
         if route.subresource and route.subresource != "status":
             raise ApiError(404, "NotFound", f"unknown subresource {route.subresource!r}")
         if method == "GET":
@@ -519,13 +526,13 @@ class ApiServer:
         if method == "POST" and name is None:
             if kind.namespaced and ns is None:
                 raise ApiError(404, "NotFound", f"{kind.plural} must be created in a namespace")
-            return 201, store.create(kind, ns, self._body(body), dry_run=dry_run)
+            return 201, store.create(kind, ns, payload(), dry_run=dry_run)
         if method == "PUT" and name is not None:
             return 200, store.update(
                 kind,
                 ns,
                 name,
-                self._body(body),
+                payload(),
                 subresource=route.subresource,
                 dry_run=dry_run,
                 manager=_q(query, "fieldManager") or _default_manager(headers),
@@ -537,7 +544,7 @@ class ApiServer:
                 kind,
                 ns,
                 name,
-                self._body(body, yaml_ok=apply),
+                payload(yaml_ok=apply),
                 content_type=ctype,
                 subresource=route.subresource,
                 dry_run=dry_run,

@@ -174,38 +174,81 @@ def _resolve(schema: dict[str, Any], schemas: dict[str, Any]) -> dict[str, Any]:
             return schema
 
 
-def _walk(
-    value: Any, schema: dict[str, Any], path: str, schemas: dict[str, Any], drop: bool | None, out: list[str]
-) -> None:
+#: A schema as the walk needs it: (properties, additionalProperties, items, leaf keys), each a
+#: ``_Node`` or None when there is nothing below to check; None for a leaf (a scalar, a free-form
+#: object). Leaf keys: the properties when none of them has anything below (checked in place).
+_Node = tuple[dict[str, Any] | None, Any, Any, frozenset[str] | None] | None
+_UNSET: Final = object()
+
+
+def _node(schema: dict[str, Any], schemas: dict[str, Any], memo: dict[int, _Node]) -> _Node:
+    schema = _resolve(schema, schemas)
+    key = id(schema)
+    if key in memo:
+        return memo[key]
+    memo[key] = None  # a schema that contains itself is checked one level deep
+    props, extra, items = schema.get("properties"), schema.get("additionalProperties"), schema.get("items")
+    node: _Node = None
+    if props is not None or isinstance(extra, dict) or isinstance(items, dict):
+        children = {k: _node(v, schemas, memo) for k, v in props.items()} if props is not None else None
+        leaves = frozenset(children) if children is not None and all(c is None for c in children.values()) else None
+        node = (
+            children,
+            _node(extra, schemas, memo) if isinstance(extra, dict) else None,
+            _node(items, schemas, memo) if isinstance(items, dict) else None,
+            leaves,
+        )
+    memo[key] = node
+    return node
+
+
+@cache
+def _kind_node(kind: Kind) -> _Node:
+    schemas = _schemas(kind.group, kind.version)
+    return _node({"$ref": _REF + schema_name(kind)}, schemas, {})
+
+
+def _path(trail: list[Any]) -> str:
+    out = ""
+    for part in trail:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _walk(value: Any, node: _Node, trail: list[Any], drop: bool | None, out: list[str]) -> None:
     """Unknown fields of ``value`` into ``out``; ``drop``: remove them too (None: remove them, and
     pass over ``$`` directives)."""
-    schema = _resolve(schema, schemas)
+    if node is None:
+        return
+    props, extra, items, _ = node
     if isinstance(value, dict):
-        props = schema.get("properties")
-        extra = schema.get("additionalProperties")
-        for key in list(value):
-            if drop is None and str(key).startswith("$"):
-                continue  # a strategic merge patch's directive
-            where = f"{path}.{key}" if path else str(key)
-            if props is not None:
-                if key not in props:
-                    out.append(where)
-                    if drop is not False:
-                        del value[key]
-                    continue
-                _walk(value[key], props[key], where, schemas, drop, out)
-            elif isinstance(extra, dict):
-                _walk(value[key], extra, where, schemas, drop, out)
-    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for key in list(value) if props is not None else value:
+            sub = props.get(key, _UNSET) if props is not None else extra
+            if sub is _UNSET:
+                if drop is None and str(key).startswith("$"):
+                    continue  # a strategic merge patch's directive
+                out.append(_path([*trail, key]))
+                if drop is not False:
+                    del value[key]
+            elif sub is not None:
+                child = value[key]
+                if sub[3] is not None and isinstance(child, dict) and child.keys() <= sub[3]:
+                    continue  # every key of a flat object known: nothing below to see
+                trail.append(key)
+                _walk(child, sub, trail, drop, out)
+                trail.pop()
+    elif isinstance(value, list) and items is not None:
         for i, item in enumerate(value):
-            _walk(item, schema["items"], f"{path}[{i}]", schemas, drop, out)
+            trail.append(i)
+            _walk(item, items, trail, drop, out)
+            trail.pop()
 
 
 def unknown_fields(kind: Kind, obj: Any) -> list[str]:
     """The fields of ``obj`` that ``kind``'s schema does not declare, in document order, written
     as the real server's strict decoding writes them (``spec.devices[0].attributes.DOMAIN/ID.x``)."""
     out: list[str] = []
-    _walk(obj, {"$ref": _REF + schema_name(kind)}, "", _schemas(kind.group, kind.version), False, out)
+    _walk(obj, _kind_node(kind), [], False, out)
     return out
 
 
@@ -221,7 +264,7 @@ def drop_unknown_fields(kind: Kind, obj: Any, *, strategic: bool = False) -> lis
     """Remove the unknown fields from ``obj`` (in place), as decoding into the typed object does;
     returns them. ``strategic``: ``obj`` is a strategic merge patch, whose ``$`` directives stay."""
     out: list[str] = []
-    _walk(obj, {"$ref": _REF + schema_name(kind)}, "", _schemas(kind.group, kind.version), None if strategic else True, out)
+    _walk(obj, _kind_node(kind), [], None if strategic else True, out)
     return out
 
 
