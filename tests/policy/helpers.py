@@ -160,6 +160,8 @@ def check_mems(p: Policy, cid: str) -> None:
     if g.kind is GrantKind.CLAIMED:  # the nodes of the claimed CPUs, when the memory pool has them
         assert g.mems, f"{cid}: no memory nodes"
         assert CPUSet.from_mask(g.mems) <= CPUSet.from_mask(nodes), f"{cid}: mems {g.mems:#x}"
+        if any(p.claim_memory(c) == "all" for c in g.claims):  # every node of its kinds
+            assert g.mems == p.pools[0].nodes_of(memory_kinds(p, g)), f"{cid}: mems {g.mems:#x} are not all nodes"
     else:
         assert g.mems == nodes, (
             f"{cid}: mems {CPUSet.from_mask(g.mems)} are not the nodes {CPUSet.from_mask(nodes)} "

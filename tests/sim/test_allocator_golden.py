@@ -338,13 +338,43 @@ def test_capacity_request_on_unknown_capacity_makes_device_ineligible() -> None:
 
 
 def test_class_and_claim_config_in_result() -> None:
+    """As upstream's "Populate configs" (allocator_incubating.go, v1.36.2): a class's configs once,
+    naming each request of the class; a claim config once per request it names."""
     cfg = {"opaque": {"driver": DRIVER, "parameters": {"a": 1}}}
     classes = [dclass("cls", "true", config=[cfg])]
     c = claim("c", req("x"), req("y"), config=[{"requests": ["y"], "opaque": {"driver": DRIVER, "parameters": {"b": 2}}}])
     got = alloc([slice_("s", "node-1", devs("d0", "d1"))], [c], classes)
     assert got[0].to_api()["devices"]["config"] == [
-        {"source": "FromClass", "opaque": {"driver": DRIVER, "parameters": {"a": 1}}},
+        {"source": "FromClass", "requests": ["x", "y"], "opaque": {"driver": DRIVER, "parameters": {"a": 1}}},
         {"source": "FromClaim", "requests": ["y"], "opaque": {"driver": DRIVER, "parameters": {"b": 2}}},
+    ]
+
+
+def test_claim_config_naming_two_requests_appears_once_per_request() -> None:
+    both = {"requests": ["x", "y"], "opaque": {"driver": DRIVER, "parameters": {"b": 2}}}
+    every = {"opaque": {"driver": DRIVER, "parameters": {"c": 3}}}
+    c = claim("c", req("x"), req("y"), config=[every, both])
+    got = alloc([slice_("s", "node-1", devs("d0", "d1"))], [c])
+    assert got[0].to_api()["devices"]["config"] == [
+        {"source": "FromClaim", "opaque": {"driver": DRIVER, "parameters": {"c": 3}}},
+        {"source": "FromClaim", "requests": ["x", "y"], "opaque": {"driver": DRIVER, "parameters": {"b": 2}}},
+        {"source": "FromClaim", "requests": ["x", "y"], "opaque": {"driver": DRIVER, "parameters": {"b": 2}}},
+    ]
+
+
+def test_config_of_a_chosen_subrequest() -> None:
+    """Class configs name the chosen subrequest ``req/sub``; a claim config naming it applies,
+    one naming the subrequest that was not chosen does not."""
+    gone = dclass("gone", "false", config=[{"opaque": {"driver": DRIVER, "parameters": {"g": 1}}}])
+    cls = dclass("cls", "true", config=[{"opaque": {"driver": DRIVER, "parameters": {"a": 1}}}])
+    chosen = {"requests": ["r/second"], "opaque": {"driver": DRIVER, "parameters": {"s": 2}}}
+    skipped = {"requests": ["r/first"], "opaque": {"driver": DRIVER, "parameters": {"f": 3}}}
+    c = claim("c", first_available("r", sub("first", "gone"), sub("second", "cls")), config=[chosen, skipped])
+    got = alloc([slice_("s", "node-1", devs("d0"))], [c], [gone, cls])
+    assert picked(got) == [[("r/second", "d0")]]
+    assert got[0].to_api()["devices"]["config"] == [
+        {"source": "FromClass", "requests": ["r/second"], "opaque": {"driver": DRIVER, "parameters": {"a": 1}}},
+        {"source": "FromClaim", "requests": ["r/second"], "opaque": {"driver": DRIVER, "parameters": {"s": 2}}},
     ]
 
 

@@ -103,3 +103,22 @@ def test_a_tie_row_names_the_tied_nodes() -> None:
     assert row.verdict == "tie"
     assert sorted(row.tied) == ["ia8", "xeon40"]
     assert report.as_dict()["rows"][report.rows.index(row)]["tie"] == list(row.tied)
+
+
+def test_allocation_config_is_written_and_compared_as_the_real_scheduler_wrote_it(tmp_path: Path) -> None:
+    """v9: class configs name every request of their class, a claim config naming two requests is
+    there twice, a subrequest's as ``req/sub``; the replay writes each entry as the real scheduler
+    did, and the diff compares them (a changed source is a mismatch of that claim's config)."""
+    log = RECORDED / "v9-opaque-params" / "result.json"
+    recorded = {s["name"]: s for s in json.loads(log.read_text())["steps"] if s.get("op") == "create"}
+    steps = {s.pod: s for s in replay(_inputs("v9-opaque-params")).steps if s.op != "delete"}
+    for pod in ("o-01-claim-named", "o-02-class-and-claim", "o-03-first-available", "o-04-other-driver"):
+        (claim,) = steps[pod].claims
+        assert claim.allocation is not None
+        assert claim.allocation["devices"]["config"] == recorded[pod]["claims"][0]["config"], pod
+    twice = [c for c in recorded["o-01-claim-named"]["claims"][0]["config"] if c.get("requests") == ["a", "b"]]
+    assert len(twice) == 2
+    (tmp_path / "result.json").write_text(log.read_text().replace('"FromClass"', '"FromClaim"', 1))
+    report = diff_replay(_inputs("v9-opaque-params"), load_recorded(tmp_path / "result.json"))
+    bad = [(r.key, r.differs) for r in report.rows if r.verdict == "MISMATCH"]
+    assert bad == [("create o-02-class-and-claim", ("claim c0 config",))]

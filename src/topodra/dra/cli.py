@@ -228,6 +228,48 @@ def deviceclass_command(
     _emit(device_class(), Format(output.value))
 
 
+@dra_app.command("check-claim")
+def check_claim_command(
+    files: Annotated[list[Path], typer.Argument(help="YAML/JSON files of ResourceClaims, ResourceClaimTemplates and DeviceClasses.", dir_okay=False, metavar="FILE")],
+    model: ModelOpt = None,
+) -> None:
+    """Check the native.cpu parameters (opaque CpuConfig) of claims, templates and classes offline.
+
+    One line per problem, FILE:LINE: Kind/name path: what (got VALUE), and exit 1; with --model,
+    also the fields that do not apply to that device model.
+
+    \b
+      topodra dra check-claim examples/cpu-config.yaml
+      topodra dra check-claim claim.yaml --model cpu
+    """
+    from topodra.dra.params import check_object
+    from topodra.yamldocs import YamlFileError, expand_lists, load_documents
+
+    failed = False
+    for path in files:
+        try:
+            docs = expand_lists(load_documents(path))
+        except YamlFileError as exc:
+            typer.echo(str(exc), err=True)
+            failed = True
+            continue
+        objects = configs = 0
+        for doc in docs:
+            count, problems = check_object(doc.obj, model=model.value if model is not None else None)
+            if isinstance(doc.obj, dict) and doc.obj.get("kind") in ("DeviceClass", "ResourceClaim", "ResourceClaimTemplate"):
+                objects += 1
+            configs += count
+            for problem in problems:
+                typer.echo(f"{doc.source}: {problem}")
+                failed = True
+        if not objects:
+            typer.echo(f"{path}: no DeviceClass, ResourceClaim or ResourceClaimTemplate to check", err=True)
+            failed = True
+        elif not failed:
+            typer.echo(f"{path}: {configs} {'configuration' if configs == 1 else 'configurations'} of native.cpu in {objects} object(s): ok")
+    raise typer.Exit(1 if failed else 0)
+
+
 @dra_app.command("apiserver")
 def apiserver_command(
     port: Annotated[int, typer.Option("--port", min=0, max=65535, help="TCP port on 127.0.0.1 (0: any free port).")] = 0,

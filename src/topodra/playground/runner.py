@@ -126,6 +126,7 @@ def evaluate(pg: Playground, check: Check, history: Mapping[int, Mapping[str, CP
         wrong = CPUSet(c for c in cpus if pg.topology.cpu(c).core_type.value != check.core_type)
         if wrong:
             problems.append(f"CPUs {wrong} are not {check.core_type}")
+    problems.extend(_placement_checks(pg, check, cpus))
     for other, must_overlap in ((check.excludes, False), (check.includes, True)):
         if other is None:
             continue
@@ -152,6 +153,59 @@ def _whole_cores(topology: Topology, cpus: CPUSet, expected: int) -> list[str]:
     if len(cores) != expected:
         out.append(f"CPUs {cpus} span {len(cores)} core(s), expected {expected}")
     return out
+
+
+def _placement_checks(pg: Playground, check: Check, cpus: CPUSet) -> list[str]:
+    """``mems`` and ``allocated``: the memory nodes, and the CPUs against the scheduler's choice."""
+    out: list[str] = []
+    if check.mems is not None:
+        mems = next((r.mems for r in pg.rows() if f"{r.pod}/{r.container}" == check.target), None)
+        if mems != check.mems:
+            out.append(f"mems {mems}, expected {check.mems}")
+    if check.allocated:
+        chosen = allocated_cpus(pg, check.target)
+        if isinstance(chosen, str):
+            out.append(chosen)
+        elif chosen != cpus:
+            out.append(f"CPUs {cpus}, but the scheduler allocated the CPUs {chosen}")
+    return out
+
+
+def allocated_cpus(pg: Playground, target: str) -> CPUSet | str:
+    """The CPUs of the devices the scheduler allocated to the claims a container uses (from the
+    claims' ``status.allocation`` and the node's devices), or why there are none to compare."""
+    from topodra.dra.devices import DRIVER, DeviceModelConfig, build_devices
+    from topodra.embedded.store import KINDS
+    from topodra.kube.errors import ApiError
+
+    ns, pod_name, container = target.split("/")
+    try:
+        pod = pg.store.get(KINDS[("", "pods")], ns, pod_name)
+    except ApiError:
+        return f"pod {ns}/{pod_name} does not exist"
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    names = {c["name"] for ctr in spec.get("containers") or () if ctr.get("name") == container
+             for c in (ctr.get("resources") or {}).get("claims") or ()}
+    claim_of = {s["name"]: s.get("resourceClaimName") for s in status.get("resourceClaimStatuses") or ()}
+    claim_of |= {r["name"]: r["resourceClaimName"] for r in spec.get("resourceClaims") or () if r.get("resourceClaimName")}
+    if pg.agent is not None:
+        devices = {d.name: d for d in pg.agent.node.devices}
+    else:
+        devices = {d.name: d for d in build_devices(pg.topology, DeviceModelConfig(model=pg.model, group_by=pg.group_by))}  # type: ignore[arg-type]
+    out = CPUSet()
+    for name in sorted(names):
+        try:
+            claim = pg.store.get(KINDS[("resource.k8s.io", "resourceclaims")], ns, claim_of.get(name) or "")
+        except ApiError:
+            return f"claim {name!r} of pod {ns}/{pod_name} does not exist"
+        for r in ((claim.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results") or ():
+            if r.get("driver") != DRIVER:
+                continue
+            device = devices.get(r["device"])
+            if device is None or (device.allow_multiple_allocations and r.get("consumedCapacity")):
+                return f"device {r['device']} of claim {claim['metadata']['name']}: topodra picks its CPUs, not the scheduler"
+            out |= device.cpus
+    return out if names else f"{container} uses no claim"
 
 
 async def run_scenario(

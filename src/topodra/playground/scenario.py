@@ -6,6 +6,7 @@ is a one-step scenario)::
     title: The upstream example, then its pod goes away
     topology: 20em64t-hybrid-1p6c2t+2ca4co1t   # optional: fixture, synthetic:SPEC or host
     model: cpu                                  # optional: cpu | core | core-or-thread | grouped
+    groupBy: numa                               # optional, grouped devices: numa | l3 | socket | machine
     steps:
     - title: Shared workloads
       apply: [background.yaml]                  # files (relative to the scenario) or inline objects
@@ -25,17 +26,18 @@ cores, every thread of each),
 ``coreType`` (every CPU of that kind), ``excludes`` (no CPU shared with that
 container), ``includes`` (all CPUs of that container), ``asInStep`` (the same CPUs as
 after that earlier step), ``pending`` (the pod
-could not be scheduled and the message contains this text), and ``byModel``
-(model -> checks that replace the ones named for that device model; ``null``
-drops one: ``{count: 1, byModel: {core: {count: null, cores: 1}}}``).
-
-``models`` lists the device models the expectations hold for (default: every
-model); asked for another, the playground refuses in one line.
+could not be scheduled and the message contains this text), ``mems`` (exact
+memory nodes), ``allocated: true`` (exactly the CPUs of the devices the scheduler
+allocated to the container's claims: Prepare gave what the scheduler chose), and
+``byModel`` (model -> checks that replace the ones named for that device model;
+``null`` drops one: ``{count: 1, byModel: {core: {count: null, cores: 1}}}``).
 
 ``requires`` states what a machine needs for the expectations to hold
 (``cpus``: at least that many online CPUs; ``numaCpus``: a NUMA node with at
-least that many; ``coreTypes``: kinds of core that must be present, e.g. ``[P-core]``): on a machine without them the playground
-says so in one line instead of reporting failed expectations.
+least that many; ``coreTypes``: kinds of core that must be present, e.g.
+``[P-core]``; ``models``: the device models the expectations are written for):
+on a machine without them, or with another ``--model``, the playground says so
+in one line instead of reporting failed expectations.
 """
 
 from __future__ import annotations
@@ -55,10 +57,13 @@ from topodra.yamldocs import read_text
 
 __all__ = ["Check", "Scenario", "ScenarioError", "Step", "builtin_scenario", "builtin_names", "load_scenario"]
 
-_CHECK_KEYS = {"cpus", "count", "cores", "coreType", "excludes", "includes", "pending", "asInStep", "byModel"}
+_CHECK_KEYS = {
+    "cpus", "count", "cores", "coreType", "excludes", "includes", "pending", "asInStep", "mems", "allocated", "byModel",
+}
 _STEP_KEYS = {"title", "apply", "delete", "expect", "restartAgent"}
-_REQUIRES_KEYS = {"cpus", "coreTypes", "numaCpus"}
-_SCENARIO_KEYS = {"title", "topology", "model", "models", "requires", "steps"}
+_REQUIRES_KEYS = {"cpus", "coreTypes", "numaCpus", "models"}
+_SCENARIO_KEYS = {"title", "topology", "model", "groupBy", "requires", "steps"}
+_GROUP_BY = ("numa", "l3", "socket", "machine")
 
 
 class ScenarioError(ValueError):
@@ -75,6 +80,8 @@ class Check:
     excludes: str | None = None
     includes: str | None = None
     pending: str | None = None
+    mems: CPUSet | None = None
+    allocated: bool = False
     cores: int | None = None  # exactly this many whole cores
     by_model: tuple[tuple[str, Check], ...] = ()  # the check as it reads for a device model
 
@@ -98,24 +105,26 @@ class Scenario:
     steps: list[Step]
     topology: str | None = None
     model: str | None = None
+    group_by: str = "numa"  # of grouped devices
     source: str = ""
     min_cpus: int = 0
     min_numa_cpus: int = 0
     core_types: tuple[str, ...] = ()
-    models: tuple[str, ...] = MODELS
+    models: tuple[str, ...] = ()  # the device models its expectations are written for (empty: any)
 
     @property
     def name(self) -> str:
         """What the user named: a built-in scenario's name, else its file."""
         return self.source.removeprefix("builtin:") or self.title
 
-    def refuses_model(self, model: str) -> str | None:
-        """Why this scenario's expectations do not hold for device model ``model``, or None."""
-        if model in self.models:
+    def unmet_model(self, model: str) -> str | None:
+        """Why the expectations do not hold with ``model`` devices, or None."""
+        if not self.models or model in self.models:
             return None
-        *most, last = self.models
-        choices = f"{', '.join(most)} or {last}" if most else last
-        return f"scenario {self.name} holds for --model {choices}, not {model}"
+        return (
+            f"{self.title!r} is written for {' or '.join(self.models)} devices; its expectations do not hold "
+            f"with --model {model} (run it without --model, or with {' or '.join(self.models)})"
+        )
 
     def unmet(self, topology: Topology) -> str | None:
         """Why ``topology`` cannot run this scenario's expectations, or None."""
@@ -167,12 +176,10 @@ def _whole(value: Any, what: str, where: str) -> int | None:
 
 
 def _one_check(target: str, spec: dict[str, Any], where: str) -> Check:
-    cpus = None
-    if "cpus" in spec:
-        try:
-            cpus = CPUSet.parse(str(spec["cpus"]))
-        except CPUSetParseError as err:
-            raise ScenarioError(f"{where}: expect[{target}].cpus: {err}") from None
+    cpus, mems = (_cpu_list(spec, key, target, where) for key in ("cpus", "mems"))
+    allocated = spec.get("allocated", False)
+    if not isinstance(allocated, bool):
+        raise ScenarioError(f"{where}: expect[{target}].allocated must be true or false, got {allocated!r}")
     return Check(
         target=_target(target, where),
         cpus=cpus,
@@ -183,7 +190,18 @@ def _one_check(target: str, spec: dict[str, Any], where: str) -> Check:
         excludes=_target(spec["excludes"], where) if "excludes" in spec else None,
         includes=_target(spec["includes"], where) if "includes" in spec else None,
         pending=str(spec["pending"]) if "pending" in spec else None,
+        mems=mems,
+        allocated=allocated,
     )
+
+
+def _cpu_list(spec: dict[str, Any], key: str, target: str, where: str) -> CPUSet | None:
+    if key not in spec:
+        return None
+    try:
+        return CPUSet.parse(str(spec[key]))
+    except CPUSetParseError as err:
+        raise ScenarioError(f"{where}: expect[{target}].{key}: {err}") from None
 
 
 def _step_number(value: Any, target: str, where: str) -> int | None:
@@ -243,9 +261,9 @@ def parse_scenario(data: Any, source: str, loader: Any) -> Scenario:
     model = data.get("model")
     if model is not None and model not in MODELS:
         raise ScenarioError(f"{source}: model must be {', '.join(MODELS)}, got {model!r}")
-    models = data.get("models", list(MODELS))
-    if not isinstance(models, list) or not models or not all(m in MODELS for m in models):
-        raise ScenarioError(f"{source}: models must be a list of {', '.join(MODELS)} (got {models!r})")
+    group_by = data.get("groupBy", "numa")
+    if group_by not in _GROUP_BY:
+        raise ScenarioError(f"{source}: groupBy must be {', '.join(_GROUP_BY)}, got {group_by!r}")
     requires = data.get("requires") or {}
     if not isinstance(requires, dict) or set(requires) - _REQUIRES_KEYS:
         raise ScenarioError(f"{source}: requires must be a mapping with {', '.join(sorted(_REQUIRES_KEYS))}")
@@ -254,11 +272,15 @@ def parse_scenario(data: Any, source: str, loader: Any) -> Scenario:
     core_types = requires.get("coreTypes", [])
     if not isinstance(core_types, list) or not all(t in ("P-core", "E-core") for t in core_types):
         raise ScenarioError(f"{source}: requires.coreTypes must be a list of P-core / E-core, got {core_types!r}")
+    models = requires.get("models", [])
+    if not isinstance(models, list) or not all(m in MODELS for m in models):
+        raise ScenarioError(f"{source}: requires.models must be a list of {', '.join(MODELS)}, got {models!r}")
     return Scenario(
         title=str(data.get("title") or source),
         steps=steps,
         topology=data.get("topology"),
         model=model,
+        group_by=group_by,
         source=source,
         min_cpus=min_cpus,
         min_numa_cpus=min_numa_cpus,

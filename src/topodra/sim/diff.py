@@ -11,7 +11,8 @@ by step.
 What is compared: the node (or that the pod stayed pending, with the part of
 kube-scheduler's message before its preemption summary), and per pod claim the
 results (request, driver, pool, device, consumed capacity, in order), the
-allocation's nodeSelector, ``reservedFor``, and for deletions what became of each
+allocation's nodeSelector and ``config`` (where the recording has it), ``reservedFor``,
+and for deletions what became of each
 claim. Generated claim names, uids and shareIDs are random in a real cluster and
 are not compared. Where the real scheduler broke a tie between equally scored
 nodes at random, the replay follows the recorded node if its own best nodes
@@ -53,6 +54,7 @@ class ClaimOutcome:
     node_selector: str | None
     reserved_for: tuple[str, ...]
     state: str | None = None
+    config: str | None = None  # status.allocation.devices.config as JSON (None: not recorded)
 
     def text(self) -> str:
         if self.state is not None:
@@ -112,6 +114,8 @@ class Outcome:
             ):
                 if x != y:
                     out.append(f"claim {k} {what}")
+            if a.config is not None and b.config is not None and a.config != b.config:
+                out.append(f"claim {k} config")
             if a.generated is not None and b.generated is not None and a.generated != b.generated:
                 out.append(f"claim {k} generated")
             elif not a.generated and not b.generated and a.name and b.name and a.name != b.name:
@@ -187,6 +191,14 @@ def _results(allocation: Mapping[str, Any] | None, where: str) -> tuple[tuple[tu
     return rows, sel
 
 
+def _config(allocation: Mapping[str, Any] | None) -> str | None:
+    """An allocation's ``devices.config`` as canonical JSON (``[]`` when it has none); None
+    without an allocation."""
+    if not allocation:
+        return None
+    return json.dumps((allocation.get("devices") or {}).get("config") or [], sort_keys=True)
+
+
 def _step_claim(c: Mapping[str, Any], where: str) -> ClaimOutcome:
     if "state" in c:
         return ClaimOutcome(c.get("claimName"), c.get("generated"), (), None, tuple(c.get("reservedForAfter") or ()), str(c["state"]))
@@ -194,7 +206,8 @@ def _step_claim(c: Mapping[str, Any], where: str) -> ClaimOutcome:
     if c.get("results"):
         allocation = {"devices": {"results": c["results"]}, "nodeSelector": c.get("nodeSelector")}
     results, sel = _results(allocation, where)
-    return ClaimOutcome(c.get("claimName"), c.get("generated"), results, sel, tuple(c.get("reservedFor") or ()))
+    config = json.dumps(c["config"] or [], sort_keys=True) if "config" in c and c.get("results") else None
+    return ClaimOutcome(c.get("claimName"), c.get("generated"), results, sel, tuple(c.get("reservedFor") or ()), config=config)
 
 
 def _from_steps(doc: Mapping[str, Any], source: str) -> Recorded:
@@ -257,7 +270,9 @@ def _from_objects(objs: Sequence[Mapping[str, Any]]) -> Recorded:
             cstatus = claim.get("status") or {}
             results, sel = _results(cstatus.get("allocation"), f"ResourceClaim {name}")
             reserved = tuple(str(r.get("name")) for r in cstatus.get("reservedFor") or ())
-            per_claim[pc] = ClaimOutcome(str(name), not rc.get("resourceClaimName"), results, sel, reserved)
+            per_claim[pc] = ClaimOutcome(
+                str(name), not rc.get("resourceClaimName"), results, sel, reserved, config=_config(cstatus.get("allocation"))
+            )
         node = spec.get("nodeName")
         message = None
         if not node:
@@ -286,7 +301,7 @@ def load_recorded(path: str | Path) -> Recorded:
 
 def _claim_outcome(c: ClaimState) -> ClaimOutcome:
     results, sel = _results(c.allocation, f"claim {c.claim}")
-    return ClaimOutcome(c.claim, c.generated, results, sel, tuple(c.reserved_for), c.state)
+    return ClaimOutcome(c.claim, c.generated, results, sel, tuple(c.reserved_for), c.state, _config(c.allocation))
 
 
 def _outcome(step: Step, op: str | None = None) -> Outcome:

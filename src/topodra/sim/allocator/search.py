@@ -703,6 +703,11 @@ class Search:
         return ClaimAllocation(claim.key, tuple(results), self._config(ci), self.create_node_selector(ci))
 
     def _config(self, ci: int) -> tuple[Mapping[str, Any], ...]:
+        """``allocationResult.Devices.Config`` as upstream's ``Allocate`` fills it ("Populate
+        configs", incubating/allocator_incubating.go, Kubernetes v1.36.2): each class's configs
+        once, naming every request of that class (a subrequest as ``req/sub``); then each claim
+        config with no requests once, and one naming requests once per request of the claim it
+        names (by its name, or by its chosen subrequest's ``req/sub``), its requests as written."""
         claim = self.claims[ci]
         out: list[dict[str, Any]] = []
         class_ranges: dict[str, tuple[int, int]] = {}
@@ -726,17 +731,10 @@ class Search:
             for ri, req in enumerate(claim.requests):
                 if req.name in reqs:
                     out.append({"source": "FromClaim", "requests": reqs, **body})
-                    break
+                    continue
                 rd = _chosen(self.req, ci, ri)
                 if rd.parent is not None and rd.name in reqs:
                     out.append({"source": "FromClaim", "requests": reqs, **body})
-                    break
-        for entry in out:
-            entry_reqs = entry.get("requests")
-            if not entry_reqs:
-                continue
-            if all(req.name in entry_reqs or _chosen(self.req, ci, ri).name in entry_reqs for ri, req in enumerate(claim.requests)):
-                del entry["requests"]
         # key order as the API prints it
         return tuple({k: e[k] for k in ("source", "requests", "opaque") if k in e} | e for e in out)
 
