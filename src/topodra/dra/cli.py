@@ -276,24 +276,39 @@ def apiserver_command(
     load: Annotated[
         list[Path] | None, typer.Option("--load", help="Manifests (multi-document YAML) to create at start.", dir_okay=False)
     ] = None,
+    feature_gates: Annotated[
+        str,
+        typer.Option(
+            "--feature-gates",
+            help="Gates as a real API server takes them, e.g. DRANodeAllocatableResources=true (default: 1.36's, off).",
+        ),
+    ] = "",
 ) -> None:
     """Run the in-memory Kubernetes API server double on 127.0.0.1 until interrupted.
 
     It serves nodes, namespaces, pods, resourceslices, deviceclasses, resourceclaims and
     resourceclaimtemplates with the API's validation, for trying the driver without a cluster.
+    A disabled gate's fields are dropped as a real server drops them.
     """
     import asyncio
 
     from rich.console import Console
 
     from topodra.embedded.apiserver import ApiServer
+    from topodra.embedded.store import Store
+    from topodra.gates import FeatureGateError, parse_feature_gates
+    from topodra.gates import feature_gates as with_defaults
     from topodra.kube.errors import ApiError
     from topodra.yamldocs import YamlFileError, expand_lists, load_documents
 
     console = Console()
+    try:
+        gates = parse_feature_gates(feature_gates)
+    except FeatureGateError as exc:
+        raise _fail(f"--feature-gates: {exc}") from None
 
     async def main() -> None:
-        async with ApiServer(port=port) as server:
+        async with ApiServer(Store(gates=with_defaults(gates)), port=port) as server:
             for path in load or []:
                 try:
                     docs = [d.obj for d in expand_lists(load_documents(path))]

@@ -19,6 +19,12 @@ Four models:
 
 Attribute names are unqualified, so they live in the driver's domain and CEL
 reads them as ``device.attributes["native.cpu"].<name>``.
+
+Every device also says how many of the node's ``cpu`` it stands for
+(``nodeAllocatableResourceMappings``, KEP-5517, gate ``DRANodeAllocatableResources``):
+a CPU device 1, a core device its threads, a grouped device the ``cpu`` capacity a
+claim consumes; a scheduler with the gate on then counts claimed CPUs against the
+node's allocatable CPU (``node_allocatable_mappings``).
 """
 
 from __future__ import annotations
@@ -63,6 +69,9 @@ __all__ = [
     "ordered_cpus",
     "cpu_attributes",
     "device_class",
+    "node_allocatable_mappings",
+    "NODE_ALLOCATABLE_SWITCHES",
+    "yaml_switches",
     "validate_attributes",
 ]
 
@@ -97,12 +106,28 @@ def _camel(name: str) -> str:
 
 #: The device models, by name.
 MODELS: Final = ("cpu", "core", "core-or-thread", "grouped")
+#: ``nodeAllocatable``: publish the mappings when the API server keeps them (``auto``), always, never.
+NODE_ALLOCATABLE_SWITCHES: Final = ("auto", "on", "off")
 
 _CHOICES: Final[dict[str, tuple[str, ...]]] = {
     "model": MODELS,
     "group_by": ("numa", "l3", "socket", "machine"),
     "order": ("topology-reversed", "topology", "cpu-id"),
+    "node_allocatable": NODE_ALLOCATABLE_SWITCHES,
 }
+#: YAML 1.1 reads a bare ``on``/``off`` as a boolean: the switch takes those too.
+_SWITCH_BOOLS: Final = {True: "on", False: "off"}
+
+
+def yaml_switches(raw: Any) -> Any:
+    """A ``devices`` section with YAML's booleans for ``nodeAllocatable`` read as ``on``/``off``
+    (what a person wrote unquoted); anything else as it is."""
+    if isinstance(raw, Mapping):
+        for key in ("nodeAllocatable", "node_allocatable"):
+            value = raw.get(key)
+            if isinstance(value, bool):
+                raw = {**raw, key: _SWITCH_BOOLS[value]}
+    return raw
 
 
 def _check_add(value: object) -> None:
@@ -160,6 +185,12 @@ class DeviceModelConfig:
     usual Linux numbering it spreads a claim over the first thread of many
     cores).
 
+    ``node_allocatable``: whether devices carry ``nodeAllocatableResourceMappings``
+    (how much of the node's ``cpu`` each stands for): ``auto`` (the default) when
+    the API server keeps the field (the agent probes it once at start), ``on``,
+    ``off``. The device model builds them unless ``off``; the agent leaves them out
+    of its slices when the probe says the server drops them.
+
     ``shared_floor``: how many shared CPUs are never offered, so that whatever
     the scheduler allocates from the slices leaves shared containers somewhere
     to run and Prepare never has to refuse a claim for that (see
@@ -187,6 +218,7 @@ class DeviceModelConfig:
     attribute_hook: str | None = None
     order: Literal["topology-reversed", "topology", "cpu-id"] = "topology-reversed"
     shared_floor: int = 1
+    node_allocatable: Literal["auto", "on", "off"] = "auto"
 
     def __post_init__(self) -> None:
         for name, allowed in _CHOICES.items():
@@ -214,7 +246,7 @@ class DeviceModelConfig:
         """
         from pydantic import TypeAdapter
 
-        return TypeAdapter(cls).validate_python(dict(raw))
+        return TypeAdapter(cls).validate_python(dict(yaml_switches(raw)))
 
     def added(self) -> dict[str, AttrValue]:
         return {k: attribute_from_api(v, name=k) for k, v in self.add_attributes.items()}
@@ -226,6 +258,8 @@ class Device:
 
     ``cpus`` is not published; the agent uses it to turn an allocation back
     into CPUs (for grouped devices: the CPUs the policy may pick from).
+    ``node_allocatable``: the API's ``nodeAllocatableResourceMappings`` (resource name ->
+    ``{capacityKey, allocationMultiplier}``), empty for none.
     """
 
     name: str
@@ -235,8 +269,15 @@ class Device:
     cpus: CPUSet = field(default_factory=CPUSet)
     taints: tuple[Mapping[str, Any], ...] = ()
     consumes_counters: tuple[Mapping[str, Any], ...] = ()
+    node_allocatable: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     __hash__ = None  # type: ignore[assignment]  # holds mappings
+
+    @functools.cached_property
+    def without_node_allocatable(self) -> Device:
+        """This device without ``nodeAllocatableResourceMappings`` (for an API server that drops
+        them); the same object every time, so a re-publication of it is seen as unchanged."""
+        return replace(self, node_allocatable={}) if self.node_allocatable else self
 
     @functools.cached_property
     def uses_advanced_features(self) -> bool:
@@ -275,7 +316,28 @@ class Device:
             out["taints"] = [dict(t) for t in self.taints]
         if self.allow_multiple_allocations:
             out["allowMultipleAllocations"] = True
+        if self.node_allocatable:
+            # the API server's field order (capacityKey, then allocationMultiplier): its answer
+            # then matches byte for byte
+            out["nodeAllocatableResourceMappings"] = {
+                k: {f: self.node_allocatable[k][f] for f in _MAPPING_FIELDS if f in self.node_allocatable[k]}
+                for k in sorted(self.node_allocatable)
+            }
         return out
+
+
+_MAPPING_FIELDS: Final = ("capacityKey", "allocationMultiplier")
+
+
+def node_allocatable_mappings(model: str, cpus: int) -> dict[str, dict[str, str]]:
+    """A device's ``nodeAllocatableResourceMappings``: how much of the node's ``cpu`` allocating it
+    takes. A ``cpu`` device (``cpus`` 1) or a core device (``cpus`` its threads) takes its CPUs
+    for each allocation (``allocationMultiplier``, the device count's factor); a grouped device
+    (``model`` ``grouped``) the ``cpu`` capacity a claim consumes from it (``capacityKey``, times
+    1: the API server's default, written out so its answer equals what was sent)."""
+    if model == "grouped":
+        return {"cpu": {"capacityKey": CAPACITY_CPU, "allocationMultiplier": "1"}}
+    return {"cpu": {"allocationMultiplier": str(cpus)}}
 
 
 def device_class(name: str = DRIVER) -> dict[str, Any]:
@@ -498,6 +560,7 @@ def build_devices(
             )
 
     devices: list[Device] = []
+    mapped = config.node_allocatable != "off"
     for name, attrs, capacity, multi, cpus in raw:
         final = _customize(name, attrs, added, config)
         if not is_dns_label(name):
@@ -511,6 +574,7 @@ def build_devices(
                 allow_multiple_allocations=multi,
                 cpus=cpus,
                 consumes_counters=counters.get(name, ()),
+                node_allocatable=node_allocatable_mappings(config.model, len(cpus)) if mapped else {},
             )
         )
     return devices

@@ -20,7 +20,7 @@ from fractions import Fraction
 from typing import Any, Final
 
 from topodra.kube.errors import FieldError
-from topodra.quantity import QuantityError
+from topodra.quantity import QuantityError, format_quantity
 from topodra.quantity import parse_quantity as _parse_quantity
 
 __all__ = ["VALIDATORS", "validate_metadata", "Validator"]
@@ -283,6 +283,45 @@ def _validate_device(device: Any, path: str, driver: str, errors: list[FieldErro
             errors.append(FieldError(f"{path}.taints[{i}]", "needs a key and effect None, NoSchedule or NoExecute"))
     if len(_l(device.get("consumesCounters"))) > 2:
         errors.append(FieldError(f"{path}.consumesCounters", "must have at most 2 items", "FieldValueTooMany"))
+    _validate_node_allocatable(device.get("nodeAllocatableResourceMappings"), raw_caps, f"{path}.nodeAllocatableResourceMappings", errors)
+
+
+def _is_native_resource(name: str) -> bool:
+    """v1helper.IsNativeResource: unprefixed, or in the kubernetes.io/ namespace."""
+    return "/" not in name or "kubernetes.io/" in name
+
+
+def _validate_node_allocatable(raw: Any, capacities: Mapping[str, Any], path: str, errors: list[FieldError]) -> None:
+    """validateNodeAllocatableResourceMappings (pkg/apis/resource/validation/validation.go, v1.36.2),
+    its words, keys in order (Go walks the map in random order)."""
+    if raw is None:
+        return
+    if not isinstance(raw, Mapping):
+        errors.append(FieldError(path, "must be a map"))
+        return
+    for name in sorted(raw):
+        mapping, key = raw[name], f"{path}[{name}]"
+        if not _is_native_resource(str(name)):
+            errors.append(FieldError(key, f"Invalid value: {json.dumps(name)}: must be a node allocatable resource name"))
+        mapping = _m(mapping)
+        multiplier, capacity_key = mapping.get("allocationMultiplier"), mapping.get("capacityKey")
+        if multiplier is None and capacity_key is None:
+            errors.append(FieldError(key, 'Invalid value: "": at least one of allocationMultiplier or capacityKey must be set'))
+            continue
+        if multiplier is not None:
+            try:
+                amount = parse_quantity(multiplier)
+            except ValueError as exc:
+                errors.append(FieldError(f"{key}.allocationMultiplier", f"Invalid value: {exc}"))
+            else:
+                if amount <= 0:
+                    shown = format_quantity(amount, _parse_quantity(multiplier).format)
+                    errors.append(FieldError(f"{key}.allocationMultiplier", f"Invalid value: {json.dumps(shown)}: must be positive"))
+        if capacity_key is not None:
+            if capacity_key == "":
+                errors.append(FieldError(f"{key}.capacityKey", 'Invalid value: "": capacityKey must not be an empty string'))
+            elif capacity_key not in capacities:
+                errors.append(FieldError(f"{key}.capacityKey", f"Not found: {json.dumps(capacity_key)}", "FieldValueNotFound"))
 
 
 def _validate_pool_name(name: Any) -> bool:

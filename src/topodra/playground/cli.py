@@ -125,7 +125,7 @@ async def _run(console: object, scenarios: Sequence[object], topology: str | Non
             console.print(step_report(pg, res, console.width))
 
         try:
-            async with Playground(topology=topo, model=chosen_model, group_by=sc.group_by) as pg:
+            async with Playground(topology=topo, model=chosen_model, group_by=sc.group_by, gates=sc.gates) as pg:
                 console.print(f"  {pg.log.lines[0]}" if pg.log.lines else "", highlight=False)
                 results = await run_scenario(pg, sc, before_step=before, after_step=after)
                 ok = all(r.ok for r in results)

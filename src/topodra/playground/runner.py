@@ -93,9 +93,23 @@ def _snapshot(pg: Playground) -> dict[str, CPUSet]:
     return {f"{row.pod}/{row.container}": row.cpus for row in pg.rows()}
 
 
+def _refused(pg: Playground, check: Check, text: str, label: str) -> CheckResult:
+    """A ``failed`` check: the pod was scheduled and its containers refused, for ``text``."""
+    ns, pod, _ = check.target.split("/")
+    status = _pod_status(pg, pod, ns)
+    why = str(status.get("message") or "")
+    if status.get("phase") != "Failed":
+        return CheckResult(check, False, f"{label}: expected its containers to be refused, but it is {status.get('phase') or 'not there'}")
+    if text not in why:
+        return CheckResult(check, False, f"{label}: refused, but the reason {why!r} does not mention {text!r}")
+    return CheckResult(check, True, f"{label}: scheduled, then refused ({why})")
+
+
 def evaluate(pg: Playground, check: Check, history: Mapping[int, Mapping[str, CPUSet]] | None = None) -> CheckResult:
     """One expectation against the runtime's current state (``history``: each earlier step's CPUs)."""
     label = check.target.removeprefix("default/").rstrip("/")
+    if check.failed is not None:
+        return _refused(pg, check, check.failed, label)
     if check.pending is not None:
         ns, pod, _ = check.target.split("/")
         msg = pg.pod_errors.get(f"{ns}/{pod}")
@@ -221,6 +235,9 @@ async def run_scenario(
         if before_step is not None:
             await before_step(i, step)
         res = StepResult(i, step)
+        if step.gates:  # the API server and the scheduler restarted with these gates
+            pg.store.gates.update(step.gates)
+            res.lines.append("feature gates " + ", ".join(f"{k}={str(v).lower()}" for k, v in sorted(step.gates.items())))
         if step.apply:
             by_source: dict[str, list[dict[str, object]]] = {}
             for m in step.apply:

@@ -18,6 +18,7 @@ is a one-step scenario)::
     - title: Deleting the claiming pod gives the CPUs back at once
       delete: [pcore-test]                      # pod names, or namespace/name
       restartAgent: false                       # optional: restart the agent after the step
+      featureGates: {DRANodeAllocatableResources: true}   # optional: switch gates before the step
 
 ``expect`` maps ``pod/container`` (namespace ``default`` unless written
 ``ns/pod/container``) to checks: ``cpus`` (exact list: the scenario then
@@ -26,18 +27,26 @@ cores, every thread of each),
 ``coreType`` (every CPU of that kind), ``excludes`` (no CPU shared with that
 container), ``includes`` (all CPUs of that container), ``asInStep`` (the same CPUs as
 after that earlier step), ``pending`` (the pod
-could not be scheduled and the message contains this text), ``mems`` (exact
-memory nodes), ``allocated: true`` (exactly the CPUs of the devices the scheduler
-allocated to the container's claims: Prepare gave what the scheduler chose), and
-``byModel`` (model -> checks that replace the ones named for that device model;
-``null`` drops one: ``{count: 1, byModel: {core: {count: null, cores: 1}}}``).
+could not be scheduled and the message contains this text), ``failed`` (the pod was
+scheduled but its containers could not be created: the agent refused them, and the
+message contains this text), ``mems`` (exact memory nodes), ``allocated: true``
+(exactly the CPUs of the devices the scheduler allocated to the container's claims:
+Prepare gave what the scheduler chose), and ``byModel`` (model -> checks that replace
+the ones named for that device model; ``null`` drops one:
+``{count: 1, byModel: {core: {count: null, cores: 1}}}``).
+
+``featureGates`` (top level) are the gates the API server and the scheduler start with
+(``topodra.gates``; default: Kubernetes 1.36's); a step's ``featureGates`` switch them
+before the step, as restarting those with other ``--feature-gates`` does (the agent
+probes the API server at its start: restart it too, ``restartAgent``).
 
 ``requires`` states what a machine needs for the expectations to hold
-(``cpus``: at least that many online CPUs; ``numaCpus``: a NUMA node with at
-least that many; ``coreTypes``: kinds of core that must be present, e.g.
-``[P-core]``; ``models``: the device models the expectations are written for):
-on a machine without them, or with another ``--model``, the playground says so
-in one line instead of reporting failed expectations.
+(``cpus``: at least that many online CPUs; ``maxCpus``: at most that many;
+``numaCpus``: a NUMA node with at least that many; ``coreTypes``: kinds of core
+that must be present, e.g. ``[P-core]``; ``models``: the device models the
+expectations are written for): on a machine without them, or with another
+``--model``, the playground says so in one line instead of reporting failed
+expectations.
 """
 
 from __future__ import annotations
@@ -58,11 +67,12 @@ from topodra.yamldocs import read_text
 __all__ = ["Check", "Scenario", "ScenarioError", "Step", "builtin_scenario", "builtin_names", "load_scenario"]
 
 _CHECK_KEYS = {
-    "cpus", "count", "cores", "coreType", "excludes", "includes", "pending", "asInStep", "mems", "allocated", "byModel",
+    "cpus", "count", "cores", "coreType", "excludes", "includes", "pending", "failed", "asInStep", "mems", "allocated",
+    "byModel",
 }
-_STEP_KEYS = {"title", "apply", "delete", "expect", "restartAgent"}
-_REQUIRES_KEYS = {"cpus", "coreTypes", "numaCpus", "models"}
-_SCENARIO_KEYS = {"title", "topology", "model", "groupBy", "requires", "steps"}
+_STEP_KEYS = {"title", "apply", "delete", "expect", "restartAgent", "featureGates"}
+_REQUIRES_KEYS = {"cpus", "maxCpus", "numaCpus", "coreTypes", "models"}
+_SCENARIO_KEYS = {"title", "topology", "model", "groupBy", "requires", "featureGates", "steps"}
 _GROUP_BY = ("numa", "l3", "socket", "machine")
 
 
@@ -80,6 +90,7 @@ class Check:
     excludes: str | None = None
     includes: str | None = None
     pending: str | None = None
+    failed: str | None = None
     mems: CPUSet | None = None
     allocated: bool = False
     cores: int | None = None  # exactly this many whole cores
@@ -97,6 +108,7 @@ class Step:
     delete: list[tuple[str, str]] = field(default_factory=list)  # (namespace, name)
     expect: list[Check] = field(default_factory=list)
     restart_agent: bool = False
+    gates: dict[str, bool] = field(default_factory=dict)
 
 
 @dataclass
@@ -109,8 +121,10 @@ class Scenario:
     source: str = ""
     min_cpus: int = 0
     min_numa_cpus: int = 0
+    max_cpus: int | None = None
     core_types: tuple[str, ...] = ()
     models: tuple[str, ...] = ()  # the device models its expectations are written for (empty: any)
+    gates: dict[str, bool] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -134,6 +148,8 @@ class Scenario:
         largest = max((len(topology.cpus_of_node(n) & topology.online) for n in topology.numa_nodes()), default=0)
         if largest < self.min_numa_cpus:
             missing.append(f"a NUMA node of at least {self.min_numa_cpus} online CPUs (its largest has {largest})")
+        if self.max_cpus is not None and len(topology.online) > self.max_cpus:
+            missing.append(f"at most {self.max_cpus} online CPUs (it has {len(topology.online)})")
         have = {t.value for t in topology.core_types()}
         lacking = [t for t in self.core_types if t not in have]
         if lacking:
@@ -190,9 +206,23 @@ def _one_check(target: str, spec: dict[str, Any], where: str) -> Check:
         excludes=_target(spec["excludes"], where) if "excludes" in spec else None,
         includes=_target(spec["includes"], where) if "includes" in spec else None,
         pending=str(spec["pending"]) if "pending" in spec else None,
+        failed=str(spec["failed"]) if "failed" in spec else None,
         mems=mems,
         allocated=allocated,
     )
+
+
+def _gates(raw: Any, where: str) -> dict[str, bool]:
+    """A ``featureGates`` mapping (gate -> true/false) of gates topodra models."""
+    from topodra.gates import FeatureGateError, feature_gates
+
+    if not isinstance(raw, dict) or not all(isinstance(v, bool) for v in raw.values()):
+        raise ScenarioError(f"{where}: featureGates must map gate names to true or false, got {raw!r}")
+    try:
+        feature_gates(raw)
+    except FeatureGateError as err:
+        raise ScenarioError(f"{where}: featureGates: {err}") from None
+    return {str(k): v for k, v in raw.items()}
 
 
 def _cpu_list(spec: dict[str, Any], key: str, target: str, where: str) -> CPUSet | None:
@@ -257,6 +287,8 @@ def parse_scenario(data: Any, source: str, loader: Any) -> Scenario:
             raise ScenarioError(f"{where}: expect must be a mapping of pod/container to checks")
         step.expect = [_parse_check(str(k), v, where) for k, v in expect.items()]
         step.restart_agent = bool(raw.get("restartAgent", False))
+        if "featureGates" in raw:
+            step.gates = _gates(raw["featureGates"], where)
         steps.append(step)
     model = data.get("model")
     if model is not None and model not in MODELS:
@@ -270,6 +302,7 @@ def parse_scenario(data: Any, source: str, loader: Any) -> Scenario:
     min_cpus = _whole(requires.get("cpus", 0), "requires.cpus", source) or 0
     min_numa_cpus = _whole(requires.get("numaCpus", 0), "requires.numaCpus", source) or 0
     core_types = requires.get("coreTypes", [])
+    max_cpus = _whole(requires.get("maxCpus"), "requires.maxCpus", source)
     if not isinstance(core_types, list) or not all(t in ("P-core", "E-core") for t in core_types):
         raise ScenarioError(f"{source}: requires.coreTypes must be a list of P-core / E-core, got {core_types!r}")
     models = requires.get("models", [])
@@ -284,8 +317,10 @@ def parse_scenario(data: Any, source: str, loader: Any) -> Scenario:
         source=source,
         min_cpus=min_cpus,
         min_numa_cpus=min_numa_cpus,
+        max_cpus=max_cpus,
         core_types=tuple(core_types),
         models=tuple(models),
+        gates=_gates(data["featureGates"], source) if "featureGates" in data else {},
     )
 
 

@@ -28,6 +28,7 @@ from topodra.embedded.apiserver import ApiServer
 from topodra.embedded.openapi import strict_decoding_error, unknown_fields
 from topodra.embedded.runtime import ContainerChange, EmbeddedRuntime
 from topodra.embedded.store import KINDS, Kind, Store
+from topodra.gates import feature_gates
 from topodra.kube.errors import ApiError
 from topodra.playground.kubelet import EmbeddedKubelet, KubeletError
 from topodra.playground.scheduler import EmbeddedScheduler, SchedulingError
@@ -39,6 +40,16 @@ DEFAULT_TOPOLOGY = "20em64t-hybrid-1p6c2t+2ca4co1t"  # Intel Core i7-1370P: 6 P-
 NODE_NAME = "playground"
 
 _KIND_BY_NAME: dict[tuple[str, str], Kind] = {(k.api_version, k.kind): k for k in KINDS.values()}
+
+
+def node_allocatable(topology: Topology, config: AgentConfig) -> dict[str, str]:
+    """The node's ``status.allocatable`` as the kubelet reports it: every online CPU but the agent's
+    reserved ones, the machine's memory, 110 pods."""
+    from topodra.policy import Policy
+
+    reserved = Policy(topology, config.policy).reserved_cpus
+    memory = sum(n.memory_bytes for n in topology.nodes.values()) or 64 << 30
+    return {"cpu": str(len(topology.online - reserved)), "memory": str(memory), "pods": "110"}
 
 
 class PlaygroundError(RuntimeError):
@@ -109,12 +120,16 @@ class Playground:
         agent_process: str | None = None,
         cgroups: bool = False,
         runtime_options: Mapping[str, Any] | None = None,
+        gates: Mapping[str, bool] | None = None,
     ) -> None:
         """``agent_process``: run the agent as a child process (``python -m topodra agent``) with
         this topology spec (fixture name or ``synthetic:SPEC``), as the crash tests do.
         ``cgroups``: the runtime writes each task's cpuset to cgroup files under the work
         directory's ``host/sys/fs/cgroup``, where the agent (``sysfsRoot: host``) reads them.
-        ``runtime_options``: more ``EmbeddedRuntime`` options (``start_delay``, ``fail_updates``...)."""
+        ``runtime_options``: more ``EmbeddedRuntime`` options (``start_delay``, ``fail_updates``...).
+        ``gates``: feature gates of the API server and the scheduler (``topodra.gates``; unless
+        given, Kubernetes 1.36's defaults); both read ``store.gates``, so changing it there is
+        restarting them with other ``--feature-gates`` (the agent sees it at its next start)."""
         self.topology = topology
         self.model = model
         self.group_by = group_by
@@ -123,7 +138,7 @@ class Playground:
         self.agent_overrides = dict(agent_overrides or {})
         self.nri_version = nri_version
         self.on_change = on_change
-        self.store = Store()
+        self.store = Store(gates=feature_gates(gates))
         self.api = ApiServer(self.store)
         self.runtime: EmbeddedRuntime | None = None
         self.agent: Agent | None = None
@@ -187,6 +202,7 @@ class Playground:
                 "kind": "Node",
                 "metadata": {"name": NODE_NAME, "labels": {"kubernetes.io/hostname": NODE_NAME}},
                 "status": {
+                    "allocatable": node_allocatable(self.topology, self.agent_config()),
                     "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "the playground's kubelet is ready"}],
                     "nodeInfo": {"kubeletVersion": "v1.36.2", "containerRuntimeVersion": "embedded://topodra", "osImage": "topodra playground"},
                 },

@@ -381,11 +381,24 @@ def allocate_cmd(
         typer.echo(yaml.safe_dump({"claim": claim["metadata"]["name"], "status": {"allocation": a.to_api()}}, sort_keys=False))
 
 
+_GATES_HELP = "The cluster's feature gates, e.g. DRANodeAllocatableResources=true (claimed CPUs count against the node's cpu); default: 1.36's."
+
+
+def _gates(text: str) -> dict[str, bool]:
+    from topodra.gates import FeatureGateError, parse_feature_gates
+
+    try:
+        return parse_feature_gates(text)
+    except FeatureGateError as e:
+        _fail(f"--feature-gates: {e}")
+
+
 @sim_app.command("replay")
 def replay_cmd(
     files: Annotated[list[Path], typer.Argument(help="Kubernetes objects in the order they happened (YAML/JSON, kind: List too); a deletion is the document {op: delete, kind: Pod, name: NAME}.")],
     output: Annotated[str, typer.Option("--output", "-o", help="yaml (each step with claims in the ResourceClaim status shape), json, or table.")] = "yaml",
     percentage: Annotated[int, typer.Option("--percentage-of-nodes-to-score", min=0, max=100, help="kube-scheduler's percentageOfNodesToScore (0: adaptive).")] = 0,
+    feature_gates: Annotated[str, typer.Option("--feature-gates", help=_GATES_HELP)] = "",
 ) -> None:
     """Replay what happened in a cluster: every pod's node and allocation, or kube-scheduler's reason.
 
@@ -395,11 +408,12 @@ def replay_cmd(
 
     if output not in ("yaml", "json", "table"):
         _fail(f"--output {output!r}: must be yaml, json or table")
+    gates = _gates(feature_gates)
     docs = _load(files)
     if not docs:
         _fail(f"{', '.join(map(str, files))}: no Kubernetes object in it, nothing to replay")
     try:
-        r = replay(((d.obj, d.source) for d in docs), percentage_of_nodes_to_score=percentage or None)
+        r = replay(((d.obj, d.source) for d in docs), percentage_of_nodes_to_score=percentage or None, gates=gates)
     except ReplayError as e:
         _fail(str(e))
     steps = [s.as_dict() for s in r.steps]
@@ -441,6 +455,7 @@ def diff_cmd(
     recorded: Annotated[Path, typer.Option("--recorded", "-r", help="What the cluster did: Pods and ResourceClaims read back from it (kubectl get -o yaml), or a step log with {steps: [...]}.")],
     output: Annotated[str, typer.Option("--output", "-o", help="table or json.")] = "table",
     percentage: Annotated[int, typer.Option("--percentage-of-nodes-to-score", min=0, max=100, help="kube-scheduler's percentageOfNodesToScore (0: adaptive).")] = 0,
+    feature_gates: Annotated[str, typer.Option("--feature-gates", help=_GATES_HELP)] = "",
 ) -> None:
     """Replay FILES and compare every pod's node and allocation with a recording from a real cluster.
 
@@ -452,10 +467,11 @@ def diff_cmd(
 
     if output not in ("table", "json"):
         _fail(f"--output {output!r}: must be table or json")
+    gates = _gates(feature_gates)
     docs = _load(files)
     try:
         rec = load_recorded(recorded)
-        report = diff_replay([(d.obj, d.source) for d in docs], rec, percentage_of_nodes_to_score=percentage or None)
+        report = diff_replay([(d.obj, d.source) for d in docs], rec, percentage_of_nodes_to_score=percentage or None, gates=gates)
     except (YamlFileError, ReplayError) as e:
         _fail(str(e))
     if output == "json":

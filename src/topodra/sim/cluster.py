@@ -198,7 +198,9 @@ def build_cluster(spec: ClusterSpec) -> Cluster:
     if spec.fill and spec.model == "core-or-thread":
         # random devices of this model would take a core and one of its threads together
         raise ClusterError("fill: not available for the core-or-thread model (its devices share counters)")
-    config = DeviceModelConfig(model=spec.model, group_by=spec.group_by, order=spec.order)  # type: ignore[arg-type]
+    # Without nodeAllocatableResourceMappings: ``sim run`` does not model node cpu (its pods request
+    # none, its nodes have no allocatable), and a 1.36 API server with its default gates drops them.
+    config = DeviceModelConfig(model=spec.model, group_by=spec.group_by, order=spec.order, node_allocatable="off")  # type: ignore[arg-type]
     templates: dict[str, list[dict[str, Any]]] = {}
     devices_per: dict[str, int] = {}
     bytes_per: dict[str, int] = {}

@@ -13,8 +13,17 @@ or add devices or nodes, as the scheduling queue does. A Pod that arrives with
 ``spec.nodeName`` is bound there without scheduling: its allocated claims are
 reserved for it, and unallocated ones are allocated on that node.
 
+With ``DRANodeAllocatableResources`` on (``gates``), what a pod's new claims take of the
+node through their devices' ``nodeAllocatableResourceMappings`` is checked with its
+container requests by DynamicResources, written to the pod's
+``status.nodeAllocatableResourceClaimStatuses`` at binding and counted in the node's
+requests from then on (``sim.nodealloc``); a claim such a pod holds is refused to
+another pod on that node. Off (1.36's default), those statuses are dropped as the API
+server drops them.
+
 Every scheduling decision is a ``Step``: the node, each claim's
-``status.allocation`` (the API's shape) and ``reservedFor``, or kube-scheduler's
+``status.allocation`` (the API's shape) and ``reservedFor``, the pod's
+``nodeAllocatableResourceClaimStatuses``, or kube-scheduler's
 message (the part before its preemption summary). Ties between the best nodes
 go to the first in scan order (kube-scheduler picks one at random) unless a
 ``prefer`` hint names one of them (``sim diff`` follows a recording that way).
@@ -25,9 +34,11 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from topodra.gates import NODE_ALLOCATABLE, feature_gates
+from topodra.quantity import Quantity
 from topodra.sim.allocator import (
     INVALID_POOLS_MESSAGE,
     AllocatedState,
@@ -38,8 +49,10 @@ from topodra.sim.allocator import (
     allocation_of_claim,
 )
 from topodra.sim.costmodel import num_feasible_nodes_to_find
+from topodra.sim.nodealloc import ClaimAccounting
 from topodra.sim.objects import Claim, ObjectError, node_selector_matches, parse_claim
 from topodra.sim.podfit import (
+    ClaimResources,
     NodeUsage,
     NodeView,
     PodView,
@@ -65,6 +78,11 @@ RESERVED_FOR_MAX = 256  # ResourceClaimReservedForMaxSize
 CANNOT_ALLOCATE = "cannot allocate all claims"
 NOT_AVAILABLE = "resourceclaim not available on the node"
 _NAME_LETTERS = "bcdfghjklmnpqrstvwxz2456789"  # the API server's generateName alphabet
+
+
+#: A memoised Filter answer: fits, DRA score, the allocator's error, the Unschedulable reason (None:
+#: "cannot allocate all claims"), each new claim's mapped resources.
+_Hit = tuple[bool, int, str | None, str | None, tuple[dict[str, Quantity] | None, ...]]
 
 
 class ReplayError(ValueError):
@@ -143,6 +161,12 @@ def _generated_claim(pod: PodView, pod_claim: str, template: Mapping[str, Any]) 
     return _Claim(obj, name, pod.namespace, pod.key)
 
 
+def _for_node(allocation: ClaimAllocation, node: NodeView) -> bool:
+    """Whether a claim allocated so may be used on ``node`` (its nodeSelector)."""
+    sel = allocation.node_selector
+    return sel is None or node_selector_matches(sel, node.node)
+
+
 def _claims_of(pod: _Pod, claims: Mapping[str, _Claim]) -> list[tuple[str, _Claim]]:
     """The pod's claims that exist, by its reference name, each once."""
     out = []
@@ -159,9 +183,16 @@ class Replay:
     """The cluster as objects arrive; ``apply`` returns the steps each object causes."""
 
     def __init__(
-        self, *, prefer: Callable[[str], str | None] | None = None, percentage_of_nodes_to_score: int | None = None, memo: bool = True
+        self,
+        *,
+        prefer: Callable[[str], str | None] | None = None,
+        percentage_of_nodes_to_score: int | None = None,
+        memo: bool = True,
+        gates: Mapping[str, bool] | None = None,
     ) -> None:
         self.prefer = prefer
+        #: DRANodeAllocatableResources (``topodra.gates``; 1.36's default: off)
+        self.accounting = ClaimAccounting(feature_gates(gates)[NODE_ALLOCATABLE])
         self.memo = memo
         self.percentage = percentage_of_nodes_to_score
         self.nodes: dict[str, NodeView] = {}
@@ -176,9 +207,11 @@ class Replay:
         self.steps: list[Step] = []
         self._allocator: Allocator | None = None
         self._next_start = 0
-        # Filter memo: (node, node version, claim specs) -> (fits, DRA score, allocation error).
-        # A node's version changes with every allocation on its devices, so a hit is exact.
-        self._memo: dict[tuple[str, int, str], tuple[Any, ...]] = {}  # (fits, score, error[, reason])
+        # Filter memo: (node, node version, claim specs) -> (fits, DRA score, allocation error, the
+        # Unschedulable reason when not "cannot allocate all claims", what each claim maps to of the
+        # node's resources). A node's version changes with every allocation on its devices, so a
+        # hit is exact.
+        self._memo: dict[tuple[str, int, str], _Hit] = {}
         self._version: dict[str, int] = {}
         self._pool_node: dict[tuple[str, str], str] | None = None  # None: some slice is not node-local
         self.memo_hits = 0
@@ -250,6 +283,8 @@ class Replay:
 
     def _add_pod(self, obj: Mapping[str, Any], source: str) -> None:
         view = parse_pod(obj)
+        if not self.accounting.enabled and view.claim_resources:
+            view = replace(view, claim_resources=())  # the API server drops the field
         if view.key in self.pods:
             raise ReplayError(f"{source}: Pod {view.key} already exists (delete it first)")
         pod = _Pod(view, {})
@@ -304,6 +339,7 @@ class Replay:
     def _reset(self) -> None:
         """Slices or classes changed: a new allocator, no memoised Filter result holds."""
         self._allocator = None
+        self.accounting.reset()
         self._memo.clear()
         local = all((s.get("spec") or {}).get("nodeName") for s in self.slices.values())
         self._pool_node = (
@@ -362,6 +398,7 @@ class Replay:
         reasons: dict[str, int] = {}
         feasible: list[str] = []
         dra_scores: dict[str, int] = {}
+        statuses: dict[str, list[ClaimResources]] = {}  # node -> the pod's nodeAllocatableResourceClaimStatuses
         signature = json.dumps([c.obj.get("spec") for c in to_allocate], sort_keys=True, default=str)
         processed = 0
         for k in range(len(names)):
@@ -370,7 +407,7 @@ class Replay:
             why = filter_reasons(view, node, self.usage[node.name])
             if not why:
                 try:
-                    why = self._dra_filter(node, claims, to_allocate, parsed, signature, dra_scores)
+                    why = self._dra_filter(node, pod, claims, (to_allocate, parsed, signature), dra_scores, statuses)
                 except AllocationError as e:
                     self._next_start = (start + processed) % len(names)
                     return self._fail(pod, step, f'running "DynamicResources" filter plugin: {e}')
@@ -394,20 +431,30 @@ class Replay:
             fresh = self._allocator_now().allocate(self.nodes[chosen].node, parsed)
             assert fresh is not None, "a node that passed Filter has no allocation"
             allocations = fresh
-        self._bind(pod, chosen, to_allocate, allocations)
+        self._bind(pod, chosen, to_allocate, allocations, statuses.get(chosen, []))
         step.node = chosen
         step.claims = self._claim_states(pod)
+        step.node_allocatable = [c.to_api() for c in pod.view.claim_resources]
         return step
 
     def _dra_filter(
         self,
         node: NodeView,
+        pod: _Pod,
         claims: list[tuple[str, _Claim]],
-        to_allocate: list[_Claim],
-        parsed: list[Claim],
-        signature: str,
+        new: tuple[list[_Claim], list[Claim], str],
         scores: dict[str, int],
+        statuses: dict[str, list[ClaimResources]],
     ) -> list[str]:
+        """DynamicResources' Filter on ``node``: a node-allocatable claim held by another pod, the
+        allocation of the ``new`` claims (to allocate, parsed, their signature), what they take of
+        the node, claims allocated for other nodes."""
+        to_allocate, parsed, signature = new
+        allocated = sum(c.allocation is not None for _, c in claims)
+        here = [c for _, c in claims if c.allocation is not None and _for_node(c.allocation, node)]
+        held = self.accounting.held_elsewhere(pod.view, self.usage[node.name], (c.name for c in here))
+        if held is not None:
+            return [held]
         if to_allocate:
             key = (node.name, self._version.get(node.name, 0), signature)
             use_memo = self.memo and self._pool_node is not None
@@ -415,11 +462,12 @@ class Replay:
             if hit is None:
                 try:
                     result = self._allocator_now().allocate(node.node, parsed)
-                    hit = (result is not None, _dra_score(parsed, result) if result is not None else 0, None)
+                    mapped = () if result is None else self.accounting.mapped(self.slices.values(), [c.key for c in to_allocate], result)
+                    hit = (result is not None, _dra_score(parsed, result) if result is not None else 0, None, None, mapped)
                 except InvalidPools:  # Unschedulable on this node, with the allocator's words
-                    hit = (False, 0, None, INVALID_POOLS_MESSAGE)
+                    hit = (False, 0, None, INVALID_POOLS_MESSAGE, ())
                 except AllocationError as e:
-                    hit = (False, 0, str(e))
+                    hit = (False, 0, str(e), None, ())
                 if use_memo:
                     self._memo[key] = hit
             else:
@@ -427,12 +475,16 @@ class Replay:
             if hit[2] is not None:
                 raise AllocationError(hit[2])
             if not hit[0]:
-                return [hit[3] if len(hit) > 3 else CANNOT_ALLOCATE]
+                return [hit[3] or CANNOT_ALLOCATE]
             scores[node.name] = hit[1]
-        for _, c in claims:
-            sel = c.allocation.node_selector if c.allocation is not None else None
-            if sel is not None and not node_selector_matches(sel, node.node):
-                return [NOT_AVAILABLE]
+            counted = [(c.key, c.name, m) for c, m in zip(to_allocate, hit[4], strict=False) if m is not None]
+            if counted:
+                reasons, mine = self.accounting.check(pod.view, pod.claims, counted, node, self.usage[node.name])
+                if reasons:
+                    return reasons
+                statuses[node.name] = mine
+        if len(here) < allocated:  # a claim allocated for other nodes
+            return [NOT_AVAILABLE]
         return []
 
     def _choose(self, pod: _Pod, step: Step, feasible: list[str], dra_scores: Mapping[str, int], source: str) -> str:
@@ -478,7 +530,11 @@ class Replay:
         step.claims = self._claim_states(pod)
         return step
 
-    def _bind(self, pod: _Pod, node: str, to_allocate: list[_Claim], allocations: list[ClaimAllocation]) -> None:
+    def _bind(
+        self, pod: _Pod, node: str, to_allocate: list[_Claim], allocations: list[ClaimAllocation], statuses: list[ClaimResources]
+    ) -> None:
+        if self.accounting.enabled:  # the assumed pod's status: the Filter's statuses for this node
+            pod.view = replace(pod.view, claim_resources=tuple(statuses))
         for c, a in zip(to_allocate, allocations, strict=True):
             c.allocation = a
             self._hold(a)
@@ -522,6 +578,7 @@ class Replay:
         pod.failure = step.failure
         self.usage.setdefault(view.node_name, NodeUsage()).add(view)
         step.claims = self._claim_states(pod)
+        step.node_allocatable = [c.to_api() for c in view.claim_resources]
         return step
 
     def _claim_states(self, pod: _Pod) -> list[ClaimState]:
@@ -641,6 +698,7 @@ class Replay:
             view = pod.view
             step = Step("state", view.name, view.namespace, node=pod.node, failure=pod.failure if pod.node is None else None)
             step.claims = self._claim_states(pod)
+            step.node_allocatable = [c.to_api() for c in view.claim_resources] if pod.node is not None else []
             out[view.name] = step
         return out
 
@@ -664,9 +722,15 @@ def _dra_score(claims: list[Claim], allocations: list[ClaimAllocation]) -> int:
     )
 
 
-def replay(objects: Iterable[tuple[Any, str]], *, prefer: Callable[[str], str | None] | None = None, percentage_of_nodes_to_score: int | None = None) -> Replay:
+def replay(
+    objects: Iterable[tuple[Any, str]],
+    *,
+    prefer: Callable[[str], str | None] | None = None,
+    percentage_of_nodes_to_score: int | None = None,
+    gates: Mapping[str, bool] | None = None,
+) -> Replay:
     """Replay ``(object, source)`` pairs in order; the finished ``Replay`` (its ``steps``, its state)."""
-    r = Replay(prefer=prefer, percentage_of_nodes_to_score=percentage_of_nodes_to_score)
+    r = Replay(prefer=prefer, percentage_of_nodes_to_score=percentage_of_nodes_to_score, gates=gates)
     for obj, source in objects:
         r.apply(obj, source)
     return r

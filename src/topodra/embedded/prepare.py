@@ -1,0 +1,62 @@
+"""What a real API server does to an object before validating it: its defaults (set when the
+request is decoded), then the fields of a disabled feature gate dropped by the registry
+strategies (``PrepareForCreate``/``PrepareForUpdate``): silently, and kept on an update when the
+stored object already uses the field (so turning a gate off breaks no object).
+
+Kubernetes v1.36.2: ``SetDefaults_Device`` (pkg/apis/resource/v1/defaults.go),
+``dropDisabledDRANodeAllocatableResourcesFields`` (pkg/registry/resource/resourceslice/strategy.go)
+and ``dropPodNodeAllocatableResourceStatus`` (pkg/api/pod/util.go).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from topodra.gates import NODE_ALLOCATABLE
+
+__all__ = ["drop_disabled_fields", "set_defaults"]
+
+_MAPPINGS = "nodeAllocatableResourceMappings"
+_STATUSES = "nodeAllocatableResourceClaimStatuses"
+
+
+def _devices(obj: Mapping[str, Any] | None) -> list[Any]:
+    spec = (obj or {}).get("spec")
+    devices = spec.get("devices") if isinstance(spec, Mapping) else None
+    return devices if isinstance(devices, list) else []
+
+
+def _mappings_in_use(old: Mapping[str, Any] | None) -> bool:
+    return any(isinstance(d, Mapping) and d.get(_MAPPINGS) for d in _devices(old))
+
+
+def _statuses_in_use(old: Mapping[str, Any] | None) -> bool:
+    status = (old or {}).get("status")
+    return isinstance(status, Mapping) and bool(status.get(_STATUSES))
+
+
+def set_defaults(plural: str, obj: dict[str, Any]) -> None:
+    """The defaults the double models: a node-allocatable mapping's ``allocationMultiplier`` is 1."""
+    if plural != "resourceslices":
+        return
+    for d in _devices(obj):
+        mappings = d.get(_MAPPINGS) if isinstance(d, dict) else None
+        if isinstance(mappings, dict):
+            for m in mappings.values():
+                if isinstance(m, dict) and m.get("allocationMultiplier") is None:
+                    m["allocationMultiplier"] = "1"
+
+
+def drop_disabled_fields(gates: Mapping[str, bool], plural: str, new: dict[str, Any], old: Mapping[str, Any] | None) -> None:
+    """Drop from ``new`` (in place) what a disabled gate's field holds, unless ``old`` uses it."""
+    if gates.get(NODE_ALLOCATABLE, False):
+        return
+    if plural == "resourceslices" and not _mappings_in_use(old):
+        for d in _devices(new):
+            if isinstance(d, dict):
+                d.pop(_MAPPINGS, None)
+    elif plural == "pods" and not _statuses_in_use(old):
+        status = new.get("status")
+        if isinstance(status, dict):
+            status.pop(_STATUSES, None)
