@@ -7,6 +7,8 @@ and string annotations are compiled and evaluated twice per parameter when a com
 
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -82,15 +84,12 @@ def _fail(message: str) -> NoReturn:
 
 def _load(files: list[Path]) -> list[Any]:
     """Every document of FILES (``kind: List`` expanded), in order; bad YAML ends the command (exit 2)."""
-    from topodra.yamldocs import YamlFileError, expand_lists, load_documents
+    from topodra.yamldocs import YamlFileError, stream_files
 
-    docs = []
     try:
-        for f in files:
-            docs.extend(expand_lists(load_documents(f)))
+        return list(stream_files(files))
     except YamlFileError as e:
         _fail(str(e))
-    return docs
 
 
 @sim_app.command("run")
@@ -184,10 +183,14 @@ class PipedProgress:
         self._start = self._last = self._clock()
 
     def __call__(self, done: int, total: int) -> None:
+        self.say(lambda: f"scheduling: {done} of {total} pods")
+
+    def say(self, line: Any) -> None:
+        """``line()`` and the time so far, once ``interval`` has passed since the last line."""
         now = self._clock()
         if now - self._last >= self.interval:
             self._last = now
-            self._write(f"scheduling: {done} of {total} pods ({now - self._start:.0f} s)")
+            self._write(f"{line()} ({now - self._start:.0f} s)")
 
 
 def _simulate(config: Any, costs: Any) -> tuple[Any, list[Any]]:
@@ -274,7 +277,6 @@ def sweep_cmd(
     import os
 
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from topodra.sim.costmodel import DEFAULT_COSTS
     from topodra.sim.sweep import SweepConfig, parse_models, run_sweep, sweep_points, write_outputs
@@ -303,22 +305,59 @@ def sweep_cmd(
     bad = [c for c in cfg.cpus if c % 16]
     if bad:
         _fail(f"--cpus {bad[0]}: must be a multiple of 16 (16-CPU L3 groups)")
-    total = len(sweep_points(cfg))
-    console = Console(stderr=True)
-    with Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.description}"), console=console) as bar:
-        task = bar.add_task("", total=total)
+    from topodra.sim.distributed import EngineError
 
-        def done(s: Any) -> None:
-            bar.update(task, advance=1, description=f"{s.model} {s.cpus_per_node:g} CPUs x {s.nodes} nodes: p99 {s.predicted_p99_ms:.1f} ms")
-
-        from topodra.sim.distributed import EngineError
-
-        try:
-            summaries = run_sweep(cfg, costs=replace(DEFAULT_COSTS, cores=scheduler_cores), progress=done)
-        except (WorkloadError, EngineError) as e:
-            _fail(str(e))
+    try:
+        with _sweep_progress(len(sweep_points(cfg))) as progress:
+            summaries = run_sweep(cfg, costs=replace(DEFAULT_COSTS, cores=scheduler_cores), progress=progress.cell, tick=progress.cluster)
+    except (WorkloadError, EngineError) as e:
+        _fail(str(e))
     files = write_outputs(summaries, out)
     Console().print(f"wrote {', '.join(str(f) for f in files)}")
+
+
+class _SweepProgress:
+    """A sweep's progress: a bar on a terminal (``bar``), else a line every few seconds on stderr."""
+
+    def __init__(self, total: int, bar: Any = None) -> None:
+        self.total, self.bar = total, bar
+        self.task = bar.add_task("", total=total) if bar is not None else None
+        self.piped = PipedProgress() if bar is None else None
+        self.done = self.running = self.workers = 0
+        self.last = ""
+
+    def cell(self, s: Any) -> None:
+        """A cell finished."""
+        self.done += 1
+        self.last = f"last {s.model} {s.cpus_per_node:g} CPUs x {s.nodes} nodes: p99 {s.predicted_p99_ms:.1f} ms"
+        self._show()
+
+    def cluster(self, c: Any) -> None:
+        """A cluster's state (``topodra.sim.distributed.ClusterProgress``)."""
+        self.running, self.workers = c.running, c.workers
+        self._show()
+
+    def _what(self) -> str:
+        on = f"{self.running} running on {self.workers} workers" if self.workers else ""
+        return "; ".join(x for x in (on, self.last) if x)
+
+    def _show(self) -> None:
+        if self.piped is not None:
+            self.piped.say(lambda: f"sweep: {self.done} of {self.total} cells" + (f", {self._what()}" if self._what() else ""))
+        else:
+            self.bar.update(self.task, completed=self.done, description=self._what())
+
+
+@contextmanager
+def _sweep_progress(total: int) -> Iterator[_SweepProgress]:
+    if not sys.stderr.isatty():
+        yield _SweepProgress(total)
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.description}"), console=Console(stderr=True)) as bar:
+        yield _SweepProgress(total, bar)
 
 
 @sim_app.command("workloads")
@@ -402,31 +441,59 @@ def replay_cmd(
 ) -> None:
     """Replay what happened in a cluster: every pod's node and allocation, or kube-scheduler's reason.
 
-    Exit codes: 0 every pod scheduled at the end, 1 some pod still pending, 2 bad input.
+    Objects are replayed as they are read and steps printed as they happen (yaml, json), with
+    progress on stderr. Exit codes: 0 every pod scheduled at the end, 1 some pod still pending,
+    2 bad input (the steps before it are printed).
     """
-    from topodra.sim.replay import ReplayError, replay
+    from topodra.sim.replay import ReplayError
+    from topodra.sim.replayio import StepWriter, replay_files
+    from topodra.yamldocs import YamlFileError
 
     if output not in ("yaml", "json", "table"):
         _fail(f"--output {output!r}: must be yaml, json or table")
     gates = _gates(feature_gates)
-    docs = _load(files)
-    if not docs:
-        _fail(f"{', '.join(map(str, files))}: no Kubernetes object in it, nothing to replay")
+    table: list[Any] = []
+    writer = StepWriter(sys.stdout, output) if output != "table" else None
     try:
-        r = replay(((d.obj, d.source) for d in docs), percentage_of_nodes_to_score=percentage or None, gates=gates)
-    except ReplayError as e:
+        with _replay_progress() as progress:
+            r, objects = replay_files(
+                files,
+                on_steps=writer.write if writer else table.extend,
+                progress=progress,
+                percentage_of_nodes_to_score=percentage or None,
+                gates=gates,
+            )
+    except (YamlFileError, ReplayError) as e:
+        if writer:
+            writer.close()
         _fail(str(e))
-    steps = [s.as_dict() for s in r.steps]
-    if output == "table":
-        _print_steps(r.steps)
-    elif output == "json":
-        typer.echo(json.dumps(steps, indent=2))
+    if not objects:
+        _fail(f"{', '.join(map(str, files))}: no Kubernetes object in it, nothing to replay")
+    if writer:
+        writer.close()
     else:
-        import yaml
-
-        typer.echo(yaml.safe_dump_all(steps, sort_keys=False), nl=False)
+        _print_steps(table)
     if r.pending:
         raise typer.Exit(1)
+
+
+@contextmanager
+def _replay_progress() -> Iterator[Any]:
+    """A progress bar over the input on a terminal, else a line every few seconds on stderr."""
+    if not sys.stderr.isatty():
+        piped = PipedProgress()
+        yield lambda state: piped.say(state.line)
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("[bold]replay"), BarColumn(), DownloadColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("", total=None)
+
+        def show(state: Any) -> None:
+            bar.update(task, completed=state.read, total=state.total, description=f"{state.objects:,} objects, {state.pods:,} pods placed, {state.pending:,} pending")
+
+        yield show
 
 
 def _print_steps(steps: list[Any]) -> None:

@@ -179,6 +179,30 @@ def _claims_of(pod: _Pod, claims: Mapping[str, _Claim]) -> list[tuple[str, _Clai
     return out
 
 
+class _PoolNodes:
+    """Every pool's node when every slice is node-local, else None; worked out when first asked
+    after the slices changed, so a dump's thousands of slices cost one pass, not one each."""
+
+    def __init__(self, slices: Mapping[str, Mapping[str, Any]]) -> None:
+        self._slices = slices
+        self._nodes: dict[tuple[str, str], str] | None = None
+        self._stale = False
+
+    def changed(self) -> None:
+        self._stale = True
+
+    def nodes(self) -> dict[tuple[str, str], str] | None:
+        if self._stale:
+            self._stale = False
+            local = all((s.get("spec") or {}).get("nodeName") for s in self._slices.values())
+            self._nodes = (
+                {(str(s["spec"].get("driver")), str((s["spec"].get("pool") or {}).get("name"))): str(s["spec"]["nodeName"]) for s in self._slices.values()}
+                if local
+                else None
+            )
+        return self._nodes
+
+
 class Replay:
     """The cluster as objects arrive; ``apply`` returns the steps each object causes."""
 
@@ -213,7 +237,7 @@ class Replay:
         # hit is exact.
         self._memo: dict[tuple[str, int, str], _Hit] = {}
         self._version: dict[str, int] = {}
-        self._pool_node: dict[tuple[str, str], str] | None = None  # None: some slice is not node-local
+        self._pools = _PoolNodes(self.slices)
         self.memo_hits = 0
 
     # ---- objects in
@@ -341,19 +365,15 @@ class Replay:
         self._allocator = None
         self.accounting.reset()
         self._memo.clear()
-        local = all((s.get("spec") or {}).get("nodeName") for s in self.slices.values())
-        self._pool_node = (
-            {(str(s["spec"].get("driver")), str((s["spec"].get("pool") or {}).get("name"))): str(s["spec"]["nodeName"]) for s in self.slices.values()}
-            if local
-            else None
-        )
+        self._pools.changed()
 
     def _bump(self, node: str) -> None:
         self._version[node] = self._version.get(node, 0) + 1
 
     def _touch(self, allocation: ClaimAllocation) -> None:
+        pools = self._pools.nodes()
         for r in allocation.results:
-            node = self._pool_node.get((r.driver, r.pool)) if self._pool_node is not None else None
+            node = pools.get((r.driver, r.pool)) if pools is not None else None
             if node is None:
                 self._memo.clear()
                 return
@@ -457,7 +477,7 @@ class Replay:
             return [held]
         if to_allocate:
             key = (node.name, self._version.get(node.name, 0), signature)
-            use_memo = self.memo and self._pool_node is not None
+            use_memo = self.memo and self._pools.nodes() is not None
             hit = self._memo.get(key) if use_memo else None
             if hit is None:
                 try:

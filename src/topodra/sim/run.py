@@ -279,16 +279,18 @@ def _preallocate(sched: Scheduler, cluster: Cluster) -> None:
     sched.preallocate_positions(held)
 
 
+#: What ``--objects`` takes from a cluster dump (its Pods and the rest are not kept).
+OBJECT_KINDS = frozenset({"Node", "ResourceSlice", "DeviceClass", "ResourceClaim"})
+
+
 def _objects_cluster(config: RunConfig) -> Any:
     from topodra.sim.cluster import ClusterError, cluster_from_objects
-    from topodra.yamldocs import YamlFileError, load_documents
+    from topodra.yamldocs import YamlFileError, stream_files
 
-    docs: list[Any] = []
-    for path in config.objects:
-        try:
-            docs.extend(d.obj for d in load_documents(path))
-        except YamlFileError as e:
-            raise ClusterError(str(e)) from None
+    try:
+        docs = [d.obj for d in stream_files(config.objects) if isinstance(d.obj, dict) and d.obj.get("kind") in OBJECT_KINDS]
+    except YamlFileError as e:
+        raise ClusterError(str(e)) from None
     return cluster_from_objects(docs, config.model)
 
 
