@@ -19,8 +19,13 @@ SCENARIOS = [
     "v4-kubectl-dump",
     "v5-core-or-thread",
     "v6-device-taints",
+    "v7-device-taint-eviction",
+    "v8-device-taint-rules",
     "v9-opaque-params",
 ]
+#: recorded with kube-controller-manager running without its device-taint-eviction-controller
+#: (their result.json "gates"): NoExecute taints evicted nothing there
+NO_TAINT_EVICTION = {"v6-device-taints", "v8-device-taint-rules"}
 
 
 def _objects(*files: Path) -> list[tuple[object, str]]:
@@ -37,7 +42,7 @@ def _inputs(scenario: str) -> list[tuple[object, str]]:
 )
 def test_replay_matches_every_recorded_step(scenario: str, log: str) -> None:
     recorded = load_recorded(RECORDED / scenario / log)
-    report = diff_replay(_inputs(scenario), recorded)
+    report = diff_replay(_inputs(scenario), recorded, evictions=scenario not in NO_TAINT_EVICTION)
     assert [r for r in report.rows if r.verdict not in ("match", "tie")] == []
     assert report.matches == len(recorded.outcomes)
 
@@ -84,6 +89,17 @@ def test_a_wrong_device_is_a_mismatch(tmp_path: Path) -> None:
     assert [(r.key, r.differs) for r in bad] == [("create s8-02-pair", ("claim c0 devices",))]
 
 
+def test_the_copied_tolerations_are_compared(tmp_path: Path) -> None:
+    """An allocation result keeps a copy of its request's tolerations (a status field): a replay
+    that writes other tolerations than the real scheduler did is a mismatch."""
+    text = (RECORDED / "v1-core-siblings" / "result.json").read_text()
+    tolerated = '"device": "cpu6", "tolerations": [{"key": "k", "operator": "Exists"}]'
+    (tmp_path / "result.json").write_text(text.replace('"device": "cpu6"', tolerated, 1))
+    report = diff_replay(_inputs("v1-core-siblings"), load_recorded(tmp_path / "result.json"))
+    bad = [r for r in report.rows if r.verdict == "MISMATCH"]
+    assert [(r.key, r.differs) for r in bad] == [("create s8-02-pair", ("claim c0 devices",))]
+
+
 def test_each_plugins_score_is_compared(tmp_path: Path) -> None:
     # move 1 point between two plugins of one node: the total stays, the per-plugin scores differ
     doc = json.loads((RECORDED / "v2-mixed-nodes" / "result.json").read_text())
@@ -122,3 +138,32 @@ def test_allocation_config_is_written_and_compared_as_the_real_scheduler_wrote_i
     report = diff_replay(_inputs("v9-opaque-params"), load_recorded(tmp_path / "result.json"))
     bad = [(r.key, r.differs) for r in report.rows if r.verdict == "MISMATCH"]
     assert bad == [("create o-02-class-and-claim", ("claim c0 config",))]
+
+
+def test_the_eviction_controller_is_what_separates_v6_from_v7() -> None:
+    """v6 was recorded without kube-controller-manager's device-taint-eviction-controller: with
+    it, p-05 (a NoExecute taint tolerated without an effect) would be evicted right after its
+    binding, as v7 records for e-09; the recording's later deletion of p-05 then finds no pod."""
+    steps = replay(_inputs("v7-device-taint-eviction")).steps
+    assert [s.pod for s in steps if s.op == "evicted"] == [
+        "e-00-plain1", "e-01-reserved-cpu6", "e-02-pkg0-2", "e-05-offline-no-effect",  # at the taint's write
+        "e-04-offline-2s",  # its 2 s passed in the 6 s wait
+        "e-09-offline-no-effect", "e-10-offline-and-reserved",  # right after their binding
+    ]
+    with pytest.raises(ValueError, match="delete Pod p-05-reserved-default-op: no such object"):
+        replay(_inputs("v6-device-taints"))
+
+
+def test_the_cli_replays_without_the_eviction_controller_when_told() -> None:
+    from typer.testing import CliRunner
+
+    from topodra.cli import app
+
+    files = [str(RECORDED / "v6-device-taints" / f) for f in ("cluster.yaml", "workload.yaml")]
+    recorded = str(RECORDED / "v6-device-taints" / "result.json")
+    r = CliRunner().invoke(app, ["sim", "diff", *files, "-r", recorded, "--no-taint-eviction", "-o", "json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["mismatches"] == 0
+    r = CliRunner().invoke(app, ["sim", "diff", *files, "-r", recorded])
+    assert r.exit_code == 2
+    assert "delete Pod p-05-reserved-default-op: no such object" in " ".join(r.output.split())

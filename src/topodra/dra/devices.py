@@ -50,6 +50,7 @@ from topodra.dra.attributes import (
     validate_qualified_name,
 )
 from topodra.dra.partitions import UNIT_ATTRIBUTE, core_consumption
+from topodra.dra.taints import TaintConfig, offline_reason, static_reasons, static_taints, taint
 from topodra.topology.model import CoreType, CPUInfo, Topology
 
 __all__ = [
@@ -197,6 +198,10 @@ class DeviceModelConfig:
     ``offered_cpus``). 0 offers every CPU (a claim may then be allocated that
     Prepare refuses).
 
+    ``taints``: per reason (offline, unhealthy, isolated, reserved CPUs), the
+    taint effect of its devices, or ``Withdraw`` / ``Untainted``
+    (``topodra.dra.taints``).
+
     A plain dataclass that checks itself (``__post_init__``), so the simulator
     and the CLI build one without importing pydantic; the agent's config model
     validates it as a nested section with the same rules (``__pydantic_config__``:
@@ -219,8 +224,11 @@ class DeviceModelConfig:
     order: Literal["topology-reversed", "topology", "cpu-id"] = "topology-reversed"
     shared_floor: int = 1
     node_allocatable: Literal["auto", "on", "off"] = "auto"
+    taints: TaintConfig = field(default_factory=TaintConfig)
 
     def __post_init__(self) -> None:
+        if isinstance(self.taints, Mapping):  # a plain mapping, as the loose constructors give it
+            object.__setattr__(self, "taints", TaintConfig.of(self.taints))
         for name, allowed in _CHOICES.items():
             value = getattr(self, name)
             if value not in allowed:
@@ -476,8 +484,17 @@ def ordered_cpus(topology: Topology, cpus: CPUSet, order: str = "topology-revers
 _RawDevice = tuple[str, dict[str, AttrValue], dict[str, Capacity], bool, CPUSet]
 
 
+#: Grouped devices: the CPUs set apart for a lasting reason (``taints.static_reasons``) form
+#: devices of their own, named after the group and the reason.
+_SET_APART: Final = ("", "reserved", "isolated")
+
+
 def _raw_devices(
-    topology: Topology, config: DeviceModelConfig, allowed: CPUSet, per_cpu: Mapping[int, dict[str, AttrValue]]
+    topology: Topology,
+    config: DeviceModelConfig,
+    allowed: CPUSet,
+    per_cpu: Mapping[int, dict[str, AttrValue]],
+    reasons: Mapping[int, str],
 ) -> list[_RawDevice]:
     """The devices of the ``cpu``, ``core`` and grouped models, in publishing order."""
     raw: list[_RawDevice] = []
@@ -494,18 +511,20 @@ def _raw_devices(
             raw.append((f"core{core}", attrs, {CAPACITY_CPUS: Capacity(len(cpus))}, False, cpus))
     else:
         split_by_type = topology.hybrid
-        groups: dict[tuple[int, int], int] = {}
+        groups: dict[tuple[int, int, int], int] = {}
         for cpu_id in allowed:
             info = topology.cpus[cpu_id]
             type_index = list(CoreType).index(info.core_type) if split_by_type else 0
-            key = (_group_key(config, info), type_index)
+            key = (_group_key(config, info), type_index, _SET_APART.index(reasons.get(cpu_id, "")))
             groups[key] = groups.get(key, 0) | (1 << cpu_id)
-        for (gid, type_index), mask in sorted(groups.items()):
+        for (gid, type_index, apart), mask in sorted(groups.items()):
             cpus = CPUSet.from_mask(mask)
             prefix = _GROUP_PREFIX[config.group_by]
             name = prefix if config.group_by == "machine" else f"{prefix}{gid}"
             if split_by_type:
                 name += "-" + _TYPE_SUFFIX[list(CoreType)[type_index]]
+            if apart:
+                name += "-" + _SET_APART[apart]
             attrs = _agreeing([per_cpu[c] for c in cpus])
             raw.append((name, attrs, {CAPACITY_CPU: _grouped_capacity(len(cpus))}, True, cpus))
 
@@ -513,16 +532,23 @@ def _raw_devices(
 
 
 def build_devices(
-    topology: Topology, config: DeviceModelConfig | None = None, *, exclude: CPUSet = _NO_CPUS
+    topology: Topology,
+    config: DeviceModelConfig | None = None,
+    *,
+    exclude: CPUSet = _NO_CPUS,
+    reserved: CPUSet = _NO_CPUS,
 ) -> list[Device]:
     """The devices a node publishes, in ``config.order`` (groups: by group id).
 
-    ``exclude`` holds the reserved CPUs: they are never published. Raises
-    ``AttributeValidationError`` (naming device and attribute) for anything
-    the API server would reject, ``DeviceModelError`` for a broken config.
+    ``exclude``: CPUs never published. ``reserved``: the CPUs reserved for system containers;
+    they and the kernel-isolated CPUs are published tainted or withdrawn as ``config.taints``
+    says (``topodra.dra.taints``). Raises ``AttributeValidationError`` (naming device and
+    attribute) for anything the API server would reject, ``DeviceModelError`` for a broken config.
     """
     config = config or DeviceModelConfig()
-    allowed = topology.online - exclude
+    reasons = static_reasons(topology, reserved, config.taints)
+    withdrawn = CPUSet(c for c, why in reasons.items() if config.taints.withdraws(why))
+    allowed = topology.online - exclude - withdrawn
     hook = _load_hook(config.attribute_hook) if config.attribute_hook else None
     added = config.added()
 
@@ -540,7 +566,7 @@ def build_devices(
     if config.model == "core-or-thread":
         _core_or_thread(topology, config, allowed, per_cpu, raw, counters)
     else:
-        raw = _raw_devices(topology, config, allowed, per_cpu)
+        raw = _raw_devices(topology, config, allowed, per_cpu, reasons)
 
     present: set[str] = set()
     for _, attrs, _, _, _ in raw:
@@ -573,6 +599,7 @@ def build_devices(
                 capacity=capacity,
                 allow_multiple_allocations=multi,
                 cpus=cpus,
+                taints=static_taints(topology, cpus, reasons, config.taints),
                 consumes_counters=counters.get(name, ()),
                 node_allocatable=node_allocatable_mappings(config.model, len(cpus)) if mapped else {},
             )
@@ -628,6 +655,7 @@ def offered_cpus(
     shared_free: CPUSet,
     exclusive: CPUSet,
     order: Sequence[int] | None = None,
+    reserved_free: CPUSet = _NO_CPUS,
 ) -> CPUSet:
     """The CPUs the node offers in its ResourceSlices now.
 
@@ -640,13 +668,19 @@ def offered_cpus(
     with every offered CPU allocated, shared containers still have a CPU.
     Claimed CPUs stay offered (the scheduler counts them as allocated).
     ``order``: ``ordered_cpus(topology, topology.online, config.order)``, if the
-    caller keeps it (this runs after every placement).
+    caller keeps it (this runs after every placement). ``reserved_free``: the published reserved
+    CPUs no claim holds; the last of them in device order is kept off offer, so a claim (whose
+    reserved taint is tolerated) never takes the last one the system containers have.
     """
     floor = 0
     want = config.shared_floor
     free = shared_free.mask
-    if want and free:
+    tails: list[int] = []
+    if reserved_free:
         tails = _tail_masks(order if order is not None else ordered_cpus(topology, topology.online, config.order))
+        floor = _last_of(tails, reserved_free.mask)
+    if want and free:
+        tails = tails or _tail_masks(order if order is not None else ordered_cpus(topology, topology.online, config.order))
         # The floor is the free CPUs among the shortest tail of the order holding ``want`` of them
         # (all of them when fewer): a binary search over the tails, not a walk through the order
         # (which, once the first exclusive grants are taken from its far end, tests every CPU held).
@@ -663,8 +697,22 @@ def offered_cpus(
                 else:
                     lo = mid
             _LAST_TAIL[0] = hi
-        floor = tails[hi] & free
+        floor |= tails[hi] & free
     return CPUSet.from_mask(candidates.mask & ~exclusive.mask & ~floor)
+
+
+def _last_of(tails: Sequence[int], mask: int) -> int:
+    """The last CPU of ``mask`` in the order ``tails`` were made from, as a mask (0: none)."""
+    lo, hi = 0, len(tails) - 1
+    if not tails[hi] & mask:
+        return 0
+    while hi - lo > 1:  # the shortest tail holding one of them
+        mid = (lo + hi) // 2
+        if tails[mid] & mask:
+            hi = mid
+        else:
+            lo = mid
+    return tails[hi] & ~tails[hi - 1]
 
 
 #: The last order ``_tail_masks`` saw (a copy, and the tuple itself: one is never changed) and its
@@ -690,19 +738,57 @@ def _tail_masks(order: Sequence[int]) -> list[int]:
 
 
 def offer_devices(
-    topology: Topology, config: DeviceModelConfig, devices: Sequence[Device], offered: CPUSet
+    topology: Topology,
+    config: DeviceModelConfig,
+    devices: Sequence[Device],
+    offered: CPUSet,
+    *,
+    reserved: CPUSet = _NO_CPUS,
 ) -> list[Device]:
     """``devices`` (built from every candidate CPU, or ``follow_devices``' list, whose devices may
-    stand for offline CPUs) narrowed to ``offered``.
+    stand for offline CPUs) narrowed to ``offered`` (online CPUs only).
 
     ``cpu`` and ``core`` devices not wholly offered are left out (a core with
-    one thread held exclusively or offline is not offered: Prepare gives a core
+    one thread held exclusively is not offered: Prepare gives a core
     device all its threads); ``grouped`` devices are rebuilt over their offered CPUs
-    (capacity shrinks, a device with none left disappears). Names never change.
+    (capacity shrinks, a device with none left disappears; ``reserved``: as for
+    ``build_devices``). Names never change.
+
+    A device standing for offline CPUs (every one: ``offline``; some: ``unhealthy``, not for
+    grouped devices, which shrink) is published with that taint when ``config.taints`` gives the
+    reason an effect and the rest of its CPUs are offered; withdrawn otherwise.
     """
-    if config.model != "grouped":
-        return [d for d in devices if d.cpus <= offered]
-    return build_devices(topology, config, exclude=topology.online - offered)
+    online, treat = topology.online, config.taints
+    out: list[Device] = []
+    if config.model == "grouped":
+        out = build_devices(topology, config, exclude=online - offered, reserved=reserved)
+        names = {d.name for d in out}
+        devices = [d for d in devices if d.name not in names and not d.cpus & online]
+    for d in devices:
+        if d.cpus <= offered:
+            out.append(d)
+        elif (reason := offline_reason(d.cpus, online)) is not None and (d.cpus & online) <= offered:
+            effect = treat.effect(reason)
+            if effect is not None:
+                out.append(_tainted(d, taint(reason, effect)))
+    return out
+
+
+#: device name -> (the device, the taint added, the device with it): the same object while
+#: neither changes, so the slices' writer sees an unchanged device as the same one.
+_TAINTED: dict[str, tuple[Device, Mapping[str, Any], Device]] = {}
+
+
+def _tainted(device: Device, added: Mapping[str, Any]) -> Device:
+    """``device`` with ``added`` before its own taints (one object per device and taint)."""
+    cached = _TAINTED.get(device.name)
+    if cached is not None and cached[0] is device and cached[1] == added:
+        return cached[2]
+    if len(_TAINTED) > 4096:
+        _TAINTED.clear()
+    out = replace(device, taints=(added, *device.taints))
+    _TAINTED[device.name] = (device, added, out)
+    return out
 
 
 def follow_devices(known: Sequence[Device], fresh: Sequence[Device], online: CPUSet) -> list[Device]:

@@ -238,6 +238,16 @@ class SliceReconciler:
 
         await asyncio.wait_for(_wait(), timeout)
 
+    async def published_devices(self) -> list[dict[str, Any]]:
+        """The devices this node's pool has on the API server now (one LIST; ``ApiError``)."""
+        items, _ = await self._client.list(RESOURCE_SLICES, fields=self._fields())
+        out: list[dict[str, Any]] = []
+        for s in items:
+            spec = s.get("spec") or {}
+            if spec.get("nodeName") == self.node_name and (spec.get("pool") or {}).get("name") == self.node_name:
+                out.extend(d for d in spec.get("devices") or () if isinstance(d, dict))
+        return out
+
     def _fields(self) -> dict[str, str]:
         return {"spec.nodeName": self.node_name, "spec.driver": self._driver}
 

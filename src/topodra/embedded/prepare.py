@@ -3,7 +3,7 @@ request is decoded), then the fields of a disabled feature gate dropped by the r
 strategies (``PrepareForCreate``/``PrepareForUpdate``): silently, and kept on an update when the
 stored object already uses the field (so turning a gate off breaks no object).
 
-Kubernetes v1.36.2: ``SetDefaults_Device`` (pkg/apis/resource/v1/defaults.go),
+Kubernetes v1.36.2: ``SetDefaults_Device``, ``SetDefaults_DeviceTaint`` (pkg/apis/resource/v1/defaults.go),
 ``dropDisabledDRANodeAllocatableResourcesFields`` (pkg/registry/resource/resourceslice/strategy.go)
 and ``dropPodNodeAllocatableResourceStatus`` (pkg/api/pod/util.go).
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from topodra.embedded.defaults import taint_defaults
 from topodra.gates import NODE_ALLOCATABLE
 
 __all__ = ["drop_disabled_fields", "set_defaults"]
@@ -37,7 +38,9 @@ def _statuses_in_use(old: Mapping[str, Any] | None) -> bool:
 
 
 def set_defaults(plural: str, obj: dict[str, Any]) -> None:
-    """The defaults the double models: a node-allocatable mapping's ``allocationMultiplier`` is 1."""
+    """The defaults the double models: a node-allocatable mapping's ``allocationMultiplier`` is 1;
+    device taints' ``timeAdded`` and tolerations' ``operator`` (``embedded/defaults.py``)."""
+    taint_defaults(plural, obj)
     if plural != "resourceslices":
         return
     for d in _devices(obj):

@@ -278,9 +278,9 @@ def _validate_device(device: Any, path: str, driver: str, errors: list[FieldErro
     taints = _l(device.get("taints"))
     if len(taints) > MAX_TAINTS:
         errors.append(FieldError(f"{path}.taints", f"Too many: {len(taints)}: must have at most {MAX_TAINTS} items", "FieldValueTooMany"))
-    for i, t in enumerate(taints):
-        if not isinstance(t, Mapping) or not t.get("key") or t.get("effect") not in ("None", "NoSchedule", "NoExecute"):
-            errors.append(FieldError(f"{path}.taints[{i}]", "needs a key and effect None, NoSchedule or NoExecute"))
+    else:
+        for i, t in enumerate(taints):
+            errors.extend(_taint_errors(_m(t), f"{path}.taints[{i}]"))
     if len(_l(device.get("consumesCounters"))) > 2:
         errors.append(FieldError(f"{path}.consumesCounters", "must have at most 2 items", "FieldValueTooMany"))
     _validate_node_allocatable(device.get("nodeAllocatableResourceMappings"), raw_caps, f"{path}.nodeAllocatableResourceMappings", errors)
@@ -437,6 +437,107 @@ def validate_device_class(obj: Mapping[str, Any], old: Mapping[str, Any] | None)
     return errors
 
 
+# --- device taints and tolerations (validateDeviceTaint, validateDeviceToleration) ----------------
+#: ``sets.List(validDeviceTaintEffects)``: sorted
+_TAINT_EFFECTS: Final = ("NoExecute", "NoSchedule", "None")
+_TOLERATION_OPERATORS: Final = ("Equal", "Exists")
+_LABEL_KEY_FMT: Final = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
+_LABEL_KEY_MSG: Final = (
+    "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"
+)
+_LABEL_VALUE_MSG: Final = (
+    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', "
+    "and must start and end with an alphanumeric character"
+)
+_DNS_SUBDOMAIN_MSG: Final = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
+    "and must start and end with an alphanumeric character"
+)
+_DNS_SUBDOMAIN_FMT: Final = "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+
+
+def _regex_error(msg: str, fmt: str, *examples: str) -> str:
+    """apimachinery's ``content.RegexError``, spacing included."""
+    shown = " or ".join(f"'{e}', " for e in examples)
+    return f"{msg} (e.g. {shown}regex used for validation is '{fmt}')"
+
+
+def _label_key_problems(key: str) -> list[str]:
+    """``content.IsLabelKey``: a name of at most 63, optionally after a DNS subdomain and '/'."""
+    parts = key.split("/")
+    out: list[str] = []
+    if len(parts) > 2:
+        return [
+            "a valid label key " + _regex_error(_LABEL_KEY_MSG, _LABEL_KEY_FMT, "MyName", "my.name", "123-abc")
+            + " with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
+        ]
+    if len(parts) == 2:
+        prefix = parts[0]
+        if not prefix:
+            out.append("prefix part must be non-empty")
+        else:
+            if len(prefix) > 253:
+                out.append("prefix part must be no more than 253 bytes")
+            if not all(is_dns_label(p) for p in prefix.split(".")):
+                out.append("prefix part " + _regex_error(_DNS_SUBDOMAIN_MSG, _DNS_SUBDOMAIN_FMT, "example.com"))
+    name = parts[-1]
+    if not name:
+        out.append("name part must be non-empty")
+    elif len(name) > 63:
+        out.append("name part must be no more than 63 bytes")
+    if not _LABEL_NAME.match(name):
+        out.append("name part " + _regex_error(_LABEL_KEY_MSG, _LABEL_KEY_FMT, "MyName", "my.name", "123-abc"))
+    return out
+
+
+def _label_value_problems(value: str) -> list[str]:
+    out = ["must be no more than 63 bytes"] if len(value) > 63 else []
+    if not _LABEL_VALUE.match(value):
+        out.append(_regex_error(_LABEL_VALUE_MSG, f"({_LABEL_KEY_FMT})?", "MyValue", "my_value", "12345"))
+    return out
+
+
+def _invalid(path: str, value: str, problems: list[str]) -> list[FieldError]:
+    return [FieldError(path, f"Invalid value: {json.dumps(value, ensure_ascii=False)}: {p}") for p in problems]
+
+
+def _unsupported(path: str, value: str, allowed: tuple[str, ...]) -> FieldError:
+    supported = ", ".join(f'"{a}"' for a in allowed)
+    return FieldError(path, f"Unsupported value: {json.dumps(value, ensure_ascii=False)}: supported values: {supported}", "FieldValueNotSupported")
+
+
+def _taint_errors(taint: Mapping[str, Any], path: str) -> list[FieldError]:
+    key, value, effect = str(taint.get("key") or ""), str(taint.get("value") or ""), str(taint.get("effect") or "")
+    errors = _invalid(f"{path}.key", key, _label_key_problems(key))
+    if value:
+        errors += _invalid(f"{path}.value", value, _label_value_problems(value))
+    if not effect:
+        errors.append(FieldError(f"{path}.effect", "Required value", "FieldValueRequired"))
+    elif effect not in _TAINT_EFFECTS:
+        errors.append(_unsupported(f"{path}.effect", effect, _TAINT_EFFECTS))
+    return errors
+
+
+def _toleration_errors(tol: Mapping[str, Any], path: str) -> list[FieldError]:
+    """One device toleration (its operator defaulted to Equal: ``topodra.embedded.defaults``).
+    The API documents at most 16 tolerations per request but a 1.36 server does not check it."""
+    key, op = str(tol.get("key") or ""), str(tol.get("operator") or "")
+    value, effect = str(tol.get("value") or ""), str(tol.get("effect") or "")
+    errors = _invalid(f"{path}.key", key, _label_key_problems(key)) if key else []
+    if op == "Exists":
+        if value:
+            errors += _invalid(f"{path}.value", value, ["must be empty for operator `Exists`"])
+    elif op == "Equal":
+        errors += _invalid(f"{path}.value", value, _label_value_problems(value))
+    elif not op:
+        errors.append(FieldError(f"{path}.operator", "Required value", "FieldValueRequired"))
+    else:
+        errors.append(_unsupported(f"{path}.operator", op, _TOLERATION_OPERATORS))
+    if effect and effect not in _TAINT_EFFECTS:
+        errors.append(_unsupported(f"{path}.effect", effect, _TAINT_EFFECTS))
+    return errors
+
+
 def _validate_exact(req: Mapping[str, Any], path: str, errors: list[FieldError]) -> None:
     if not req.get("deviceClassName"):
         errors.append(FieldError(f"{path}.deviceClassName", "Required value", "FieldValueRequired"))
@@ -450,6 +551,8 @@ def _validate_exact(req: Mapping[str, Any], path: str, errors: list[FieldError])
             errors.append(FieldError(f"{path}.count", "must not be set when allocationMode is All"))
         elif not isinstance(count, int) or isinstance(count, bool) or count <= 0:
             errors.append(FieldError(f"{path}.count", f"Invalid value: {count!r}: must be greater than zero"))
+    for i, tol in enumerate(_l(req.get("tolerations"))):
+        errors.extend(_toleration_errors(_m(tol), f"{path}.tolerations[{i}]"))
 
 
 def validate_claim_spec(spec: Mapping[str, Any], path: str) -> list[FieldError]:

@@ -166,6 +166,9 @@ def _scenario_machine(console: Console, sc: Scenario, topology: str | None) -> t
         )
         print_error(f"scenario {sc.name} needs a machine with {unmet}; {label} does not have it: {hint}")
         return None
+    if sc.isolate:
+        topo = sc.machine(topo)
+        label += f", CPUs {topo.isolated} isolated"
     return topo, label
 
 

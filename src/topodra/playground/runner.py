@@ -140,6 +140,12 @@ def evaluate(pg: Playground, check: Check, history: Mapping[int, Mapping[str, CP
         wrong = CPUSet(c for c in cpus if pg.topology.cpu(c).core_type.value != check.core_type)
         if wrong:
             problems.append(f"CPUs {wrong} are not {check.core_type}")
+    if check.isolated is not None:
+        topo = pg.topology
+        isolated = topo.isolated | CPUSet(c for c, info in topo.cpus.items() if info.isolated)
+        wrong = cpus - isolated if check.isolated else cpus & isolated
+        if wrong:
+            problems.append(f"CPUs {wrong} are {'not ' if check.isolated else ''}isolated")
     problems.extend(_placement_checks(pg, check, cpus))
     for other, must_overlap in ((check.excludes, False), (check.includes, True)):
         if other is None:

@@ -31,14 +31,18 @@ could not be scheduled and the message contains this text), ``failed`` (the pod 
 scheduled but its containers could not be created: the agent refused them, and the
 message contains this text), ``mems`` (exact memory nodes), ``allocated: true``
 (exactly the CPUs of the devices the scheduler allocated to the container's claims:
-Prepare gave what the scheduler chose), and ``byModel`` (model -> checks that replace
-the ones named for that device model; ``null`` drops one:
-``{count: 1, byModel: {core: {count: null, cores: 1}}}``).
+Prepare gave what the scheduler chose), ``isolated`` (true: every CPU is kernel-isolated;
+false: none is), and ``byModel`` (model -> checks that replace the ones named for that
+device model; ``null`` drops one: ``{count: 1, byModel: {core: {count: null, cores: 1}}}``).
 
 ``featureGates`` (top level) are the gates the API server and the scheduler start with
 (``topodra.gates``; default: Kubernetes 1.36's); a step's ``featureGates`` switch them
 before the step, as restarting those with other ``--feature-gates`` does (the agent
 probes the API server at its start: restart it too, ``restartAgent``).
+
+``isolate: N`` makes the
+kernel isolate the last N cores of whatever machine the scenario runs on (all their threads, as
+``isolcpus=`` would on a latency-tuned node): the cores at the far end from CPU 0.
 
 ``requires`` states what a machine needs for the expectations to hold
 (``cpus``: at least that many online CPUs; ``maxCpus``: at most that many;
@@ -59,7 +63,7 @@ from typing import Any
 import yaml
 
 from topodra.cpuset import CPUSet, CPUSetParseError
-from topodra.dra.devices import MODELS
+from topodra.dra.devices import MODELS, ordered_cpus
 from topodra.playground.manifests import Manifest, ManifestError, load_manifests, parse_manifests
 from topodra.topology.model import Topology
 from topodra.yamldocs import read_text
@@ -68,11 +72,11 @@ __all__ = ["Check", "Scenario", "ScenarioError", "Step", "builtin_scenario", "bu
 
 _CHECK_KEYS = {
     "cpus", "count", "cores", "coreType", "excludes", "includes", "pending", "failed", "asInStep", "mems", "allocated",
-    "byModel",
+    "isolated", "byModel",
 }
 _STEP_KEYS = {"title", "apply", "delete", "expect", "restartAgent", "featureGates"}
 _REQUIRES_KEYS = {"cpus", "maxCpus", "numaCpus", "coreTypes", "models"}
-_SCENARIO_KEYS = {"title", "topology", "model", "groupBy", "requires", "featureGates", "steps"}
+_SCENARIO_KEYS = {"title", "topology", "model", "groupBy", "isolate", "requires", "featureGates", "steps"}
 _GROUP_BY = ("numa", "l3", "socket", "machine")
 
 
@@ -93,6 +97,7 @@ class Check:
     failed: str | None = None
     mems: CPUSet | None = None
     allocated: bool = False
+    isolated: bool | None = None  # every CPU kernel-isolated (True) or none (False)
     cores: int | None = None  # exactly this many whole cores
     by_model: tuple[tuple[str, Check], ...] = ()  # the check as it reads for a device model
 
@@ -124,6 +129,7 @@ class Scenario:
     max_cpus: int | None = None
     core_types: tuple[str, ...] = ()
     models: tuple[str, ...] = ()  # the device models its expectations are written for (empty: any)
+    isolate: int = 0  # the kernel isolates this many cores (the last ones)
     gates: dict[str, bool] = field(default_factory=dict)
 
     @property
@@ -140,9 +146,22 @@ class Scenario:
             f"with --model {model} (run it without --model, or with {' or '.join(self.models)})"
         )
 
+    def machine(self, topology: Topology) -> Topology:
+        """``topology`` with the scenario's isolated cores: the last ``isolate`` cores in topology
+        order, every thread of them, added to the kernel's isolated CPUs."""
+        if not self.isolate:
+            return topology
+        order = ordered_cpus(topology, topology.online, "topology-reversed")
+        cores = list(dict.fromkeys(topology.cpus[c].core for c in order))[: self.isolate]
+        cpus = CPUSet(c for core in cores for c in topology.cpus_of_core(core))
+        return replace(topology, isolated=topology.isolated | cpus)
+
     def unmet(self, topology: Topology) -> str | None:
         """Why ``topology`` cannot run this scenario's expectations, or None."""
         missing = []
+        cores = len({i.core for i in topology.cpus.values() if i.id in topology.online})
+        if self.isolate and cores <= self.isolate:
+            missing.append(f"more than {self.isolate} cores to isolate (it has {cores})")
         if len(topology.online) < self.min_cpus:
             missing.append(f"at least {self.min_cpus} online CPUs (it has {len(topology.online)})")
         largest = max((len(topology.cpus_of_node(n) & topology.online) for n in topology.numa_nodes()), default=0)
@@ -209,6 +228,7 @@ def _one_check(target: str, spec: dict[str, Any], where: str) -> Check:
         failed=str(spec["failed"]) if "failed" in spec else None,
         mems=mems,
         allocated=allocated,
+        isolated=_flag(spec, "isolated", target, where),
     )
 
 
@@ -232,6 +252,13 @@ def _cpu_list(spec: dict[str, Any], key: str, target: str, where: str) -> CPUSet
         return CPUSet.parse(str(spec[key]))
     except CPUSetParseError as err:
         raise ScenarioError(f"{where}: expect[{target}].{key}: {err}") from None
+
+
+def _flag(spec: dict[str, Any], key: str, target: str, where: str) -> bool | None:
+    value = spec.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise ScenarioError(f"{where}: expect[{target}].{key} must be true or false, got {value!r}")
+    return value
 
 
 def _step_number(value: Any, target: str, where: str) -> int | None:
@@ -302,6 +329,9 @@ def parse_scenario(data: Any, source: str, loader: Any) -> Scenario:
     min_cpus = _whole(requires.get("cpus", 0), "requires.cpus", source) or 0
     min_numa_cpus = _whole(requires.get("numaCpus", 0), "requires.numaCpus", source) or 0
     core_types = requires.get("coreTypes", [])
+    isolate = data.get("isolate", 0)
+    if not isinstance(isolate, int) or isinstance(isolate, bool) or isolate < 0:
+        raise ScenarioError(f"{source}: isolate must be a whole number of cores, got {isolate!r}")
     max_cpus = _whole(requires.get("maxCpus"), "requires.maxCpus", source)
     if not isinstance(core_types, list) or not all(t in ("P-core", "E-core") for t in core_types):
         raise ScenarioError(f"{source}: requires.coreTypes must be a list of P-core / E-core, got {core_types!r}")
@@ -320,6 +350,7 @@ def parse_scenario(data: Any, source: str, loader: Any) -> Scenario:
         max_cpus=max_cpus,
         core_types=tuple(core_types),
         models=tuple(models),
+        isolate=isolate,
         gates=_gates(data["featureGates"], source) if "featureGates" in data else {},
     )
 

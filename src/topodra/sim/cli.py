@@ -92,6 +92,17 @@ def _load(files: list[Path]) -> list[Any]:
         _fail(str(e))
 
 
+def _taints(given: list[str] | None) -> dict[str, str]:
+    """``--taint REASON=TREATMENT`` options as ``DeviceModelConfig.taints`` (checked by it)."""
+    out: dict[str, str] = {}
+    for text in given or ():
+        reason, eq, treatment = text.partition("=")
+        if not eq or not reason or not treatment:
+            _fail(f"--taint {text!r}: must be REASON=TREATMENT, e.g. reserved=Withdraw")
+        out[reason.strip()] = treatment.strip()
+    return out
+
+
 @sim_app.command("run")
 def run_cmd(
     nodes: Annotated[int, typer.Option("--nodes", "-n", min=1, help="Number of nodes.")] = 100,
@@ -103,7 +114,11 @@ def run_cmd(
     pods: Annotated[int, typer.Option("--pods", min=0, help="Pods to schedule (0: the workload's spec.pods, else 4 per node).")] = 0,
     fill: Annotated[float, typer.Option("--fill", min=0.0, max=0.99, help="Fraction of every node already allocated by background pods.")] = 0.0,
     fill_patterns: Annotated[int, typer.Option("--fill-patterns", min=1, help="Distinct random fill patterns per machine; every node takes one.")] = 16,
-    reserved: Annotated[int, typer.Option("--reserved-cpus", min=0, help="CPUs per node kept out of DRA (not published).")] = 0,
+    reserved: Annotated[int, typer.Option("--reserved-cpus", min=0, help="CPUs per node reserved for system daemons: published with the native.cpu/reserved taint (see --taint).")] = 0,
+    taint: Annotated[
+        list[str] | None,
+        typer.Option("--taint", help="REASON=TREATMENT: how devices of offline, unhealthy, isolated or reserved CPUs are published (NoSchedule, NoExecute, None, Withdraw, Untainted). Repeatable."),
+    ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed for the background fill.")] = 1,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Directory for summary.json and pods.csv.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
@@ -145,6 +160,7 @@ def run_cmd(
         fill=fill,
         fill_patterns=fill_patterns,
         reserved_cpus=reserved,
+        taints=_taints(taint),
         seed=seed,
         percentage_of_nodes_to_score=percentage or None,
         objects=tuple(str(p) for p in objects or ()),
@@ -437,6 +453,7 @@ def replay_cmd(
     files: Annotated[list[Path], typer.Argument(help="Kubernetes objects in the order they happened (YAML/JSON, kind: List too); a deletion is the document {op: delete, kind: Pod, name: NAME}.")],
     output: Annotated[str, typer.Option("--output", "-o", help="yaml (each step with claims in the ResourceClaim status shape), json, or table.")] = "yaml",
     percentage: Annotated[int, typer.Option("--percentage-of-nodes-to-score", min=0, max=100, help="kube-scheduler's percentageOfNodesToScore (0: adaptive).")] = 0,
+    no_eviction: Annotated[bool, typer.Option("--no-taint-eviction", help="kube-controller-manager without its device-taint-eviction-controller: NoExecute taints evict nothing.")] = False,
     feature_gates: Annotated[str, typer.Option("--feature-gates", help=_GATES_HELP)] = "",
 ) -> None:
     """Replay what happened in a cluster: every pod's node and allocation, or kube-scheduler's reason.
@@ -462,6 +479,7 @@ def replay_cmd(
                 progress=progress,
                 percentage_of_nodes_to_score=percentage or None,
                 gates=gates,
+                evictions=not no_eviction,
             )
     except (YamlFileError, ReplayError) as e:
         if writer:
@@ -522,6 +540,7 @@ def diff_cmd(
     recorded: Annotated[Path, typer.Option("--recorded", "-r", help="What the cluster did: Pods and ResourceClaims read back from it (kubectl get -o yaml), or a step log with {steps: [...]}.")],
     output: Annotated[str, typer.Option("--output", "-o", help="table or json.")] = "table",
     percentage: Annotated[int, typer.Option("--percentage-of-nodes-to-score", min=0, max=100, help="kube-scheduler's percentageOfNodesToScore (0: adaptive).")] = 0,
+    no_eviction: Annotated[bool, typer.Option("--no-taint-eviction", help="kube-controller-manager without its device-taint-eviction-controller: NoExecute taints evict nothing.")] = False,
     feature_gates: Annotated[str, typer.Option("--feature-gates", help=_GATES_HELP)] = "",
 ) -> None:
     """Replay FILES and compare every pod's node and allocation with a recording from a real cluster.
@@ -538,7 +557,10 @@ def diff_cmd(
     docs = _load(files)
     try:
         rec = load_recorded(recorded)
-        report = diff_replay([(d.obj, d.source) for d in docs], rec, percentage_of_nodes_to_score=percentage or None, gates=gates)
+        report = diff_replay(
+            [(d.obj, d.source) for d in docs], rec, percentage_of_nodes_to_score=percentage or None, gates=gates,
+            evictions=not no_eviction,
+        )
     except (YamlFileError, ReplayError) as e:
         _fail(str(e))
     if output == "json":

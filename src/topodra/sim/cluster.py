@@ -26,6 +26,7 @@ import numpy as np
 from topodra.cpuset import CPUSet
 from topodra.dra.devices import MODELS, DeviceModelConfig, build_devices, device_class
 from topodra.dra.slices import build_slices, slice_name
+from topodra.dra.taints import TaintConfig
 from topodra.quantity import Quantity
 from topodra.sim.allocator import ClaimAllocation, DeviceResult, allocation_of_claim, share_id
 from topodra.topology.errors import TopologyError
@@ -78,6 +79,7 @@ class ClusterSpec:
     group_by: str = "numa"
     order: str = "topology-reversed"  # device order (DeviceModelConfig.order)
     reserved_cpus: int = 0  # the first N CPUs of each node are kept for the system
+    taints: Mapping[str, str] = field(default_factory=dict)  # per reason: effect, Withdraw or Untainted
     fill: float = 0.0  # fraction of each node's CPUs already allocated by background pods
     seed: int = 1
     fill_patterns: int = 16  # distinct random usage patterns per machine (nodes pick one each)
@@ -200,7 +202,12 @@ def build_cluster(spec: ClusterSpec) -> Cluster:
         raise ClusterError("fill: not available for the core-or-thread model (its devices share counters)")
     # Without nodeAllocatableResourceMappings: ``sim run`` does not model node cpu (its pods request
     # none, its nodes have no allocatable), and a 1.36 API server with its default gates drops them.
-    config = DeviceModelConfig(model=spec.model, group_by=spec.group_by, order=spec.order, node_allocatable="off")  # type: ignore[arg-type]
+    try:
+        config = DeviceModelConfig(
+            model=spec.model, group_by=spec.group_by, order=spec.order, node_allocatable="off", taints=TaintConfig.of(spec.taints)  # type: ignore[arg-type]
+        )
+    except ValueError as e:
+        raise ClusterError(str(e)) from None
     templates: dict[str, list[dict[str, Any]]] = {}
     devices_per: dict[str, int] = {}
     bytes_per: dict[str, int] = {}
@@ -212,7 +219,7 @@ def build_cluster(spec: ClusterSpec) -> Cluster:
                 f"--reserved-cpus {spec.reserved_cpus}: leaves no CPU of machine {m}'s {len(topo.online)} for devices"
             )
         exclude = CPUSet(sorted(topo.online)[: spec.reserved_cpus])
-        devices = build_devices(topo, config, exclude=exclude)
+        devices = build_devices(topo, config, reserved=exclude)
         templates[m] = build_slices("template-node", devices)
         devices_per[m] = len(devices)
         cpus_per_device[m] = [len(d.cpus) for d in devices]

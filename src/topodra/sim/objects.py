@@ -416,9 +416,11 @@ def _spec(raw: Mapping[str, Any], name: str, where: str) -> RequestSpec:
     count = raw.get("count", 1) if mode == "ExactCount" else 0
     if mode == "ExactCount" and (not isinstance(count, int) or isinstance(count, bool) or count < 1):
         raise ObjectError(f"{where}.count: must be a positive integer, got {count!r}")
+    # the operator defaults to Equal, as the API server stores it (and so the results carry it)
     tols = tuple(
-        Toleration(str(t.get("key", "")), str(t.get("operator", "Equal")), str(t.get("value", "")), str(t.get("effect", "")), t)
+        Toleration(str(t.get("key", "")), op, str(t.get("value", "")), str(t.get("effect", "")), {**t, "operator": op})
         for t in (raw.get("tolerations") or ())
+        if isinstance(t, Mapping) and (op := str(t.get("operator") or "Equal"))
     )
     cap = raw.get("capacity")
     creq = None

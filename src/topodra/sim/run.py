@@ -37,6 +37,7 @@ class RunConfig:
     fill: float = 0.0
     fill_patterns: int = 16
     reserved_cpus: int = 0
+    taints: Mapping[str, str] = field(default_factory=dict)  # device taints per reason (DeviceModelConfig.taints)
     seed: int = 1
     percentage_of_nodes_to_score: int | None = None
     scoring: str = "least-allocated"  # or "first"
@@ -141,6 +142,7 @@ def run_simulation(
                 group_by=config.group_by,
                 order=config.order,
                 reserved_cpus=config.reserved_cpus,
+                taints=dict(config.taints),
                 fill=config.fill,
                 seed=config.seed,
                 fill_patterns=config.fill_patterns,
