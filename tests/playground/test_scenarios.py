@@ -220,7 +220,7 @@ def _failed(name: str, model: str) -> list[str]:
 
     async def run() -> list[str]:
         topo, _ = resolve_topology(sc.topology)
-        async with Playground(topology=sc.machine(topo), model=model, group_by=sc.group_by) as pg:
+        async with Playground(topology=sc.machine(topo), model=model, group_by=sc.group_by, gates=sc.gates, gpus=sc.gpus) as pg:
             results = await run_scenario(pg, sc)
         return [c.message for r in results for c in r.checks if not c.ok] + [p for r in results for p in r.problems]
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from topodra.gates import parse_feature_gates
 from topodra.sim.diff import diff_replay, load_recorded
 from topodra.sim.replay import replay
 from topodra.yamldocs import expand_lists, load_documents
@@ -119,6 +120,22 @@ def test_a_tie_row_names_the_tied_nodes() -> None:
     assert row.verdict == "tie"
     assert sorted(row.tied) == ["ia8", "xeon40"]
     assert report.as_dict()["rows"][report.rows.index(row)]["tie"] == list(row.tied)
+
+
+def test_the_pcie_root_recording_replays_with_its_gate() -> None:
+    """v13-pcie-root ran with DRAListTypeAttributes on: CEL sees lists, matchAttribute matches none."""
+    scenario = RECORDED / "v13-pcie-root"
+    recorded = load_recorded(scenario / "result.json")
+    report = diff_replay(_inputs("v13-pcie-root"), recorded, gates=parse_feature_gates(json.loads((scenario / "result.json").read_text())["gates"]))
+    assert [r for r in report.rows if r.verdict not in ("match", "tie")] == []
+    assert report.matches == len(recorded.outcomes) == 48
+    steps = {s.pod: s for s in report.replay.steps if s.op == "create"}
+    # two CPUs carrying the same list do not match each other; a GPU skips the roots only lists name
+    assert steps["k-12-pkg0-cpus2-root"].node is None
+    assert [d for c in steps["p-00-gpu-cpus2-root"].claims for d in c.devices] == ["gpu1", "cpu3", "cpu1"]
+    # without the gate every selector on a device with a list fails
+    off = diff_replay(_inputs("v13-pcie-root"), recorded)
+    assert "unsupported attribute value" in (off.replay.steps[0].failure or "")
 
 
 def test_allocation_config_is_written_and_compared_as_the_real_scheduler_wrote_it(tmp_path: Path) -> None:

@@ -56,6 +56,7 @@ from topodra.topology.model import CoreType, CPUInfo, Topology
 __all__ = [
     "DRIVER",
     "NUMA_NODE_ATTRIBUTE",
+    "PCIE_ROOT_ATTRIBUTE",
     "CAPACITY_CPU",
     "CAPACITY_CPUS",
     "Device",
@@ -69,6 +70,7 @@ __all__ = [
     "offered_cpus",
     "ordered_cpus",
     "cpu_attributes",
+    "pcie_root",
     "device_class",
     "node_allocatable_mappings",
     "NODE_ALLOCATABLE_SWITCHES",
@@ -80,6 +82,8 @@ __all__ = [
 DRIVER: Final = "native.cpu"
 #: The standard cross-driver NUMA attribute (KEP-6072).
 NUMA_NODE_ATTRIBUTE: Final = "resource.kubernetes.io/numaNode"
+#: The standard PCIe root attribute (``deviceattribute.StandardDeviceAttributePCIeRoot``).
+PCIE_ROOT_ATTRIBUTE: Final = "resource.kubernetes.io/pcieRoot"
 #: Consumable capacity of grouped devices, in whole CPUs.
 CAPACITY_CPU: Final = "cpu"
 #: Capacity of ``core`` devices: the core's hardware threads.
@@ -192,6 +196,13 @@ class DeviceModelConfig:
     ``off``. The device model builds them unless ``off``; the agent leaves them out
     of its slices when the probe says the server drops them.
 
+    ``list_attributes``: publish list-typed attribute values (gate ``DRAListTypeAttributes``,
+    alpha in Kubernetes 1.36, off by default: an API server without it refuses such slices).
+    Only ``resource.kubernetes.io/pcieRoot`` uses one: a CPU local to several PCIe roots
+    carries the list of them when on, and no ``pcieRoot`` at all when off (a CPU local to one
+    root carries it as a string either way). kube-scheduler 1.36 lets CEL selectors read such a
+    list, but its ``matchAttribute`` matches no list (docs/dra.md).
+
     ``shared_floor``: how many shared CPUs are never offered, so that whatever
     the scheduler allocates from the slices leaves shared containers somewhere
     to run and Prepare never has to refuse a claim for that (see
@@ -225,6 +236,7 @@ class DeviceModelConfig:
     shared_floor: int = 1
     node_allocatable: Literal["auto", "on", "off"] = "auto"
     taints: TaintConfig = field(default_factory=TaintConfig)
+    list_attributes: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.taints, Mapping):  # a plain mapping, as the loose constructors give it
@@ -235,6 +247,8 @@ class DeviceModelConfig:
                 raise ValueError(f"{_camel(name)} must be one of {', '.join(allowed)}, got {value!r}")
         if isinstance(self.shared_floor, bool) or not isinstance(self.shared_floor, int) or self.shared_floor < 0:
             raise ValueError(f"sharedFloor must be a whole number >= 0, got {self.shared_floor!r}")
+        if not isinstance(self.list_attributes, bool):
+            raise ValueError(f"listAttributes must be true or false, got {self.list_attributes!r}")
         for name, check in (
             ("add_attributes", _check_add),
             ("rename_attributes", _check_rename),
@@ -362,12 +376,14 @@ def _mhz(khz: int | None) -> int | None:
     return khz // 1000 if khz else None
 
 
-def cpu_attributes(topology: Topology, cpu: CPUInfo) -> dict[str, AttrValue]:
+def cpu_attributes(topology: Topology, cpu: CPUInfo, *, lists: bool = False) -> dict[str, AttrValue]:
     """The built-in attributes of one CPU (the ``cpu`` model's device attributes).
 
     ``package``, ``die``, ``cluster`` and ``core`` are machine-unique indexes
     (sysfs ids repeat across packages); frequencies are in MHz and present
-    only when known; ``smtSibling`` only on cores with several threads.
+    only when known; ``smtSibling`` only on cores with several threads;
+    ``resource.kubernetes.io/pcieRoot`` names the PCIe root(s) the CPU is local to
+    (``pcie_root``; ``lists``: list values allowed).
     """
     siblings = cpu.siblings or CPUSet([cpu.id])
     attrs: dict[str, AttrValue] = {
@@ -382,6 +398,8 @@ def cpu_attributes(topology: Topology, cpu: CPUInfo) -> dict[str, AttrValue]:
         "thread": sorted(siblings).index(cpu.id) if cpu.id in siblings else 0,
         NUMA_NODE_ATTRIBUTE: cpu.node,
     }
+    if len(topology.cpu_kinds()) > 1:
+        attrs["cpuKind"] = cpu.kind
     others = siblings - CPUSet([cpu.id])
     if others:
         attrs["smtSibling"] = others.first()
@@ -393,7 +411,22 @@ def cpu_attributes(topology: Topology, cpu: CPUInfo) -> dict[str, AttrValue]:
         attrs["l2Cache"] = cpu.l2
     if cpu.l3 is not None:
         attrs["l3Cache"] = cpu.l3
+    root = pcie_root(topology, cpu.id, lists=lists)
+    if root is not None:
+        attrs[PCIE_ROOT_ATTRIBUTE] = root
     return attrs
+
+
+def pcie_root(topology: Topology, cpu: int, *, lists: bool) -> str | tuple[str, ...] | None:
+    """The ``pcieRoot`` value of a CPU: the one root it is local to, the list of several (when
+    ``lists``), else None. Roots holding only bridges and uncore registers do not count
+    (``Topology.pcie_roots_of``)."""
+    roots = topology.pcie_roots_of(cpu)
+    if len(roots) == 1:
+        return roots[0]
+    if roots and lists:
+        return roots
+    return None
 
 
 def _load_hook(spec: str) -> AttributeHook:
@@ -510,19 +543,23 @@ def _raw_devices(
             attrs = _agreeing([per_cpu[c] for c in cpus])
             raw.append((f"core{core}", attrs, {CAPACITY_CPUS: Capacity(len(cpus))}, False, cpus))
     else:
+        # One device per group and CPU kind (which fixes the core type), so every device has
+        # one coreType and one cpuKind; P before E as before, kinds of a type by rank.
         split_by_type = topology.hybrid
-        groups: dict[tuple[int, int, int], int] = {}
+        kinds_of_type = {ct: {topology.cpus[c].kind for c in topology.cpus_of_type(ct)} for ct in CoreType}
+        groups: dict[tuple[int, int, int, int], int] = {}
         for cpu_id in allowed:
             info = topology.cpus[cpu_id]
             type_index = list(CoreType).index(info.core_type) if split_by_type else 0
-            key = (_group_key(config, info), type_index, _SET_APART.index(reasons.get(cpu_id, "")))
+            key = (_group_key(config, info), type_index, info.kind if split_by_type else 0, _SET_APART.index(reasons.get(cpu_id, "")))
             groups[key] = groups.get(key, 0) | (1 << cpu_id)
-        for (gid, type_index, apart), mask in sorted(groups.items()):
+        for (gid, type_index, kind, apart), mask in sorted(groups.items()):
             cpus = CPUSet.from_mask(mask)
             prefix = _GROUP_PREFIX[config.group_by]
             name = prefix if config.group_by == "machine" else f"{prefix}{gid}"
             if split_by_type:
-                name += "-" + _TYPE_SUFFIX[list(CoreType)[type_index]]
+                core_type = list(CoreType)[type_index]
+                name += "-" + _TYPE_SUFFIX[core_type] + (f"{kind}" if len(kinds_of_type[core_type]) > 1 else "")
             if apart:
                 name += "-" + _SET_APART[apart]
             attrs = _agreeing([per_cpu[c] for c in cpus])
@@ -555,7 +592,7 @@ def build_devices(
     per_cpu: dict[int, dict[str, AttrValue]] = {}
     for cpu_id in allowed:
         info = topology.cpus[cpu_id]
-        attrs = cpu_attributes(topology, info)
+        attrs = cpu_attributes(topology, info, lists=config.list_attributes)
         if hook is not None:
             assert config.attribute_hook is not None
             attrs.update(_hook_attributes(hook, config.attribute_hook, topology, info))

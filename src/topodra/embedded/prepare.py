@@ -4,8 +4,9 @@ strategies (``PrepareForCreate``/``PrepareForUpdate``): silently, and kept on an
 stored object already uses the field (so turning a gate off breaks no object).
 
 Kubernetes v1.36.2: ``SetDefaults_Device``, ``SetDefaults_DeviceTaint`` (pkg/apis/resource/v1/defaults.go),
-``dropDisabledDRANodeAllocatableResourcesFields`` (pkg/registry/resource/resourceslice/strategy.go)
-and ``dropPodNodeAllocatableResourceStatus`` (pkg/api/pod/util.go).
+``dropDisabledDRANodeAllocatableResourcesFields`` and ``dropDisableDRAListTypeAttributesFields``
+(pkg/registry/resource/resourceslice/strategy.go) and ``dropPodNodeAllocatableResourceStatus``
+(pkg/api/pod/util.go).
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from topodra.embedded.defaults import taint_defaults
-from topodra.gates import NODE_ALLOCATABLE
+from topodra.gates import LIST_TYPE_ATTRIBUTES, NODE_ALLOCATABLE
 
 __all__ = ["drop_disabled_fields", "set_defaults"]
 
 _MAPPINGS = "nodeAllocatableResourceMappings"
+_LIST_MEMBERS = ("bools", "ints", "strings", "versions")
 _STATUSES = "nodeAllocatableResourceClaimStatuses"
 
 
@@ -51,8 +53,22 @@ def set_defaults(plural: str, obj: dict[str, Any]) -> None:
                     m["allocationMultiplier"] = "1"
 
 
+def _attributes(obj: Mapping[str, Any] | None) -> list[Any]:
+    return [a for d in _devices(obj) if isinstance(d, Mapping) for a in (d.get("attributes") or {}).values() if isinstance(a, Mapping)]
+
+
+def _lists_in_use(old: Mapping[str, Any] | None) -> bool:
+    return any(a.get(m) is not None for a in _attributes(old) for m in _LIST_MEMBERS)
+
+
 def drop_disabled_fields(gates: Mapping[str, bool], plural: str, new: dict[str, Any], old: Mapping[str, Any] | None) -> None:
     """Drop from ``new`` (in place) what a disabled gate's field holds, unless ``old`` uses it."""
+    if plural == "resourceslices" and not gates.get(LIST_TYPE_ATTRIBUTES, False) and not _lists_in_use(old):
+        # an attribute left without a value is then refused ("exactly one value must be specified")
+        for attr in _attributes(new):
+            for member in _LIST_MEMBERS:
+                if isinstance(attr, dict):
+                    attr.pop(member, None)
     if gates.get(NODE_ALLOCATABLE, False):
         return
     if plural == "resourceslices" and not _mappings_in_use(old):

@@ -148,31 +148,62 @@ def _value_errors(member: str, value: Any, path: str) -> list[FieldError]:
         return [FieldError(path, f"Invalid value: {value}: out of int64 range")]
     if kind is not int and not isinstance(value, kind):
         return [FieldError(path, f"Invalid value: {value!r}: must be a {kind.__name__}")]
-    if kind is str and len(value) > MAX_VALUE_LENGTH:
-        return [FieldError(path, f"Too long: may not be more than {MAX_VALUE_LENGTH} bytes", "FieldValueTooLong")]
+    errors = []
     if member in ("version", "versions") and not _SEMVER_2.match(value):
-        return [FieldError(path, f"Invalid value: {value!r}: must be a semantic version 2.0.0")]
-    return []
+        errors.append(FieldError(path, f"Invalid value: {json.dumps(value)}: must be a string compatible with semver.org spec 2.0.0"))
+    if kind is str and len(value) > MAX_VALUE_LENGTH:
+        errors.append(FieldError(path, f"Too long: may not be more than {MAX_VALUE_LENGTH} bytes", "FieldValueTooLong"))
+    return errors
 
 
-def _attribute_errors(raw: Any, path: str) -> tuple[list[FieldError], int]:
-    """One DeviceAttribute: exactly one member; returns the errors and its number of values."""
+#: The API's DeviceAttribute members in validateDeviceAttribute's order, with the internal Go
+#: type's field names (which name them in an "exactly one value" error's value).
+_MEMBER_ORDER: Final = ("bool", "int", "string", "version", "bools", "ints", "strings", "versions")
+_GO_FIELDS: Final = (
+    ("int", "IntValue"),
+    ("bool", "BoolValue"),
+    ("string", "StringValue"),
+    ("version", "VersionValue"),
+    ("ints", "IntValues"),
+    ("bools", "BoolValues"),
+    ("strings", "StringValues"),
+    ("versions", "VersionValues"),
+)
+
+
+def _attribute_entries(raw: Any) -> int:
+    """``numEntriesDeviceAttribute``: the values an attribute counts for the 48-value limit."""
+    lists = [raw.get(k) for k in _LIST_MEMBERS] if isinstance(raw, Mapping) else []
+    n = sum(len(v) for v in lists if isinstance(v, list))
+    return n or 1
+
+
+def _attribute_errors(raw: Any, path: str) -> list[FieldError]:
+    """One DeviceAttribute as ``validateDeviceAttribute`` checks it: each member given (not null),
+    then exactly one of them."""
     if not isinstance(raw, Mapping):
-        return [FieldError(path, "must be a DeviceAttribute object")], 0
-    members = [k for k in raw if k in _SCALAR_MEMBERS or k in _LIST_MEMBERS]
+        return [FieldError(path, "must be a DeviceAttribute object")]
     unknown = [k for k in raw if k not in _SCALAR_MEMBERS and k not in _LIST_MEMBERS]
     if unknown:
-        return [FieldError(path, f"unknown field(s) {sorted(unknown)}")], 0
-    if len(members) != 1:
-        return [FieldError(path, f"exactly one value must be specified, got {members or 'none'}")], 0
-    member = members[0]
-    value = raw[member]
-    if member in _SCALAR_MEMBERS:
-        return _value_errors(member, value, f"{path}.{member}"), 1
-    if not isinstance(value, list) or not value:
-        return [FieldError(f"{path}.{member}", "Required value: a non-empty list", "FieldValueRequired")], 0
-    errors = [e for i, v in enumerate(value) for e in _value_errors(member, v, f"{path}.{member}[{i}]")]
-    return errors, len(value)
+        return [FieldError(path, f"unknown field(s) {sorted(unknown)}")]
+    members = [k for k in _MEMBER_ORDER if raw.get(k) is not None]
+    errors: list[FieldError] = []
+    for member in members:
+        value = raw[member]
+        if member in _SCALAR_MEMBERS:
+            errors.extend(_value_errors(member, value, f"{path}.{member}"))
+        elif not isinstance(value, list):
+            errors.append(FieldError(f"{path}.{member}", f"Invalid value: {value!r}: must be a list"))
+        elif not value:
+            errors.append(FieldError(f"{path}.{member}", "Invalid value: []: must not be empty if specified"))
+        else:
+            errors.extend(e for i, v in enumerate(value) for e in _value_errors(member, v, f"{path}.{member}[{i}]"))
+    if not members:
+        errors.append(FieldError(path, 'Invalid value: "": exactly one value must be specified'))
+    elif len(members) > 1:
+        shown = json.dumps({go: raw.get(k) for k, go in _GO_FIELDS}, separators=(",", ":"))
+        errors.append(FieldError(path, f"Invalid value: {shown}: exactly one value must be specified"))
+    return errors
 
 
 def _validate_capacity(raw: Any, path: str, errors: list[FieldError]) -> None:
@@ -251,20 +282,18 @@ def _validate_device(device: Any, path: str, driver: str, errors: list[FieldErro
     total = len(raw_attrs) + len(raw_caps)
     if total > MAX_ATTRIBUTES_AND_CAPACITIES:
         errors.append(FieldError(path, f"Too many: {total}: must have at most {MAX_ATTRIBUTES_AND_CAPACITIES} attributes and capacities combined", "FieldValueTooMany"))
+    values = sum(_attribute_entries(raw) for raw in raw_attrs.values())
+    if values > MAX_ATTRIBUTE_VALUES:
+        errors.append(FieldError(path, f"Invalid value: {values}: the total number of attribute values must not exceed {MAX_ATTRIBUTE_VALUES}"))
     # An unqualified name lives in the driver's domain: "x" and "<driver>/x" are the same key.
     full_names: dict[str, str] = {}
-    values = 0
     for key, raw in raw_attrs.items():
         errors.extend(_qualified_name_errors(key, f"{path}.attributes[{key}]"))
         full = key if "/" in str(key) else f"{driver}/{key}"
         if full in full_names:
             errors.append(FieldError(f"{path}.attributes[{key}]", f"Duplicate value: also given as {full_names[full]!r}", "FieldValueDuplicate"))
         full_names[full] = str(key)
-        errs, count = _attribute_errors(raw, f"{path}.attributes[{key}]")
-        errors.extend(errs)
-        values += count
-    if values > MAX_ATTRIBUTE_VALUES:
-        errors.append(FieldError(f"{path}.attributes", f"Too many: {values}: must have at most {MAX_ATTRIBUTE_VALUES} values", "FieldValueTooMany"))
+        errors.extend(_attribute_errors(raw, f"{path}.attributes[{key}]"))
     cap_names: set[str] = set()
     for key, raw in raw_caps.items():
         errors.extend(_qualified_name_errors(key, f"{path}.capacity[{key}]"))

@@ -32,8 +32,13 @@ scheduled but its containers could not be created: the agent refused them, and t
 message contains this text), ``mems`` (exact memory nodes), ``allocated: true``
 (exactly the CPUs of the devices the scheduler allocated to the container's claims:
 Prepare gave what the scheduler chose), ``isolated`` (true: every CPU is kernel-isolated;
-false: none is), and ``byModel`` (model -> checks that replace the ones named for that
-device model; ``null`` drops one: ``{count: 1, byModel: {core: {count: null, cores: 1}}}``).
+false: none is), ``pcieLocal`` (true: every CPU is local to the PCIe root of the
+``gpu.example.com`` device allocated to the same pod), and ``byModel`` (model ->
+checks that replace the ones named for that device model; ``null`` drops one:
+``{count: 1, byModel: {core: {count: null, cores: 1}}}``).
+
+``gpus: true`` puts the made-up ``gpu.example.com`` driver on the node (a GPU per
+PCIe root, ``topodra.sim.gpus``).
 
 ``featureGates`` (top level) are the gates the API server and the scheduler start with
 (``topodra.gates``; default: Kubernetes 1.36's); a step's ``featureGates`` switch them
@@ -48,9 +53,10 @@ kernel isolate the last N cores of whatever machine the scenario runs on (all th
 (``cpus``: at least that many online CPUs; ``maxCpus``: at most that many;
 ``numaCpus``: a NUMA node with at least that many; ``coreTypes``: kinds of core
 that must be present, e.g. ``[P-core]``; ``models``: the device models the
-expectations are written for): on a machine without them, or with another
-``--model``, the playground says so in one line instead of reporting failed
-expectations.
+expectations are written for; ``gpus``: at least that many made-up GPUs whose
+PCIe root has CPUs local to it alone, ``topodra.sim.gpus.alignable_gpus``): on a
+machine without them, or with another ``--model``, the playground says so in one
+line instead of reporting failed expectations.
 """
 
 from __future__ import annotations
@@ -72,11 +78,11 @@ __all__ = ["Check", "Scenario", "ScenarioError", "Step", "builtin_scenario", "bu
 
 _CHECK_KEYS = {
     "cpus", "count", "cores", "coreType", "excludes", "includes", "pending", "failed", "asInStep", "mems", "allocated",
-    "isolated", "byModel",
+    "isolated", "pcieLocal", "byModel",
 }
 _STEP_KEYS = {"title", "apply", "delete", "expect", "restartAgent", "featureGates"}
-_REQUIRES_KEYS = {"cpus", "maxCpus", "numaCpus", "coreTypes", "models"}
-_SCENARIO_KEYS = {"title", "topology", "model", "groupBy", "isolate", "requires", "featureGates", "steps"}
+_REQUIRES_KEYS = {"cpus", "maxCpus", "numaCpus", "coreTypes", "models", "gpus"}
+_SCENARIO_KEYS = {"title", "topology", "model", "groupBy", "isolate", "gpus", "requires", "featureGates", "steps"}
 _GROUP_BY = ("numa", "l3", "socket", "machine")
 
 
@@ -98,6 +104,7 @@ class Check:
     mems: CPUSet | None = None
     allocated: bool = False
     isolated: bool | None = None  # every CPU kernel-isolated (True) or none (False)
+    pcie_local: bool = False
     cores: int | None = None  # exactly this many whole cores
     by_model: tuple[tuple[str, Check], ...] = ()  # the check as it reads for a device model
 
@@ -128,6 +135,8 @@ class Scenario:
     min_numa_cpus: int = 0
     max_cpus: int | None = None
     core_types: tuple[str, ...] = ()
+    gpus: bool = False
+    min_gpus: int = 0
     models: tuple[str, ...] = ()  # the device models its expectations are written for (empty: any)
     isolate: int = 0  # the kernel isolates this many cores (the last ones)
     gates: dict[str, bool] = field(default_factory=dict)
@@ -167,6 +176,15 @@ class Scenario:
         largest = max((len(topology.cpus_of_node(n) & topology.online) for n in topology.numa_nodes()), default=0)
         if largest < self.min_numa_cpus:
             missing.append(f"a NUMA node of at least {self.min_numa_cpus} online CPUs (its largest has {largest})")
+        if self.min_gpus:
+            from topodra.sim.gpus import alignable_gpus, no_gpu_reason
+
+            gpus = len(alignable_gpus(topology))
+            if gpus < self.min_gpus:
+                why = no_gpu_reason(topology) or f"it has {gpus}"
+                missing.append(
+                    f"{self.min_gpus} PCIe roots holding a device, a made-up GPU each, with CPUs local to that root alone ({why})"
+                )
         if self.max_cpus is not None and len(topology.online) > self.max_cpus:
             missing.append(f"at most {self.max_cpus} online CPUs (it has {len(topology.online)})")
         have = {t.value for t in topology.core_types()}
@@ -229,6 +247,7 @@ def _one_check(target: str, spec: dict[str, Any], where: str) -> Check:
         mems=mems,
         allocated=allocated,
         isolated=_flag(spec, "isolated", target, where),
+        pcie_local=_bool(spec.get("pcieLocal", False), f"{where}: expect[{target}].pcieLocal"),
     )
 
 
@@ -258,6 +277,12 @@ def _flag(spec: dict[str, Any], key: str, target: str, where: str) -> bool | Non
     value = spec.get(key)
     if value is not None and not isinstance(value, bool):
         raise ScenarioError(f"{where}: expect[{target}].{key} must be true or false, got {value!r}")
+    return value
+
+
+def _bool(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise ScenarioError(f"{where} must be true or false, got {value!r}")
     return value
 
 
@@ -335,6 +360,12 @@ def parse_scenario(data: Any, source: str, loader: Any) -> Scenario:
     max_cpus = _whole(requires.get("maxCpus"), "requires.maxCpus", source)
     if not isinstance(core_types, list) or not all(t in ("P-core", "E-core") for t in core_types):
         raise ScenarioError(f"{source}: requires.coreTypes must be a list of P-core / E-core, got {core_types!r}")
+    min_gpus = requires.get("gpus", 0)
+    if not isinstance(min_gpus, int) or isinstance(min_gpus, bool) or min_gpus < 0:
+        raise ScenarioError(f"{source}: requires.gpus must be a whole number, got {min_gpus!r}")
+    gpus = _bool(data.get("gpus", False), f"{source}: gpus")
+    if min_gpus and not gpus:
+        raise ScenarioError(f"{source}: requires.gpus needs gpus: true")
     models = requires.get("models", [])
     if not isinstance(models, list) or not all(m in MODELS for m in models):
         raise ScenarioError(f"{source}: requires.models must be a list of {', '.join(MODELS)}, got {models!r}")
@@ -349,6 +380,8 @@ def parse_scenario(data: Any, source: str, loader: Any) -> Scenario:
         min_numa_cpus=min_numa_cpus,
         max_cpus=max_cpus,
         core_types=tuple(core_types),
+        gpus=gpus,
+        min_gpus=min_gpus,
         models=tuple(models),
         isolate=isolate,
         gates=_gates(data["featureGates"], source) if "featureGates" in data else {},

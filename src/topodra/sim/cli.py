@@ -130,6 +130,8 @@ def run_cmd(
     scoring: Annotated[str, typer.Option("--scoring", help="Among feasible nodes: least-allocated (spread, like NodeResourcesFit) or first (pack).")] = "least-allocated",
     percentage: Annotated[int, typer.Option("--percentage-of-nodes-to-score", min=0, max=100, help="kube-scheduler's percentageOfNodesToScore (0: adaptive).")] = 0,
     keep_going: Annotated[bool, typer.Option("--keep-going", help="Schedule every pod even once no later pod can be scheduled (default: stop there).")] = False,
+    gpus: Annotated[bool, typer.Option("--gpus", help="Also publish the gpu.example.com driver's slices: a GPU per PCIe root (machines with PCI data: fixture:NAME, a spec with +pci).")] = False,
+    list_attributes: Annotated[bool, typer.Option("--list-attributes", help="DRAListTypeAttributes on (alpha): list-typed pcieRoot on CPUs that serve several roots, seen by the scheduler's CEL (its matchAttribute matches no list in 1.36).")] = False,
 ) -> None:
     """Schedule a workload on one synthetic cluster and report what kube-scheduler would spend.
 
@@ -145,10 +147,9 @@ def run_cmd(
         (mod, group), = parse_models([model])
     except ValueError as e:
         _fail(str(e))
-    if scoring not in ("least-allocated", "first"):
-        _fail(f"--scoring {scoring!r}: must be least-allocated or first")
-    if order not in ("topology-reversed", "topology", "cpu-id"):
-        _fail(f"--order {order!r}: must be topology-reversed, topology or cpu-id")
+    for option, value, allowed in (("--scoring", scoring, ("least-allocated", "first")), ("--order", order, ("topology-reversed", "topology", "cpu-id"))):
+        if value not in allowed:
+            _fail(f"{option} {value!r}: must be {', '.join(allowed[:-1])} or {allowed[-1]}")
     config = RunConfig(
         nodes=nodes,
         machines=_machines(machine, cpus),
@@ -166,6 +167,8 @@ def run_cmd(
         objects=tuple(str(p) for p in objects or ()),
         scoring=scoring,
         keep_going=keep_going,
+        gpus=gpus,
+        list_type_attributes=list_attributes,
     )
     costs = replace(DEFAULT_COSTS, cores=scheduler_cores)
     if out is not None:
@@ -174,6 +177,11 @@ def run_cmd(
         summary, results = _simulate(config, costs)
     except (ClusterError, WorkloadError, ValueError) as e:
         _fail(str(e))
+    _report_run(summary, results, out, as_json)
+
+
+def _report_run(summary: Any, results: Any, out: Path | None, as_json: bool) -> None:
+    """Write and print a run's summary; exit 1 when some pod could not be scheduled."""
     if out is not None:
         _write_run_files(out, summary, results)
     if as_json:

@@ -141,6 +141,9 @@ class Device:
     fingerprint: str = ""
     #: Digest of everything allocation can see except the name (identical devices on other nodes).
     shape: str = ""
+    #: The first attribute holding a list value ("" for none): with ``DRAListTypeAttributes``
+    #: off, kube-scheduler's CEL cannot convert it, and every selector on the device fails.
+    list_attribute: str = ""
     _cel: CelDevice | None = field(default=None, repr=False)
 
     def cel(self) -> CelDevice:
@@ -342,6 +345,7 @@ def _device(raw: Mapping[str, Any], driver: str, where: str) -> Device:
         shape=hashlib.blake2b(
             json.dumps({k: v for k, v in raw.items() if k != "name"}, sort_keys=True, default=str).encode(), digest_size=12
         ).hexdigest(),
+        list_attribute=next((k for k, v in attrs.items() if isinstance(v, list)), ""),
     )
 
 

@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from topodra.gates import NODE_ALLOCATABLE, feature_gates
+from topodra.gates import LIST_TYPE_ATTRIBUTES, NODE_ALLOCATABLE, feature_gates
 from topodra.quantity import Quantity
 from topodra.sim.allocator import (
     INVALID_POOLS_MESSAGE,
@@ -231,6 +231,8 @@ class Replay:
         self.evictions = evictions
         #: DRANodeAllocatableResources (``topodra.gates``; 1.36's default: off)
         self.accounting = ClaimAccounting(feature_gates(gates)[NODE_ALLOCATABLE])
+        #: DRAListTypeAttributes: the scheduler's CEL sees list attributes
+        self.list_type_attributes = feature_gates(gates)[LIST_TYPE_ATTRIBUTES]
         self.memo = memo
         self.percentage = percentage_of_nodes_to_score
         self.nodes: dict[str, NodeView] = {}
@@ -386,7 +388,9 @@ class Replay:
     # ---- scheduling
     def _allocator_now(self) -> Allocator:
         if self._allocator is None:
-            self._allocator = Allocator(list(self.slices.values()), list(self.classes.values()), self.state)
+            self._allocator = Allocator(
+                list(self.slices.values()), list(self.classes.values()), self.state, list_type_attributes=self.list_type_attributes
+            )
         return self._allocator
 
     def _reset(self) -> None:
