@@ -121,7 +121,9 @@ def evaluate(pg: Playground, check: Check, history: Mapping[int, Mapping[str, CP
         return CheckResult(check, True, f"{label}: pending ({msg})")
     cpus = _find(pg, check.target)
     if cpus is None:
-        return CheckResult(check, False, f"{label}: no such running container")
+        ns, pod, _ = check.target.split("/")
+        why = pg.pod_errors.get(f"{ns}/{pod}")
+        return CheckResult(check, False, f"{label}: not running ({why})" if why else f"{label}: no such running container")
     problems = []
     if check.cpus is not None and cpus != check.cpus:
         problems.append(f"cpus {cpus}, expected {check.cpus}")
@@ -133,6 +135,8 @@ def evaluate(pg: Playground, check: Check, history: Mapping[int, Mapping[str, CP
             problems.append(f"cpus {cpus}, expected {before} as after step {check.as_in_step}")
     if check.count is not None and len(cpus) != check.count:
         problems.append(f"{len(cpus)} CPUs ({cpus}), expected {check.count}")
+    if check.cores is not None:
+        problems.extend(_whole_cores(pg.topology, cpus, check.cores))
     if check.core_type is not None:
         wrong = CPUSet(c for c in cpus if pg.topology.cpu(c).core_type.value != check.core_type)
         if wrong:
@@ -160,6 +164,18 @@ def evaluate(pg: Playground, check: Check, history: Mapping[int, Mapping[str, CP
     if problems:
         return CheckResult(check, False, f"{label}: " + "; ".join(problems))
     return CheckResult(check, True, f"{label}: CPUs {cpus} as expected")
+
+
+def _whole_cores(topology: Topology, cpus: CPUSet, expected: int) -> list[str]:
+    """Why ``cpus`` are not exactly ``expected`` whole cores (every online thread of each)."""
+    cores = {topology.cpu(c).core for c in cpus if c in topology.cpus}
+    partial = [core for core in sorted(cores) if not (topology.cpus_of_core(core) & topology.online) <= cpus]
+    out = []
+    if partial:
+        out.append(f"CPUs {cpus} hold part of core(s) {', '.join(map(str, partial))}, expected whole cores")
+    if len(cores) != expected:
+        out.append(f"CPUs {cpus} span {len(cores)} core(s), expected {expected}")
+    return out
 
 
 def _placement_checks(pg: Playground, check: Check, cpus: CPUSet) -> list[str]:
@@ -267,7 +283,7 @@ async def run_scenario(
             await pg.restart_agent()
             res.lines.append("agent restarted")
         await pg.settle()
-        res.checks = [evaluate(pg, c, history) for c in step.expect]
+        res.checks = [evaluate(pg, c.for_model(pg.model), history) for c in step.expect]
         res.problems = step_problems(pg, step)
         history[i] = _snapshot(pg)
         results.append(res)
