@@ -255,6 +255,25 @@ def _pcie_problems(pg: Playground, target: str, cpus: CPUSet) -> list[str]:
     return out
 
 
+async def _restart_agent(pg: Playground, step: Step, res: StepResult) -> None:
+    """Restart the agent; a refusal is the step's expectation (``agentRefused``) or a problem."""
+    from topodra.agent.agent import AgentError
+
+    try:
+        await pg.restart_agent()
+    except AgentError as err:
+        res.lines.append(f"agent refused to start: {err}")
+        if step.agent_refused is None:
+            res.problems.append(f"the agent refused to start: {err}")
+        else:
+            ok = step.agent_refused in str(err)
+            res.checks.append(CheckResult(Check(target="agent"), ok, f"agent refused: {err}" if ok else f"agent refused, but not with {step.agent_refused!r}: {err}"))
+        return
+    res.lines.append("agent restarted")
+    if step.agent_refused is not None:
+        res.checks.append(CheckResult(Check(target="agent"), False, f"agent started; expected a refusal containing {step.agent_refused!r}"))
+
+
 async def run_scenario(
     pg: Playground,
     scenario: Scenario,
@@ -268,6 +287,9 @@ async def run_scenario(
         if before_step is not None:
             await before_step(i, step)
         res = StepResult(i, step)
+        if step.cpu_manager_policy is not None and pg.kubelet is not None:
+            path = pg.kubelet.write_cpu_manager_state(step.cpu_manager_policy, pg.topology.online)
+            res.lines.append(f"kubelet restarted with cpuManagerPolicy: {step.cpu_manager_policy} ({path.name})")
         if step.gates:  # the API server and the scheduler restarted with these gates
             pg.store.gates.update(step.gates)
             res.lines.append("feature gates " + ", ".join(f"{k}={str(v).lower()}" for k, v in sorted(step.gates.items())))
@@ -280,11 +302,10 @@ async def run_scenario(
         for ns, name in step.delete:
             res.lines.append(await pg.delete_pod(name, ns))
         if step.restart_agent:
-            await pg.restart_agent()
-            res.lines.append("agent restarted")
+            await _restart_agent(pg, step, res)
         await pg.settle()
-        res.checks = [evaluate(pg, c.for_model(pg.model), history) for c in step.expect]
-        res.problems = step_problems(pg, step)
+        res.checks += [evaluate(pg, c.for_model(pg.model), history) for c in step.expect]
+        res.problems += step_problems(pg, step)
         history[i] = _snapshot(pg)
         results.append(res)
         if after_step is not None:

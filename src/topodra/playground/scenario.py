@@ -19,6 +19,8 @@ is a one-step scenario)::
       delete: [pcore-test]                      # pod names, or namespace/name
       restartAgent: false                       # optional: restart the agent after the step
       featureGates: {DRANodeAllocatableResources: true}   # optional: switch gates before the step
+      kubeletCpuManagerPolicy: static           # optional: the kubelet restarted with this policy
+      agentRefused: cpuManagerPolicy            # optional: the agent's restart is refused, saying this
 
 ``expect`` maps ``pod/container`` (namespace ``default`` unless written
 ``ns/pod/container``) to checks: ``cpus`` (exact list: the scenario then
@@ -44,6 +46,12 @@ PCIe root, ``topodra.sim.gpus``).
 (``topodra.gates``; default: Kubernetes 1.36's); a step's ``featureGates`` switch them
 before the step, as restarting those with other ``--feature-gates`` does (the agent
 probes the API server at its start: restart it too, ``restartAgent``).
+
+``kubeletCpuManagerPolicy`` (``none`` or ``static``) restarts the embedded kubelet with that CPU
+manager policy before the step: it writes its ``cpu_manager_state`` as a kubelet does. An agent
+(re)started beside a ``static`` one refuses to start; ``agentRefused: TEXT`` expects the step's
+``restartAgent`` to be refused with a message containing TEXT (an unexpected refusal, or a start
+where one was expected, fails the step). Until the next restart the node has no agent.
 
 ``isolate: N`` makes the
 kernel isolate the last N cores of whatever machine the scenario runs on (all their threads, as
@@ -80,7 +88,8 @@ _CHECK_KEYS = {
     "cpus", "count", "cores", "coreType", "excludes", "includes", "pending", "failed", "asInStep", "mems", "allocated",
     "isolated", "pcieLocal", "byModel",
 }
-_STEP_KEYS = {"title", "apply", "delete", "expect", "restartAgent", "featureGates"}
+_STEP_KEYS = {"title", "apply", "delete", "expect", "restartAgent", "featureGates", "kubeletCpuManagerPolicy", "agentRefused"}
+_CPU_MANAGER_POLICIES = ("none", "static")
 _REQUIRES_KEYS = {"cpus", "maxCpus", "numaCpus", "coreTypes", "models", "gpus"}
 _SCENARIO_KEYS = {"title", "topology", "model", "groupBy", "isolate", "gpus", "requires", "featureGates", "steps"}
 _GROUP_BY = ("numa", "l3", "socket", "machine")
@@ -121,6 +130,8 @@ class Step:
     expect: list[Check] = field(default_factory=list)
     restart_agent: bool = False
     gates: dict[str, bool] = field(default_factory=dict)
+    cpu_manager_policy: str | None = None  # the kubelet restarted with this CPU manager policy
+    agent_refused: str | None = None  # the agent's restart is refused with a message containing this
 
 
 @dataclass
@@ -273,6 +284,22 @@ def _cpu_list(spec: dict[str, Any], key: str, target: str, where: str) -> CPUSet
         raise ScenarioError(f"{where}: expect[{target}].{key}: {err}") from None
 
 
+def _kubelet_keys(step: Step, raw: dict[str, Any], where: str) -> None:
+    """``kubeletCpuManagerPolicy`` and ``agentRefused`` of one step."""
+    policy = raw.get("kubeletCpuManagerPolicy")
+    if policy is not None:
+        if policy not in _CPU_MANAGER_POLICIES:
+            raise ScenarioError(f"{where}: kubeletCpuManagerPolicy: must be {' or '.join(_CPU_MANAGER_POLICIES)} (got {policy!r})")
+        step.cpu_manager_policy = policy
+    refused = raw.get("agentRefused")
+    if refused is not None:
+        if not isinstance(refused, str) or not refused:
+            raise ScenarioError(f"{where}: agentRefused: must be the text the refusal contains (got {refused!r})")
+        if not step.restart_agent:
+            raise ScenarioError(f"{where}: agentRefused needs restartAgent: true (only a start can be refused)")
+        step.agent_refused = refused
+
+
 def _flag(spec: dict[str, Any], key: str, target: str, where: str) -> bool | None:
     value = spec.get(key)
     if value is not None and not isinstance(value, bool):
@@ -341,6 +368,7 @@ def parse_scenario(data: Any, source: str, loader: Any) -> Scenario:
         step.restart_agent = bool(raw.get("restartAgent", False))
         if "featureGates" in raw:
             step.gates = _gates(raw["featureGates"], where)
+        _kubelet_keys(step, raw, where)
         steps.append(step)
     model = data.get("model")
     if model is not None and model not in MODELS:

@@ -271,21 +271,25 @@ class Playground:
         if self.agent_process is not None:
             await self._start_agent_process(env or {})
             return None
-        self.agent = Agent(self.agent_config(), topology=self.topology, reload_interval=3600)
-        await self.agent.start()
+        agent = Agent(self.agent_config(), topology=self.topology, reload_interval=3600)
+        await agent.start()  # an AgentError (e.g. a kubelet whose CPU manager is static) leaves no agent
+        self.agent = agent
         stub = self.agent.stub
         assert stub is not None
         await stub.wait_synchronized(timeout=10)
         return self.agent
 
     async def restart_agent(self, env: Mapping[str, str] | None = None) -> Agent | None:
-        """Stop the agent and start a new one on the same state (a crash or upgrade)."""
+        """Stop the agent and start a new one on the same state (a crash or upgrade). An agent that
+        refuses to start raises its ``AgentError``; the node then has none until the next restart."""
         if self.agent is not None:
             await self.agent.stop()
+            self.agent = None
         await self.kill_agent_process()
-        agent = await self.start_agent(env)
         if self.kubelet is not None:
             await self.kubelet.forget(DRIVER)
+        agent = await self.start_agent(env)
+        if self.kubelet is not None:
             await self.kubelet.register_plugins(expect=[DRIVER])
         await self.settle()
         return agent
