@@ -384,3 +384,34 @@ def test_memo_key_names_the_shareable_devices_held_under_distinct() -> None:
         got, stats = Allocator(slices, CLASSES, prune=True, fast=fast, fast_after=0).allocate_with_stats(node, claims)
         outcomes.append((got, stats.calls, stats.visits, stats.checks))
     assert outcomes[0] == outcomes[1]
+
+
+def test_memo_local_and_full_keys_do_not_collide() -> None:
+    """Found by ``test_pruning_is_transparent_with_every_feature``: the memo's local key (the
+    devices held shifted by ``start``) had the shape of its full key, so a subtree remembered
+    with d0 held (full: 0b1) answered a lookup with d2 held from start 2 (local: 0b100 >> 2),
+    where the plain search goes on to r2: 239 calls and 227 checks against 241 and 229."""
+    taint = [{"key": "t", "value": "v", "effect": "NoSchedule"}]
+    tolerate = [{"key": "t", "operator": "Exists"}]
+    devices = [
+        device(f"d{i}", attrs(numa=0, kind="p"), None, **({"allowMultipleAllocations": True} if i in (1, 4) else {}), **({"taints": taint} if i != 4 else {}))
+        for i in range(5)
+    ]
+    slices = [slice_("s0", "node-1", devices, pool="p", count=1)]
+    admin = {"tolerations": tolerate, "adminAccess": True}
+    claims = [
+        claim(
+            "c",
+            first_available("r0", sub("a", "cls", 3, **admin), sub("b", "cls", 1)),
+            first_available("r1", sub("a", "cls", 2, **admin), sub("b", "cls", 1)),
+            req("r2", "cls", None, allocationMode="All", **admin),
+            constraints=[{"matchAttribute": f"{DRIVER}/numa"}],
+        )
+    ]
+    node = {"metadata": {"name": "node-1"}}
+    outcomes = []
+    for fast in (True, False):
+        got, stats = Allocator(slices, CLASSES, prune=False, fast=fast, fast_after=0).allocate_with_stats(node, claims)
+        assert got is not None
+        outcomes.append(([a.to_api() for a in got], stats.calls, stats.visits, stats.checks, stats.cel_evals))
+    assert outcomes[0] == outcomes[1]

@@ -1,12 +1,14 @@
 """The dead-state memo: failing subtrees remembered by what the rest of the search can see.
 
 A slot's subtree depends only on where the search is (claim, request, slot, start position),
-what the claim's constraints hold (``constraint_key``), the results so far, shared capacity and
-counters in use (``use_key``) and which devices are free: a subtree that failed once fails
-again from the same state, with the same counted work. A hit adds that work in bulk and
-answers False; a miss runs the steps after the memo (``Search.answer``), returns their answer
-and remembers it when it fails without leaving state behind. A subtree that completes no
-request only looks at positions from its start on, so it is remembered by those alone.
+what the claim's constraints hold (``constraint_key``), the number of results so far, the
+shareable devices held, shared capacity and counters in use (``use_key``) and which devices
+this call holds (the claims' masks so far): a subtree that failed once fails again from the same state,
+with the same counted work. A hit adds that work in bulk and answers False; a miss runs the
+steps after the memo (``Search.answer``), returns their answer and remembers it when it fails
+without leaving state behind. A subtree that completes no request only looks at positions from
+its start on, so it is remembered by those alone (a local key, flagged as such: shifted masks
+can equal another state's whole masks).
 
 Under a canonical ``distinctAttribute`` (``Bitsets.canon``) the devices it rejects for the rest
 of the search are left out of the key; the checks the scans made on them are kept apart (the
@@ -77,7 +79,8 @@ class DeadStateMemo:
         return None
 
     def _keys(self, at: Slot, cj: int | None) -> tuple[Any, Any, int]:
-        """The slot's local key (positions from ``start`` on), full key, and the free dead devices."""
+        """The slot's local key (positions from ``start`` on), full key, and the free dead devices.
+        The two are told apart by a flag: a shifted mask can equal an unshifted one."""
         s = self.s
         ci = at.ci
         ckey = self.constraint_key(ci, at.rd.base)
@@ -85,13 +88,13 @@ class DeadStateMemo:
         if cj is None:
             masks = tuple(s.amask[: ci + 1])
             # a subtree that completes no request only looks at positions from ``start`` on
-            return (where, tuple(m >> at.start for m in masks)), (where, masks), 0
+            return (where, True, tuple(m >> at.start for m in masks)), (where, False, masks), 0
         self.bits.ensure()
         free = s.all_mask & ~self.bits.busy()
         held = ckey[cj]  # the distinct's (value of this request, values of earlier ones)
         dead = self.dead_mask(ci, cj, held[1] if held is not None else frozenset())
         nd = free & ~dead
-        return (where, nd >> at.start, True), (where, nd, False), free & dead
+        return (where, True, nd >> at.start), (where, False, nd), free & dead
 
     def _walk(self, at: Slot, cj: int | None, local: Any, full: Any, deadfree: int) -> bool:
         """A miss: the steps after the memo answer; a failure without side effects is remembered."""
