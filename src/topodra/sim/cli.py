@@ -115,7 +115,8 @@ def run_cmd(
         list[Path] | None,
         typer.Option("--objects", help="Simulate an exported cluster: YAML/JSON with Nodes, ResourceSlices, DeviceClasses and allocated ResourceClaims (repeatable)."),
     ] = None,
-    scoring: Annotated[str, typer.Option("--scoring", help="Among feasible nodes: least-allocated (spread, like NodeResourcesFit) or first (pack).")] = "least-allocated",
+    scoring: Annotated[str, typer.Option("--scoring", help="Among feasible nodes: kube-scheduler (the default profile's scores, as 1.36) or first (the first feasible node: packs).")] = "kube-scheduler",
+    max_pods: Annotated[int, typer.Option("--max-pods", min=0, help="Allocatable pods of every synthetic node (the kubelet's --max-pods).")] = 110,
     percentage: Annotated[int, typer.Option("--percentage-of-nodes-to-score", min=0, max=100, help="kube-scheduler's percentageOfNodesToScore (0: adaptive).")] = 0,
     keep_going: Annotated[bool, typer.Option("--keep-going", help="Schedule every pod even once no later pod can be scheduled (default: stop there).")] = False,
 ) -> None:
@@ -133,8 +134,8 @@ def run_cmd(
         (mod, group), = parse_models([model])
     except ValueError as e:
         _fail(str(e))
-    if scoring not in ("least-allocated", "first"):
-        _fail(f"--scoring {scoring!r}: must be least-allocated or first")
+    if scoring not in ("kube-scheduler", "first"):
+        _fail(f"--scoring {scoring!r}: must be kube-scheduler or first")
     if order not in ("topology-reversed", "topology", "cpu-id"):
         _fail(f"--order {order!r}: must be topology-reversed, topology or cpu-id")
     config = RunConfig(
@@ -152,6 +153,7 @@ def run_cmd(
         percentage_of_nodes_to_score=percentage or None,
         objects=tuple(str(p) for p in objects or ()),
         scoring=scoring,
+        max_pods=max_pods,
         keep_going=keep_going,
     )
     costs = replace(DEFAULT_COSTS, cores=scheduler_cores)
@@ -269,7 +271,7 @@ def sweep_cmd(
     processes: Annotated[int, typer.Option("--processes", "-j", min=0, help="Worker processes (0: all cores).")] = 0,
     out: Annotated[Path, typer.Option("--out", "-o", help="Output directory (CSV, JSON, PNG plots, report.md).")] = Path("sim-sweep"),
     scheduler_cores: Annotated[int, typer.Option("--scheduler-cores", min=1, help="CPUs of the kube-scheduler host (Filter runs on min(16, this) workers).")] = 16,
-    scoring: Annotated[str, typer.Option("--scoring", help="Among feasible nodes: least-allocated (spread) or first (pack).")] = "least-allocated",
+    scoring: Annotated[str, typer.Option("--scoring", help="Among feasible nodes: kube-scheduler (the default profile's scores) or first (pack).")] = "kube-scheduler",
     cluster: Annotated[str | None, typer.Option("--cluster", help="Run the cells on a Dask distributed cluster: its scheduler address (tcp://host:8786), or local[:N] to start one here. Needs topodra[cluster].")] = None,
 ) -> None:
     """Run the simulator over nodes x CPUs x device models on all cores; write CSV/JSON, plots and a report."""
@@ -300,8 +302,8 @@ def sweep_cmd(
         scoring=scoring,
         cluster=cluster,
     )
-    if scoring not in ("least-allocated", "first"):
-        _fail(f"--scoring {scoring!r}: must be least-allocated or first")
+    if scoring not in ("kube-scheduler", "first"):
+        _fail(f"--scoring {scoring!r}: must be kube-scheduler or first")
     bad = [c for c in cfg.cpus if c % 16]
     if bad:
         _fail(f"--cpus {bad[0]}: must be a multiple of 16 (16-CPU L3 groups)")

@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 
 from topodra.dra.devices import MODELS
-from topodra.sim.cluster import Cluster, ClusterSpec, build_cluster
+from topodra.sim.cluster import DEFAULT_MAX_PODS, Cluster, ClusterSpec, build_cluster
 from topodra.sim.costmodel import DEFAULT_COSTS, CostModel
 from topodra.sim.guards import Exhaustion, check_memory
-from topodra.sim.scheduler import PodResult, Scheduler
+from topodra.sim.scheduler import FILTER_ERROR, PodResult, Scheduler
 from topodra.sim.throughput import DEFAULT_API_COSTS, ApiCosts, end_to_end
 from topodra.sim.workload import Workload, load_workload
 
@@ -39,7 +39,8 @@ class RunConfig:
     reserved_cpus: int = 0
     seed: int = 1
     percentage_of_nodes_to_score: int | None = None
-    scoring: str = "least-allocated"  # or "first"
+    scoring: str = "kube-scheduler"  # or "first"
+    max_pods: int = DEFAULT_MAX_PODS  # allocatable pods of the synthetic nodes (kubelet's --max-pods)
     objects: tuple[str, ...] = ()  # YAML/JSON files with the cluster's API objects instead of a synthetic cluster
     keep_going: bool = False  # schedule every pod even once no later pod can be scheduled
 
@@ -84,6 +85,7 @@ class RunSummary:
     memo_misses: int
     failure_reasons: dict[str, int] = field(default_factory=dict)
     not_attempted: int = 0  # pods left when no later pod could be scheduled (the run stopped early)
+    ties: int = 0  # pods whose node shared the best score with others (the scheduler's heap took one)
 
     def as_row(self) -> dict[str, Any]:
         row = asdict(self)
@@ -144,6 +146,7 @@ def run_simulation(
                 fill=config.fill,
                 seed=config.seed,
                 fill_patterns=config.fill_patterns,
+                max_pods=config.max_pods,
             )
         )
         sched = Scheduler(
@@ -243,6 +246,7 @@ def _schedule_all(
         memo_misses=sched.memo_misses,
         failure_reasons=dict(reasons.most_common(5)),
         not_attempted=count - len(results),
+        ties=sum(1 for r in results if r.tied),
     )
     return summary, results
 
@@ -305,6 +309,7 @@ def _short(text: str | None) -> str:
     if not text:
         return ""
     # node names vary; keep the reason
+    text = text.removeprefix(FILTER_ERROR)
     if text.startswith("node ") and ": " in text:
         text = text.split(": ", 1)[1]
     return text[:160]

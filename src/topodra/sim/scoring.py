@@ -1,9 +1,10 @@
 """Score and NormalizeScore of kube-scheduler 1.36's default profile, integer arithmetic included.
 
 The one place where topodra scores nodes: ``sim replay`` and ``sim diff`` call ``score_nodes``
-on the nodes that passed Filter; ``sim run``'s scheduler gives its pods the same plugins
-(``fit_scores`` and ``dynamic_resources_normalized`` are the vectorised forms it uses, equal to
-the plain ones by construction and by test). Upstream, Kubernetes v1.36.2:
+on the nodes that passed Filter and ``select_host`` on their totals; ``sim run``'s scheduler
+does the same through ``nodeplugins`` (whose array form, ``fastscore``, takes a node's score
+from ``fit_score`` and ``balanced_score`` here and is tested equal to ``score_nodes`` and
+``select_host``). Upstream, Kubernetes v1.36.2:
 
 - the profile and weights: ``pkg/scheduler/apis/config/v1/default_plugins.go``; how scores,
   NormalizeScore and weights combine: ``pkg/scheduler/framework/runtime/framework.go``
@@ -39,7 +40,9 @@ __all__ = [
     "PodInputs",
     "Unmodelled",
     "balanced_allocation",
+    "balanced_score",
     "default_normalize",
+    "fit_score",
     "dynamic_resources_score",
     "image_locality",
     "existing_affinity_scores",
@@ -47,6 +50,7 @@ __all__ = [
     "least_allocated",
     "normalized_image_name",
     "score_nodes",
+    "select_host",
     "tolerates",
     "total",
 ]
@@ -215,6 +219,19 @@ def balanced_allocation(requested: Sequence[int], allocated: Sequence[int], allo
     return MAX_NODE_SCORE // 2 + _div(MAX_NODE_SCORE // 2 + with_pod - without_pod, 2)
 
 
+def fit_score(pod: PodInputs, node: NodeInputs) -> int:
+    """NodeResourcesFit's Score (LeastAllocated over cpu and memory, non-zero requests)."""
+    requested, _, alloc = _node_request(pod.nonzero, node.nonzero, node.allocatable)
+    return least_allocated(requested, alloc)
+
+
+def balanced_score(pod: PodInputs, node: NodeInputs) -> int:
+    """NodeResourcesBalancedAllocation's Score (the pod's own requests; PreScore skips a pod
+    without any, which ``score_nodes`` checks)."""
+    requested, allocated, alloc = _node_request(pod.requests, node.requested, node.allocatable)
+    return balanced_allocation(requested, allocated, alloc)
+
+
 def _node_request(pod: Sequence[int], node_used: Sequence[int], allocatable: Sequence[int]) -> tuple[list[int], list[int], list[int]]:
     """calculateNodeAllocatableRequest for cpu and memory: (requested, allocated, allocatable),
     zeros for a resource the node does not report."""
@@ -364,18 +381,10 @@ def score_nodes(
     )
     if pod.preferred:  # PreScore: Skip without preferred terms
         raw["NodeAffinity"] = default_normalize([preferred_affinity_score(pod.preferred, n.node) for n in nodes], reverse=False)
-    fit = []
-    for n in nodes:
-        requested, _, alloc = _node_request(pod.nonzero, n.nonzero, n.allocatable)
-        fit.append(least_allocated(requested, alloc))
-    raw["NodeResourcesFit"] = fit
+    raw["NodeResourcesFit"] = [fit_score(pod, n) for n in nodes]
     raw["DynamicResources"] = default_normalize([(dra or {}).get(n.node.name, 0) for n in nodes], reverse=False)
     if any(pod.requests):  # PreScore: Skip for best-effort pods
-        balanced = []
-        for n in nodes:
-            requested, allocated, alloc = _node_request(pod.requests, n.requested, n.allocatable)
-            balanced.append(balanced_allocation(requested, allocated, alloc))
-        raw["NodeResourcesBalancedAllocation"] = balanced
+        raw["NodeResourcesBalancedAllocation"] = [balanced_score(pod, n) for n in nodes]
     spread = image_spread or {}
     count = total_nodes or len(nodes)
     raw["ImageLocality"] = [image_locality(pod, n, spread, count) for n in nodes]
@@ -392,3 +401,37 @@ def score_nodes(
 def total(plugins: Mapping[str, int]) -> int:
     """A node's total score: the sum of its weighted plugin scores."""
     return sum(plugins.values())
+
+
+def select_host(totals: Sequence[int]) -> int:
+    """Where kube-scheduler 1.36 binds among the feasible nodes, in the order Filter found them,
+    given their total scores: the position ``heap.Pop`` returns after ``heap.Init`` over
+    ``nodeScoreHeap`` (schedule_one.go ``newSortedNodeScores``). Less is "higher total, or equal
+    totals and a higher Randomizer", and Randomizer is set only when scheduler extenders score
+    (``prioritizeNodes``): without them equal totals never swap, so a tie is decided by the
+    heap's shape, not at random (container/heap's ``Init`` and ``down``, Go 1.27)."""
+    h = list(range(len(totals)))
+    if not h:
+        raise ValueError("select_host: no feasible node")
+
+    def less(i: int, j: int) -> bool:
+        return totals[h[i]] > totals[h[j]]
+
+    def down(i: int, n: int) -> None:
+        while True:
+            j1 = 2 * i + 1
+            if j1 >= n:
+                break
+            j = j1  # left child
+            j2 = j1 + 1
+            if j2 < n and less(j2, j1):
+                j = j2  # right child
+            if not less(j, i):
+                break
+            h[i], h[j] = h[j], h[i]
+            i = j
+
+    n = len(h)
+    for i in range(n // 2 - 1, -1, -1):  # heap.Init
+        down(i, n)
+    return h[0]  # heap.Pop swaps the root to the end, restores the rest and returns it
