@@ -8,6 +8,13 @@ agent's own ResourceSlices). At the end every container's applied cpuset (the
 runtime's task, i.e. its cgroup) must equal the agent's record, and no CPU may
 be held twice. Used by ``tests/agent/test_churn.py`` (bounded) and
 ``python -m benchmarks sync`` (the soak).
+
+Node CPU accounting (``gates``, ``mix="node-cpu"``: shared pods that request more): every few
+operations the workers pause and the node's shared CPUs (online, less reserved, claimed and
+exclusive CPUs, as the agent holds them) are set against the CPU requests of the shared pods
+running on them. With ``DRANodeAllocatableResources`` the scheduler counts claimed CPUs against
+the node's cpu and the requests never exceed the shared CPUs; without it they do (``python -m
+benchmarks nodecpu``).
 """
 
 from __future__ import annotations
@@ -21,15 +28,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from topodra.agent.drift import CgroupReader
 from topodra.cpuset import CPUSet
 from topodra.embedded.nrilocks import RuntimeHung
 from topodra.embedded.runtime import ContainerChange, EmbeddedRuntime
 from topodra.embedded.store import KINDS
+from topodra.kube.errors import ApiError
 from topodra.nri.types import Container
 from topodra.playground.world import Playground
+from topodra.quantity import cpu_milli
 from topodra.topology.synthetic import synthetic_topology
 
 __all__ = ["ChurnReport", "agent_offers", "in_race", "offered_cpus", "run_churn"]
@@ -68,6 +77,14 @@ class ChurnReport:
     deadlocks: list[str] = field(default_factory=list)  # the runtime's NRI locks hung (never, we hope)
     double_held: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    #: node CPU accounting: quiet moments sampled, those whose shared pods requested more CPU than
+    #: the node's shared CPUs, by how much at most (milli-CPU) and at that moment
+    shared_samples: int = 0
+    shared_over: int = 0
+    shared_over_max_milli: int = 0
+    shared_worst: str = ""
+    #: Guaranteed pods the scheduler bound whose container the agent then refused (no CPU left)
+    guaranteed_refused: int = 0
 
     @property
     def ok(self) -> bool:
@@ -95,6 +112,9 @@ class ChurnReport:
             f"delivery {self.delivery or '?'}; runtime deadlocks {len(self.deadlocks)}",
             f"cgroup cpuset != agent record: {len(self.mismatches)}; runtime record behind: "
             f"{len(self.runtime_behind)}; CPUs held twice: {len(self.double_held)}",
+            f"shared pods' requests over the node's shared CPUs in {self.shared_over} of {self.shared_samples} samples, "
+            f"at most by {self.shared_over_max_milli}m ({self.shared_worst or '-'}); "
+            f"Guaranteed pods bound then refused by the agent {self.guaranteed_refused}",
             *(f"  deadlock: {d}" for d in self.deadlocks[:1]),
             *(f"  Prepare failure: {f}" for f in self.prepare_failures[:5]),
             *(f"  mismatch: {c} applied {a}, agent {b}" for c, (a, b) in list(self.mismatches.items())[:5]),
@@ -102,15 +122,20 @@ class ChurnReport:
         ]
 
 
-def _pod(name: str, kind: str, rng: random.Random) -> dict[str, Any]:
+#: Shared pods' CPU requests (milli) by mix: ``node-cpu`` asks enough that claims and exclusive
+#: grants leave the shared CPUs short when the scheduler does not count the claims.
+_SHARED_REQUESTS: Final = {"default": (100, 250, 500), "node-cpu": (500, 1000, 1500)}
+
+
+def _pod(name: str, kind: str, rng: random.Random, mix: str = "default") -> dict[str, Any]:
     spec: dict[str, Any] = {"containers": [{"name": "c", "image": "x"}]}
     c = spec["containers"][0]
     if kind == "guaranteed":
         n = str(rng.choice([1, 1, 2]))
         c["resources"] = {"requests": {"cpu": n, "memory": "64Mi"}, "limits": {"cpu": n, "memory": "64Mi"}}
     elif kind == "shared":
-        if rng.random() < 0.5:
-            c["resources"] = {"requests": {"cpu": f"{rng.choice([100, 250, 500])}m", "memory": "32Mi"}}
+        if rng.random() < 0.5 or mix == "node-cpu":
+            c["resources"] = {"requests": {"cpu": f"{rng.choice(_SHARED_REQUESTS[mix])}m", "memory": "32Mi"}}
     else:  # claim
         spec["resourceClaims"] = [{"name": "cpus", "resourceClaimTemplateName": f"cpus-{rng.choice([1, 1, 2, 3])}"}]
         c["resources"] = {"claims": [{"name": "cpus"}]}
@@ -173,10 +198,11 @@ def offered_cpus(pg: Playground) -> CPUSet:
 
 
 class _Churn:
-    def __init__(self, pg: Playground, rng: random.Random, report: ChurnReport) -> None:
+    def __init__(self, pg: Playground, rng: random.Random, report: ChurnReport, mix: str = "default") -> None:
         self.pg = pg
         self.rng = rng
         self.report = report
+        self.mix = mix
         self.live: dict[str, str] = {}  # pod name -> kind
         self.exclusive: dict[str, CPUSet] = {}  # container id -> its exclusive CPUs while it runs
         self.race_allocations: set[str] = set()  # claim pods allocated while slices offered exclusive CPUs
@@ -278,7 +304,7 @@ class _Churn:
         kind = self.rng.choices(["claim", "guaranteed", "shared"], weights=[3, 3, 4])[0]
         self.counter += 1
         name = f"{kind[0]}-{self.counter}"
-        pod = _pod(name, kind, self.rng)
+        pod = _pod(name, kind, self.rng, self.mix)
         line = (await self.pg.apply([pod]))[-1]
         cpus, since = self.inflight.get(name), self.allocated_at.get(name)
         self.race_allocations.discard(name)
@@ -295,6 +321,8 @@ class _Churn:
             self.failures.append((line, cpus, since, time.time()))
         else:
             self.report.refused.append(line)
+            if kind == "guaranteed" and "no CPU left" in line:
+                self.report.guaranteed_refused += 1
 
     async def _grant(self, name: str) -> None:
         rt = self.pg.runtime
@@ -345,7 +373,28 @@ class _Churn:
                 self.pausing = False
                 self.idle.notify_all()
 
-    async def worker(self, ops: int, restart_at: set[int]) -> None:
+    async def sample(self) -> None:
+        """With the workers paused: the node's shared CPUs against its shared pods' requests."""
+        async with self.idle:
+            self.pausing = True
+            await self.idle.wait_for(lambda: self.busy == 0)
+        try:
+            await self.pg.settle(timeout=15)
+            shared, requested = await _shared_pool(self.pg)
+            report = self.report
+            report.shared_samples += 1
+            over = requested - 1000 * len(shared)
+            if over > 0:
+                report.shared_over += 1
+                if over > report.shared_over_max_milli:
+                    report.shared_over_max_milli = over
+                    report.shared_worst = f"{requested}m requested on {len(shared)} shared CPUs"
+        finally:
+            async with self.idle:
+                self.pausing = False
+                self.idle.notify_all()
+
+    async def worker(self, ops: int, restart_at: set[int], sample_every: int = 0) -> None:
         for _ in range(ops):
             if self.pg.runtime is not None and self.pg.runtime.deadlocks:
                 return  # the runtime hung: nothing it does would return any more
@@ -353,6 +402,8 @@ class _Churn:
             if self.report.operations in restart_at:
                 await self.restart()
                 continue
+            if sample_every and self.report.operations % sample_every == 0:
+                await self.sample()
             async with self.idle:
                 await self.idle.wait_for(lambda: not self.pausing)
                 self.busy += 1
@@ -367,6 +418,39 @@ class _Churn:
                 async with self.idle:
                     self.busy -= 1
                     self.idle.notify_all()
+
+
+async def _shared_pool(pg: Playground) -> tuple[CPUSet, int]:
+    """The node's shared CPUs (online, less reserved, claimed and exclusively held, as the agent
+    holds them) and the CPU its running shared pods request (milli)."""
+    rt = pg.runtime
+    assert rt is not None
+    state = await pg.agent_state()
+    taken = CPUSet.parse(state["reserved"]) if state["reserved"] else CPUSet()
+    for cpus in state["claims"].values():
+        taken |= CPUSet.parse(cpus)
+    kinds = {p.id: p.labels.get("churn", "") for p in rt.store.pods()}
+    names = {p.id: p.name for p in rt.store.pods()}
+    requested = 0
+    for c in rt.store.containers():
+        kind, record = kinds.get(c.pod_sandbox_id), state["containers"].get(c.id)
+        if record is None or rt.store.applied(c.id) is None:
+            continue
+        if kind == "guaranteed":
+            taken |= CPUSet.parse(record["cpus"])
+        elif kind == "shared":
+            requested += _cpu_request(pg, names[c.pod_sandbox_id])
+    return pg.topology.online - taken, requested
+
+
+def _cpu_request(pg: Playground, pod: str) -> int:
+    """The pod's CPU request in milli-CPU (0 when it has none or is gone)."""
+    try:
+        obj = pg.store.get(KINDS[("", "pods")], "default", pod)
+    except ApiError:
+        return 0
+    cpu = ((obj["spec"]["containers"][0].get("resources") or {}).get("requests") or {}).get("cpu")
+    return cpu_milli(cpu) if cpu is not None else 0
 
 
 def _kernel_cpus(rt: EmbeddedRuntime, container: Container) -> CPUSet | None:
@@ -431,8 +515,13 @@ async def run_churn(
     start_delay: float = 0.003,
     nri_version: str = "v0.12.2",
     delivery: str = "auto",
+    gates: Mapping[str, bool] | None = None,
+    mix: str = "default",
+    sample_every: int = 0,
 ) -> ChurnReport:
-    """Run ``operations`` random operations (about ``restarts`` of them agent restarts)."""
+    """Run ``operations`` random operations (about ``restarts`` of them agent restarts) with the
+    API server's and scheduler's feature ``gates``; ``sample_every`` operations the node's shared
+    CPUs are set against its shared pods' requests."""
     report = ChurnReport()
     rng = random.Random(seed)
     topo = synthetic_topology(topology.removeprefix("synthetic:"))
@@ -450,16 +539,17 @@ async def run_churn(
         on_change=changed,
         nri_version=nri_version,
         runtime_options={"start_delay": start_delay},
+        gates=gates,
         # the offers' history is read back from the log
         agent_overrides={"logFormat": "json", "nri": {"delivery": delivery}},
     ) as pg:
         await pg.apply(_templates())
-        churn = _Churn(pg, rng, report)
+        churn = _Churn(pg, rng, report, mix)
         watcher = asyncio.ensure_future(churn.watch_offers())
         writes_before = sum(1 for m, p in pg.api.requests if "resourceslices" in p and m in ("POST", "PUT", "PATCH", "DELETE"))
         shares = [operations // workers + (1 if i < operations % workers else 0) for i in range(workers)]
         restart_at = {(k + 1) * operations // (restarts + 1) for k in range(restarts)}
-        await asyncio.gather(*(churn.worker(n, restart_at) for n in shares))
+        await asyncio.gather(*(churn.worker(n, restart_at, sample_every) for n in shares))
         report.slice_writes = sum(
             1 for m, p in pg.api.requests if "resourceslices" in p and m in ("POST", "PUT", "PATCH", "DELETE")
         ) - writes_before

@@ -127,3 +127,18 @@ def test_churn_on_a_containerd_2_3_runtime_never_hangs_it() -> None:
     assert report.double_held == []
     assert report.unrepaired == 0
     assert sum(report.pods_started.values()) > 40
+
+
+def test_with_claims_counted_as_node_cpu_shared_pods_never_ask_more_than_the_shared_cpus() -> None:
+    """DRANodeAllocatableResources on: the agent publishes its mappings, the scheduler counts each
+    claim's CPUs against the node, and at every quiet moment the running shared pods request no
+    more CPU than the node's shared CPUs (``python -m benchmarks nodecpu`` runs it longer, beside
+    the gate off)."""
+    from topodra.gates import NODE_ALLOCATABLE
+
+    report = asyncio.run(run_churn(60, seed=11, restarts=0, gates={NODE_ALLOCATABLE: True}, mix="node-cpu", sample_every=3))
+    assert report.shared_samples >= 15
+    assert report.shared_over == 0, report.lines()
+    assert report.guaranteed_refused == 0
+    assert report.mismatches == {}
+    assert sum(report.pods_started.values()) > 10

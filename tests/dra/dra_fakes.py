@@ -32,16 +32,23 @@ class RecordingPolicy:
     def reserved_cpus(self) -> CPUSet:
         return self.inner.reserved_cpus
 
-    def claim(self, claim_id: str, cpus: CPUSet) -> Changes:
+    @property
+    def topology(self) -> Topology:
+        return self.inner.topology
+
+    def claim(self, claim_id: str, cpus: CPUSet, *, memory: str = "local") -> Changes:
         self.calls.append(("claim", claim_id))
-        return self.inner.claim(claim_id, cpus)
+        return self.inner.claim(claim_id, cpus, memory=memory)
 
     def release(self, claim_id: str) -> Changes:
         self.calls.append(("release", claim_id))
         return self.inner.release(claim_id)
 
-    def pick(self, count: int, within: CPUSet, *, prefer: CoreType | None = None) -> CPUSet:
-        return self.inner.pick(count, within, prefer=prefer)
+    def pick(
+        self, count: int, within: CPUSet, *, prefer: CoreType | None = None, whole_cores: bool = False,
+        spread: bool = False,
+    ) -> CPUSet:
+        return self.inner.pick(count, within, prefer=prefer, whole_cores=whole_cores, spread=spread)
 
     def claimed(self, claim_id: str) -> CPUSet | None:
         return self.inner.claimed(claim_id)

@@ -61,3 +61,20 @@ def test_cores_hide_their_threads_and_threads_their_cores() -> None:
     left = len(SERVER.online) // 2 - 2 - len({SERVER.cpus[c].core for c in thread_cpus})
     got2, _ = alloc.allocate_with_stats("node-1", [_claim("a", "core", 2), _claim("b", "thread", 3, "l3Cache"), _claim("c", "core", left + 1)])
     assert got2 is None
+
+
+def test_a_withdrawn_core_leaves_every_offered_thread_of_it_allocatable_together() -> None:
+    from topodra.cpuset import CPUSet
+    from topodra.dra.devices import offer_devices
+
+    smt4 = synthetic_topology("1s1n1l2c4t")
+    devices = build_devices(smt4, MODEL)
+    kept = smt4.cpus_of_core(0).first()  # one thread of core 0 kept back (the shared floor)
+    offered = offer_devices(smt4, MODEL, devices, smt4.online - CPUSet([kept]))
+    assert "core0" not in {d.name for d in offered}
+    slices = build_slices("node-1", offered)
+    counters = slices[-1]["spec"]["sharedCounters"][0]["counters"]
+    assert counters == {"core0": {"value": "3"}, "core1": {"value": "4"}}
+    got, _ = Allocator(slices, [device_class()], budget=None).allocate_with_stats("node-1", [_claim("t", "thread", 7)])
+    assert got is not None
+    assert len(got[0].results) == 7  # the three threads of core 0 left and the four of core 1

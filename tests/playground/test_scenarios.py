@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from topodra.cpuset import CPUSet
-from topodra.playground.runner import resolve_topology, run_scenario
-from topodra.playground.scenario import builtin_names, builtin_scenario
+from topodra.playground.runner import evaluate, resolve_topology, run_scenario
+from topodra.playground.scenario import Check, builtin_names, builtin_scenario
 from topodra.playground.world import DEFAULT_TOPOLOGY, Playground
 from topodra.topology.model import CoreType
 
@@ -18,16 +18,35 @@ from topodra.topology.model import CoreType
 UPSTREAM_EXAMPLE = Path(__file__).resolve().parents[1] / "data" / "upstream-prototype" / "upstream-prototype.yaml"
 
 
-@pytest.mark.parametrize("name", ["default", "count", "numa", "grouped", "unsatisfiable"])
+@pytest.mark.parametrize("name", ["default", "count", "numa", "grouped", "unsatisfiable", "core-or-thread", "cpu-config"])
 def test_builtin_scenario_expectations_hold(name: str) -> None:
     assert name in builtin_names()
     sc = builtin_scenario(name)
 
     async def run() -> list[str]:
         topo, _ = resolve_topology(sc.topology)
-        async with Playground(topology=topo, model=sc.model or "cpu") as pg:
+        async with Playground(topology=sc.machine(topo), model=sc.model or "cpu", group_by=sc.group_by) as pg:
             results = await run_scenario(pg, sc)
         return [c.message for r in results for c in r.checks if not c.ok]
+
+    assert asyncio.run(run()) == []
+
+
+@pytest.mark.parametrize("model", ["cpu", "core", "core-or-thread", "grouped"])
+def test_taints_scenario_holds_for_every_model(model: str) -> None:
+    """Isolated CPUs published tainted: an ordinary claim never gets them, one asking for them
+    without the toleration stays pending, a latency-critical pod tolerating the taint gets them."""
+    sc = builtin_scenario("taints")
+
+    async def run() -> list[str]:
+        topo, _ = resolve_topology(sc.topology)
+        async with Playground(topology=sc.machine(topo), model=model) as pg:
+            assert pg.topology.isolated == CPUSet([3, 7])  # the last core of 1s1d1n1l4c2t
+            results = await run_scenario(pg, sc)
+            wrong = evaluate(pg, Check("default/web/nginx", isolated=True))  # the check can fail
+            assert not wrong.ok
+            assert "are not isolated" in wrong.message
+        return [c.message for r in results for c in r.checks if not c.ok] + [p for r in results for p in r.problems]
 
     assert asyncio.run(run()) == []
 
@@ -130,7 +149,7 @@ def test_default_scenario_holds_on_any_machine_it_accepts(machine: str) -> None:
     async def run() -> list[str]:
         topo, _ = resolve_topology(machine)
         assert sc.unmet(topo) is None
-        async with Playground(topology=topo, model=sc.model or "cpu") as pg:
+        async with Playground(topology=topo, model=sc.model or "cpu", group_by=sc.group_by) as pg:
             results = await run_scenario(pg, sc)
         return [c.message for r in results for c in r.checks if not c.ok]
 
@@ -194,3 +213,100 @@ def test_a_manifest_file_among_the_scenarios_is_not_a_scenario() -> None:
     r = CliRunner().invoke(app, ["playground", "-s", "background"])
     assert r.exit_code == 2, r.output
     assert "no built-in scenario 'background'" in " ".join(r.output.split())
+
+
+def _failed(name: str, model: str) -> list[str]:
+    sc = builtin_scenario(name)
+
+    async def run() -> list[str]:
+        topo, _ = resolve_topology(sc.topology)
+        async with Playground(topology=sc.machine(topo), model=model, group_by=sc.group_by, gates=sc.gates, gpus=sc.gpus) as pg:
+            results = await run_scenario(pg, sc)
+        return [c.message for r in results for c in r.checks if not c.ok] + [p for r in results for p in r.problems]
+
+    return asyncio.run(run())
+
+
+@pytest.mark.parametrize("name", builtin_names())
+def test_every_scenario_holds_or_refuses_the_core_or_thread_model(name: str) -> None:
+    """With --model core-or-thread a built-in scenario either holds or says in one line that its
+    expectations are written for other devices."""
+    sc = builtin_scenario(name)
+    why = sc.unmet_model("core-or-thread")
+    if why is None:
+        assert _failed(name, "core-or-thread") == []
+    else:
+        assert "\n" not in why
+        assert f"do not hold with --model core-or-thread (run it without --model, or with {' or '.join(sc.models)})" in why
+
+
+def test_another_model_is_refused_on_one_line_by_the_command() -> None:
+    from typer.testing import CliRunner
+
+    from topodra.cli import app
+
+    r = CliRunner().invoke(app, ["playground", "-s", "numa", "--model", "core-or-thread"], env={"COLUMNS": "400"})
+    assert r.exit_code == 1
+    errors = [line for line in r.output.splitlines() if "error:" in line]
+    assert errors == [
+        "error: 'Six CPUs on one NUMA node (matchAttribute) on a machine with two NUMA nodes' is written for cpu "
+        "devices; its expectations do not hold with --model core-or-thread (run it without --model, or with cpu)"
+    ]
+
+
+def test_the_allocated_check_compares_with_the_schedulers_devices() -> None:
+    """``allocated`` holds when the container runs on its devices' CPUs and says why not otherwise:
+    another container's CPUs, or a grouped share whose CPUs topodra picked."""
+    from topodra.playground.runner import allocated_cpus, evaluate
+    from topodra.playground.scenario import Check
+
+    claim_pod = {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+        "spec": {"resourceClaims": [{"name": "c", "resourceClaimTemplateName": "t"}],
+                 "containers": [{"name": "app", "image": "x", "resources": {"claims": [{"name": "c"}]}}]},
+    }
+    template = {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "t"},
+        "spec": {"spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "native.cpu", "count": 2}}]}}},
+    }
+
+    async def run(model: str) -> tuple[object, object, object]:
+        topo, _ = resolve_topology("synthetic:1s1d1n1l4c2t")
+        if model == "grouped":
+            template["spec"]["spec"]["devices"]["requests"][0]["exactly"] = {  # type: ignore[index]
+                "deviceClassName": "native.cpu", "capacity": {"requests": {"cpu": "2"}},
+            }
+        async with Playground(topology=topo, model=model) as pg:
+            await pg.apply([template, claim_pod])
+            mine = evaluate(pg, Check(target="default/p/app", allocated=True))
+            other = evaluate(pg, Check(target="default/p/app", allocated=True, cpus=CPUSet([0])))
+            return mine, other, allocated_cpus(pg, "default/p/app")
+
+    mine, other, chosen = asyncio.run(run("core"))
+    assert mine.ok, mine.message  # type: ignore[attr-defined]
+    assert isinstance(chosen, CPUSet)
+    assert len(chosen) == 4  # two core devices of two threads
+    assert not other.ok  # type: ignore[attr-defined]
+    _, _, grouped = asyncio.run(run("grouped"))
+    assert str(grouped).startswith("device numa0 of claim p-c-")
+    assert "topodra picks its CPUs, not the scheduler" in str(grouped)
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("steps: [{expect: {p/c: {allocated: 1}}}]", "expect[p/c].allocated must be true or false, got 1"),
+        ("steps: [{expect: {p/c: {mems: x}}}]", "expect[p/c].mems:"),
+        ("requires: {models: [cores]}\nsteps: []", "requires.models must be a list of cpu, core, core-or-thread, grouped"),
+        ("groupBy: die\nsteps: []", "groupBy must be numa, l3, socket, machine, got 'die'"),
+    ],
+)
+def test_bad_scenario_keys_are_one_line(tmp_path: Path, text: str, words: str) -> None:
+    from topodra.playground.scenario import ScenarioError, load_scenario
+
+    f = tmp_path / "s.yaml"
+    f.write_text(text)
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(f)
+    assert words in str(err.value)
+    assert "\n" not in str(err.value)

@@ -74,7 +74,8 @@ def check_invariants(p: Policy) -> None:
         assert cpus, "a claim holds no CPUs"
         assert claimed.isdisjoint(cpus), "two claims share CPUs"
         claimed |= cpus
-    assert claimed.isdisjoint(p.reserved_cpus)
+    if p.reserved_cpus:
+        assert p.reserved_cpus - claimed, "claims hold every reserved CPU"
     exclusive = CPUSet()
     all_ids = set(assigned)
     for cid in p.grants():
@@ -115,7 +116,7 @@ def check_invariants(p: Policy) -> None:
                 union |= claims[c] & p.topology.online  # a claim's offline CPUs wait (Policy.follow)
             assert cpus == union, f"{cid}: claimed container on {cpus}, claims hold {union}"
         elif g.kind is GrantKind.RESERVED:
-            assert cpus == p.reserved_cpus
+            assert cpus == p.reserved_cpus - claimed, f"{cid}: reserved container on {cpus}"
         elif g.kind is GrantKind.EXCLUSIVE:
             assert cpus == ex
         else:
@@ -160,6 +161,8 @@ def check_mems(p: Policy, cid: str) -> None:
     if g.kind is GrantKind.CLAIMED:  # the nodes of the claimed CPUs, when the memory pool has them
         assert g.mems, f"{cid}: no memory nodes"
         assert CPUSet.from_mask(g.mems) <= CPUSet.from_mask(nodes), f"{cid}: mems {g.mems:#x}"
+        if any(p.claim_memory(c) == "all" for c in g.claims):  # every node of its kinds
+            assert g.mems == p.pools[0].nodes_of(memory_kinds(p, g)), f"{cid}: mems {g.mems:#x} are not all nodes"
     else:
         assert g.mems == nodes, (
             f"{cid}: mems {CPUSet.from_mask(g.mems)} are not the nodes {CPUSet.from_mask(nodes)} "

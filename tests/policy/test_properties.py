@@ -41,6 +41,7 @@ CONFIGS = [
     {},
     {"reservedCPUCount": 1},
     {"reservedCPUs": "0"},
+    {"reservedCPUs": "0-2"},  # claims may take reserved CPUs but one (a tolerated device taint)
     {"excludedCPUs": "1"},
     {"preferSharedCPUs": True},
     {"pinMemory": False, "defaultCPUPriority": "low"},
@@ -149,19 +150,25 @@ class PolicyMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def pick_and_claim(self, data: st.DataObject) -> None:
         claim = data.draw(st.sampled_from(CLAIMS))
-        count = data.draw(st.integers(min_value=1, max_value=3))
+        count = data.draw(st.integers(min_value=1, max_value=4))
+        whole, spread = data.draw(st.booleans()), data.draw(st.booleans())
+        memory = data.draw(st.sampled_from(["local", "all"]))
         try:
-            cpus = self.policy.pick(count, self.topo.online)
+            cpus = self.policy.pick(count, self.topo.online, whole_cores=whole, spread=spread)
         except PolicyError:
             return
         assert len(cpus) == count
+        if whole:  # every online thread of each core it touches
+            for cpu in cpus:
+                assert self.topo.cpus_of_core(self.topo.cpus[cpu].core) & self.topo.online <= cpus
         granted = CPUSet()
         for g in self.policy.grants().values():
             granted |= CPUSet.from_mask(g.exclusive)
         for c in self.policy.claims().values():
             granted |= c
         assert cpus.isdisjoint(granted)
-        self._step(lambda: self.policy.claim(claim, cpus))
+        if self._step(lambda: self.policy.claim(claim, cpus, memory=memory)) is not None:
+            assert self.policy.claim_memory(claim) == memory
 
     @rule(claim=st.sampled_from(CLAIMS))
     def release(self, claim: str) -> None:

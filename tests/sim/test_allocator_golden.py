@@ -299,6 +299,28 @@ def test_taints_block_unless_tolerated() -> None:
     assert picked(alloc([slice_("s", "node-1", devices)], [claim("c", req("r", "cls", 2, tolerations=exists))])) == [[("r", "t0"), ("r", "t1")]]
 
 
+@pytest.mark.parametrize(
+    ("tolerations", "want"),
+    [
+        ([], "y"),  # "PreferNoSchedule" is no device effect: unknown effects are treated like None
+        ([{"operator": "Exists"}], "x"),  # no key, Exists: every taint
+        ([{"key": "native.cpu/isolated", "operator": "Exists", "effect": "NoExecute"}], "y"),  # another effect
+        ([{"key": "native.cpu/isolated", "value": "isolcpus"}], "x"),  # no operator: Equal
+        ([{"key": "native.cpu/isolated", "operator": "Equal", "value": "nohz_full"}], "y"),
+        ([{"key": "native.cpu/isolated", "operator": "Bogus"}], "y"),  # an unknown operator tolerates nothing
+    ],
+)
+def test_tolerations_match_as_upstreams_tolerates_taint(tolerations: list[dict[str, str]], want: str) -> None:
+    """``resourceclaim.ToleratesTaint`` (devicetoleration.go) and ``taintPreventsAllocation``
+    (allocator_incubating.go), Kubernetes v1.36.2: only NoSchedule and NoExecute prevent allocation."""
+    devices = [
+        device("x", taints=[{"key": "native.cpu/isolated", "value": "isolcpus", "effect": "NoSchedule"}]),
+        device("y", taints=[{"key": "k", "effect": "PreferNoSchedule"}]),
+    ]
+    got = alloc([slice_("s", "node-1", devices)], [claim("c", req("r", "cls", 1, tolerations=tolerations))])
+    assert picked(got) == [[("r", want)]]
+
+
 def test_consumable_capacity_share_ids_and_exhaustion() -> None:
     shared = [device("g0", attrs(socket=0), {"cpu": 8}, allowMultipleAllocations=True)]
     slices = [slice_("s", "node-1", shared)]
@@ -338,13 +360,43 @@ def test_capacity_request_on_unknown_capacity_makes_device_ineligible() -> None:
 
 
 def test_class_and_claim_config_in_result() -> None:
+    """As upstream's "Populate configs" (allocator_incubating.go, v1.36.2): a class's configs once,
+    naming each request of the class; a claim config once per request it names."""
     cfg = {"opaque": {"driver": DRIVER, "parameters": {"a": 1}}}
     classes = [dclass("cls", "true", config=[cfg])]
     c = claim("c", req("x"), req("y"), config=[{"requests": ["y"], "opaque": {"driver": DRIVER, "parameters": {"b": 2}}}])
     got = alloc([slice_("s", "node-1", devs("d0", "d1"))], [c], classes)
     assert got[0].to_api()["devices"]["config"] == [
-        {"source": "FromClass", "opaque": {"driver": DRIVER, "parameters": {"a": 1}}},
+        {"source": "FromClass", "requests": ["x", "y"], "opaque": {"driver": DRIVER, "parameters": {"a": 1}}},
         {"source": "FromClaim", "requests": ["y"], "opaque": {"driver": DRIVER, "parameters": {"b": 2}}},
+    ]
+
+
+def test_claim_config_naming_two_requests_appears_once_per_request() -> None:
+    both = {"requests": ["x", "y"], "opaque": {"driver": DRIVER, "parameters": {"b": 2}}}
+    every = {"opaque": {"driver": DRIVER, "parameters": {"c": 3}}}
+    c = claim("c", req("x"), req("y"), config=[every, both])
+    got = alloc([slice_("s", "node-1", devs("d0", "d1"))], [c])
+    assert got[0].to_api()["devices"]["config"] == [
+        {"source": "FromClaim", "opaque": {"driver": DRIVER, "parameters": {"c": 3}}},
+        {"source": "FromClaim", "requests": ["x", "y"], "opaque": {"driver": DRIVER, "parameters": {"b": 2}}},
+        {"source": "FromClaim", "requests": ["x", "y"], "opaque": {"driver": DRIVER, "parameters": {"b": 2}}},
+    ]
+
+
+def test_config_of_a_chosen_subrequest() -> None:
+    """Class configs name the chosen subrequest ``req/sub``; a claim config naming it applies,
+    one naming the subrequest that was not chosen does not."""
+    gone = dclass("gone", "false", config=[{"opaque": {"driver": DRIVER, "parameters": {"g": 1}}}])
+    cls = dclass("cls", "true", config=[{"opaque": {"driver": DRIVER, "parameters": {"a": 1}}}])
+    chosen = {"requests": ["r/second"], "opaque": {"driver": DRIVER, "parameters": {"s": 2}}}
+    skipped = {"requests": ["r/first"], "opaque": {"driver": DRIVER, "parameters": {"f": 3}}}
+    c = claim("c", first_available("r", sub("first", "gone"), sub("second", "cls")), config=[chosen, skipped])
+    got = alloc([slice_("s", "node-1", devs("d0"))], [c], [gone, cls])
+    assert picked(got) == [[("r/second", "d0")]]
+    assert got[0].to_api()["devices"]["config"] == [
+        {"source": "FromClass", "requests": ["r/second"], "opaque": {"driver": DRIVER, "parameters": {"a": 1}}},
+        {"source": "FromClaim", "requests": ["r/second"], "opaque": {"driver": DRIVER, "parameters": {"s": 2}}},
     ]
 
 

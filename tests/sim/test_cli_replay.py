@@ -126,3 +126,59 @@ def test_replaying_an_empty_file_is_an_error_not_a_silent_success(tmp_path: Path
     r = CliRunner().invoke(app, ["sim", "replay", str(empty)])
     assert r.exit_code == 2, r.output
     assert "nothing to replay" in " ".join(r.output.split())
+
+
+def test_streamed_steps_are_the_text_of_the_whole_list() -> None:
+    from topodra.sim.replay import replay
+    from topodra.yamldocs import expand_lists, load_documents
+
+    docs = [d for f in (V3 / "cluster.yaml", V3 / "workload.yaml") for d in expand_lists(load_documents(f))]
+    steps = [s.as_dict() for s in replay((d.obj, d.source) for d in docs).steps]
+    code, out, _ = invoke("replay", str(V3 / "cluster.yaml"), str(V3 / "workload.yaml"))
+    assert code == 1
+    assert out == yaml.safe_dump_all(steps, sort_keys=False)
+    code, out, _ = invoke("replay", str(V3 / "cluster.yaml"), str(V3 / "workload.yaml"), "-o", "json")
+    assert out == json.dumps(steps, indent=2) + "\n"
+
+
+def test_a_bad_object_ends_the_replay_before_the_rest_is_read(tmp_path: Path) -> None:
+    f = tmp_path / "x.yaml"
+    node = "apiVersion: v1\nkind: Node\nmetadata: {name: n}\n"
+    pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: c}]}\n"
+    # the file ends in broken YAML: the error must be the object's, read before it
+    f.write_text(f"{node}---\n{pod}---\nop: delete\nkind: Pod\nname: ghost\n---\nbroken: [\n")
+    code, out, err = invoke("replay", str(f), "-o", "json")
+    assert code == 2
+    assert err.strip() == f"error: {f}:10: delete Pod ghost: no such object"
+    assert [s["pod"] for s in json.loads(out)] == ["p"]  # the steps before it, as valid JSON
+
+
+def test_replay_progress_follows_the_input(tmp_path: Path) -> None:
+    from topodra.sim.replayio import ReplayProgress, replay_files
+
+    seen: list[ReplayProgress] = []
+    r, objects = replay_files(
+        [V3 / "cluster.yaml", V3 / "workload.yaml"], on_steps=lambda steps: None, progress=lambda p: seen.append(ReplayProgress(**vars(p)))
+    )
+    assert objects == len(seen) > 5
+    total = (V3 / "cluster.yaml").stat().st_size + (V3 / "workload.yaml").stat().st_size
+    assert [p.read for p in seen] == sorted(p.read for p in seen)
+    assert seen[-1].read == seen[-1].total == total
+    assert seen[-1].pending == len(r.pending) == 1
+    assert seen[-1].pods > 0
+    assert seen[-1].line().startswith("replay: read 0.0 of 0.0 MB, ")
+    assert r.steps == []  # handed on, not kept
+
+
+def test_a_workload_whose_first_pod_claims_nothing_fails_before_the_rest_is_read(tmp_path: Path) -> None:
+    f = tmp_path / "big.yaml"
+    pod = "apiVersion: v1\nkind: Pod\nmetadata: {{name: p{}}}\nspec:\n  resourceClaims: [{{name: c, resourceClaimTemplateName: t}}]\n"
+    first = "apiVersion: v1\nkind: Pod\nmetadata: {name: first}\nspec: {containers: [{name: c}]}\n"
+    f.write_text("---\n".join([first, *(pod.format(i) for i in range(2000)), "broken: [\n"]))
+    code, _, err = invoke("run", "--nodes", "2", "--cpus", "16", "--workload", str(f))
+    assert code == 2
+    assert " ".join(err.split()) == f"error: workload big: {f}:1: Pod first claims no resources (spec.resourceClaims is empty)"
+    f.write_text(pod.format(0) + "---\nbroken: [\n")
+    code, _, err = invoke("run", "--nodes", "2", "--cpus", "16", "--workload", str(f))
+    assert code == 2
+    assert " ".join(err.split()).startswith(f"error: {f}:8:1: invalid YAML: ")

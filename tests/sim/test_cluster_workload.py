@@ -50,7 +50,9 @@ def test_machine_errors_name_the_value() -> None:
 def test_cluster_slices_are_what_the_agent_publishes(model: str) -> None:
     c = build_cluster(ClusterSpec(nodes=3, machines={"2s1d1n2l4c2t": 1}, model=model))
     topo = topology_for("2s1d1n2l4c2t")
-    expected = build_slices("node-00002", build_devices(topo, DeviceModelConfig(model=model)))  # type: ignore[arg-type]
+    # as the agent publishes them to a 1.36 API server with its default gates: without mappings
+    config = DeviceModelConfig(model=model, node_allocatable="off")  # type: ignore[arg-type]
+    expected = build_slices("node-00002", build_devices(topo, config))
     got = [s for s in c.slices if s["spec"]["nodeName"] == "node-00002"]
     assert got == expected
     assert c.classes[0]["metadata"]["name"] == "native.cpu"
@@ -92,7 +94,9 @@ def test_builtin_workloads_all_schedule_on_their_models() -> None:
                 wl.pods_for(model)
             except WorkloadError:
                 continue
-            s, _ = run_simulation(RunConfig(nodes=3, machines={"64": 1}, model=model, pods=6), workload=wl)
+            gpus = name == "gpu-aligned"  # its claims take a GPU too: machines with PCI roots
+            machines = {"1s1d2n1l8c2t+pci": 1.0} if gpus else {"64": 1.0}
+            s, _ = run_simulation(RunConfig(nodes=3, machines=machines, model=model, pods=6, gpus=gpus), workload=wl)
             assert s.scheduled >= 1, (name, model, s.failure_reasons)
 
 

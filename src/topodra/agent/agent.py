@@ -195,6 +195,7 @@ class Agent:
         if cfg.dra.publish_slices:
             from topodra.dra.reconciler import SliceReconciler
 
+            await self._node_allocatable(kube)
             reconciler = SliceReconciler(
                 kube, cfg.node_name, self.publisher.offered_devices(), publish_delay=cfg.dra.publish_delay,
                 homes=self.publisher.home_devices,
@@ -202,6 +203,19 @@ class Agent:
             self.publisher.reconciler = reconciler
             placed = self.nri.placed if cfg.nri.enabled else None
             self.tasks.spawn(self.publisher.publish(reconciler, placed, self._stop), "slices")
+
+    async def _node_allocatable(self, kube: KubeClient) -> None:
+        """Whether the slices carry ``nodeAllocatableResourceMappings`` (``devices.nodeAllocatable``;
+        ``auto``: a dry-run probe of the API server), said in one line."""
+        from topodra.dra.nodealloc import probe_node_allocatable
+
+        switch = self.node.config.devices.node_allocatable
+        if switch == "auto":
+            result = await probe_node_allocatable(kube, self.node.config.node_name)
+            self.publisher.probed(result.publish)
+            self.notes.note(result.line)
+        else:
+            self.notes.note(f"nodeAllocatableResourceMappings: {'published' if switch == 'on' else 'not published'} (devices.nodeAllocatable: {switch})")
 
     async def _restore(self, driver: MeteredDriver) -> None:
         """The prepared claims from the checkpoint, back in the policy (checks relaxed meanwhile)."""

@@ -22,7 +22,7 @@ from topodra.cpuset import CPUSet
 from topodra.dra.driver import ClaimFetcher, ClaimLister, ClaimRef, Driver, PrepareResult, UnprepareResult
 from topodra.nri.types import Container, Pod
 from topodra.policy.api import Changes, PolicyError
-from topodra.topology.model import CoreType
+from topodra.topology.model import CoreType, Topology
 
 if TYPE_CHECKING:
     from topodra.kube.client import KubeClient
@@ -67,10 +67,14 @@ class ClaimBridge:
         self.driver: Driver | None = None
 
     # --- ``ClaimPolicy`` --------------------------------------------------------------------------
-    def claim(self, claim_id: str, cpus: CPUSet) -> Changes:
+    @property
+    def topology(self) -> Topology:
+        return self.state.policy.topology
+
+    def claim(self, claim_id: str, cpus: CPUSet, *, memory: str = "local") -> Changes:
         # Restoring after a restart: a claim's CPUs may be offline now (kept for it, reported).
         state = self.state
-        return self.router.decided(state.policy.claim(claim_id, cpus, keep_offline=state.restoring))
+        return self.router.decided(state.policy.claim(claim_id, cpus, keep_offline=state.restoring, memory=memory))
 
     def release(self, claim_id: str) -> Changes:
         return self.router.decided(self.state.policy.release(claim_id))
@@ -78,15 +82,18 @@ class ClaimBridge:
     def claimed(self, claim_id: str) -> CPUSet | None:
         return self.state.policy.claimed(claim_id)
 
-    def pick(self, count: int, within: CPUSet, *, prefer: CoreType | None = None) -> CPUSet:
+    def pick(
+        self, count: int, within: CPUSet, *, prefer: CoreType | None = None, whole_cores: bool = False,
+        spread: bool = False,
+    ) -> CPUSet:
         """Among the offered CPUs first (the shared floor and exclusive grants are not for
         claims), all of the device when the offer cannot hold the claim (an allocation made from
         older slices)."""
         policy = self.state.policy
         try:
-            return policy.pick(count, within & self.publisher.offer, prefer=prefer)
+            return policy.pick(count, within & self.publisher.offer, prefer=prefer, whole_cores=whole_cores, spread=spread)
         except PolicyError:
-            return policy.pick(count, within, prefer=prefer)
+            return policy.pick(count, within, prefer=prefer, whole_cores=whole_cores, spread=spread)
 
     # --- the driver's side ------------------------------------------------------------------------
     async def changed(self, changes: Changes) -> None:

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.alias_generators import to_camel
 
 from topodra.agent.config_file import MAX_CONFIG_BYTES, ConfigError, check_file_mode, read_config_file
-from topodra.dra.devices import DeviceModelConfig
+from topodra.dra.devices import DeviceModelConfig, yaml_switches
 from topodra.nri.stub import check_plugin_index, check_plugin_name
 from topodra.policy.config import PolicyConfig
 
@@ -134,6 +134,11 @@ class AgentConfig(_Section):
     hotplug: HotplugConfig = Field(default_factory=HotplugConfig)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["text", "json"] = "text"
+
+    @field_validator("devices", mode="before")
+    @classmethod
+    def _switches(cls, value: Any) -> Any:
+        return yaml_switches(value)  # ``nodeAllocatable: off`` unquoted is YAML's false
 
     @field_validator("node_name")
     @classmethod

@@ -18,9 +18,11 @@ from topodra.agent.metrics import AgentMetrics
 from topodra.agent.observe import AfterStep
 from topodra.agent.offer import OfferTracker
 from topodra.agent.state import NodeState
+from topodra.agent.taint_times import TaintTimes
 from topodra.cpuset import CPUSet
 from topodra.dra.devices import Device, offer_devices
 from topodra.dra.health import DeviceHealth, device_health
+from topodra.kube.errors import ApiError
 
 if TYPE_CHECKING:
     from topodra.dra.driver import Driver
@@ -39,11 +41,17 @@ class DevicePublisher:
         self.metrics = metrics
         self.logger = logger
         self.tracker = OfferTracker()
+        self.taint_times = TaintTimes()
         self.driver: Driver | None = None
         self.reconciler: SliceReconciler | None = None
         self.kubelet_plugin: KubeletPlugin | None = None
         self._after = after
         self._pending = False
+        #: False: the API server drops ``nodeAllocatableResourceMappings`` (the start's probe,
+        #: ``dra.nodealloc``): with ``devices.nodeAllocatable: auto`` the slices go without them
+        #: (the driver keeps the full devices).
+        self.node_allocatable = True
+        self._keeping = True
         self.offer: CPUSet = self._compute()
         after.add(self._after_step)
 
@@ -89,20 +97,42 @@ class DevicePublisher:
             state.devices = devices
             if self.driver is not None:
                 self.driver.set_devices(devices)
-        offer = self.offer
+        offer, keeping = self.offer, self._keeping
+        self._keeping = self._keep_mappings()  # a reload may switch devices.nodeAllocatable
         self.refresh_offer(full=True)
-        if changed and self.offer == offer and self.reconciler is not None:
+        if (changed or keeping != self._keeping) and self.offer == offer and self.reconciler is not None:
             self.reconciler.set_devices(self.offered_devices())
 
     def offered_devices(self) -> list[Device]:
-        # never an offline CPU, even before the offer has been recomputed for a machine change
+        # an offline CPU only tainted, even before the offer has been recomputed for a machine change
         state = self.state
-        return offer_devices(state.topology, state.config.devices, state.devices, self.offer & state.topology.online)
+        offered = offer_devices(
+            state.topology,
+            state.config.devices,
+            state.devices,
+            self.offer & state.topology.online,
+            reserved=state.policy.reserved_cpus,
+        )
+        return self._published(self.taint_times.stamp(offered))
 
     def home_devices(self) -> list[Device]:
         """The devices with nothing withdrawn, for the slices' homes (``OfferTracker.home_devices``)."""
         state = self.state
-        return self.tracker.home_devices(state.policy, state.topology, state.config.devices, state.devices)
+        return self._published(self.tracker.home_devices(state.policy, state.topology, state.config.devices, state.devices))
+
+    def probed(self, kept: bool) -> None:
+        """The start's probe: whether the API server keeps the mappings (before the first write)."""
+        self.node_allocatable = kept
+        self._keeping = self._keep_mappings()
+
+    def _keep_mappings(self) -> bool:
+        """Whether the slices carry the devices' mappings: ``on``, or ``auto`` and the probe found
+        the API server keeps them (``off``: the devices have none)."""
+        return self.node_allocatable or self.state.config.devices.node_allocatable != "auto"
+
+    def _published(self, devices: list[Device]) -> list[Device]:
+        """``devices`` as the slices carry them (without the mappings a server would drop)."""
+        return devices if self._keep_mappings() else [d.without_node_allocatable for d in devices]
 
     def device_health(self) -> list[DeviceHealth]:
         """Each device's health (the kubelet's DRAResourceHealth stream and /state)."""
@@ -122,7 +152,12 @@ class DevicePublisher:
 
     async def publish(self, reconciler: SliceReconciler, placed: asyncio.Event | None, stop: asyncio.Event) -> None:
         """Publish once the runtime's containers are known (``placed``: their exclusive CPUs are
-        not offered; None without NRI), then keep the slices written."""
+        not offered; None without NRI), then keep the slices written. The taints' times already
+        published (by this agent before a restart) are kept."""
+        try:
+            self.taint_times.seed(await reconciler.published_devices())
+        except ApiError as exc:
+            self.logger.info("cannot read the published slices (%s): device taints get new times", exc)
         if placed is not None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(placed.wait(), 10.0)

@@ -26,6 +26,7 @@ from topodra.cpuset import CPUSet, CPUSetParseError
 from topodra.dra.cdi import cdi_device_id
 from topodra.dra.claims import ClaimError, check_uid
 from topodra.dra.files import overwrite_durably, write_atomic
+from topodra.policy.api import MEMORY_MODES
 
 __all__ = [
     "CHECKPOINT_KIND",
@@ -73,6 +74,7 @@ class PreparedClaim:
     devices: tuple[PreparedDevice, ...] = ()
     pod_uids: tuple[str, ...] = ()
     error: str = field(default="", compare=False)  # set when restore could not re-claim the CPUs
+    memory: str = "local"  # the memory nodes of its containers (``memoryNodes``): local or all
 
     @property
     def cdi_ids(self) -> tuple[str, ...]:
@@ -90,7 +92,7 @@ def _claim_to_json(c: PreparedClaim) -> dict[str, Any]:
             | ({"shareID": d.share_id} if d.share_id else {})
             for d in c.devices
         ],
-    }
+    } | ({"memoryNodes": c.memory} if c.memory != "local" else {})
 
 
 def _canonical(obj: object) -> bytes:
@@ -199,6 +201,9 @@ def parse_generation(data: bytes, source: str = "checkpoint") -> tuple[int, dict
             if cpu in owner:
                 raise CheckpointError(f"{where}: CPU {cpu} is also held by claim {owner[cpu]!r}")
             owner[cpu] = uid
+        memory = raw.get("memoryNodes", "local")
+        if memory not in MEMORY_MODES:
+            raise CheckpointError(f"{where}.memoryNodes must be {' or '.join(MEMORY_MODES)}, got {memory!r}")
         claims[uid] = PreparedClaim(
             uid=uid,
             namespace=_str(raw, "namespace", where),
@@ -206,6 +211,7 @@ def parse_generation(data: bytes, source: str = "checkpoint") -> tuple[int, dict
             cpus=cpus,
             devices=tuple(devices),
             pod_uids=tuple(pods),
+            memory=memory,
         )
     return generation, claims
 

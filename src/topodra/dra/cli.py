@@ -107,9 +107,11 @@ def _devices(
         unknown = exclude - topo.online
         if unknown:
             raise _fail(f"--reserved: CPUs {unknown} are not online on this machine ({topo.online})")
-        devices = build_devices(topo, cfg, exclude=exclude)
+        if not topo.online - exclude:
+            raise _fail(f"--reserved {exclude}: leaves no CPU of {topo.online} for containers (the agent refuses that)")
+        devices = build_devices(topo, cfg, reserved=exclude)
         if not devices:
-            raise _fail(f"--reserved {exclude}: leaves no CPU of {topo.online} for devices (the agent refuses that)")
+            raise _fail(f"--reserved {exclude}: leaves no CPU of {topo.online} for devices")
         return topo, devices
     except (AttributeValidationError, DeviceModelError) as exc:
         raise _fail(str(exc)) from None
@@ -184,6 +186,13 @@ def devices_command(
     console.print(table)
     if extra:
         console.print(f"other attributes: {', '.join(sorted(extra))}", highlight=False)
+    tainted: dict[str, list[str]] = {}
+    for d in devices:
+        for t in d.taints:
+            value = f"={t['value']}" if t.get("value") else ""
+            tainted.setdefault(f"{t['key']}{value}:{t['effect']}", []).append(d.name)
+    for name, which in tainted.items():
+        console.print(f"taint {name}: {', '.join(which)}", highlight=False)
 
 
 @dra_app.command("slices")
@@ -221,17 +230,67 @@ def deviceclass_command(
     _emit(device_class(), Format(output.value))
 
 
+@dra_app.command("check-claim")
+def check_claim_command(
+    files: Annotated[list[Path], typer.Argument(help="YAML/JSON files of ResourceClaims, ResourceClaimTemplates and DeviceClasses.", dir_okay=False, metavar="FILE")],
+    model: ModelOpt = None,
+) -> None:
+    """Check the native.cpu parameters (opaque CpuConfig) of claims, templates and classes offline.
+
+    One line per problem, FILE:LINE: Kind/name path: what (got VALUE), and exit 1; with --model,
+    also the fields that do not apply to that device model.
+
+    \b
+      topodra dra check-claim examples/cpu-config.yaml
+      topodra dra check-claim claim.yaml --model cpu
+    """
+    from topodra.dra.params import check_object
+    from topodra.yamldocs import YamlFileError, expand_lists, load_documents
+
+    failed = False
+    for path in files:
+        try:
+            docs = expand_lists(load_documents(path))
+        except YamlFileError as exc:
+            typer.echo(str(exc), err=True)
+            failed = True
+            continue
+        objects = configs = 0
+        for doc in docs:
+            count, problems = check_object(doc.obj, model=model.value if model is not None else None)
+            if isinstance(doc.obj, dict) and doc.obj.get("kind") in ("DeviceClass", "ResourceClaim", "ResourceClaimTemplate"):
+                objects += 1
+            configs += count
+            for problem in problems:
+                typer.echo(f"{doc.source}: {problem}")
+                failed = True
+        if not objects:
+            typer.echo(f"{path}: no DeviceClass, ResourceClaim or ResourceClaimTemplate to check", err=True)
+            failed = True
+        elif not failed:
+            typer.echo(f"{path}: {configs} {'configuration' if configs == 1 else 'configurations'} of native.cpu in {objects} object(s): ok")
+    raise typer.Exit(1 if failed else 0)
+
+
 @dra_app.command("apiserver")
 def apiserver_command(
     port: Annotated[int, typer.Option("--port", min=0, max=65535, help="TCP port on 127.0.0.1 (0: any free port).")] = 0,
     load: Annotated[
         list[Path] | None, typer.Option("--load", help="Manifests (multi-document YAML) to create at start.", dir_okay=False)
     ] = None,
+    feature_gates: Annotated[
+        str,
+        typer.Option(
+            "--feature-gates",
+            help="Gates as a real API server takes them, e.g. DRANodeAllocatableResources=true (default: 1.36's, off).",
+        ),
+    ] = "",
 ) -> None:
     """Run the in-memory Kubernetes API server double on 127.0.0.1 until interrupted.
 
     It serves nodes, namespaces, pods, resourceslices, deviceclasses, resourceclaims and
     resourceclaimtemplates with the API's validation, for trying the driver without a cluster.
+    A disabled gate's fields are dropped as a real server drops them.
     """
     import asyncio
 
@@ -239,13 +298,20 @@ def apiserver_command(
     from rich.console import Console
 
     from topodra.embedded.apiserver import ApiServer
+    from topodra.embedded.store import Store
+    from topodra.gates import FeatureGateError, parse_feature_gates
+    from topodra.gates import feature_gates as with_defaults
     from topodra.kube.errors import ApiError
     from topodra.yamldocs import read_text
 
     console = Console()
+    try:
+        gates = parse_feature_gates(feature_gates)
+    except FeatureGateError as exc:
+        raise _fail(f"--feature-gates: {exc}") from None
 
     async def main() -> None:
-        async with ApiServer(port=port) as server:
+        async with ApiServer(Store(gates=with_defaults(gates)), port=port) as server:
             for path in load or []:
                 try:
                     docs = [d for d in yaml.safe_load_all(read_text(path)) if d]

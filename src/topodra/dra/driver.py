@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -53,14 +54,18 @@ from topodra.dra.claims import (
     ClaimRef,
     allocated_devices,
     check_uid,
+    claim_configs,
+    claim_memory,
+    core_siblings,
     pod_consumers,
     resolve_cpus,
 )
 from topodra.dra.devices import DRIVER, Device
+from topodra.dra.params import CpuConfig
 from topodra.dra.recovery import disputed, settle
 from topodra.faults import crash_point
 from topodra.policy.api import Changes, PolicyError
-from topodra.topology.model import CoreType
+from topodra.topology.model import CoreType, Topology
 
 __all__ = [
     "ClaimCheckError",
@@ -103,9 +108,14 @@ ChangesCallback = Callable[[Changes], Awaitable[None]]
 class ClaimPolicy(Protocol):
     """The part of the policy (topodra.policy.policy.Policy) the driver uses."""
 
-    def claim(self, claim_id: str, cpus: CPUSet) -> Changes: ...
+    @property
+    def topology(self) -> Topology: ...
+    def claim(self, claim_id: str, cpus: CPUSet, *, memory: str = "local") -> Changes: ...
     def release(self, claim_id: str) -> Changes: ...
-    def pick(self, count: int, within: CPUSet, *, prefer: CoreType | None = None) -> CPUSet: ...
+    def pick(
+        self, count: int, within: CPUSet, *, prefer: CoreType | None = None, whole_cores: bool = False,
+        spread: bool = False,
+    ) -> CPUSet: ...
     def claimed(self, claim_id: str) -> CPUSet | None: ...
 
 
@@ -194,6 +204,59 @@ def _identity_error(ref: ClaimRef, known: PreparedClaim) -> str:
         f"claim {ref}: UID {ref.uid} was prepared for claim {known.namespace}/{known.name}; "
         "a request naming another claim with this UID is refused"
     )
+
+
+def _claim_cpus(
+    policy: ClaimPolicy,
+    devices: Mapping[str, Device],
+    prepared: Mapping[str, PreparedClaim],
+    ref: ClaimRef,
+    allocated: Sequence[AllocatedDevice],
+    configs: Mapping[str, CpuConfig],
+) -> tuple[list[CPUSet], CPUSet, str, Changes] | str:
+    """Under the policy lock: the CPUs of each device (``resolve_cpus``, the parameters steering
+    the pick) and of the claim, claimed in the policy with the claim's memory nodes; or the refusal."""
+    taken = CPUSet()
+    for p in prepared.values():
+        if not p.error:
+            taken |= p.cpus
+    try:
+        per_device = resolve_cpus(
+            ref, allocated, devices, pick=functools.partial(_pick, policy), taken=taken, configs=configs,
+            siblings=functools.partial(core_siblings, policy.topology),
+        )
+    except (ClaimError, PolicyError) as exc:
+        return str(exc) if isinstance(exc, ClaimError) else f"claim {ref}: {exc}"
+    cpus = CPUSet()
+    for c in per_device:
+        cpus |= c
+    overlap = cpus & taken
+    if overlap:
+        holders = sorted(u for u, p in prepared.items() if p.cpus & overlap)
+        return f"claim {ref}: CPUs {overlap} are already prepared for claim(s) {', '.join(holders)}"
+    memory = claim_memory(configs)
+    try:
+        changes = _claim(policy, ref.uid, cpus, memory)
+    except PolicyError as exc:
+        return f"claim {ref}: the policy refuses CPUs {cpus}: {exc}"
+    return per_device, cpus, memory, changes
+
+
+def _pick(policy: ClaimPolicy, count: int, within: CPUSet, config: CpuConfig) -> CPUSet:
+    """The policy's pick for a share of a grouped device, as the request's parameters steer it."""
+    steer: dict[str, Any] = {}
+    if config.preferred_core_type is not None:
+        steer["prefer"] = CoreType(config.preferred_core_type)
+    if config.whole_cores:
+        steer["whole_cores"] = True
+    if config.numa_placement == "spread":
+        steer["spread"] = True
+    return policy.pick(count, within, **steer)
+
+
+def _claim(policy: ClaimPolicy, uid: str, cpus: CPUSet, memory: str) -> Changes:
+    """``policy.claim``, naming the memory nodes only when they are not the default."""
+    return policy.claim(uid, cpus) if memory == "local" else policy.claim(uid, cpus, memory=memory)
 
 
 class Driver:
@@ -329,7 +392,7 @@ class Driver:
                     if uid in self._prepared and not self._prepared[uid].error:
                         continue
                     try:
-                        all_changes.append(self._policy.claim(uid, claim.cpus))
+                        all_changes.append(_claim(self._policy, uid, claim.cpus, claim.memory))
                     except PolicyError as exc:
                         failed[uid] = f"cannot restore claim {claim.namespace}/{claim.name}: {exc}"
                         self._prepared[uid] = replace(claim, error=failed[uid])
@@ -457,6 +520,7 @@ class Driver:
             return PrepareResult(error=_fetch_error(ref, obj))
         try:
             allocated = allocated_devices(obj, ref, pool=self._pool, driver=self._driver)
+            configs = claim_configs(obj, ref, allocated, driver=self._driver)
         except ClaimError as exc:
             return PrepareResult(error=str(exc))
         pods = pod_consumers(obj)
@@ -466,26 +530,10 @@ class Driver:
             return PrepareResult(claim=PreparedClaim(ref.uid, ref.namespace, ref.name, CPUSet(), (), pods))
 
         async with self._lock:
-            taken = self.claimed_cpus()
-            try:
-                per_device = resolve_cpus(
-                    ref, allocated, self._devices, pick=lambda n, within: self._policy.pick(n, within), taken=taken
-                )
-            except (ClaimError, PolicyError) as exc:
-                return PrepareResult(error=str(exc) if isinstance(exc, ClaimError) else f"claim {ref}: {exc}")
-            cpus = CPUSet()
-            for c in per_device:
-                cpus |= c
-            overlap = cpus & taken
-            if overlap:
-                holders = sorted(u for u, p in self._prepared.items() if p.cpus & overlap)
-                return PrepareResult(
-                    error=f"claim {ref}: CPUs {overlap} are already prepared for claim(s) {', '.join(holders)}"
-                )
-            try:
-                changes = self._policy.claim(ref.uid, cpus)
-            except PolicyError as exc:
-                return PrepareResult(error=f"claim {ref}: the policy refuses CPUs {cpus}: {exc}")
+            decided = _claim_cpus(self._policy, self._devices, self._prepared, ref, allocated, configs)
+            if isinstance(decided, str):
+                return PrepareResult(error=decided)
+            per_device, cpus, memory, changes = decided
         crash_point("prepare.claimed")
         prepared = PreparedClaim(
             uid=ref.uid,
@@ -497,6 +545,7 @@ class Driver:
                 for a, c in zip(allocated, per_device, strict=True)
             ),
             pod_uids=pods,
+            memory=memory,
         )
         try:
             cdi.write_spec(self._cdi_dir, ref.uid, cpus)

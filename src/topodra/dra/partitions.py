@@ -46,22 +46,24 @@ def core_consumption(core: int, threads: int) -> tuple[dict[str, Any], ...]:
 
 
 def counter_sets(devices: Iterable[Any]) -> list[dict[str, Any]]:
-    """The ``sharedCounters`` the devices consume: each counter holds the largest amount one
-    device takes from it (a core device takes all of its core's offered threads); sets and
-    counters in core order. Empty when no device consumes counters."""
-    sets: dict[str, dict[str, int]] = {}
+    """The ``sharedCounters`` the devices consume: each core's counter holds its offered threads,
+    the CPUs of the devices that consume it (each device takes as many as it has CPUs): the core
+    device takes all of it, and with the core withdrawn (one of its threads held or kept back)
+    every thread still offered can be taken, together too. Sets and counters in core order;
+    empty when no device consumes counters."""
+    sets: dict[str, dict[str, int]] = {}  # set -> counter -> mask of the consumers' CPUs
     for d in devices:
         for consumption in d.consumes_counters:
             counters = sets.setdefault(consumption["counterSet"], {})
-            for name, amount in consumption["counters"].items():
-                counters[name] = max(counters.get(name, 0), int(amount["value"]))
+            for name in consumption["counters"]:
+                counters[name] = counters.get(name, 0) | d.cpus.mask
 
     def number(name: str) -> tuple[int, str]:
         digits = name.lstrip("abcdefghijklmnopqrstuvwxyz-")
         return (int(digits) if digits.isdigit() else -1, name)
 
     return [
-        {"name": s, "counters": {c: {"value": str(sets[s][c])} for c in sorted(sets[s], key=number)}}
+        {"name": s, "counters": {c: {"value": str(sets[s][c].bit_count())} for c in sorted(sets[s], key=number)}}
         for s in sorted(sets, key=number)
     ]
 

@@ -24,7 +24,14 @@ from typing import Any
 
 from topodra.cpuset import CPUSet
 from topodra.dra.checkpoint import PreparedClaim, PreparedDevice
-from topodra.dra.claims import ClaimError, ClaimRef, allocated_devices, pod_consumers
+from topodra.dra.claims import (
+    ClaimError,
+    ClaimRef,
+    allocated_devices,
+    claim_configs,
+    claim_memory,
+    pod_consumers,
+)
 from topodra.dra.devices import Device
 
 __all__ = ["Settled", "claim_from_api", "disputed", "settle"]
@@ -74,7 +81,8 @@ def claim_from_api(
         union |= mine
     if union != cpus:
         raise ClaimError(f"claim {ref}: its devices hold CPUs {union}, the CDI spec says {cpus}")
-    return PreparedClaim(ref.uid, ref.namespace, ref.name, cpus, tuple(prepared), pods)
+    memory = claim_memory(claim_configs(obj, ref, allocated, driver=driver))
+    return PreparedClaim(ref.uid, ref.namespace, ref.name, cpus, tuple(prepared), pods, memory=memory)
 
 
 def settle(

@@ -29,7 +29,9 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 from topodra.embedded.apply import Owners, apply_devices, drop_deallocated, owned_by, update_owners
+from topodra.embedded.prepare import drop_disabled_fields, set_defaults
 from topodra.embedded.validation import VALIDATORS
+from topodra.gates import DEFAULTS, feature_gates
 from topodra.kube.errors import ApiError
 
 _T = TypeVar("_T")
@@ -260,7 +262,7 @@ def _now() -> str:
 class Store:
     """All objects of the double, keyed by kind, namespace and name."""
 
-    def __init__(self, *, event_log: int = 10_000) -> None:
+    def __init__(self, *, event_log: int = 10_000, gates: Mapping[str, bool] | None = None) -> None:
         self._objects: dict[tuple[str, str], dict[tuple[str, str], Obj]] = {k: {} for k in KINDS}
         self._rv = itertools.count(1)
         self._last_rv = 0
@@ -269,6 +271,11 @@ class Store:
         #: Mutating admission: ``fn(kind, obj)`` may change an object being created or updated
         #: (e.g. drop fields of a disabled feature gate, as a real API server does).
         self.admission: list[Callable[[Kind, Obj], None]] = []
+        #: The feature gates whose fields the store keeps or drops (``topodra.gates``): a disabled
+        #: gate's fields are dropped before validation (``embedded.prepare``). Unless given, every gate
+        #: is on (a server keeping every field topodra writes); ``dra apiserver`` and the playground
+        #: start from 1.36's defaults.
+        self.gates: dict[str, bool] = feature_gates(gates) if gates is not None else dict.fromkeys(DEFAULTS, True)
         #: claim UID -> who owns which field of its status.devices (server-side apply)
         self._owners: dict[str, Owners] = {}
 
@@ -397,6 +404,14 @@ class Store:
         self._watches.add(watch)
         return watch
 
+    def _admit(self, kind: Kind, obj: Obj, old: Obj | None) -> None:
+        """What a real server does to an object before validating it: defaults, a disabled gate's
+        fields dropped, then the mutating admission."""
+        set_defaults(kind.plural, obj)
+        drop_disabled_fields(self.gates, kind.plural, obj, old)
+        for admit in self.admission:
+            admit(kind, obj)
+
     def close_watches(self) -> None:
         for w in list(self._watches):
             w.close()
@@ -416,8 +431,7 @@ class Store:
             meta["name"] = f"{meta['generateName']}{uuid.uuid4().hex[:5]}"
         if kind.plural in ("resourceclaims", "pods"):
             obj.pop("status", None)  # set only through the status subresource, as on a real server
-        for admit in self.admission:
-            admit(kind, obj)
+        self._admit(kind, obj, None)
         self._validate(kind, obj, None)
         if (ns, meta["name"]) in self._bucket(kind):
             raise ApiError.already_exists(kind.plural, meta["name"], kind.group)
@@ -486,8 +500,7 @@ class Store:
         claim = kind.plural == "resourceclaims"
         if claim and isinstance(new.get("status"), dict):
             drop_deallocated(new["status"], old.get("status") or {})
-        for admit in self.admission:
-            admit(kind, new)
+        self._admit(kind, new, old)
         self._validate(kind, new, old)
         if new.get("spec") != old.get("spec"):
             new["metadata"]["generation"] = int(old["metadata"].get("generation", 1)) + 1

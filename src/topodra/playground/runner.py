@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 from topodra.cpuset import CPUSet
+from topodra.embedded.store import KINDS
 from topodra.playground.scenario import Check, Scenario, Step
 from topodra.playground.world import Playground, PlaygroundError
 from topodra.topology.machine import load_machine, machine_label
@@ -93,9 +94,23 @@ def _snapshot(pg: Playground) -> dict[str, CPUSet]:
     return {f"{row.pod}/{row.container}": row.cpus for row in pg.rows()}
 
 
+def _refused(pg: Playground, check: Check, text: str, label: str) -> CheckResult:
+    """A ``failed`` check: the pod was scheduled and its containers refused, for ``text``."""
+    ns, pod, _ = check.target.split("/")
+    status = _pod_status(pg, pod, ns)
+    why = str(status.get("message") or "")
+    if status.get("phase") != "Failed":
+        return CheckResult(check, False, f"{label}: expected its containers to be refused, but it is {status.get('phase') or 'not there'}")
+    if text not in why:
+        return CheckResult(check, False, f"{label}: refused, but the reason {why!r} does not mention {text!r}")
+    return CheckResult(check, True, f"{label}: scheduled, then refused ({why})")
+
+
 def evaluate(pg: Playground, check: Check, history: Mapping[int, Mapping[str, CPUSet]] | None = None) -> CheckResult:
     """One expectation against the runtime's current state (``history``: each earlier step's CPUs)."""
     label = check.target.removeprefix("default/").rstrip("/")
+    if check.failed is not None:
+        return _refused(pg, check, check.failed, label)
     if check.pending is not None:
         ns, pod, _ = check.target.split("/")
         msg = pg.pod_errors.get(f"{ns}/{pod}")
@@ -122,6 +137,13 @@ def evaluate(pg: Playground, check: Check, history: Mapping[int, Mapping[str, CP
         wrong = CPUSet(c for c in cpus if pg.topology.cpu(c).core_type.value != check.core_type)
         if wrong:
             problems.append(f"CPUs {wrong} are not {check.core_type}")
+    if check.isolated is not None:
+        topo = pg.topology
+        isolated = topo.isolated | CPUSet(c for c, info in topo.cpus.items() if info.isolated)
+        wrong = cpus - isolated if check.isolated else cpus & isolated
+        if wrong:
+            problems.append(f"CPUs {wrong} are {'not ' if check.isolated else ''}isolated")
+    problems.extend(_placement_checks(pg, check, cpus))
     for other, must_overlap in ((check.excludes, False), (check.includes, True)):
         if other is None:
             continue
@@ -133,9 +155,88 @@ def evaluate(pg: Playground, check: Check, history: Mapping[int, Mapping[str, CP
             problems.append(f"shares CPUs {cpus & theirs} with {name}")
         elif must_overlap and not theirs <= cpus:
             problems.append(f"lacks CPUs {theirs - cpus} of {name}")
+    if check.pcie_local:
+        problems.extend(_pcie_problems(pg, check.target, cpus))
     if problems:
         return CheckResult(check, False, f"{label}: " + "; ".join(problems))
     return CheckResult(check, True, f"{label}: CPUs {cpus} as expected")
+
+
+def _placement_checks(pg: Playground, check: Check, cpus: CPUSet) -> list[str]:
+    """``mems`` and ``allocated``: the memory nodes, and the CPUs against the scheduler's choice."""
+    out: list[str] = []
+    if check.mems is not None:
+        mems = next((r.mems for r in pg.rows() if f"{r.pod}/{r.container}" == check.target), None)
+        if mems != check.mems:
+            out.append(f"mems {mems}, expected {check.mems}")
+    if check.allocated:
+        chosen = allocated_cpus(pg, check.target)
+        if isinstance(chosen, str):
+            out.append(chosen)
+        elif chosen != cpus:
+            out.append(f"CPUs {cpus}, but the scheduler allocated the CPUs {chosen}")
+    return out
+
+
+def allocated_cpus(pg: Playground, target: str) -> CPUSet | str:
+    """The CPUs of the devices the scheduler allocated to the claims a container uses (from the
+    claims' ``status.allocation`` and the node's devices), or why there are none to compare."""
+    from topodra.dra.devices import DRIVER, DeviceModelConfig, build_devices
+    from topodra.embedded.store import KINDS
+    from topodra.kube.errors import ApiError
+
+    ns, pod_name, container = target.split("/")
+    try:
+        pod = pg.store.get(KINDS[("", "pods")], ns, pod_name)
+    except ApiError:
+        return f"pod {ns}/{pod_name} does not exist"
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    names = {c["name"] for ctr in spec.get("containers") or () if ctr.get("name") == container
+             for c in (ctr.get("resources") or {}).get("claims") or ()}
+    claim_of = {s["name"]: s.get("resourceClaimName") for s in status.get("resourceClaimStatuses") or ()}
+    claim_of |= {r["name"]: r["resourceClaimName"] for r in spec.get("resourceClaims") or () if r.get("resourceClaimName")}
+    if pg.agent is not None:
+        devices = {d.name: d for d in pg.agent.node.devices}
+    else:
+        devices = {d.name: d for d in build_devices(pg.topology, DeviceModelConfig(model=pg.model, group_by=pg.group_by))}  # type: ignore[arg-type]
+    out = CPUSet()
+    for name in sorted(names):
+        try:
+            claim = pg.store.get(KINDS[("resource.k8s.io", "resourceclaims")], ns, claim_of.get(name) or "")
+        except ApiError:
+            return f"claim {name!r} of pod {ns}/{pod_name} does not exist"
+        for r in ((claim.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results") or ():
+            if r.get("driver") != DRIVER:
+                continue
+            device = devices.get(r["device"])
+            if device is None or (device.allow_multiple_allocations and r.get("consumedCapacity")):
+                return f"device {r['device']} of claim {claim['metadata']['name']}: topodra picks its CPUs, not the scheduler"
+            out |= device.cpus
+    return out if names else f"{container} uses no claim"
+
+
+def _pcie_problems(pg: Playground, target: str, cpus: CPUSet) -> list[str]:
+    """``pcieLocal``: CPUs outside the PCIe root of a GPU allocated to the same pod."""
+    from topodra.dra.devices import PCIE_ROOT_ATTRIBUTE
+    from topodra.sim.gpus import GPU_DRIVER, gpu_devices
+
+    ns, pod, _ = target.split("/")
+    gpus = {d.name: d for d in gpu_devices(pg.topology)}
+    roots = {r.name: r for r in pg.topology.pci_roots}
+    names = [
+        r["device"]
+        for c in pg.scheduler.pod_claims(pg.store.get(KINDS[("", "pods")], ns, pod))
+        for r in ((c.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results") or []
+        if r.get("driver") == GPU_DRIVER
+    ]
+    if not names:
+        return [f"no {GPU_DRIVER} device is allocated to pod {ns}/{pod}"]
+    out = []
+    for name in names:
+        root = roots[str(gpus[name].attributes[PCIE_ROOT_ATTRIBUTE])]
+        if not cpus <= root.cpus:
+            out.append(f"CPUs {cpus - root.cpus} are not local to {root.name} of {name} (its CPUs: {root.cpus})")
+    return out
 
 
 async def run_scenario(
@@ -151,6 +252,9 @@ async def run_scenario(
         if before_step is not None:
             await before_step(i, step)
         res = StepResult(i, step)
+        if step.gates:  # the API server and the scheduler restarted with these gates
+            pg.store.gates.update(step.gates)
+            res.lines.append("feature gates " + ", ".join(f"{k}={str(v).lower()}" for k, v in sorted(step.gates.items())))
         if step.apply:
             by_source: dict[str, list[dict[str, object]]] = {}
             for m in step.apply:

@@ -23,12 +23,16 @@ from topodra.agent.agent import Agent
 from topodra.agent.config import AgentConfig, parse_config
 from topodra.cpuset import CPUSet
 from topodra.dra.devices import DRIVER, device_class
+from topodra.dra.kubeletplugin import KubeletPlugin
 from topodra.embedded.apiserver import ApiServer
+from topodra.embedded.gpudriver import start_gpu_driver
 from topodra.embedded.runtime import ContainerChange, EmbeddedRuntime
 from topodra.embedded.store import KINDS, Kind, Store
+from topodra.gates import LIST_TYPE_ATTRIBUTES, feature_gates
 from topodra.kube.errors import ApiError
 from topodra.playground.kubelet import EmbeddedKubelet, KubeletError
 from topodra.playground.scheduler import EmbeddedScheduler, SchedulingError
+from topodra.sim.gpus import GPU_DRIVER
 from topodra.topology.model import Topology
 
 __all__ = ["DEFAULT_TOPOLOGY", "ContainerRow", "Playground", "PlaygroundError"]
@@ -37,6 +41,16 @@ DEFAULT_TOPOLOGY = "20em64t-hybrid-1p6c2t+2ca4co1t"  # Intel Core i7-1370P: 6 P-
 NODE_NAME = "playground"
 
 _KIND_BY_NAME: dict[tuple[str, str], Kind] = {(k.api_version, k.kind): k for k in KINDS.values()}
+
+
+def node_allocatable(topology: Topology, config: AgentConfig) -> dict[str, str]:
+    """The node's ``status.allocatable`` as the kubelet reports it: every online CPU but the agent's
+    reserved ones, the machine's memory, 110 pods."""
+    from topodra.policy import Policy
+
+    reserved = Policy(topology, config.policy).reserved_cpus
+    memory = sum(n.memory_bytes for n in topology.nodes.values()) or 64 << 30
+    return {"cpu": str(len(topology.online - reserved)), "memory": str(memory), "pods": "110"}
 
 
 class PlaygroundError(RuntimeError):
@@ -81,12 +95,19 @@ class Playground:
         agent_process: str | None = None,
         cgroups: bool = False,
         runtime_options: Mapping[str, Any] | None = None,
+        gates: Mapping[str, bool] | None = None,
+        gpus: bool = False,
     ) -> None:
         """``agent_process``: run the agent as a child process (``python -m topodra agent``) with
         this topology spec (fixture name or ``synthetic:SPEC``), as the crash tests do.
         ``cgroups``: the runtime writes each task's cpuset to cgroup files under the work
         directory's ``host/sys/fs/cgroup``, where the agent (``sysfsRoot: host``) reads them.
-        ``runtime_options``: more ``EmbeddedRuntime`` options (``start_delay``, ``fail_updates``...)."""
+        ``runtime_options``: more ``EmbeddedRuntime`` options (``start_delay``, ``fail_updates``...).
+        ``gates``: feature gates of the API server and the scheduler (``topodra.gates``; unless
+        given, Kubernetes 1.36's defaults); both read ``store.gates``, so changing it there is
+        restarting them with other ``--feature-gates`` (the agent sees it at its next start).
+        ``gpus``: a second driver on the node, ``gpu.example.com`` (``topodra.sim.gpus``): its
+        DeviceClass, its slices (a GPU per PCIe root of the machine) and its kubelet plugin."""
         self.topology = topology
         self.model = model
         self.group_by = group_by
@@ -95,12 +116,14 @@ class Playground:
         self.agent_overrides = dict(agent_overrides or {})
         self.nri_version = nri_version
         self.on_change = on_change
-        self.store = Store()
+        self.store = Store(gates=feature_gates(gates))
         self.api = ApiServer(self.store)
         self.runtime: EmbeddedRuntime | None = None
         self.agent: Agent | None = None
         self.kubelet: EmbeddedKubelet | None = None
         self.scheduler = EmbeddedScheduler(self.store, NODE_NAME)
+        self.gpus = gpus
+        self.gpu_plugin: KubeletPlugin | None = None
         self.log = StepLog()
         self.last_source: dict[str, str] = {}  # container id -> how its cpus last changed
         self.pod_errors: dict[str, str] = {}
@@ -131,7 +154,8 @@ class Playground:
         base = self._dirs()
         raw: dict[str, Any] = {
             "nodeName": NODE_NAME,
-            "devices": {"model": self.model, "group_by": self.group_by},
+            # list-typed pcieRoot where the API server keeps lists (DRAListTypeAttributes)
+            "devices": {"model": self.model, "group_by": self.group_by, "listAttributes": self.store.gates[LIST_TYPE_ATTRIBUTES]},
             "kubeletRoot": str(base / "kubelet"),
             "cdiDir": str(base / "cdi"),
             "stateDir": str(base / "state"),
@@ -149,12 +173,23 @@ class Playground:
         return parse_config(raw, "playground agent configuration")
 
     async def start(self) -> None:
+        if self.gpus:
+            from topodra.sim.gpus import PCI_HINT, no_gpu_reason
+
+            why = no_gpu_reason(self.topology)
+            if why is not None:  # before anything starts
+                raise PlaygroundError(f"no {GPU_DRIVER} device on this machine: {why} (use {PCI_HINT})")
         base = self._dirs()
         await self.api.start()
         self.store.create(
             KINDS[("", "nodes")],
             None,
-            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE_NAME, "labels": {"kubernetes.io/hostname": NODE_NAME}}},
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": NODE_NAME, "labels": {"kubernetes.io/hostname": NODE_NAME}},
+                "status": {"allocatable": node_allocatable(self.topology, self.agent_config())},
+            },
         )
         self.store.create(KINDS[("resource.k8s.io", "deviceclasses")], None, device_class())
         mems = CPUSet(n.id for n in self.topology.nodes.values() if n.memory_bytes > 0) or CPUSet([0])
@@ -172,7 +207,11 @@ class Playground:
         self.kubelet = EmbeddedKubelet(
             node_name=NODE_NAME, runtime=self.runtime, kubelet_root=base / "kubelet", cdi_dir=base / "cdi"
         )
-        await self.kubelet.register_plugins(expect=[DRIVER])
+        drivers = [DRIVER]
+        if self.gpus:
+            self.gpu_plugin = await start_gpu_driver(self.store, self.topology, NODE_NAME, base / "kubelet")
+            drivers.append(GPU_DRIVER)
+        await self.kubelet.register_plugins(expect=drivers)
         await self.wait_slices()
         self.log.add(f"node {NODE_NAME}: {len(self.topology.cpus)} CPUs, agent ready, {len(self.slices())} ResourceSlice(s)")
 
@@ -303,7 +342,7 @@ class Playground:
             return
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        while not self.slices():
+        while not [s for s in self.slices() if s["spec"]["driver"] == DRIVER]:
             if loop.time() > deadline:
                 raise PlaygroundError("the agent published no ResourceSlice")
             await asyncio.sleep(0.05)
@@ -330,6 +369,8 @@ class Playground:
     async def stop(self) -> None:
         if self.kubelet is not None:
             await self.kubelet.close()
+        if self.gpu_plugin is not None:
+            await self.gpu_plugin.stop()
         if self.agent is not None:
             await self.agent.stop()
         await self.kill_agent_process()

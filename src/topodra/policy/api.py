@@ -19,6 +19,7 @@ __all__ = [
     "Assignment",
     "BadRequestError",
     "Changes",
+    "MEMORY_MODES",
     "ContainerRequest",
     "NoFitError",
     "NodeSet",
@@ -29,6 +30,9 @@ __all__ = [
 
 #: NUMA node ids use the same list format as CPUs ("0-1,3").
 NodeSet: TypeAlias = CPUSet
+#: The memory nodes a DRA claim's containers get (``Policy.claim(memory=)``): ``local``, the nodes of
+#: its CPUs (and memory-only nodes attached to them), or ``all``, every node of their memory kinds.
+MEMORY_MODES = ("local", "all")
 
 
 class PolicyError(Exception):

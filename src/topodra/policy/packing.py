@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 from topodra.policy.groups import GroupTree
 
-__all__ = ["pack", "clean_mask", "pack_near"]
+__all__ = ["pack", "clean_mask", "pack_near", "pack_spread", "spread_shares"]
 
 _INF = 1 << 30
 
@@ -234,3 +234,46 @@ def pack_near(
         if got is not None:
             return got
     return None
+
+
+def spread_shares(free: Sequence[int], n: int, unit: int) -> list[int] | None:
+    """How many of ``n`` CPUs each part gives when spread as evenly as the free CPUs allow, in
+    steps of ``unit`` (a core's threads, for whole cores): each step goes to the part that has
+    given least so far and still has room, the one with the most room left on a tie, then the
+    lowest. None when the parts cannot hold ``n``."""
+    shares = [0] * len(free)
+    left = n
+    while left > 0:
+        step = min(unit, left)
+        fits = [(shares[i], shares[i] - room, i) for i, room in enumerate(free) if room - shares[i] >= step]
+        if not fits:
+            return None
+        best = min(fits)[2]
+        shares[best] += step
+        left -= step
+    return shares
+
+
+def pack_spread(
+    tree: GroupTree,
+    parts: Sequence[int],
+    cand: int,
+    n: int,
+    unit: int = 1,
+    limits: Sequence[int] | None = None,
+) -> int | None:
+    """``n`` CPUs out of ``cand`` spread evenly over ``parts`` (disjoint masks: NUMA nodes), each
+    part's share topology-packed within it (``spread_shares``, ``pack``); None if impossible."""
+    masks = [cand & m for m in parts]
+    shares = spread_shares([m.bit_count() for m in masks], n, unit)
+    if shares is None:
+        return None
+    out = 0
+    for mask, share in zip(masks, shares, strict=True):
+        if not share:
+            continue
+        got = pack(tree, tree.deepest_containing(mask), mask, share, limits)
+        if got is None:
+            return None
+        out |= got
+    return out

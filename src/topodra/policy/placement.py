@@ -59,6 +59,7 @@ class Placer:
         self.part = supply.part
         self.config = config
         self.mem_hints: dict[str, int] = {}  # during sync: the memory nodes containers run on
+        self.all_memory: set[str] = set()  # claims whose containers get every memory node (``memoryNodes: all``)
         self._homes: dict[tuple[int, frozenset[MemoryKind]], tuple[int, int]] = {}  # memory_for without a size
         self._kind_fits: dict[frozenset[MemoryKind], tuple[int, ...]] = {}  # _mem_fit_table where all have room
         pools, depth = self.part.pools, self.part.depth
@@ -116,8 +117,13 @@ class Placer:
                     raise BadRequestError(f"{where(req)}: claim {claim!r} is not prepared on this node (known: {known})")
                 cpus |= mask
             pool = self.part.pool_at(cpus)
-            mem_pool, mems = self.memory_for(req, need, pool)
-            exact = self.part.nodes_near(cpus, mems)
+            if self.all_memory and not self.all_memory.isdisjoint(need.claims):
+                # A claim with ``memoryNodes: all``: every memory node of the wanted kinds.
+                mem_pool, mems = self.memory_for(req, need, 0)
+                exact = mems
+            else:
+                mem_pool, mems = self.memory_for(req, need, pool)
+                exact = self.part.nodes_near(cpus, mems)
             return Grant(request=req, kind=kind, pool=pool, mem_pool=mem_pool, mems=exact or mems, memory=need.memory,
                          claims=need.claims, hide_hyperthreads=hide, memory_preserve=preserve)
         if kind is RESERVED:
@@ -351,7 +357,7 @@ class Placer:
         what = f"{need.exclusive} exclusive CPUs" + (f" + {need.milli}m shared" if need.kind is MIXED else "")
         best = max(range(len(pools)), key=lambda i: (cap.reach[i], -i))
         most = max(0, cap.reach[best])
-        claimed = (self.supply.claimed & self.part.allowed).bit_count()
+        claimed = (self.supply.claimed & self.part.allowed & ~self.part.reserved).bit_count()
         if claimed and need.exclusive <= most + claimed:
             return self._no_fit_claimed(req, need, claimed, most)
         return (

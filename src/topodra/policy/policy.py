@@ -22,6 +22,7 @@ from topodra.cpuset import CPUSet
 from topodra.policy import snapshot as snap_json
 from topodra.policy.annotations import DOMAIN, Preferences, parse_preferences
 from topodra.policy.api import (
+    MEMORY_MODES,
     Assignment,
     BadRequestError,
     Changes,
@@ -43,7 +44,7 @@ from topodra.policy.classify import (
 )
 from topodra.policy.config import PolicyConfig
 from topodra.policy.grants import Grant
-from topodra.policy.packing import pack
+from topodra.policy.packing import pack, pack_spread
 from topodra.policy.partition import Partition, bits, build_partition, fmt
 from topodra.policy.placement import Placer
 from topodra.policy.pools import Pool
@@ -66,6 +67,7 @@ class _PolicyQueries:
     _supply: Supply
     _assigned: dict[str, Assignment]  # what the caller last got, per container
     _offline_claims: dict[str, int]  # claims holding CPUs gone offline, as claimed
+    _placer: Placer
 
     @property
     def topology(self) -> Topology:
@@ -102,6 +104,15 @@ class _PolicyQueries:
         """The CPUs claimed, as claimed (offline ones included: see ``follow``)."""
         mask = self._offline_claims.get(claim_id, self._supply.claims.get(claim_id))
         return None if mask is None else CPUSet.from_mask(mask)
+
+    @property
+    def claimed_cpus(self) -> CPUSet:
+        """The online CPUs DRA claims hold."""
+        return CPUSet.from_mask(self._supply.claimed)
+
+    def claim_memory(self, claim_id: str) -> str:
+        """The memory nodes of a claim's containers: ``all`` or ``local`` (see ``claim``)."""
+        return "all" if claim_id in self._placer.all_memory else "local"
 
     def claims(self) -> dict[str, CPUSet]:
         """Every claim's CPUs as claimed (offline ones included: see ``follow``)."""
@@ -193,17 +204,23 @@ class Policy(_PolicyQueries):
             return {}
         return self._transaction(lambda: self._supply.put(container_id, None))
 
-    def claim(self, claim_id: str, cpus: CPUSet, *, keep_offline: bool = False) -> Changes:
+    def claim(self, claim_id: str, cpus: CPUSet, *, keep_offline: bool = False, memory: str = "local") -> Changes:
         """Take ``cpus`` out of every pool for a DRA claim (see docs/policy.md for the rules).
 
         ``keep_offline``: a claim restored after a restart may hold CPUs that are present but
         offline now; they are kept for it (``offline_claims``) as ``follow`` keeps them.
+        ``memory``: the memory nodes of the claim's containers, ``local`` (the nodes of its CPUs)
+        or ``all`` (every memory node of the kinds they use).
         """
+        if memory not in MEMORY_MODES:
+            raise BadRequestError(f"claim {claim_id!r}: memory must be {' or '.join(MEMORY_MODES)}, got {memory!r}")
         supply, mask = self._supply, cpus.mask
         old = self._offline_claims.get(claim_id, supply.claims.get(claim_id))
         if old is not None:
-            if old == mask:
+            if old == mask and (memory == "all") == (claim_id in self._placer.all_memory):
                 return {}
+            if old == mask:
+                raise BadRequestError(f"claim {claim_id!r} already holds CPUs {cpus} with other memory nodes")
             raise BadRequestError(
                 f"claim {claim_id!r} already holds CPUs {fmt(old)}; release it before claiming {cpus}"
             )
@@ -219,11 +236,19 @@ class Policy(_PolicyQueries):
             mask &= ~offline
             if not mask:
                 self._offline_claims[claim_id] = cpus.mask
+                if memory == "all":
+                    self._placer.all_memory.add(claim_id)
                 return {}
         problem = supply.claim_problem(mask)
         if problem is not None:
             raise BadRequestError(f"claim {claim_id!r}: {problem}")
-        changes = self._claim(claim_id, CPUSet.from_mask(mask))
+        if memory == "all":
+            self._placer.all_memory.add(claim_id)
+        try:
+            changes = self._claim(claim_id, CPUSet.from_mask(mask))
+        except BaseException:
+            self._placer.all_memory.discard(claim_id)
+            raise
         if mask != cpus.mask:
             self._offline_claims[claim_id] = cpus.mask
         return changes
@@ -258,6 +283,7 @@ class Policy(_PolicyQueries):
         supply = self._supply
         if claim_id not in supply.claims:
             self._offline_claims.pop(claim_id, None)  # none of its CPUs is online
+            self._placer.all_memory.discard(claim_id)
             return {}
 
         def body() -> None:
@@ -270,19 +296,33 @@ class Policy(_PolicyQueries):
 
         changes = self._transaction(body)
         self._offline_claims.pop(claim_id, None)
+        self._placer.all_memory.discard(claim_id)
         return changes
 
-    def pick(self, count: int, within: CPUSet, *, prefer: CoreType | None = None) -> CPUSet:
-        """Choose ``count`` CPUs of ``within`` for a grouped device; does not claim them."""
+    def pick(
+        self, count: int, within: CPUSet, *, prefer: CoreType | None = None, whole_cores: bool = False,
+        spread: bool = False,
+    ) -> CPUSet:
+        """Choose ``count`` CPUs of ``within`` for a grouped device; does not claim them.
+
+        ``prefer``: CPUs of that core type first when there are enough; ``whole_cores``: only
+        cores whose every online thread is free and in ``within``, and ``count`` must make whole
+        cores; ``spread``: evenly over the NUMA nodes of ``within`` (else packed onto the fewest).
+        """
         if count <= 0:
             raise BadRequestError(f"pick: count must be positive, got {count}")
         part, supply = self._part, self._supply
-        usable = within.mask & part.allowed & ~part.reserved
+        usable = within.mask & part.allowed
+        if usable & ~part.reserved:  # reserved CPUs only for a group of reserved CPUs alone
+            usable &= ~part.reserved
         cand = usable & ~supply.used
+        if whole_cores:
+            cand = _whole_core_cpus(self._topology, cand)
         if cand.bit_count() < count:
             raise NoFitError(
-                f"pick: {count} CPUs wanted out of {within} but only {cand.bit_count()} are free "
-                f"({fmt(cand)}; claimed {fmt(usable & supply.claimed)}, exclusively granted "
+                f"pick: {count} CPUs wanted out of {within} but only {cand.bit_count()} are free"
+                + (" on whole cores" if whole_cores else "")
+                + f" ({fmt(cand)}; claimed {fmt(usable & supply.claimed)}, exclusively granted "
                 f"{fmt(usable & supply.excl)}, reserved or unavailable {fmt(within.mask & ~usable)})"
             )
         start = part.tree.deepest_containing(usable) if usable else 0
@@ -292,25 +332,39 @@ class Policy(_PolicyQueries):
             pref = cand & part.kind_masks.get(prefer, 0)
             if pref.bit_count() >= count:
                 choices.insert(0, pref)
+        nodes = [self._topology.cpus_of_node(n).mask for n in self._topology.numa_nodes()] if spread else []
         for use in choices:
             for limits in (slack, None):  # first without squeezing shared containers, then any
-                got = pack(part.tree, start, use, count, limits)
-                if got is not None:
+                if spread:
+                    got = pack_spread(part.tree, nodes, use, count, part.tree.max_threads if whole_cores else 1, limits)
+                else:
+                    got = pack(part.tree, start, use, count, limits)
+                if got is not None and (not whole_cores or _whole_core_cpus(self._topology, got) == got):
                     return CPUSet.from_mask(got)
+        if whole_cores:
+            raise NoFitError(f"pick: {count} CPUs of {within} cannot be whole cores (free whole cores: {fmt(cand)})")
         raise NoFitError(f"pick: cannot choose {count} CPUs out of {within}")  # pragma: no cover
 
     def reconfigure(self, config: PolicyConfig) -> Changes:
         """Apply a new configuration: rebuild the pools and re-place everything."""
         fresh = Policy(self._topology, config)
         fresh._offline_claims = dict(self._offline_claims)
+        fresh._placer.all_memory = set(self._placer.all_memory)
         for claim_id, mask in sorted(self._supply.claims.items()):
-            bad = mask & ~(fresh._part.allowed & ~fresh._part.reserved)
+            bad = mask & ~fresh._part.allowed
             if bad:
                 raise BadRequestError(
                     f"reconfigure refused: claim {claim_id!r} holds CPUs {fmt(bad)} which the new "
-                    "configuration reserves or does not make available"
+                    "configuration does not make available"
                 )
             fresh._supply.set_claim(claim_id, mask)
+        reserved = fresh._part.reserved
+        if reserved and not reserved & ~fresh._supply.claimed:
+            holders = ", ".join(repr(k) for k, v in sorted(fresh._supply.claims.items()) if v & reserved)
+            raise BadRequestError(
+                f"reconfigure refused: claim {holders} would hold every CPU the new configuration reserves "
+                f"({fmt(reserved)}); one must stay for the system containers"
+            )
         current = [(g.request, self._assigned.get(cid)) for cid, g in sorted(self._supply.grants.items())]
         changes = fresh.sync(current)
         self.__dict__.update(fresh.__dict__)
@@ -330,7 +384,8 @@ class Policy(_PolicyQueries):
         config = _narrowed(self._config, topology, self._base_reserved)
         fresh = Policy(topology, config)
         fresh._config, fresh._base_reserved = self._config, self._base_reserved
-        usable = fresh._part.allowed & ~fresh._part.reserved
+        fresh._placer.all_memory = set(self._placer.all_memory)
+        usable = fresh._part.allowed
         for claim_id, mask in sorted({**self._supply.claims, **self._offline_claims}.items()):
             if mask & ~usable:
                 fresh._offline_claims[claim_id] = mask
@@ -420,7 +475,8 @@ class Policy(_PolicyQueries):
         containers = [(g, self._assigned.get(cid)) for cid, g in sorted(self._supply.grants.items())]
         return snap_json.encode(
             self._topology, self._config, self._part.pools, self.reserved_cpus,
-            {k: CPUSet.from_mask(v) for k, v in sorted(self._supply.claims.items())}, containers
+            {k: CPUSet.from_mask(v) for k, v in sorted(self._supply.claims.items())}, containers,
+            sorted(self._placer.all_memory & self._supply.claims.keys()),
         )
 
     @classmethod
@@ -441,6 +497,7 @@ class Policy(_PolicyQueries):
             if problem is not None:
                 raise SnapshotError(f"snapshot: claim {claim_id!r}: {problem}")
             supply.set_claim(claim_id, mask)
+        self._placer.all_memory = set(saved.all_memory)
         for g, _ in saved.containers:
             what = f"snapshot: container {g.request.id}"
             if g.request.id in supply.grants:
@@ -610,6 +667,13 @@ class Policy(_PolicyQueries):
                         assert a is not None
                         if a != assigned.get(cid):
                             new[cid] = a
+        reserved = self._part.reserved
+        if pinned and reserved and ((claimed_before ^ supply.claimed) & reserved or (delta and not reserved & ~supply.claimed)):
+            # a claim took or returned reserved CPUs (or the reserved containers run on the root
+            # pool's shared set, which moved): the reserved containers move with them
+            for cid, g in grants.items():
+                if g.kind is RESERVED and (a := compute(g)) is not None and a != assigned.get(cid):
+                    new[cid] = a
         touched = supply.touched
         if not pinned and supply.claimed != claimed_before:
             touched = {**touched, **dict.fromkeys(grants)}  # unpinned containers avoid claims
@@ -665,7 +729,9 @@ class Policy(_PolicyQueries):
         elif not self._pin_cpu:
             cpus = self._part.allowed & ~supply.claimed
         elif kind is RESERVED:
-            cpus = self._part.reserved
+            # the reserved CPUs no claim holds; none left only after a hotplug (claims keep what
+            # they hold): the root pool's shared set until a reserved CPU returns
+            cpus = self._part.reserved & ~supply.claimed or supply.shared(0)
         elif kind is EXCLUSIVE:
             cpus = g.exclusive
         else:
@@ -699,6 +765,17 @@ def _narrowed(config: PolicyConfig, topology: Topology, reserved: int) -> Policy
     if config.available_cpus is not None:
         update["available_cpus"] = config.available_cpus & online
     return config.model_copy(update=update)
+
+
+def _whole_core_cpus(topology: Topology, mask: int) -> int:
+    """The CPUs of ``mask`` on cores whose every online thread is in ``mask``."""
+    out = 0
+    for c in bits(mask):
+        if not out >> c & 1:
+            core = (topology.cpus_of_core(topology.cpus[c].core) & topology.online).mask
+            if not core & ~mask:
+                out |= core
+    return out
 
 
 def _with_note(g: Grant, note: str) -> Grant:

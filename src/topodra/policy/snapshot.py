@@ -114,8 +114,10 @@ def encode(
     reserved: CPUSet,
     claims: Mapping[str, CPUSet],
     containers: Sequence[tuple[Grant, Assignment | None]],
+    all_memory: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The snapshot of one state, containers in the order given (by id)."""
+    """The snapshot of one state, containers in the order given (by id); ``all_memory``: the
+    claims whose containers get every memory node (written only when there are any)."""
     out = []
     for g, a in containers:
         out.append(
@@ -145,7 +147,7 @@ def encode(
         "reserved": reserved.format(),
         "claims": {k: v.format() for k, v in claims.items()},
         "containers": out,
-    }
+    } | ({"allMemoryClaims": sorted(all_memory)} if all_memory else {})
 
 
 def read_config(topology: Topology, snap: Any) -> PolicyConfig:
@@ -174,6 +176,7 @@ class Saved:
 
     claims: dict[str, int]
     containers: list[tuple[Grant, Any]]  # each grant and the assignment recorded for it (JSON)
+    all_memory: frozenset[str] = frozenset()  # claims whose containers get every memory node
 
 
 def decode(snap: dict[str, Any], topology: Topology, pools: Sequence[Pool], reserved: CPUSet) -> Saved:
@@ -183,6 +186,9 @@ def decode(snap: dict[str, Any], topology: Topology, pools: Sequence[Pool], rese
         raise SnapshotError(f"snapshot: reserved CPUs {got} differ from the configuration's {reserved}")
     raw_claims = _field(snap, "claims", dict, "snapshot")
     claims = {str(k): _cpus(raw_claims[k], f"claim {k!r}").mask for k in sorted(raw_claims)}
+    all_memory = snap.get("allMemoryClaims", [])
+    if not isinstance(all_memory, list) or not all(isinstance(c, str) and c in claims for c in all_memory):
+        raise SnapshotError(f"snapshot: allMemoryClaims must list claims of the snapshot, got {all_memory!r}")
     by_name = {p.name: p.index for p in pools}
     nodes = CPUSet(topology.nodes).mask
     containers: list[tuple[Grant, Any]] = []
@@ -239,4 +245,4 @@ def decode(snap: dict[str, Any], topology: Topology, pools: Sequence[Pool], rese
             claims=tuple(grant_claims),
         )
         containers.append((grant, item.get("assignment")))
-    return Saved(claims=claims, containers=containers)
+    return Saved(claims=claims, containers=containers, all_memory=frozenset(all_memory))

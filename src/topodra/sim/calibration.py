@@ -79,7 +79,7 @@ def _claim(count: int, selectors: tuple[str, ...] = (), match: str | None = None
 def _stats(machine: str, claim: dict[str, Any], used_fraction: float = 0.0, order: Order = "cpu-id") -> SearchStats:
     topo = synthetic_topology(machine)
     # The published timings were taken on the prototype's devices: one per CPU, in CPU-id order.
-    slices = build_slices("node-0", build_devices(topo, DeviceModelConfig(model="cpu", order=order)))
+    slices = build_slices("node-0", build_devices(topo, DeviceModelConfig(model="cpu", order=order, node_allocatable="off")))
     state = AllocatedState()
     cpus = sorted(topo.online)
     state.devices = {("native.cpu", "node-0", f"cpu{c}") for c in cpus[: int(len(cpus) * used_fraction)]}

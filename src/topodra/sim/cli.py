@@ -7,6 +7,8 @@ and string annotations are compiled and evaluated twice per parameter when a com
 
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -84,15 +86,23 @@ def _fail(message: str) -> NoReturn:
 
 def _load(files: list[Path]) -> list[Any]:
     """Every document of FILES (``kind: List`` expanded), in order; bad YAML ends the command (exit 2)."""
-    from topodra.yamldocs import YamlFileError, expand_lists, load_documents
+    from topodra.yamldocs import YamlFileError, stream_files
 
-    docs = []
     try:
-        for f in files:
-            docs.extend(expand_lists(load_documents(f)))
+        return list(stream_files(files))
     except YamlFileError as e:
         _fail(str(e))
-    return docs
+
+
+def _taints(given: list[str] | None) -> dict[str, str]:
+    """``--taint REASON=TREATMENT`` options as ``DeviceModelConfig.taints`` (checked by it)."""
+    out: dict[str, str] = {}
+    for text in given or ():
+        reason, eq, treatment = text.partition("=")
+        if not eq or not reason or not treatment:
+            _fail(f"--taint {text!r}: must be REASON=TREATMENT, e.g. reserved=Withdraw")
+        out[reason.strip()] = treatment.strip()
+    return out
 
 
 @sim_app.command("run")
@@ -106,7 +116,11 @@ def run_cmd(
     pods: Annotated[int, typer.Option("--pods", min=0, help="Pods to schedule (0: the workload's spec.pods, else 4 per node).")] = 0,
     fill: Annotated[float, typer.Option("--fill", min=0.0, max=0.99, help="Fraction of every node already allocated by background pods.")] = 0.0,
     fill_patterns: Annotated[int, typer.Option("--fill-patterns", min=1, help="Distinct random fill patterns per machine; every node takes one.")] = 16,
-    reserved: Annotated[int, typer.Option("--reserved-cpus", min=0, help="CPUs per node kept out of DRA (not published).")] = 0,
+    reserved: Annotated[int, typer.Option("--reserved-cpus", min=0, help="CPUs per node reserved for system daemons: published with the native.cpu/reserved taint (see --taint).")] = 0,
+    taint: Annotated[
+        list[str] | None,
+        typer.Option("--taint", help="REASON=TREATMENT: how devices of offline, unhealthy, isolated or reserved CPUs are published (NoSchedule, NoExecute, None, Withdraw, Untainted). Repeatable."),
+    ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed for the background fill.")] = 1,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Directory for summary.json and pods.csv.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
@@ -119,6 +133,8 @@ def run_cmd(
     max_pods: Annotated[int, typer.Option("--max-pods", min=0, help="Allocatable pods of every synthetic node (the kubelet's --max-pods).")] = 110,
     percentage: Annotated[int, typer.Option("--percentage-of-nodes-to-score", min=0, max=100, help="kube-scheduler's percentageOfNodesToScore (0: adaptive).")] = 0,
     keep_going: Annotated[bool, typer.Option("--keep-going", help="Schedule every pod even once no later pod can be scheduled (default: stop there).")] = False,
+    gpus: Annotated[bool, typer.Option("--gpus", help="Also publish the gpu.example.com driver's slices: a GPU per PCIe root (machines with PCI data: fixture:NAME, a spec with +pci).")] = False,
+    list_attributes: Annotated[bool, typer.Option("--list-attributes", help="DRAListTypeAttributes on (alpha): list-typed pcieRoot on CPUs that serve several roots, seen by the scheduler's CEL (its matchAttribute matches no list in 1.36).")] = False,
 ) -> None:
     """Schedule a workload on one synthetic cluster and report what kube-scheduler would spend.
 
@@ -134,10 +150,9 @@ def run_cmd(
         (mod, group), = parse_models([model])
     except ValueError as e:
         _fail(str(e))
-    if scoring not in ("kube-scheduler", "first"):
-        _fail(f"--scoring {scoring!r}: must be kube-scheduler or first")
-    if order not in ("topology-reversed", "topology", "cpu-id"):
-        _fail(f"--order {order!r}: must be topology-reversed, topology or cpu-id")
+    for option, value, allowed in (("--scoring", scoring, ("kube-scheduler", "first")), ("--order", order, ("topology-reversed", "topology", "cpu-id"))):
+        if value not in allowed:
+            _fail(f"{option} {value!r}: must be {', '.join(allowed[:-1])} or {allowed[-1]}")
     config = RunConfig(
         nodes=nodes,
         machines=_machines(machine, cpus),
@@ -149,12 +164,15 @@ def run_cmd(
         fill=fill,
         fill_patterns=fill_patterns,
         reserved_cpus=reserved,
+        taints=_taints(taint),
         seed=seed,
         percentage_of_nodes_to_score=percentage or None,
         objects=tuple(str(p) for p in objects or ()),
         scoring=scoring,
         max_pods=max_pods,
         keep_going=keep_going,
+        gpus=gpus,
+        list_type_attributes=list_attributes,
     )
     costs = replace(DEFAULT_COSTS, cores=scheduler_cores)
     if out is not None:
@@ -163,6 +181,11 @@ def run_cmd(
         summary, results = _simulate(config, costs)
     except (ClusterError, WorkloadError, ValueError) as e:
         _fail(str(e))
+    _report_run(summary, results, out, as_json)
+
+
+def _report_run(summary: Any, results: Any, out: Path | None, as_json: bool) -> None:
+    """Write and print a run's summary; exit 1 when some pod could not be scheduled."""
     if out is not None:
         _write_run_files(out, summary, results)
     if as_json:
@@ -188,10 +211,14 @@ class PipedProgress:
         self._start = self._last = self._clock()
 
     def __call__(self, done: int, total: int) -> None:
+        self.say(lambda: f"scheduling: {done} of {total} pods")
+
+    def say(self, line: Any) -> None:
+        """``line()`` and the time so far, once ``interval`` has passed since the last line."""
         now = self._clock()
         if now - self._last >= self.interval:
             self._last = now
-            self._write(f"scheduling: {done} of {total} pods ({now - self._start:.0f} s)")
+            self._write(f"{line()} ({now - self._start:.0f} s)")
 
 
 def _simulate(config: Any, costs: Any) -> tuple[Any, list[Any]]:
@@ -278,7 +305,6 @@ def sweep_cmd(
     import os
 
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from topodra.sim.costmodel import DEFAULT_COSTS
     from topodra.sim.sweep import SweepConfig, parse_models, run_sweep, sweep_points, write_outputs
@@ -307,22 +333,59 @@ def sweep_cmd(
     bad = [c for c in cfg.cpus if c % 16]
     if bad:
         _fail(f"--cpus {bad[0]}: must be a multiple of 16 (16-CPU L3 groups)")
-    total = len(sweep_points(cfg))
-    console = Console(stderr=True)
-    with Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.description}"), console=console) as bar:
-        task = bar.add_task("", total=total)
+    from topodra.sim.distributed import EngineError
 
-        def done(s: Any) -> None:
-            bar.update(task, advance=1, description=f"{s.model} {s.cpus_per_node:g} CPUs x {s.nodes} nodes: p99 {s.predicted_p99_ms:.1f} ms")
-
-        from topodra.sim.distributed import EngineError
-
-        try:
-            summaries = run_sweep(cfg, costs=replace(DEFAULT_COSTS, cores=scheduler_cores), progress=done)
-        except (WorkloadError, EngineError) as e:
-            _fail(str(e))
+    try:
+        with _sweep_progress(len(sweep_points(cfg))) as progress:
+            summaries = run_sweep(cfg, costs=replace(DEFAULT_COSTS, cores=scheduler_cores), progress=progress.cell, tick=progress.cluster)
+    except (WorkloadError, EngineError) as e:
+        _fail(str(e))
     files = write_outputs(summaries, out)
     Console().print(f"wrote {', '.join(str(f) for f in files)}")
+
+
+class _SweepProgress:
+    """A sweep's progress: a bar on a terminal (``bar``), else a line every few seconds on stderr."""
+
+    def __init__(self, total: int, bar: Any = None) -> None:
+        self.total, self.bar = total, bar
+        self.task = bar.add_task("", total=total) if bar is not None else None
+        self.piped = PipedProgress() if bar is None else None
+        self.done = self.running = self.workers = 0
+        self.last = ""
+
+    def cell(self, s: Any) -> None:
+        """A cell finished."""
+        self.done += 1
+        self.last = f"last {s.model} {s.cpus_per_node:g} CPUs x {s.nodes} nodes: p99 {s.predicted_p99_ms:.1f} ms"
+        self._show()
+
+    def cluster(self, c: Any) -> None:
+        """A cluster's state (``topodra.sim.distributed.ClusterProgress``)."""
+        self.running, self.workers = c.running, c.workers
+        self._show()
+
+    def _what(self) -> str:
+        on = f"{self.running} running on {self.workers} workers" if self.workers else ""
+        return "; ".join(x for x in (on, self.last) if x)
+
+    def _show(self) -> None:
+        if self.piped is not None:
+            self.piped.say(lambda: f"sweep: {self.done} of {self.total} cells" + (f", {self._what()}" if self._what() else ""))
+        else:
+            self.bar.update(self.task, completed=self.done, description=self._what())
+
+
+@contextmanager
+def _sweep_progress(total: int) -> Iterator[_SweepProgress]:
+    if not sys.stderr.isatty():
+        yield _SweepProgress(total)
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.description}"), console=Console(stderr=True)) as bar:
+        yield _SweepProgress(total, bar)
 
 
 @sim_app.command("workloads")
@@ -380,38 +443,82 @@ def allocate_cmd(
         typer.echo(yaml.safe_dump({"claim": claim["metadata"]["name"], "status": {"allocation": a.to_api()}}, sort_keys=False))
 
 
+_GATES_HELP = "The cluster's feature gates, e.g. DRANodeAllocatableResources=true (claimed CPUs count against the node's cpu); default: 1.36's."
+
+
+def _gates(text: str) -> dict[str, bool]:
+    from topodra.gates import FeatureGateError, parse_feature_gates
+
+    try:
+        return parse_feature_gates(text)
+    except FeatureGateError as e:
+        _fail(f"--feature-gates: {e}")
+
+
 @sim_app.command("replay")
 def replay_cmd(
     files: Annotated[list[Path], typer.Argument(help="Kubernetes objects in the order they happened (YAML/JSON, kind: List too); a deletion is the document {op: delete, kind: Pod, name: NAME}.")],
     output: Annotated[str, typer.Option("--output", "-o", help="yaml (each step with claims in the ResourceClaim status shape), json, or table.")] = "yaml",
     percentage: Annotated[int, typer.Option("--percentage-of-nodes-to-score", min=0, max=100, help="kube-scheduler's percentageOfNodesToScore (0: adaptive).")] = 0,
+    no_eviction: Annotated[bool, typer.Option("--no-taint-eviction", help="kube-controller-manager without its device-taint-eviction-controller: NoExecute taints evict nothing.")] = False,
+    feature_gates: Annotated[str, typer.Option("--feature-gates", help=_GATES_HELP)] = "",
 ) -> None:
     """Replay what happened in a cluster: every pod's node and allocation, or kube-scheduler's reason.
 
-    Exit codes: 0 every pod scheduled at the end, 1 some pod still pending, 2 bad input.
+    Objects are replayed as they are read and steps printed as they happen (yaml, json), with
+    progress on stderr. Exit codes: 0 every pod scheduled at the end, 1 some pod still pending,
+    2 bad input (the steps before it are printed).
     """
-    from topodra.sim.replay import ReplayError, replay
+    from topodra.sim.replay import ReplayError
+    from topodra.sim.replayio import StepWriter, replay_files
+    from topodra.yamldocs import YamlFileError
 
     if output not in ("yaml", "json", "table"):
         _fail(f"--output {output!r}: must be yaml, json or table")
-    docs = _load(files)
-    if not docs:
-        _fail(f"{', '.join(map(str, files))}: no Kubernetes object in it, nothing to replay")
+    gates = _gates(feature_gates)
+    table: list[Any] = []
+    writer = StepWriter(sys.stdout, output) if output != "table" else None
     try:
-        r = replay(((d.obj, d.source) for d in docs), percentage_of_nodes_to_score=percentage or None)
-    except ReplayError as e:
+        with _replay_progress() as progress:
+            r, objects = replay_files(
+                files,
+                on_steps=writer.write if writer else table.extend,
+                progress=progress,
+                percentage_of_nodes_to_score=percentage or None,
+                gates=gates,
+                evictions=not no_eviction,
+            )
+    except (YamlFileError, ReplayError) as e:
+        if writer:
+            writer.close()
         _fail(str(e))
-    steps = [s.as_dict() for s in r.steps]
-    if output == "table":
-        _print_steps(r.steps)
-    elif output == "json":
-        typer.echo(json.dumps(steps, indent=2))
+    if not objects:
+        _fail(f"{', '.join(map(str, files))}: no Kubernetes object in it, nothing to replay")
+    if writer:
+        writer.close()
     else:
-        import yaml
-
-        typer.echo(yaml.safe_dump_all(steps, sort_keys=False), nl=False)
+        _print_steps(table)
     if r.pending:
         raise typer.Exit(1)
+
+
+@contextmanager
+def _replay_progress() -> Iterator[Any]:
+    """A progress bar over the input on a terminal, else a line every few seconds on stderr."""
+    if not sys.stderr.isatty():
+        piped = PipedProgress()
+        yield lambda state: piped.say(state.line)
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("[bold]replay"), BarColumn(), DownloadColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("", total=None)
+
+        def show(state: Any) -> None:
+            bar.update(task, completed=state.read, total=state.total, description=f"{state.objects:,} objects, {state.pods:,} pods placed, {state.pending:,} pending")
+
+        yield show
 
 
 def _print_steps(steps: list[Any]) -> None:
@@ -440,6 +547,8 @@ def diff_cmd(
     recorded: Annotated[Path, typer.Option("--recorded", "-r", help="What the cluster did: Pods and ResourceClaims read back from it (kubectl get -o yaml), or a step log with {steps: [...]}.")],
     output: Annotated[str, typer.Option("--output", "-o", help="table or json.")] = "table",
     percentage: Annotated[int, typer.Option("--percentage-of-nodes-to-score", min=0, max=100, help="kube-scheduler's percentageOfNodesToScore (0: adaptive).")] = 0,
+    no_eviction: Annotated[bool, typer.Option("--no-taint-eviction", help="kube-controller-manager without its device-taint-eviction-controller: NoExecute taints evict nothing.")] = False,
+    feature_gates: Annotated[str, typer.Option("--feature-gates", help=_GATES_HELP)] = "",
 ) -> None:
     """Replay FILES and compare every pod's node and allocation with a recording from a real cluster.
 
@@ -451,10 +560,14 @@ def diff_cmd(
 
     if output not in ("table", "json"):
         _fail(f"--output {output!r}: must be table or json")
+    gates = _gates(feature_gates)
     docs = _load(files)
     try:
         rec = load_recorded(recorded)
-        report = diff_replay([(d.obj, d.source) for d in docs], rec, percentage_of_nodes_to_score=percentage or None)
+        report = diff_replay(
+            [(d.obj, d.source) for d in docs], rec, percentage_of_nodes_to_score=percentage or None, gates=gates,
+            evictions=not no_eviction,
+        )
     except (YamlFileError, ReplayError) as e:
         _fail(str(e))
     if output == "json":

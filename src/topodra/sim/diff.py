@@ -10,10 +10,13 @@ by step.
 
 What is compared: the node (or that the pod stayed pending, with the part of
 kube-scheduler's message before its preemption summary), and per pod claim the
-results (request, driver, pool, device, consumed capacity, in order), the
-allocation's nodeSelector, ``reservedFor``, and for deletions what became of each
-claim. Generated claim names, uids and shareIDs are random in a real cluster and
-are not compared. Where the real scheduler broke a tie between equally scored
+results (request, driver, pool, device, consumed capacity, the copied tolerations, in order),
+the allocation's nodeSelector and ``config`` (where the recording has it), ``reservedFor``,
+and for deletions what became of each claim; the pod's
+``status.nodeAllocatableResourceClaimStatuses`` (claims named by their pod claim name,
+quantities by value) where the recording has them. Generated claim names, uids and shareIDs
+are random in a real cluster and are not compared (in a message, a generated claim's name
+stands for its pod claim). Where the real scheduler broke a tie between equally scored
 nodes at random, the replay follows the recorded node if its own best nodes
 include it (the row says ``tie`` and names the tied nodes), so later steps see the
 same state. Scores are compared per node: the totals, and each plugin's weighted
@@ -29,20 +32,44 @@ from pathlib import Path
 from typing import Any
 
 from topodra.dra.allocation import AllocationFormatError, parse_allocation
+from topodra.quantity import QuantityError, parse_quantity
 from topodra.sim.replay import Replay, replay
 from topodra.sim.replaysteps import ClaimState, Step
 from topodra.yamldocs import YamlFileError, expand_lists, load_documents
 
 __all__ = ["Outcome", "Recorded", "DiffRow", "DiffReport", "load_recorded", "diff_replay", "filter_message"]
 
-_PREEMPTION = " still not schedulable"
+#: The first words the PostFilter plugins add after the Filter part (DynamicResources' messages in
+#: 1.36's dynamicresources.go, then DefaultPreemption's).
+_POST_FILTER = (
+    "still not schedulable",
+    "no new claims to deallocate",
+    "deallocation of ResourceClaim completed",
+    "deletion of ResourceClaim completed",
+    "preemption: ",
+)
 
 
 def filter_message(message: str | None) -> str | None:
-    """The Filter part of an unschedulable message (without the preemption summary)."""
+    """The Filter part of an unschedulable message (without what PostFilter added: the claim
+    deallocation's and the preemption's summaries)."""
     if message is None:
         return None
-    return message.split(_PREEMPTION, 1)[0].strip()
+    cut = len(message)
+    for marker in _POST_FILTER:
+        at = message.find(". " + marker)
+        if at >= 0:
+            cut = min(cut, at + 1)
+    return message[:cut].strip()
+
+
+def _unnamed(message: str | None, claims: Mapping[str, ClaimOutcome]) -> str | None:
+    """``message`` with the generated claims' names (random in a cluster) replaced by their pod
+    claim names."""
+    for pod_claim, c in claims.items():
+        if message is not None and c.generated and c.name:
+            message = message.replace(c.name, f"<{pod_claim}>")
+    return message
 
 
 @dataclass(frozen=True)
@@ -53,6 +80,7 @@ class ClaimOutcome:
     node_selector: str | None
     reserved_for: tuple[str, ...]
     state: str | None = None
+    config: str | None = None  # status.allocation.devices.config as JSON (None: not recorded)
 
     def text(self) -> str:
         if self.state is not None:
@@ -74,6 +102,7 @@ class Outcome:
     feasible: frozenset[str] | None = None  # nodes that passed Filter (None: not recorded)
     scores: tuple[tuple[str, int], ...] | None = None  # total score per node when several passed
     plugin_scores: tuple[tuple[str, tuple[tuple[str, int], ...]], ...] | None = None  # node -> (plugin, weighted score)
+    node_allocatable: str | None = None  # nodeAllocatableResourceClaimStatuses, canonical (None: not recorded)
 
     def text(self) -> str:
         if self.op == "still-pending":
@@ -82,6 +111,8 @@ class Outcome:
         if self.op != "delete":
             parts.append(self.node if self.node is not None else f"unschedulable: {self.message}")
         parts.extend(f"{k}: {c.text()}" for k, c in sorted(self.claims.items()))
+        if self.node_allocatable not in (None, "[]"):
+            parts.append(f"nodeAllocatable {self.node_allocatable}")
         return "; ".join(parts)
 
     def same(self, other: Outcome) -> list[str]:
@@ -89,7 +120,12 @@ class Outcome:
         out = []
         if self.op != "delete" and self.node != other.node:
             out.append("node")
-        if self.op != "delete" and self.node is None and other.node is None and self.message != other.message:
+        if (
+            self.op != "delete"
+            and self.node is None
+            and other.node is None
+            and _unnamed(self.message, self.claims) != _unnamed(other.message, other.claims)
+        ):
             out.append("message")
         if self.pending != other.pending:
             out.append("pending pods")
@@ -99,6 +135,8 @@ class Outcome:
             out.append("scores")
         elif self.plugin_scores is not None and other.plugin_scores is not None and self.plugin_scores != other.plugin_scores:
             out.append("plugin scores")
+        if self.node_allocatable is not None and other.node_allocatable is not None and self.node_allocatable != other.node_allocatable:
+            out.append("nodeAllocatableResourceClaimStatuses")
         for k in sorted(set(self.claims) | set(other.claims)):
             a, b = self.claims.get(k), other.claims.get(k)
             if a is None or b is None:
@@ -112,6 +150,8 @@ class Outcome:
             ):
                 if x != y:
                     out.append(f"claim {k} {what}")
+            if a.config is not None and b.config is not None and a.config != b.config:
+                out.append(f"claim {k} config")
             if a.generated is not None and b.generated is not None and a.generated != b.generated:
                 out.append(f"claim {k} generated")
             elif not a.generated and not b.generated and a.name and b.name and a.name != b.name:
@@ -180,11 +220,36 @@ def _results(allocation: Mapping[str, Any] | None, where: str) -> tuple[tuple[tu
             r.pool,
             r.device,
             json.dumps({k: str(q.amount) for k, q in sorted((r.consumed_capacity or {}).items())}),
+            json.dumps([dict(t) for t in r.tolerations], sort_keys=True) if r.tolerations else "",
         )
         for r in parsed.results
     )
     sel = json.dumps(parsed.node_selector, sort_keys=True) if parsed.node_selector is not None else None
     return rows, sel
+
+
+def _config(allocation: Mapping[str, Any] | None) -> str | None:
+    """An allocation's ``devices.config`` as canonical JSON (``[]`` when it has none); None
+    without an allocation."""
+    if not allocation:
+        return None
+    return json.dumps((allocation.get("devices") or {}).get("config") or [], sort_keys=True)
+
+
+def _node_allocatable(statuses: Any, pod_claim_of: Mapping[str, str], where: str) -> str:
+    """``nodeAllocatableResourceClaimStatuses`` in a form both sides share: each claim by its pod
+    claim name where known (generated names are random), quantities by value, sorted."""
+    if not isinstance(statuses, list):
+        raise YamlFileError(f"{where}: nodeAllocatableResourceClaimStatuses must be a list")
+    rows = []
+    for s in statuses:
+        name = str(s.get("resourceClaimName"))
+        try:
+            resources = {str(k): str(parse_quantity(v).amount) for k, v in sorted((s.get("resources") or {}).items())}
+        except QuantityError as e:
+            raise YamlFileError(f"{where}: nodeAllocatableResourceClaimStatuses: {e}") from None
+        rows.append([pod_claim_of.get(name, name), list(s.get("containers") or ()), resources])
+    return json.dumps(sorted(rows), sort_keys=True)
 
 
 def _step_claim(c: Mapping[str, Any], where: str) -> ClaimOutcome:
@@ -194,20 +259,31 @@ def _step_claim(c: Mapping[str, Any], where: str) -> ClaimOutcome:
     if c.get("results"):
         allocation = {"devices": {"results": c["results"]}, "nodeSelector": c.get("nodeSelector")}
     results, sel = _results(allocation, where)
-    return ClaimOutcome(c.get("claimName"), c.get("generated"), results, sel, tuple(c.get("reservedFor") or ()))
+    config = json.dumps(c["config"] or [], sort_keys=True) if "config" in c and c.get("results") else None
+    return ClaimOutcome(c.get("claimName"), c.get("generated"), results, sel, tuple(c.get("reservedFor") or ()), config=config)
 
 
 def _from_steps(doc: Mapping[str, Any], source: str) -> Recorded:
     outcomes: list[Outcome] = []
     nodes: dict[str, str] = {}
     last_delete = ""
+    # A log that records the pods' node-allocatable statuses leaves them out where there are none.
+    statuses = any(isinstance(s, Mapping) and "nodeAllocatableResourceClaimStatuses" in s for s in doc.get("steps") or ())
     for i, s in enumerate(doc.get("steps") or ()):
         where = f"{source}: steps[{i}]"
         if not isinstance(s, Mapping):
             raise YamlFileError(f"{where}: expected an object")
         op = s.get("op")
         claims = {str(c.get("podClaimName")): _step_claim(c, where) for c in s.get("claims") or ()}
-        if op == "delete":
+        if op == "update" or (op == "delete" and s.get("kind") not in (None, "Pod")):
+            continue  # an object written or deleted (a slice, a DeviceTaintRule): no pod outcome
+        alloc = None
+        if statuses:
+            names = {str(c.get("claimName")): str(c.get("podClaimName")) for c in s.get("claims") or ()}
+            alloc = _node_allocatable(s.get("nodeAllocatableResourceClaimStatuses") or [], names, where)
+        if op == "observe":
+            outcomes += _observed(s.get("pods") or {}, where)
+        elif op == "delete":
             last_delete = str(s.get("pod") or s.get("name"))
             outcomes.append(Outcome("delete", last_delete, claims=claims))
         elif op == "still-pending":
@@ -223,10 +299,33 @@ def _from_steps(doc: Mapping[str, Any], source: str) -> Recorded:
                 scores = s.get("scores")
                 totals = tuple(sorted((str(n), int(v["total"])) for n, v in scores.items())) if scores else None
                 plugins = _plugin_scores({str(n): v.get("plugins") or {} for n, v in scores.items()}) if scores else None
-                outcomes.append(Outcome(str(op), pod, str(node), None, claims, feasible=feasible, scores=totals, plugin_scores=plugins))
+                outcomes.append(
+                    Outcome(
+                        str(op), pod, str(node), None, claims,
+                        feasible=feasible, scores=totals, plugin_scores=plugins, node_allocatable=alloc,
+                    )
+                )
         else:
             raise YamlFileError(f"{where}: unknown op {op!r}")
     return Recorded(tuple(outcomes), "steps", nodes)
+
+
+def _observed(pods: Mapping[str, Any], where: str) -> list[Outcome]:
+    """An ``observe`` step (the recorder read every pod after a wait): each pod's node, or that it
+    is gone (deleted: evicted, or removed by the recorder), with its claims."""
+    out = []
+    for pod, seen in pods.items():
+        if not isinstance(seen, Mapping) or not seen.get("exists"):
+            out.append(Outcome("observe", str(pod), None, "gone"))
+            continue
+        claims = {str(c.get("podClaimName")): _step_claim(c, where) for c in seen.get("claims") or ()}
+        node = seen.get("node")
+        message = None
+        for cond in seen.get("conditions") or ():
+            if not node and cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+                message = filter_message(cond.get("message"))
+        out.append(Outcome("observe", str(pod), str(node) if node else None, message, claims))
+    return out
 
 
 def _plugin_scores(per_node: Mapping[str, Mapping[str, Any]]) -> tuple[tuple[str, tuple[tuple[str, int], ...]], ...]:
@@ -257,8 +356,12 @@ def _from_objects(objs: Sequence[Mapping[str, Any]]) -> Recorded:
             cstatus = claim.get("status") or {}
             results, sel = _results(cstatus.get("allocation"), f"ResourceClaim {name}")
             reserved = tuple(str(r.get("name")) for r in cstatus.get("reservedFor") or ())
-            per_claim[pc] = ClaimOutcome(str(name), not rc.get("resourceClaimName"), results, sel, reserved)
+            per_claim[pc] = ClaimOutcome(
+                str(name), not rc.get("resourceClaimName"), results, sel, reserved, config=_config(cstatus.get("allocation"))
+            )
         node = spec.get("nodeName")
+        names = {c.name: pc for pc, c in per_claim.items() if c.name}
+        alloc = _node_allocatable(status.get("nodeAllocatableResourceClaimStatuses") or [], names, f"Pod {pod}") if node else None
         message = None
         if not node:
             for cond in status.get("conditions") or ():
@@ -266,7 +369,7 @@ def _from_objects(objs: Sequence[Mapping[str, Any]]) -> Recorded:
                     message = filter_message(cond.get("message"))
         else:
             nodes[pod] = str(node)
-        outcomes.append(Outcome("state", pod, str(node) if node else None, message, per_claim))
+        outcomes.append(Outcome("state", pod, str(node) if node else None, message, per_claim, node_allocatable=alloc))
     return Recorded(tuple(outcomes), "state", nodes)
 
 
@@ -286,7 +389,7 @@ def load_recorded(path: str | Path) -> Recorded:
 
 def _claim_outcome(c: ClaimState) -> ClaimOutcome:
     results, sel = _results(c.allocation, f"claim {c.claim}")
-    return ClaimOutcome(c.claim, c.generated, results, sel, tuple(c.reserved_for), c.state)
+    return ClaimOutcome(c.claim, c.generated, results, sel, tuple(c.reserved_for), c.state, _config(c.allocation))
 
 
 def _outcome(step: Step, op: str | None = None) -> Outcome:
@@ -297,7 +400,13 @@ def _outcome(step: Step, op: str | None = None) -> Outcome:
     feasible = frozenset(step.feasible) if step.feasible else None
     scores = tuple(sorted(step.scores.items())) if step.scores else None
     plugins = _plugin_scores(step.plugin_scores) if step.plugin_scores else None
-    return Outcome(op or step.op, step.pod, step.node, message, claims, feasible=feasible, scores=scores, plugin_scores=plugins)
+    alloc = None
+    if step.node is not None:
+        alloc = _node_allocatable(step.node_allocatable, {c.claim: c.pod_claim for c in step.claims}, f"step {step.pod}")
+    return Outcome(
+        op or step.op, step.pod, step.node, message, claims,
+        feasible=feasible, scores=scores, plugin_scores=plugins, node_allocatable=alloc,
+    )
 
 
 def _keyed(outcomes: Iterable[Outcome]) -> dict[str, Outcome]:
@@ -312,12 +421,23 @@ def _keyed(outcomes: Iterable[Outcome]) -> dict[str, Outcome]:
     return out
 
 
-def diff_replay(objects: Iterable[tuple[Any, str]], recorded: Recorded, *, percentage_of_nodes_to_score: int | None = None) -> DiffReport:
-    """Replay ``objects`` (following the recorded node on ties) and compare with ``recorded``."""
-    r = replay(objects, prefer=recorded.nodes.get, percentage_of_nodes_to_score=percentage_of_nodes_to_score)
+def diff_replay(
+    objects: Iterable[tuple[Any, str]],
+    recorded: Recorded,
+    *,
+    percentage_of_nodes_to_score: int | None = None,
+    gates: Mapping[str, bool] | None = None,
+    evictions: bool = True,
+) -> DiffReport:
+    """Replay ``objects`` (following the recorded node on ties, with the cluster's feature
+    ``gates``; ``evictions``: as for ``replay``) and compare with ``recorded``."""
+    r = replay(
+        objects, prefer=recorded.nodes.get, percentage_of_nodes_to_score=percentage_of_nodes_to_score, gates=gates, evictions=evictions
+    )
     if recorded.form == "steps":
         ties = {(s.op if s.op != "bound" else "create", s.pod): tuple(s.top) for s in r.steps if s.followed_hint}
-        mine = _keyed(_outcome(s, "create" if s.op == "bound" else None) for s in r.steps)
+        # evictions are not steps of a recording: what they leave is seen at its observe steps
+        mine = _keyed(_outcome(s, "create" if s.op == "bound" else None) for s in r.steps if s.op != "evicted")
     else:
         final = r.final_pods()
         ties = {("state", s.pod): tuple(s.top) for s in r.steps if s.followed_hint and final.get(s.pod, s).node == s.node}

@@ -7,6 +7,11 @@ NodeAffinity (``nodeSelector`` and required node affinity), NodeResourcesFit
 (``topodra.sim.replay``). Scoring is ``topodra.sim.scoring``'s; ``score_inputs`` gives it
 what it reads from a pod and a node. The reasons are kube-scheduler's own strings, so a
 failure reads as the scheduler writes it. Pure.
+
+With ``DRANodeAllocatableResources`` a bound pod's claimed node resources
+(``status.nodeAllocatableResourceClaimStatuses``, ``ClaimResources``) count in the node's
+requests as its container requests do (``NodeUsage``), and DynamicResources checks the pod's
+container requests plus what its new claims map to against the node (``claim_fit_reasons``).
 """
 
 from __future__ import annotations
@@ -16,11 +21,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from topodra.quantity import QuantityError, parse_quantity
+from topodra.quantity import Quantity, QuantityError, parse_quantity
 from topodra.sim.objects import Node, ObjectError, node_selector_matches
 from topodra.sim.scoring import NodeInputs, PodInputs, tolerates
 
 __all__ = [
+    "ClaimResources",
+    "claim_fit_reasons",
     "NodeView",
     "PodView",
     "NodeUsage",
@@ -49,6 +56,39 @@ class Resources:
 
     def __sub__(self, o: Resources) -> Resources:
         return Resources(self.milli_cpu - o.milli_cpu, self.memory - o.memory)
+
+
+@dataclass(frozen=True)
+class ClaimResources:
+    """One entry of a pod's ``status.nodeAllocatableResourceClaimStatuses``: the node-allocatable
+    resources one of its claims was allocated (resource name -> quantity) and the containers
+    that reference the claim."""
+
+    claim: str  # resourceClaimName: the ResourceClaim's own name
+    containers: tuple[str, ...]
+    resources: Mapping[str, Quantity]
+
+    @property
+    def requests(self) -> Resources:
+        """What it adds to the pod's requests (component-helpers' PodRequests)."""
+        cpu, mem = self.resources.get("cpu"), self.resources.get("memory")
+        return Resources(
+            math.ceil(cpu.amount * 1000) if cpu is not None else 0, math.ceil(mem.amount) if mem is not None else 0
+        )
+
+    def to_api(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"resourceClaimName": self.claim}
+        if self.containers:
+            out["containers"] = list(self.containers)
+        out["resources"] = {k: str(self.resources[k]) for k in sorted(self.resources)}
+        return out
+
+
+def _claimed(statuses: Sequence[ClaimResources]) -> Resources:
+    total = Resources()
+    for s in statuses:
+        total += s.requests
+    return total
 
 
 @dataclass(frozen=True)
@@ -83,10 +123,34 @@ class PodView:
     spread_constraints: bool = False  # spec.topologySpreadConstraints given
     pod_affinity: Mapping[str, Any] | None = None  # spec.affinity.podAffinity
     pod_anti_affinity: Mapping[str, Any] | None = None  # spec.affinity.podAntiAffinity
+    #: (container, the pod claims it references): init containers first, as the scheduler walks them
+    container_claims: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: status.nodeAllocatableResourceClaimStatuses (counted only with DRANodeAllocatableResources)
+    claim_resources: tuple[ClaimResources, ...] = ()
+    #: pod-level requests (``spec.resources``, PodLevelResources: beta, on): "cpu" in milli-CPU,
+    #: "memory" in bytes; they stand for the pod's whole request of that resource
+    pod_level: Mapping[str, int] = field(default_factory=dict)
+    #: the containers' requests (init containers' maximum), whatever the pod level says
+    container_requests: Resources | None = None
+    #: what the node's non-zero sum counts of the pod when it differs from ``nonzero`` (pod-level
+    #: requests: the defaults only for a resource no container requests, CalculateResource)
+    node_nonzero: Resources | None = None
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def claimed(self) -> Resources:
+        """What the pod's claims add to its requests on its node."""
+        return _claimed(self.claim_resources)
+
+    def plus_claims(self, base: Resources, claims: Resources) -> Resources:
+        """``base`` with what claims map to added (PodRequests with the claim statuses): not for a
+        resource requested at the pod level, whose request covers them."""
+        cpu = 0 if "cpu" in self.pod_level else claims.milli_cpu
+        mem = 0 if "memory" in self.pod_level else claims.memory
+        return Resources(base.milli_cpu + cpu, base.memory + mem)
 
 
 @dataclass(frozen=True)
@@ -107,23 +171,37 @@ class NodeView:
 
 @dataclass
 class NodeUsage:
-    """The pods bound to a node and what they request."""
+    """The pods bound to a node and what they request: their containers' requests plus what their
+    claims were allocated of the node's resources (NodeInfo.update with
+    ``UseDRANodeAllocatableResourceClaimStatus``), and who uses each such claim
+    (``NodeAllocatableDRAClaimStates``: "namespace/claim" -> pod keys)."""
 
     pods: set[str] = field(default_factory=set)
     requested: Resources = field(default_factory=Resources)
     nonzero: Resources = field(default_factory=Resources)
+    claim_users: dict[str, set[str]] = field(default_factory=dict)
 
     def add(self, pod: PodView) -> None:
         if pod.key not in self.pods:
             self.pods.add(pod.key)
-            self.requested += pod.requests
-            self.nonzero += pod.nonzero
+            claimed = pod.claimed
+            self.requested += pod.plus_claims(pod.requests, claimed)
+            self.nonzero += pod.plus_claims(pod.node_nonzero or pod.nonzero, claimed)
+            for s in pod.claim_resources:
+                self.claim_users.setdefault(f"{pod.namespace}/{s.claim}", set()).add(pod.key)
 
     def remove(self, pod: PodView) -> None:
         if pod.key in self.pods:
             self.pods.discard(pod.key)
-            self.requested -= pod.requests
-            self.nonzero -= pod.nonzero
+            claimed = pod.claimed
+            self.requested -= pod.plus_claims(pod.requests, claimed)
+            self.nonzero -= pod.plus_claims(pod.node_nonzero or pod.nonzero, claimed)
+            for s in pod.claim_resources:
+                users = self.claim_users.get(f"{pod.namespace}/{s.claim}")
+                if users is not None:
+                    users.discard(pod.key)
+                    if not users:
+                        del self.claim_users[f"{pod.namespace}/{s.claim}"]
 
 
 # --- parsing --------------------------------------------------------------------------------
@@ -154,8 +232,101 @@ def _container_requests(c: Mapping[str, Any], where: str) -> tuple[Resources, Re
     return actual, nonzero
 
 
+def _declared(spec: Mapping[str, Any]) -> set[str]:
+    """The resources some container (init too) requests, limits copied into missing requests."""
+    out: set[str] = set()
+    for c in [*(spec.get("containers") or ()), *(spec.get("initContainers") or ())]:
+        res = c.get("resources") or {}
+        out.update(res.get("limits") or {}, res.get("requests") or {})
+    return out
+
+
+def _pod_level(spec: Mapping[str, Any], containers: Resources, where: str) -> dict[str, int]:
+    """The pod-level requests of cpu and memory, defaulted as the API server does when pod-level
+    limits are set (``defaultPodRequests``, pkg/apis/core/v1/defaults.go, v1.36.2): from what the
+    containers request, else from the pod-level limit."""
+    res = spec.get("resources") or {}
+    requests, limits = dict(res.get("requests") or {}), res.get("limits") or {}
+    out: dict[str, int] = {}
+    declared = _declared(spec) if limits else set()
+    for key, container_total in (("cpu", containers.milli_cpu), ("memory", containers.memory)):
+        if key in requests:
+            value = requests[key]
+        elif key in declared:  # an overcommittable resource the containers request
+            out[key] = container_total
+            continue
+        elif key in limits:
+            value = limits[key]
+        else:
+            continue
+        at = f"{where}.resources.requests.{key}"
+        out[key] = _milli(value, at) if key == "cpu" else _bytes(value, at)
+    return out
+
+
 def _max(a: Resources, b: Resources) -> Resources:
     return Resources(max(a.milli_cpu, b.milli_cpu), max(a.memory, b.memory))
+
+
+def _container_claims(spec: Mapping[str, Any]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Each container's ``resources.claims`` names, init containers first."""
+    out = []
+    for c in [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]:
+        names = tuple(str(r.get("name")) for r in (c.get("resources") or {}).get("claims") or () if r.get("name"))
+        out.append((str(c.get("name") or ""), names))
+    return tuple(out)
+
+
+def _claim_resources(status: Mapping[str, Any], where: str) -> tuple[ClaimResources, ...]:
+    """``status.nodeAllocatableResourceClaimStatuses``."""
+    out = []
+    for i, s in enumerate(status.get("nodeAllocatableResourceClaimStatuses") or ()):
+        at = f"{where}.nodeAllocatableResourceClaimStatuses[{i}]"
+        resources = {}
+        for name, value in (s.get("resources") or {}).items():
+            try:
+                resources[str(name)] = parse_quantity(value)
+            except QuantityError as e:
+                raise ObjectError(f"{at}.resources[{name}]: {e}") from None
+        out.append(ClaimResources(str(s.get("resourceClaimName") or ""), tuple(map(str, s.get("containers") or ())), resources))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class _Requests:
+    requests: Resources
+    nonzero: Resources
+    containers: Resources
+    pod_level: dict[str, int]
+    node_nonzero: Resources | None
+
+
+def _pod_requests(spec: Mapping[str, Any], where: str) -> _Requests:
+    """PodRequests: the containers' requests (init containers' maximum), with the scheduler's
+    defaults for those without one (``nonzero``); pod-level requests stand for the pod's whole
+    request of a resource."""
+    requests = nonzero = Resources()
+    for i, c in enumerate(spec.get("containers") or ()):
+        a, n = _container_requests(c, f"{where}.containers[{i}]")
+        requests, nonzero = requests + a, nonzero + n
+    for i, c in enumerate(spec.get("initContainers") or ()):
+        a, n = _container_requests(c, f"{where}.initContainers[{i}]")
+        requests, nonzero = _max(requests, a), _max(nonzero, n)
+    pod_level = _pod_level(spec, requests, where)
+    if not pod_level:
+        return _Requests(requests, nonzero, requests, pod_level, None)
+    declared = _declared(spec)
+    node_nonzero = Resources(  # CalculateResource: defaults only for what no container requests
+        pod_level.get("cpu", requests.milli_cpu if "cpu" in declared else nonzero.milli_cpu),
+        pod_level.get("memory", requests.memory if "memory" in declared else nonzero.memory),
+    )
+    return _Requests(
+        Resources(pod_level.get("cpu", requests.milli_cpu), pod_level.get("memory", requests.memory)),
+        Resources(pod_level.get("cpu", nonzero.milli_cpu), pod_level.get("memory", nonzero.memory)),
+        requests,
+        pod_level,
+        node_nonzero,
+    )
 
 
 def parse_pod(obj: Mapping[str, Any]) -> PodView:
@@ -169,13 +340,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodView:
     if not isinstance(spec, Mapping):
         raise ObjectError(f"{where}: expected an object")
     try:
-        requests = nonzero = Resources()
-        for i, c in enumerate(spec.get("containers") or ()):
-            a, n = _container_requests(c, f"{where}.containers[{i}]")
-            requests, nonzero = requests + a, nonzero + n
-        for i, c in enumerate(spec.get("initContainers") or ()):
-            a, n = _container_requests(c, f"{where}.initContainers[{i}]")
-            requests, nonzero = _max(requests, a), _max(nonzero, n)
+        req = _pod_requests(spec, where)
         affinity = ((spec.get("affinity") or {}).get("nodeAffinity")) or {}
         preferred = tuple(
             (int(p.get("weight", 0)), p.get("preference") or {})
@@ -209,8 +374,8 @@ def parse_pod(obj: Mapping[str, Any]) -> PodView:
             required=affinity.get("requiredDuringSchedulingIgnoredDuringExecution"),
             preferred=preferred,
             tolerations=tuple(spec.get("tolerations") or ()),
-            requests=requests,
-            nonzero=nonzero,
+            requests=req.requests,
+            nonzero=req.nonzero,
             claims=tuple(claims),
             claim_statuses=statuses,
             scheduler_name=str(spec.get("schedulerName") or "default-scheduler"),
@@ -220,6 +385,11 @@ def parse_pod(obj: Mapping[str, Any]) -> PodView:
             spread_constraints=bool(spec.get("topologySpreadConstraints")),
             pod_affinity=affinity_all.get("podAffinity"),
             pod_anti_affinity=affinity_all.get("podAntiAffinity"),
+            container_claims=_container_claims(spec),
+            claim_resources=_claim_resources(obj.get("status") or {}, f"Pod {name}: status"),
+            pod_level=req.pod_level,
+            container_requests=req.containers,
+            node_nonzero=req.node_nonzero,
         )
     except (AttributeError, TypeError, ValueError, KeyError) as e:
         if isinstance(e, ObjectError):
@@ -302,6 +472,29 @@ def filter_reasons(pod: PodView, node: NodeView, usage: NodeUsage) -> list[str]:
             reasons.append("Insufficient cpu")
         if pod.requests.memory > 0 and pod.requests.memory > free.memory:
             reasons.append("Insufficient memory")
+    return reasons
+
+
+def claim_fit_reasons(pod: PodView, claimed: Sequence[ClaimResources], node: NodeView, usage: NodeUsage) -> list[str]:
+    """DynamicResources' check of a pod whose new claims map to node resources
+    (pkg/scheduler/framework/plugins/dynamicresources/nodeallocatabledynamicresources.go, v1.36.2):
+    pod-level requests must cover the containers' requests plus ``claimed`` (cpu checked first:
+    Go walks the map in random order), then the pod's requests plus ``claimed``
+    (nodeFitsResources) must fit what the node has left."""
+    claims = _claimed(claimed)
+    total = (pod.container_requests or pod.requests) + claims
+    for name, have in (("cpu", total.milli_cpu), ("memory", total.memory)):  # validatePodLevelRequestsCoverDRA
+        if name in pod.pod_level and have > pod.pod_level[name]:
+            return [f"pod level request for {name} is insufficient to cover the aggregated container and node-allocatable DRA requests"]
+    if node.allocatable is None:
+        return []
+    demand = pod.plus_claims(pod.requests, claims)
+    free = node.allocatable - usage.requested
+    reasons = []
+    if demand.milli_cpu > 0 and demand.milli_cpu > free.milli_cpu:
+        reasons.append("Insufficient cpu")
+    if demand.memory > 0 and demand.memory > free.memory:
+        reasons.append("Insufficient memory")
     return reasons
 
 

@@ -13,8 +13,26 @@ or add devices or nodes, as the scheduling queue does. A Pod that arrives with
 ``spec.nodeName`` is bound there without scheduling: its allocated claims are
 reserved for it, and unallocated ones are allocated on that node.
 
+With ``DRANodeAllocatableResources`` on (``gates``), what a pod's new claims take of the
+node through their devices' ``nodeAllocatableResourceMappings`` is checked with its
+container requests by DynamicResources, written to the pod's
+``status.nodeAllocatableResourceClaimStatuses`` at binding and counted in the node's
+requests from then on (``sim.nodealloc``); a claim such a pod holds is refused to
+another pod on that node. Off (1.36's default), those statuses are dropped as the API
+server drops them.
+
+Device taints: a ResourceSlice written again replaces the one of that name, each taint stamped
+with the replay's clock (the API server sets ``timeAdded`` to the write's time); ``{op: wait,
+seconds: N}`` moves the clock and records every pod created so far (an ``observe`` step).
+After every object the device taint eviction controller's rule (``sim/taintevict.py``) evicts
+the pods of claims whose devices carry a ``NoExecute`` taint they do not tolerate (an
+``evicted`` step). DeviceTaintRules are kept but taint nothing: the 1.36.2 scheduler drops their
+events (its slice tracker reads them from a v1beta2 informer as v1alpha3 objects), as recorded in
+``tests/data/sched-recorded/v8-device-taint-rules``.
+
 Every scheduling decision is a ``Step``: the node, each claim's
-``status.allocation`` (the API's shape) and ``reservedFor``, or kube-scheduler's
+``status.allocation`` (the API's shape) and ``reservedFor``, the pod's
+``nodeAllocatableResourceClaimStatuses``, or kube-scheduler's
 message (the part before its preemption summary). Ties between the best nodes
 go to the first in scan order (kube-scheduler picks one at random) unless a
 ``prefer`` hint names one of them (``sim diff`` follows a recording that way).
@@ -25,9 +43,11 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from topodra.gates import LIST_TYPE_ATTRIBUTES, NODE_ALLOCATABLE, feature_gates
+from topodra.quantity import Quantity
 from topodra.sim.allocator import (
     INVALID_POOLS_MESSAGE,
     AllocatedState,
@@ -38,8 +58,10 @@ from topodra.sim.allocator import (
     allocation_of_claim,
 )
 from topodra.sim.costmodel import num_feasible_nodes_to_find
+from topodra.sim.nodealloc import ClaimAccounting
 from topodra.sim.objects import Claim, ObjectError, node_selector_matches, parse_claim
 from topodra.sim.podfit import (
+    ClaimResources,
     NodeUsage,
     NodeView,
     PodView,
@@ -57,14 +79,20 @@ from topodra.sim.scoring import (
     existing_affinity_scores,
     score_nodes,
 )
+from topodra.sim.taintevict import DeviceTaints
 
 __all__ = ["ClaimState", "Step", "Replay", "ReplayError", "replay"]
 
-KINDS = ("Node", "DeviceClass", "ResourceSlice", "ResourceClaimTemplate", "ResourceClaim", "Pod")
+KINDS = ("Node", "DeviceClass", "ResourceSlice", "ResourceClaimTemplate", "ResourceClaim", "Pod", "DeviceTaintRule")
 RESERVED_FOR_MAX = 256  # ResourceClaimReservedForMaxSize
 CANNOT_ALLOCATE = "cannot allocate all claims"
 NOT_AVAILABLE = "resourceclaim not available on the node"
 _NAME_LETTERS = "bcdfghjklmnpqrstvwxz2456789"  # the API server's generateName alphabet
+
+
+#: A memoised Filter answer: fits, DRA score, the allocator's error, the Unschedulable reason (None:
+#: "cannot allocate all claims"), each new claim's mapped resources.
+_Hit = tuple[bool, int, str | None, str | None, tuple[dict[str, Quantity] | None, ...]]
 
 
 class ReplayError(ValueError):
@@ -143,6 +171,12 @@ def _generated_claim(pod: PodView, pod_claim: str, template: Mapping[str, Any]) 
     return _Claim(obj, name, pod.namespace, pod.key)
 
 
+def _for_node(allocation: ClaimAllocation, node: NodeView) -> bool:
+    """Whether a claim allocated so may be used on ``node`` (its nodeSelector)."""
+    sel = allocation.node_selector
+    return sel is None or node_selector_matches(sel, node.node)
+
+
 def _claims_of(pod: _Pod, claims: Mapping[str, _Claim]) -> list[tuple[str, _Claim]]:
     """The pod's claims that exist, by its reference name, each once."""
     out = []
@@ -155,13 +189,50 @@ def _claims_of(pod: _Pod, claims: Mapping[str, _Claim]) -> list[tuple[str, _Clai
     return out
 
 
+class _PoolNodes:
+    """Every pool's node when every slice is node-local, else None; worked out when first asked
+    after the slices changed, so a dump's thousands of slices cost one pass, not one each."""
+
+    def __init__(self, slices: Mapping[str, Mapping[str, Any]]) -> None:
+        self._slices = slices
+        self._nodes: dict[tuple[str, str], str] | None = None
+        self._stale = False
+
+    def changed(self) -> None:
+        self._stale = True
+
+    def nodes(self) -> dict[tuple[str, str], str] | None:
+        if self._stale:
+            self._stale = False
+            local = all((s.get("spec") or {}).get("nodeName") for s in self._slices.values())
+            self._nodes = (
+                {(str(s["spec"].get("driver")), str((s["spec"].get("pool") or {}).get("name"))): str(s["spec"]["nodeName"]) for s in self._slices.values()}
+                if local
+                else None
+            )
+        return self._nodes
+
+
 class Replay:
     """The cluster as objects arrive; ``apply`` returns the steps each object causes."""
 
     def __init__(
-        self, *, prefer: Callable[[str], str | None] | None = None, percentage_of_nodes_to_score: int | None = None, memo: bool = True
+        self,
+        *,
+        prefer: Callable[[str], str | None] | None = None,
+        percentage_of_nodes_to_score: int | None = None,
+        memo: bool = True,
+        evictions: bool = True,
+        gates: Mapping[str, bool] | None = None,
     ) -> None:
+        """``evictions``: kube-controller-manager runs its device-taint-eviction-controller (on by
+        default in 1.36)."""
         self.prefer = prefer
+        self.evictions = evictions
+        #: DRANodeAllocatableResources (``topodra.gates``; 1.36's default: off)
+        self.accounting = ClaimAccounting(feature_gates(gates)[NODE_ALLOCATABLE])
+        #: DRAListTypeAttributes: the scheduler's CEL sees list attributes
+        self.list_type_attributes = feature_gates(gates)[LIST_TYPE_ATTRIBUTES]
         self.memo = memo
         self.percentage = percentage_of_nodes_to_score
         self.nodes: dict[str, NodeView] = {}
@@ -176,12 +247,18 @@ class Replay:
         self.steps: list[Step] = []
         self._allocator: Allocator | None = None
         self._next_start = 0
-        # Filter memo: (node, node version, claim specs) -> (fits, DRA score, allocation error).
-        # A node's version changes with every allocation on its devices, so a hit is exact.
-        self._memo: dict[tuple[str, int, str], tuple[Any, ...]] = {}  # (fits, score, error[, reason])
+        # Filter memo: (node, node version, claim specs) -> (fits, DRA score, allocation error, the
+        # Unschedulable reason when not "cannot allocate all claims", what each claim maps to of the
+        # node's resources). A node's version changes with every allocation on its devices, so a
+        # hit is exact.
+        self._memo: dict[tuple[str, int, str], _Hit] = {}
         self._version: dict[str, int] = {}
-        self._pool_node: dict[tuple[str, str], str] | None = None  # None: some slice is not node-local
+        self._pools = _PoolNodes(self.slices)
         self.memo_hits = 0
+        self.rules: dict[str, Mapping[str, Any]] = {}  # DeviceTaintRules: kept, not applied (see above)
+        self.clock = 0.0  # seconds: ``wait`` documents move it
+        self.taints = DeviceTaints()
+        self.created: list[tuple[str, str]] = []  # (name, namespace) of every pod, in order
 
     # ---- objects in
     def apply(self, obj: Any, source: str = "") -> list[Step]:
@@ -190,10 +267,17 @@ class Replay:
             raise ReplayError(f"{source}: expected a Kubernetes object, got {type(obj).__name__}")
         first = len(self.steps)
         try:
-            if obj.get("op") is not None:
-                self._delete(obj, source)
-            else:
+            op = obj.get("op")
+            if op is None:
                 self._create(obj, source)
+            else:
+                self._op(obj, source)
+            # the device taint eviction controller, after every event (a wait moved the clock)
+            for key in self.taints.doomed(self.claims.values(), self.clock) if self.evictions else ():
+                if key in self.pods:
+                    self._delete_pod(key, source, "evicted")
+            if op == "wait":
+                self.steps += _observed(self, source)
         except ObjectError as e:
             raise ReplayError(f"{source}: {e}" if source else str(e)) from None
         return self.steps[first:]
@@ -202,7 +286,7 @@ class Replay:
         kind = obj.get("kind")
         name, ns = _meta(obj)
         if kind not in KINDS:
-            raise ReplayError(f"{source}: kind {kind!r} is not replayed (expected one of {', '.join(KINDS)} or an op: delete document)")
+            raise ReplayError(f"{source}: kind {kind!r} is not replayed (expected one of {', '.join(KINDS)}, an op: delete or an op: wait document)")
         if not name:
             raise ReplayError(f"{source}: {kind} has no metadata.name")
         if kind == "Node":
@@ -217,8 +301,11 @@ class Replay:
             self._changed(source)
         elif kind == "ResourceSlice":
             self.slices[name] = obj
+            self.taints.write(name, obj, self.clock)
             self._reset()
             self._changed(source)
+        elif kind == "DeviceTaintRule":
+            self.rules[name] = obj
         elif kind == "ResourceClaimTemplate":
             self.templates[f"{ns}/{name}"] = obj
             self._changed(source, lambda p: any(r.template_name == name for r in p.view.claims) and p.view.namespace == ns)
@@ -250,10 +337,13 @@ class Replay:
 
     def _add_pod(self, obj: Mapping[str, Any], source: str) -> None:
         view = parse_pod(obj)
+        if not self.accounting.enabled and view.claim_resources:
+            view = replace(view, claim_resources=())  # the API server drops the field
         if view.key in self.pods:
             raise ReplayError(f"{source}: Pod {view.key} already exists (delete it first)")
         pod = _Pod(view, {})
         self.pods[view.key] = pod
+        self.created.append((view.name, view.namespace))
         missing = self._claims_for(pod)
         if view.node_name:
             self.steps.append(self._bind_given(pod, source, missing))
@@ -298,26 +388,25 @@ class Replay:
     # ---- scheduling
     def _allocator_now(self) -> Allocator:
         if self._allocator is None:
-            self._allocator = Allocator(list(self.slices.values()), list(self.classes.values()), self.state)
+            self._allocator = Allocator(
+                list(self.slices.values()), list(self.classes.values()), self.state, list_type_attributes=self.list_type_attributes
+            )
         return self._allocator
 
     def _reset(self) -> None:
         """Slices or classes changed: a new allocator, no memoised Filter result holds."""
         self._allocator = None
+        self.accounting.reset()
         self._memo.clear()
-        local = all((s.get("spec") or {}).get("nodeName") for s in self.slices.values())
-        self._pool_node = (
-            {(str(s["spec"].get("driver")), str((s["spec"].get("pool") or {}).get("name"))): str(s["spec"]["nodeName"]) for s in self.slices.values()}
-            if local
-            else None
-        )
+        self._pools.changed()
 
     def _bump(self, node: str) -> None:
         self._version[node] = self._version.get(node, 0) + 1
 
     def _touch(self, allocation: ClaimAllocation) -> None:
+        pools = self._pools.nodes()
         for r in allocation.results:
-            node = self._pool_node.get((r.driver, r.pool)) if self._pool_node is not None else None
+            node = pools.get((r.driver, r.pool)) if pools is not None else None
             if node is None:
                 self._memo.clear()
                 return
@@ -362,6 +451,7 @@ class Replay:
         reasons: dict[str, int] = {}
         feasible: list[str] = []
         dra_scores: dict[str, int] = {}
+        statuses: dict[str, list[ClaimResources]] = {}  # node -> the pod's nodeAllocatableResourceClaimStatuses
         signature = json.dumps([c.obj.get("spec") for c in to_allocate], sort_keys=True, default=str)
         processed = 0
         for k in range(len(names)):
@@ -370,7 +460,7 @@ class Replay:
             why = filter_reasons(view, node, self.usage[node.name])
             if not why:
                 try:
-                    why = self._dra_filter(node, claims, to_allocate, parsed, signature, dra_scores)
+                    why = self._dra_filter(node, pod, claims, (to_allocate, parsed, signature), dra_scores, statuses)
                 except AllocationError as e:
                     self._next_start = (start + processed) % len(names)
                     return self._fail(pod, step, f'running "DynamicResources" filter plugin: {e}')
@@ -394,32 +484,43 @@ class Replay:
             fresh = self._allocator_now().allocate(self.nodes[chosen].node, parsed)
             assert fresh is not None, "a node that passed Filter has no allocation"
             allocations = fresh
-        self._bind(pod, chosen, to_allocate, allocations)
+        self._bind(pod, chosen, to_allocate, allocations, statuses.get(chosen, []))
         step.node = chosen
         step.claims = self._claim_states(pod)
+        step.node_allocatable = [c.to_api() for c in pod.view.claim_resources]
         return step
 
     def _dra_filter(
         self,
         node: NodeView,
+        pod: _Pod,
         claims: list[tuple[str, _Claim]],
-        to_allocate: list[_Claim],
-        parsed: list[Claim],
-        signature: str,
+        new: tuple[list[_Claim], list[Claim], str],
         scores: dict[str, int],
+        statuses: dict[str, list[ClaimResources]],
     ) -> list[str]:
+        """DynamicResources' Filter on ``node``: a node-allocatable claim held by another pod, the
+        allocation of the ``new`` claims (to allocate, parsed, their signature), what they take of
+        the node, claims allocated for other nodes."""
+        to_allocate, parsed, signature = new
+        allocated = sum(c.allocation is not None for _, c in claims)
+        here = [c for _, c in claims if c.allocation is not None and _for_node(c.allocation, node)]
+        held = self.accounting.held_elsewhere(pod.view, self.usage[node.name], (c.name for c in here))
+        if held is not None:
+            return [held]
         if to_allocate:
             key = (node.name, self._version.get(node.name, 0), signature)
-            use_memo = self.memo and self._pool_node is not None
+            use_memo = self.memo and self._pools.nodes() is not None
             hit = self._memo.get(key) if use_memo else None
             if hit is None:
                 try:
                     result = self._allocator_now().allocate(node.node, parsed)
-                    hit = (result is not None, _dra_score(parsed, result) if result is not None else 0, None)
+                    mapped = () if result is None else self.accounting.mapped(self.slices.values(), [c.key for c in to_allocate], result)
+                    hit = (result is not None, _dra_score(parsed, result) if result is not None else 0, None, None, mapped)
                 except InvalidPools:  # Unschedulable on this node, with the allocator's words
-                    hit = (False, 0, None, INVALID_POOLS_MESSAGE)
+                    hit = (False, 0, None, INVALID_POOLS_MESSAGE, ())
                 except AllocationError as e:
-                    hit = (False, 0, str(e))
+                    hit = (False, 0, str(e), None, ())
                 if use_memo:
                     self._memo[key] = hit
             else:
@@ -427,12 +528,16 @@ class Replay:
             if hit[2] is not None:
                 raise AllocationError(hit[2])
             if not hit[0]:
-                return [hit[3] if len(hit) > 3 else CANNOT_ALLOCATE]
+                return [hit[3] or CANNOT_ALLOCATE]
             scores[node.name] = hit[1]
-        for _, c in claims:
-            sel = c.allocation.node_selector if c.allocation is not None else None
-            if sel is not None and not node_selector_matches(sel, node.node):
-                return [NOT_AVAILABLE]
+            counted = [(c.key, c.name, m) for c, m in zip(to_allocate, hit[4], strict=False) if m is not None]
+            if counted:
+                reasons, mine = self.accounting.check(pod.view, pod.claims, counted, node, self.usage[node.name])
+                if reasons:
+                    return reasons
+                statuses[node.name] = mine
+        if len(here) < allocated:  # a claim allocated for other nodes
+            return [NOT_AVAILABLE]
         return []
 
     def _choose(self, pod: _Pod, step: Step, feasible: list[str], dra_scores: Mapping[str, int], source: str) -> str:
@@ -478,7 +583,11 @@ class Replay:
         step.claims = self._claim_states(pod)
         return step
 
-    def _bind(self, pod: _Pod, node: str, to_allocate: list[_Claim], allocations: list[ClaimAllocation]) -> None:
+    def _bind(
+        self, pod: _Pod, node: str, to_allocate: list[_Claim], allocations: list[ClaimAllocation], statuses: list[ClaimResources]
+    ) -> None:
+        if self.accounting.enabled:  # the assumed pod's status: the Filter's statuses for this node
+            pod.view = replace(pod.view, claim_resources=tuple(statuses))
         for c, a in zip(to_allocate, allocations, strict=True):
             c.allocation = a
             self._hold(a)
@@ -522,6 +631,7 @@ class Replay:
         pod.failure = step.failure
         self.usage.setdefault(view.node_name, NodeUsage()).add(view)
         step.claims = self._claim_states(pod)
+        step.node_allocatable = [c.to_api() for c in view.claim_resources]
         return step
 
     def _claim_states(self, pod: _Pod) -> list[ClaimState]:
@@ -562,9 +672,17 @@ class Replay:
             self._retry(source, only)
 
     # ---- deletions
-    def _delete(self, doc: Mapping[str, Any], source: str) -> None:
+    def _op(self, doc: Mapping[str, Any], source: str) -> None:
+        """``op: delete``, or ``{op: wait, seconds: N}``: the clock moves on (``apply`` then
+        records every pod created so far)."""
+        if doc.get("op") == "wait":
+            seconds = doc.get("seconds")
+            if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 0:
+                raise ReplayError(f"{source}: a wait needs seconds >= 0, got {seconds!r}")
+            self.clock += float(seconds)
+            return
         if doc.get("op") != "delete":
-            raise ReplayError(f"{source}: unknown op {doc.get('op')!r} (only op: delete)")
+            raise ReplayError(f"{source}: unknown op {doc.get('op')!r} (op: delete or op: wait)")
         kind, name = doc.get("kind"), doc.get("name")
         if not isinstance(name, str) or not name or kind not in KINDS:
             raise ReplayError(f"{source}: a deletion needs kind (one of {', '.join(KINDS)}) and name, got kind={kind!r} name={name!r}")
@@ -586,7 +704,11 @@ class Replay:
             self._reset()
         elif kind == "ResourceSlice":
             _gone(self.slices, name, kind, source)
+            self.taints.drop(name)
             self._reset()
+        elif kind == "DeviceTaintRule":
+            _gone(self.rules, name, kind, source)
+            return
         else:
             _gone(self.templates, _find(self.templates, name, ns, kind, source), kind, source)
         self._changed(source)
@@ -597,14 +719,14 @@ class Replay:
             claim.allocation = None
         self.claims.pop(claim.key, None)
 
-    def _delete_pod(self, key: str, source: str) -> None:
+    def _delete_pod(self, key: str, source: str, op: str = "delete") -> None:
         pod = self.pods.pop(key)
         view = pod.view
         if key in self.pending:
             self.pending.remove(key)
         if pod.node is not None:
             self.usage.setdefault(pod.node, NodeUsage()).remove(view)
-        step = Step("delete", view.name, view.namespace, source)
+        step = Step(op, view.name, view.namespace, source)
         for ref in view.claims:
             ckey = pod.claims.get(ref.name)
             claim = self.claims.get(ckey) if ckey else None
@@ -641,8 +763,24 @@ class Replay:
             view = pod.view
             step = Step("state", view.name, view.namespace, node=pod.node, failure=pod.failure if pod.node is None else None)
             step.claims = self._claim_states(pod)
+            step.node_allocatable = [c.to_api() for c in view.claim_resources] if pod.node is not None else []
             out[view.name] = step
         return out
+
+
+def _observed(r: Replay, source: str) -> list[Step]:
+    """After a wait: every pod created so far as it is now (gone: failure ``gone``)."""
+    out = []
+    for name, ns in r.created:
+        pod = r.pods.get(f"{ns}/{name}")
+        step = Step("observe", name, ns, source)
+        if pod is None:
+            step.failure = "gone"
+        else:
+            step.node, step.failure = pod.node, pod.failure if pod.node is None else None
+            step.claims = r._claim_states(pod)
+        out.append(step)
+    return out
 
 
 def _with_allocated(claims: list[tuple[str, _Claim]], scores: Mapping[str, int]) -> dict[str, int]:
@@ -664,9 +802,16 @@ def _dra_score(claims: list[Claim], allocations: list[ClaimAllocation]) -> int:
     )
 
 
-def replay(objects: Iterable[tuple[Any, str]], *, prefer: Callable[[str], str | None] | None = None, percentage_of_nodes_to_score: int | None = None) -> Replay:
+def replay(
+    objects: Iterable[tuple[Any, str]],
+    *,
+    prefer: Callable[[str], str | None] | None = None,
+    percentage_of_nodes_to_score: int | None = None,
+    evictions: bool = True,
+    gates: Mapping[str, bool] | None = None,
+) -> Replay:
     """Replay ``(object, source)`` pairs in order; the finished ``Replay`` (its ``steps``, its state)."""
-    r = Replay(prefer=prefer, percentage_of_nodes_to_score=percentage_of_nodes_to_score)
+    r = Replay(prefer=prefer, percentage_of_nodes_to_score=percentage_of_nodes_to_score, evictions=evictions, gates=gates)
     for obj, source in objects:
         r.apply(obj, source)
     return r

@@ -46,6 +46,8 @@ class Step:
     top: list[str] = field(default_factory=list)  # best-scoring nodes when several tie
     followed_hint: bool = False  # a tie resolved by the ``prefer`` hint
     pending: list[str] = field(default_factory=list)  # still-pending: pods that stayed pending
+    #: the pod's status.nodeAllocatableResourceClaimStatuses once bound (DRANodeAllocatableResources)
+    node_allocatable: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"op": self.op}
@@ -71,6 +73,8 @@ class Step:
             claims.append(entry)
         if claims:
             out["claims"] = claims
+        if self.node_allocatable:
+            out["nodeAllocatableResourceClaimStatuses"] = self.node_allocatable
         if len(self.feasible) > 1:
             out["feasibleNodes"] = self.feasible
             out["scores"] = {n: {"plugins": self.plugin_scores.get(n, {}), "total": t} for n, t in self.scores.items()}

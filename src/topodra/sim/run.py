@@ -15,6 +15,7 @@ import numpy as np
 from topodra.dra.devices import MODELS
 from topodra.sim.cluster import DEFAULT_MAX_PODS, Cluster, ClusterSpec, build_cluster
 from topodra.sim.costmodel import DEFAULT_COSTS, CostModel
+from topodra.sim.gpus import GPU_DRIVER
 from topodra.sim.guards import Exhaustion, check_memory
 from topodra.sim.scheduler import FILTER_ERROR, PodResult, Scheduler
 from topodra.sim.throughput import DEFAULT_API_COSTS, ApiCosts, end_to_end
@@ -37,12 +38,15 @@ class RunConfig:
     fill: float = 0.0
     fill_patterns: int = 16
     reserved_cpus: int = 0
+    taints: Mapping[str, str] = field(default_factory=dict)  # device taints per reason (DeviceModelConfig.taints)
     seed: int = 1
     percentage_of_nodes_to_score: int | None = None
     scoring: str = "kube-scheduler"  # or "first"
     max_pods: int = DEFAULT_MAX_PODS  # allocatable pods of the synthetic nodes (kubelet's --max-pods)
     objects: tuple[str, ...] = ()  # YAML/JSON files with the cluster's API objects instead of a synthetic cluster
     keep_going: bool = False  # schedule every pod even once no later pod can be scheduled
+    gpus: bool = False  # also the gpu.example.com driver's slices (a GPU per PCIe root; sim/gpus.py)
+    list_type_attributes: bool = False  # DRAListTypeAttributes: list-typed pcieRoot published and scheduled
 
 
 @dataclass
@@ -133,6 +137,8 @@ def run_simulation(
     try:
         t0 = time.perf_counter()
         wl = workload or load_workload(config.workload)
+        if not config.gpus and not config.objects and GPU_DRIVER in _classes_asked(wl):
+            raise ValueError(f"workload {wl.name} asks for DeviceClass {GPU_DRIVER}: add --gpus (machines with PCI data)")
         if not config.objects:
             check_memory(config.nodes, config.machines, _pod_count(config, wl, config.nodes))
         cluster = _objects_cluster(config) if config.objects else build_cluster(
@@ -143,10 +149,13 @@ def run_simulation(
                 group_by=config.group_by,
                 order=config.order,
                 reserved_cpus=config.reserved_cpus,
+                taints=dict(config.taints),
                 fill=config.fill,
                 seed=config.seed,
                 fill_patterns=config.fill_patterns,
                 max_pods=config.max_pods,
+                gpus=config.gpus,
+                list_attributes=config.list_type_attributes,
             )
         )
         sched = Scheduler(
@@ -156,6 +165,7 @@ def run_simulation(
             costs=costs,
             percentage_of_nodes_to_score=config.percentage_of_nodes_to_score,
             scoring=config.scoring,
+            list_type_attributes=config.list_type_attributes,
         )
         _preallocate(sched, cluster)
         build_s = time.perf_counter() - t0
@@ -251,6 +261,17 @@ def _schedule_all(
     return summary, results
 
 
+def _classes_asked(wl: Workload) -> set[str]:
+    """The DeviceClasses the workload's claims name."""
+    out: set[str] = set()
+    for spec in [*wl.templates.values(), *wl.claims.values()]:
+        for r in (spec.get("devices") or {}).get("requests") or ():
+            for sub in [r.get("exactly") or {}, *(r.get("firstAvailable") or ())]:
+                if sub.get("deviceClassName"):
+                    out.add(str(sub["deviceClassName"]))
+    return out
+
+
 def _pod_count(config: RunConfig, wl: Workload, nodes: int) -> int:
     """Pods the run schedules: ``--pods``, else the workload's count, else four per node."""
     return config.pods or wl.pod_count or nodes * 4
@@ -283,18 +304,18 @@ def _preallocate(sched: Scheduler, cluster: Cluster) -> None:
     sched.preallocate_positions(held)
 
 
+#: What ``--objects`` takes from a cluster dump (its Pods and the rest are not kept).
+OBJECT_KINDS = frozenset({"Node", "ResourceSlice", "DeviceClass", "ResourceClaim"})
+
+
 def _objects_cluster(config: RunConfig) -> Any:
-    import yaml
-
     from topodra.sim.cluster import ClusterError, cluster_from_objects
-    from topodra.yamldocs import read_text
+    from topodra.yamldocs import YamlFileError, stream_files
 
-    docs: list[Any] = []
-    for path in config.objects:
-        try:
-            docs.extend(d for d in yaml.safe_load_all(read_text(path)) if d is not None)
-        except (OSError, yaml.YAMLError) as e:
-            raise ClusterError(f"{path}: {e}") from None
+    try:
+        docs = [d.obj for d in stream_files(config.objects) if isinstance(d.obj, dict) and d.obj.get("kind") in OBJECT_KINDS]
+    except YamlFileError as e:
+        raise ClusterError(str(e)) from None
     return cluster_from_objects(docs, config.model)
 
 

@@ -288,6 +288,7 @@ class Scheduler:
         memo: bool = True,
         max_calls: int = 2_000_000,
         scoring: str = "kube-scheduler",
+        list_type_attributes: bool = False,
     ) -> None:
         self.plugins = NodePlugins(list(nodes))
         self.nodes = [v.node for v in self.plugins.views]
@@ -298,7 +299,9 @@ class Scheduler:
         self.scoring = scoring
         self._index = np.arange(len(self.nodes), dtype=np.int64)  # node -> itself (scan windows are views of it)
         self.state = AllocatedState()
-        self.allocator = Allocator(slices, classes, self.state, max_calls=max_calls, budget=costs.budget())
+        self.allocator = Allocator(
+            slices, classes, self.state, max_calls=max_calls, budget=costs.budget(), list_type_attributes=list_type_attributes
+        )
         self.costs = costs
         self.want = num_feasible_nodes_to_find(len(self.nodes), percentage_of_nodes_to_score)
         self.next_start = 0

@@ -18,11 +18,15 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from topodra.sim.costmodel import DEFAULT_COSTS, CostModel
 from topodra.sim.plots import write_plots
 from topodra.sim.run import RunConfig, RunSummary, parse_models, run_simulation
+from topodra.sim.workload import Workload, load_workload
+
+if TYPE_CHECKING:
+    from topodra.sim.distributed import ClusterProgress
 
 __all__ = ["SweepConfig", "sweep_points", "run_sweep", "write_outputs", "parse_models"]
 
@@ -62,25 +66,37 @@ def sweep_points(cfg: SweepConfig) -> list[RunConfig]:
     return points
 
 
-def _run_point(args: tuple[RunConfig, dict[str, float]]) -> RunSummary:
-    config, costs = args
-    summary, _ = run_simulation(config, costs=CostModel(**costs))  # type: ignore[arg-type]
+def _run_point(args: tuple[RunConfig, dict[str, float], Workload]) -> RunSummary:
+    config, costs, workload = args
+    summary, _ = run_simulation(config, costs=CostModel(**costs), workload=workload)  # type: ignore[arg-type]
     return summary
 
 
+def _cell(job: tuple[RunConfig, dict[str, float], Workload]) -> str:
+    config = job[0]
+    return f"{config.model} {next(iter(config.machines))} CPUs x {config.nodes} nodes"
+
+
 def run_sweep(
-    cfg: SweepConfig, *, costs: CostModel = DEFAULT_COSTS, progress: Callable[[RunSummary], None] | None = None
+    cfg: SweepConfig,
+    *,
+    costs: CostModel = DEFAULT_COSTS,
+    progress: Callable[[RunSummary], None] | None = None,
+    tick: Callable[[ClusterProgress], None] | None = None,
 ) -> list[RunSummary]:
-    """Run every point, largest first so the pool stays busy; results in sweep order."""
+    """Run every point, largest first so the pool stays busy; results in sweep order. The
+    workload is read here and sent with every cell, so a cluster's workers need no copy of
+    its file. ``tick``: a cluster sweep's state every second or so."""
     points = sweep_points(cfg)
     order = sorted(range(len(points)), key=lambda i: -(points[i].nodes * int(next(iter(points[i].machines)))))
-    jobs = [(points[i], costs.as_dict()) for i in order]
+    workload = load_workload(cfg.workload)
+    jobs = [(points[i], costs.as_dict(), workload) for i in order]
     results: dict[int, RunSummary] = {}
     procs = max(1, min(cfg.processes, len(points)))
     if cfg.cluster:
         from topodra.sim.distributed import map_on_cluster
 
-        for k, summary in map_on_cluster(cfg.cluster, _run_point, jobs):
+        for k, summary in map_on_cluster(cfg.cluster, _run_point, jobs, describe=_cell, tick=tick):
             results[order[k]] = summary
             if progress:
                 progress(summary)

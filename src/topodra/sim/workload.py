@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -110,6 +110,18 @@ class Workload:
         return out
 
 
+def _check_claim_refs(pod: Mapping[str, Any], where: str) -> None:
+    """A Pod's ``resourceClaims`` as far as the Pod alone can tell (its templates and claims may
+    come later in the file): at least one, each naming a template or a claim."""
+    name = (pod.get("metadata") or {}).get("name")
+    refs = (pod.get("spec") or {}).get("resourceClaims") or []
+    if not isinstance(refs, list) or not refs:
+        raise WorkloadError(f"{where}: Pod {name} claims no resources (spec.resourceClaims is empty)")
+    for i, ref in enumerate(refs):
+        if not isinstance(ref, Mapping) or not (ref.get("resourceClaimTemplateName") or ref.get("resourceClaimName")):
+            raise WorkloadError(f"{where}: Pod {name}: spec.resourceClaims[{i}]: needs resourceClaimTemplateName or resourceClaimName")
+
+
 def _builtin_root() -> Traversable:
     """The built-in workloads' directory: beside this module when the package is installed as
     files (as pip installs it), which spares a run importing ``importlib.resources`` and its
@@ -147,16 +159,16 @@ def load_workload(source: str | Path) -> Workload:
             text, name = read_text(path), path.stem
         except OSError as err:
             raise WorkloadError(f"cannot read {path}: {err.strerror or err}") from None
-    else:
-        root = _builtin_root()
-        res = root / f"{source}.yaml"
-        if not res.is_file():
-            raise WorkloadError(f"no workload file {str(source)!r} and no built-in workload of that name (built-in: {', '.join(builtin_workloads())})")
-        text, name = res.read_text(), str(source)
-        index = root / BUILTIN_INDEX
-        entry = json.loads(index.read_text()).get(name) if index.is_file() else None
-        if entry is not None and entry["sha256"] == hashlib.sha256(text.encode()).hexdigest():
-            return _workload(name, text, docs=entry["documents"])
+        return _workload(name, text, source=str(path))
+    root = _builtin_root()
+    res = root / f"{source}.yaml"
+    if not res.is_file():
+        raise WorkloadError(f"no workload file {str(source)!r} and no built-in workload of that name (built-in: {', '.join(builtin_workloads())})")
+    text, name = res.read_text(), str(source)
+    index = root / BUILTIN_INDEX
+    entry = json.loads(index.read_text()).get(name) if index.is_file() else None
+    if entry is not None and entry["sha256"] == hashlib.sha256(text.encode()).hexdigest():
+        return _workload(name, text, docs=entry["documents"])
     return parse_workload(text, name)
 
 
@@ -166,7 +178,7 @@ def builtin_index() -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name in builtin_workloads():
         text = (root / f"{name}.yaml").read_text()
-        out[name] = {"sha256": hashlib.sha256(text.encode()).hexdigest(), "documents": _yaml_documents(text, name)}
+        out[name] = {"sha256": hashlib.sha256(text.encode()).hexdigest(), "documents": [d for d, _ in _yaml_documents(text, name, None)]}
     return out
 
 
@@ -175,29 +187,35 @@ def parse_workload(text: str, name: str = "workload") -> Workload:
     return _workload(name, text)
 
 
-def _workload(name: str, text: str, docs: list[Any] | None = None) -> Workload:
-    """The workload of ``docs``, else of the YAML ``text``; malformed: ``WorkloadError``."""
+def _workload(name: str, text: str, docs: list[Any] | None = None, source: str | None = None) -> Workload:
+    """The workload of ``docs``, else of the YAML ``text`` (read from the file ``source``, which
+    errors then name by line), read a document at a time; malformed: ``WorkloadError``."""
     try:
-        return _parse_workload(_yaml_documents(text, name) if docs is None else docs, name)
+        if docs is None:
+            return _parse_workload(_yaml_documents(text, name, source), name)
+        return _parse_workload(((d, f"document {i + 1}") for i, d in enumerate(docs)), name)
     except WorkloadError:
         raise
     except (AttributeError, TypeError, KeyError, ValueError, IndexError) as e:
         raise WorkloadError(f"workload {name}: malformed manifest ({type(e).__name__}: {e})") from None
 
 
-def _yaml_documents(text: str, name: str) -> list[Any]:
-    import yaml
+def _yaml_documents(text: str, name: str, source: str | None) -> Iterator[tuple[Any, str]]:
+    """(document, where it is) as they are read (``kind: List`` items one by one): by file:line
+    for a file, else "document N"; bad YAML is one line, with file:line:column for a file."""
+    from topodra.yamldocs import YamlFileError, iter_documents
 
     try:
-        return [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as e:
-        raise WorkloadError(f"workload {name}: not valid YAML: {e}") from None
+        for i, doc in enumerate(iter_documents(text, source or name)):
+            yield doc.obj, doc.source if source else f"document {i + 1}"
+    except YamlFileError as e:
+        raise WorkloadError(str(e) if source else f"workload {name}: not valid YAML: {e}") from None
 
 
-def _parse_workload(docs: list[Any], name: str) -> Workload:
+def _parse_workload(docs: Iterable[tuple[Any, str]], name: str) -> Workload:
     wl = Workload(name=name, templates={}, claims={}, classes=[], pods=[])
-    for i, doc in enumerate(docs):
-        where = f"workload {name}: document {i + 1}"
+    for doc, at in docs:
+        where = f"workload {name}: {at}"
         if not isinstance(doc, Mapping):
             raise WorkloadError(f"{where}: expected an object, got {type(doc).__name__}")
         kind = doc.get("kind")
@@ -213,6 +231,7 @@ def _parse_workload(docs: list[Any], name: str) -> Workload:
         elif kind == "DeviceClass":
             wl.classes.append(doc)
         elif kind == "Pod":
+            _check_claim_refs(doc, where)  # now: a bad pod ends the load before the rest is read
             wl.pods.append(doc)
         elif kind == "Workload":
             spec = doc.get("spec") or {}
