@@ -114,7 +114,7 @@ def _run_side_by_side(nodes: list[dict[str, Any]], slices: list[dict[str, Any]],
     assert fast.state.devices == general.state.devices
     assert fast.next_start == general.next_start
     assert (fast._kid == general._kid).all()
-    assert [u.requested for u in fast.plugins.usage] == [u.requested for u in general.plugins.usage]
+    assert [fast.plugins.usage(i).requested for i in range(len(nodes))] == [general.plugins.usage(i).requested for i in range(len(nodes))]
     return pods - fast.general_scans
 
 

@@ -239,7 +239,11 @@ class FastNodes:
     # ---- Score
     def choose(self, kind: KindArrays, nodes: Ints, dra: np.ndarray[Any, Any] | None) -> tuple[int, int]:
         """(position among ``nodes`` the pod goes to, nodes sharing the best total)."""
-        totals = kind.base[nodes]
+        first_node = int(nodes[0])
+        if int(nodes[-1]) - first_node == len(nodes) - 1:  # consecutive nodes (scan order never repeats one): a view
+            totals = kind.base[first_node : first_node + len(nodes)]
+        else:
+            totals = kind.base[nodes]
         if kind.taints is not None:
             totals = totals + WEIGHTS["TaintToleration"] * _normalize(kind.taints[nodes], reverse=True)
         if kind.affinity is not None:

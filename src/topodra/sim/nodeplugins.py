@@ -21,7 +21,7 @@ import functools
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -40,6 +40,9 @@ from topodra.sim.podfit import (
 from topodra.sim.scoring import PodInputs, Unmodelled, score_nodes, select_host
 
 __all__ = ["Choice", "NodePlugins", "PodKind", "unschedulable_message"]
+
+#: The usage of a node without pods (shared: never changed).
+_NO_PODS = NodeUsage()
 
 #: A pod without a spec: one container without requests (scheduler_perf's pause pod).
 _PAUSE_SPEC: Mapping[str, Any] = {"containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10.1"}]}
@@ -69,8 +72,7 @@ class PodKind:
         return PodView(**{**self._fields, "name": name, "namespace": namespace})
 
 
-@dataclass(frozen=True)
-class Choice:
+class Choice(NamedTuple):
     """Where a pod goes among its feasible nodes: the position in their list and how many nodes
     share the best total (1: no tie; 0: not scored, a single feasible node)."""
 
@@ -82,8 +84,8 @@ class NodePlugins:
     """The nodes as the non-DRA plugins see them, and the pods bound to them."""
 
     def __init__(self, nodes: Sequence[Mapping[str, Any] | Node | str], *, fast: bool = True) -> None:
-        self.views = [_view(n) for n in nodes]
-        self.usage = [NodeUsage() for _ in self.views]
+        self.views = _views(nodes)
+        self._usage: dict[int, NodeUsage] = {}  # nodes with pods bound; the others read _NO_PODS
         self.fast = fast
         self._kinds: dict[int, tuple[Any, PodKind]] = {}  # id of a pod object -> (it, its kind)
         self._sizes: dict[str, int] = {}  # image name -> size in the scheduler's cache (first node's)
@@ -115,13 +117,21 @@ class NodePlugins:
         self.arrays.add_kind(kind.kid, view, kind.inputs)
         return kind
 
+    def usage(self, node: int) -> NodeUsage:
+        """The pods bound to ``node`` and what they request (read only)."""
+        return self._usage.get(node, _NO_PODS)
+
     def bind(self, node: int, pod: PodView) -> None:
-        self.usage[node].add(pod)
-        self.arrays.update(node, self.usage[node])
+        usage = self._usage.get(node)
+        if usage is None:
+            usage = self._usage[node] = NodeUsage()
+        usage.add(pod)
+        self.arrays.update(node, usage)
 
     def unbind(self, node: int, pod: PodView) -> None:
-        self.usage[node].remove(pod)
-        self.arrays.update(node, self.usage[node])
+        usage = self.usage(node)
+        usage.remove(pod)
+        self.arrays.update(node, usage)
 
     # ---- Filter
     def passes_all(self, kind: PodKind) -> bool:
@@ -146,7 +156,7 @@ class NodePlugins:
         return out
 
     def _reasons(self, kind: PodKind, i: int) -> list[str]:
-        return filter_reasons(kind.view, self.views[i], self.usage[i])
+        return filter_reasons(kind.view, self.views[i], self.usage(i))
 
     # ---- Score
     def choose(self, kind: PodKind, nodes: np.ndarray[Any, np.dtype[np.int64]], dra: np.ndarray[Any, Any] | None) -> Choice:
@@ -162,7 +172,7 @@ class NodePlugins:
         raw = None if dra is None else dict(zip((self.views[i].name for i in at), (int(s) for s in dra.tolist()), strict=True))
         per_plugin = score_nodes(
             kind.inputs,
-            [node_inputs(self.views[i], self.usage[i], self._sizes) for i in at],
+            [node_inputs(self.views[i], self.usage(i), self._sizes) for i in at],
             dra=raw,
             image_spread=self._spread,
             total_nodes=len(self.views),
@@ -172,6 +182,29 @@ class NodePlugins:
 
     def _arrays(self, kind: PodKind) -> KindArrays:
         return self.arrays.kinds[kind.kid]
+
+
+def _views(nodes: Sequence[Mapping[str, Any] | Node | str]) -> list[NodeView]:
+    """The nodes as the plugins read them. Nodes that share their ``status`` and ``spec``
+    objects (a synthetic cluster's nodes of one machine share one status) are parsed once and
+    take their own name and labels."""
+    shared: dict[tuple[int, int], NodeView] = {}
+    out = []
+    for n in nodes:
+        if not isinstance(n, Mapping):
+            out.append(_view(n))
+            continue
+        key = (id(n.get("status")), id(n.get("spec")))  # the objects live as long as ``nodes``
+        first = shared.get(key)
+        if first is None:
+            out.append(shared.setdefault(key, _view(n)))
+            continue
+        try:
+            node = parse_node(n)
+        except ObjectError as e:
+            raise ValueError(str(e)) from None
+        out.append(NodeView(node, first.taints, first.unschedulable, first.allocatable, first.max_pods, first.images))
+    return out
 
 
 def _view(node: Mapping[str, Any] | Node | str) -> NodeView:

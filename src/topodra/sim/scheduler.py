@@ -504,7 +504,7 @@ class Scheduler:
         if feas is not None:
             nodes, seen = nodes[feas], seen[feas]
         total_s, calls, visits, checks, evals, slowest = sums
-        return FilterScan(nodes, seen, memo, len(nodes), stop, total_s, slowest, calls, visits, checks, evals, 0, None, Counter())
+        return FilterScan(nodes, seen, memo, len(nodes), stop, total_s, slowest, calls, visits, checks, evals, 0, None, _NO_REASONS)
 
     def _filter_scan(self, claims: list[Claim], sig: str, kind: PodKind) -> FilterScan:
         """The filter loop over node classes: numpy for the scan, one evaluation per class not yet seen.
@@ -910,6 +910,7 @@ class Scheduler:
 
 _UNKNOWN, _FEASIBLE, _INFEASIBLE, _ERROR, _INVALID = 0, 1, 2, 3, 4
 _UNSET: Any = object()
+_NO_REASONS: Counter[str] = Counter()  # a scan that found a node (never changed)
 _UNKNOWN_BYTE, _FEASIBLE_BYTE, _ERROR_BYTE = bytes([_UNKNOWN]), bytes([_FEASIBLE]), bytes([_ERROR])
 _SUMS_LIMIT = 4096  # window sums kept (over all claim signatures)
 _SUMS_CLASSES = 512  # ... while a signature has answers for at most this many classes (keys of <= 4 KiB)
