@@ -184,3 +184,29 @@ def test_the_cli_replays_without_the_eviction_controller_when_told() -> None:
     r = CliRunner().invoke(app, ["sim", "diff", *files, "-r", recorded])
     assert r.exit_code == 2
     assert "delete Pod p-05-reserved-default-op: no such object" in " ".join(r.output.split())
+
+
+#: v11 ran with StorageCapacityScoring=true (its result.json "gates" and notes.md)
+V11_GATES = {"StorageCapacityScoring": True}
+
+
+@pytest.mark.parametrize("log", ["result.json", "result.rerun-1.json", "result.rerun-2.json"])
+def test_heterogeneous_scoring_matches_every_plugin_on_every_step(log: str) -> None:
+    """v11: unequal nodes in two zones, every default Score plugin (PodTopologySpread and
+    InterPodAffinity from the bound pods, VolumeBinding under StorageCapacityScoring, ImageLocality,
+    firstAvailable and an allocated claim in DynamicResources): node, devices and every plugin's
+    score per node match; the three ties are ties, and the heap takes the recorded node itself."""
+    recorded = load_recorded(RECORDED / "v11-heterogeneous-scoring" / log)
+    report = diff_replay(_inputs("v11-heterogeneous-scoring"), recorded, gates=V11_GATES)
+    assert [r for r in report.rows if r.verdict not in ("match", "tie")] == []
+    assert report.matches == len(recorded.outcomes)
+    assert [r.key for r in report.rows if r.verdict == "tie"] == ["create u-00-db", "create u-10-away-from-spread", "create u-13-ssd-claim2"]
+    steps = {s.pod: s for s in replay(_inputs("v11-heterogeneous-scoring"), gates=V11_GATES).steps}
+    assert [steps[p].node for p in ("u-00-db", "u-10-away-from-spread", "u-13-ssd-claim2")] == ["hb1", "hb1", "hb1"]
+    assert steps["u-05-spread"].plugin_scores["hs"]["PodTopologySpread"] > 0
+
+
+def test_heterogeneous_scoring_needs_its_gate() -> None:
+    # without StorageCapacityScoring VolumeBinding is skipped, and the recorded scores list it
+    report = diff_replay(_inputs("v11-heterogeneous-scoring"), load_recorded(RECORDED / "v11-heterogeneous-scoring" / "result.json"))
+    assert {d for r in report.rows for d in r.differs} == {"plugin scores"}

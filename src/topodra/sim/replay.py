@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from topodra.gates import LIST_TYPE_ATTRIBUTES, NODE_ALLOCATABLE, feature_gates
+from topodra.gates import LIST_TYPE_ATTRIBUTES, NODE_ALLOCATABLE, STORAGE_CAPACITY_SCORING, feature_gates
 from topodra.quantity import Quantity
 from topodra.sim.allocator import (
     INVALID_POOLS_MESSAGE,
@@ -59,25 +59,29 @@ from topodra.sim.allocator import (
 )
 from topodra.sim.costmodel import num_feasible_nodes_to_find
 from topodra.sim.nodealloc import ClaimAccounting
+from topodra.sim.nodetree import node_tree_order
 from topodra.sim.objects import Claim, ObjectError, node_selector_matches, parse_claim
 from topodra.sim.podfit import (
     ClaimResources,
     NodeUsage,
     NodeView,
     PodView,
+    bound_pod,
     filter_reasons,
     node_inputs,
     parse_node_view,
     parse_pod,
     pod_inputs,
+    unmodelled_filters,
 )
+from topodra.sim.podscores import BoundPod
 from topodra.sim.replaysteps import ClaimState, Step
 from topodra.sim.scoring import (
     ClaimScoreInput,
     Unmodelled,
     dynamic_resources_score,
-    existing_affinity_scores,
     score_nodes,
+    select_host,
 )
 from topodra.sim.taintevict import DeviceTaints
 
@@ -233,6 +237,8 @@ class Replay:
         self.accounting = ClaimAccounting(feature_gates(gates)[NODE_ALLOCATABLE])
         #: DRAListTypeAttributes: the scheduler's CEL sees list attributes
         self.list_type_attributes = feature_gates(gates)[LIST_TYPE_ATTRIBUTES]
+        #: StorageCapacityScoring: VolumeBinding scores (0 for pods without volumes)
+        self.storage_capacity_scoring = feature_gates(gates)[STORAGE_CAPACITY_SCORING]
         self.memo = memo
         self.percentage = percentage_of_nodes_to_score
         self.nodes: dict[str, NodeView] = {}
@@ -446,6 +452,11 @@ class Replay:
         names = list(self.nodes)
         if not names:
             return self._fail(pod, step, "0/0 nodes are available: no nodes available to schedule pods")
+        names = [names[i] for i in node_tree_order([self.nodes[n].node.labels for n in names])]
+        try:
+            unmodelled_filters(view, (p.view for p in self.pods.values() if p.node is not None))
+        except Unmodelled as e:
+            raise ReplayError(f"{source}: Pod {view.key}: {e}") from None
         want = num_feasible_nodes_to_find(len(names), self.percentage)
         start = self._next_start % len(names)
         reasons: dict[str, int] = {}
@@ -541,6 +552,9 @@ class Replay:
         return []
 
     def _choose(self, pod: _Pod, step: Step, feasible: list[str], dra_scores: Mapping[str, int], source: str) -> str:
+        """Score the feasible nodes (in the order Filter found them) and take the node the
+        scheduler's heap puts first; when several share the best total, the recorded node
+        (``prefer``) if it is one of them."""
         view = pod.view
         sizes: dict[str, int] = {}
         spread: dict[str, int] = {}
@@ -548,19 +562,20 @@ class Replay:
             for name, size in n.images.items():
                 sizes.setdefault(name, size)
                 spread[name] = spread.get(name, 0) + 1
-        bound = (
-            (p.view.namespace, p.view.pod_affinity, p.view.pod_anti_affinity)
-            for p in self.pods.values()
-            if p.node is not None and (p.view.pod_affinity is not None or p.view.pod_anti_affinity is not None)
-        )
         try:
+            bound: dict[str, list[BoundPod]] = {}
+            for p in self.pods.values():
+                if p.node is not None:
+                    bound.setdefault(p.node, []).append(bound_pod(p.view))
+            cluster = {n: node_inputs(v, self.usage[n], sizes, tuple(bound.get(n, ()))) for n, v in self.nodes.items()}
             per_plugin = score_nodes(
                 pod_inputs(view),
-                [node_inputs(self.nodes[n], self.usage[n], sizes) for n in feasible],
+                [cluster[n] for n in feasible],
                 dra=dra_scores,
                 image_spread=spread,
                 total_nodes=len(self.nodes),
-                pods_with_affinity=existing_affinity_scores(bound, view.namespace, view.labels),
+                cluster=list(cluster.values()),
+                storage_capacity_scoring=self.storage_capacity_scoring,
             )
         except Unmodelled as e:
             raise ReplayError(f"{source}: Pod {view.key}: {e}") from None
@@ -575,7 +590,7 @@ class Replay:
             if hint in top:
                 step.followed_hint = True
                 return str(hint)
-        return top[0]
+        return feasible[select_host([totals[n] for n in feasible])]
 
     def _fail(self, pod: _Pod, step: Step, message: str) -> Step:
         pod.failure = message
