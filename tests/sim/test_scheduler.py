@@ -224,3 +224,15 @@ def test_unknown_scoring_is_rejected() -> None:
     nodes, slices = cluster(2)
     with pytest.raises(ValueError, match="scoring must be one of"):
         Scheduler(nodes, slices, [CLS], scoring="random")
+
+
+def test_nodes_are_scanned_in_the_node_trees_order() -> None:
+    # zones interleaved, arrival order within a zone (node_tree.go list()); nodes without a zone
+    # label form a zone of their own
+    zone = "topology.kubernetes.io/zone"
+    names = [("a", "z1"), ("b", "z1"), ("c", "z2"), ("d", None), ("e", "z2")]
+    nodes = [{"metadata": {"name": n, "labels": {zone: z} if z else {}}} for n, z in names]
+    slices = [slice_(f"{n}-s", n, [device("d0", attrs(kind="p", numa=0))]) for n, _ in names]
+    s = Scheduler(nodes, slices, [CLS], scoring="first")
+    assert [n.name for n in s.nodes] == ["a", "c", "d", "b", "e"]
+    assert [s.schedule(pod(claim("c", req("r")))).node for _ in range(5)] == ["a", "c", "d", "b", "e"]

@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from topodra.sim.fastscore import FastNodes, KindArrays
+from topodra.sim.nodetree import node_tree_order
 from topodra.sim.objects import Node, ObjectError, parse_node
 from topodra.sim.podfit import (
     NodeUsage,
@@ -84,7 +85,8 @@ class NodePlugins:
     """The nodes as the non-DRA plugins see them, and the pods bound to them."""
 
     def __init__(self, nodes: Sequence[Mapping[str, Any] | Node | str], *, fast: bool = True) -> None:
-        self.views = _views(nodes)
+        views = _views(nodes)
+        self.views = [views[i] for i in node_tree_order([v.node.labels for v in views])]  # the scheduler's node list
         self._usage: dict[int, NodeUsage] = {}  # nodes with pods bound; the others read _NO_PODS
         self.fast = fast
         self._kinds: dict[int, tuple[Any, PodKind]] = {}  # id of a pod object -> (it, its kind)

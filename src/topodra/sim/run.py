@@ -292,15 +292,17 @@ def _preallocate(sched: Scheduler, cluster: Cluster) -> None:
     # machine share their device lists, so the same map holds for all of them)
     maps: dict[str, np.ndarray[Any, np.dtype[np.int64]]] = {}
     held = []
-    for i, m in enumerate(fill.node_machine):
+    at = {n.name: i for i, n in enumerate(sched.nodes)}  # the scheduler lists nodes in its own order
+    for k, m in enumerate(fill.node_machine):
+        name = fill.node_names[k]
+        i = at[name]
         mapping = maps.get(m)
         if mapping is None:
-            name = fill.node_names[i]
             found = [sched.position_of(i, ("native.cpu", name, d)) for d in fill.device_names[m]]
             if any(p is None for p in found):
                 raise ValueError(f"node {name}: the fill names a device the scheduler does not list")
             mapping = maps[m] = np.asarray(found, dtype=np.int64)
-        held.append((i, mapping[fill.indexes(i)]))
+        held.append((i, mapping[fill.indexes(k)]))
     sched.preallocate_positions(held)
 
 

@@ -261,7 +261,9 @@ class _PlanMover:
 
 
 class Scheduler:
-    """Schedules pods one at a time onto ``nodes`` using ``slices`` and ``classes`` (API dicts)."""
+    """Schedules pods one at a time onto ``nodes`` using ``slices`` and ``classes`` (API dicts).
+    ``nodes`` (and every node index) are in the scheduler's order: its node tree's, which
+    interleaves zones (``nodetree``)."""
 
     #: Take the per-pod fast scan when it applies (False: every pod takes the general memoised
     #: scan; the benchmark and the tests compare the two).
