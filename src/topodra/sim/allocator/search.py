@@ -45,7 +45,7 @@ from topodra.sim.allocator.hooks import Acceleration
 from topodra.sim.allocator.masks import MaskScan
 from topodra.sim.allocator.memo import DeadStateMemo
 from topodra.sim.allocator.prune import Prune
-from topodra.sim.allocator.resourcepools import Pool, gather_pools, node_matches
+from topodra.sim.allocator.resourcepools import Pool, foreign_pools, gather_pools, node_matches
 from topodra.sim.allocator.results import (
     AllocatedState,
     AllocationError,
@@ -156,6 +156,8 @@ class Allocator:
             (self._on_node.setdefault(s.node_name, []) if s.node_name else self._shared).append(s)
             self._by_pool.setdefault((s.driver, s.pool), []).append(s)
         self._pools: dict[tuple[str, tuple[tuple[str, str], ...]], list[Pool]] = {}
+        #: node-local pools with counter slices that every other node sees invalid or incomplete
+        self._foreign = foreign_pools((s for s in self.slices if s.shared_counters), self._by_pool)
         self._sel_cache: dict[tuple[str, str], bool | CelError] = {}
         self.last_stats = SearchStats()
 
@@ -164,7 +166,8 @@ class Allocator:
         key = (node.name, tuple(sorted(node.labels.items())))
         pools = self._pools.get(key)
         if pools is None:
-            pools = gather_pools(self._on_node.get(node.name, []) + self._shared, node, self._by_pool)
+            also = [p for owner, p in self._foreign if owner != node.name]
+            pools = gather_pools(self._on_node.get(node.name, []) + self._shared, node, self._by_pool, also)
             self._pools[key] = pools
         return pools
 
