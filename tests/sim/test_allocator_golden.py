@@ -295,7 +295,7 @@ def test_another_nodes_counter_slices_are_seen_from_every_node() -> None:
     ]
     good = slice_("good", "node-1", [device("a"), device("b")])
     assert picked(alloc([good, *bad], [claim("c", req("r"))])) == [[("r", "a")]]
-    with pytest.raises(AllocationError, match="resource pool dra.example.com/node-2 is currently invalid"):
+    with pytest.raises(AllocationError, match=r"resource pool dra\.example\.com/node-2 is currently invalid"):
         alloc([good, *bad], [claim("c", {"name": "r", "exactly": {"deviceClassName": "cls", "allocationMode": "All"}})])
     # a valid pool of another node adds nothing there
     fine = [slice_("ok-devices", "node-2", [device("y")], count=2), slice_("ok-counters", "node-2", [], count=2, sharedCounters=[{"name": "s", "counters": {"m": {"value": "1"}}}])]
