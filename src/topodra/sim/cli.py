@@ -581,7 +581,7 @@ def diff_cmd(
         for col in ("step", "verdict", "recorded", "replayed"):
             t.add_column(col, overflow="fold")
         for row in report.rows:
-            style = "green" if row.verdict in ("match", "tie") else "red"
+            style = "green" if row.verdict in ("match", "tie", "random") else "red"
             verdict = row.verdict + (f" ({', '.join(row.differs or row.tied)})" if row.differs or row.tied else "")
             cells = (row.key, verdict, row.recorded, row.replayed if row.verdict != "match" else "=")
             t.add_row(*(Text(x) for x in cells), style=style)

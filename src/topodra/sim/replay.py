@@ -228,9 +228,14 @@ class Replay:
         memo: bool = True,
         evictions: bool = True,
         gates: Mapping[str, bool] | None = None,
+        alternate: Mapping[str, frozenset[tuple[str, str]]] | None = None,
     ) -> None:
         """``evictions``: kube-controller-manager runs its device-taint-eviction-controller (on by
-        default in 1.36)."""
+        default in 1.36). ``alternate``: pod ("namespace/name") -> pools whose slices disagree on
+        ``resourceSliceCount``, to be read with their other count when that pod is scheduled
+        (which one the scheduler reads is its informer's listing order: ``sim diff`` tries both)."""
+        self.alternate = dict(alternate or {})
+        self._using: Allocator | None = None  # the allocator of the pod being scheduled, when not the shared one
         self.prefer = prefer
         self.evictions = evictions
         #: DRANodeAllocatableResources (``topodra.gates``; 1.36's default: off)
@@ -393,6 +398,8 @@ class Replay:
 
     # ---- scheduling
     def _allocator_now(self) -> Allocator:
+        if self._using is not None:
+            return self._using
         if self._allocator is None:
             self._allocator = Allocator(
                 list(self.slices.values()), list(self.classes.values()), self.state, list_type_attributes=self.list_type_attributes
@@ -427,6 +434,22 @@ class Replay:
         self._touch(allocation)
 
     def _schedule(self, pod: _Pod, op: str, source: str, missing: str | None) -> Step:
+        """Schedule ``pod`` (with the other reading of its ``alternate`` pools, if any); a pod
+        scheduled while some pool's completeness depends on listing order names those pools."""
+        shared = self._allocator_now()
+        pools = self.alternate.get(pod.view.key)
+        if pools:
+            self._using = Allocator(
+                list(self.slices.values()), list(self.classes.values()), self.state, list_type_attributes=self.list_type_attributes, alternate_counts=pools
+            )
+        try:
+            step = self._place(pod, op, source, missing)
+        finally:
+            self._using = None
+        step.random_pools = sorted(f"{d}/{p}" for d, p in shared.ambiguous_counts)
+        return step
+
+    def _place(self, pod: _Pod, op: str, source: str, missing: str | None) -> Step:
         view = pod.view
         step = Step(op, view.name, view.namespace, source)
         if missing is not None:
@@ -521,7 +544,7 @@ class Replay:
             return [held]
         if to_allocate:
             key = (node.name, self._version.get(node.name, 0), signature)
-            use_memo = self.memo and self._pools.nodes() is not None
+            use_memo = self.memo and self._pools.nodes() is not None and self._using is None
             hit = self._memo.get(key) if use_memo else None
             if hit is None:
                 try:
@@ -824,9 +847,10 @@ def replay(
     percentage_of_nodes_to_score: int | None = None,
     evictions: bool = True,
     gates: Mapping[str, bool] | None = None,
+    alternate: Mapping[str, frozenset[tuple[str, str]]] | None = None,
 ) -> Replay:
     """Replay ``(object, source)`` pairs in order; the finished ``Replay`` (its ``steps``, its state)."""
-    r = Replay(prefer=prefer, percentage_of_nodes_to_score=percentage_of_nodes_to_score, evictions=evictions, gates=gates)
+    r = Replay(prefer=prefer, percentage_of_nodes_to_score=percentage_of_nodes_to_score, evictions=evictions, gates=gates, alternate=alternate)
     for obj, source in objects:
         r.apply(obj, source)
     return r

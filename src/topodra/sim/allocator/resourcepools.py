@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from topodra.quantity import Quantity
 from topodra.sim.objects import Device, Node, Slice, node_selector_matches
 
-__all__ = ["Pool", "foreign_pools", "gather_pools", "node_matches"]
+__all__ = ["Pool", "ambiguous_counts", "foreign_pools", "gather_pools", "node_matches"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,10 +103,19 @@ def _relevant(s: Slice, node: Node) -> bool | None:
 
 
 def gather_pools(
-    slices_for_node: Iterable[Slice], node: Node, all_slices_of_pool: Mapping[tuple[str, str], Sequence[Slice]], also: Sequence[Pool] = ()
+    slices_for_node: Iterable[Slice],
+    node: Node,
+    all_slices_of_pool: Mapping[tuple[str, str], Sequence[Slice]],
+    also: Sequence[Pool] = (),
+    alternate: frozenset[tuple[str, str]] = frozenset(),
 ) -> list[Pool]:
     """The node's pools in allocation order; ``all_slices_of_pool`` indexes every slice by pool;
-    ``also``: pools the node sees through other nodes' counter slices (``foreign_pools``)."""
+    ``also``: pools the node sees through other nodes' counter slices (``foreign_pools``).
+
+    A pool is complete when it has as many slices as ``resourceSliceCount`` of its first slice,
+    and which slice is first is the informer's listing order, which nothing fixes: where the
+    slices disagree (``ambiguous_counts``), the first one given is taken, or, for the pools in
+    ``alternate``, the first whose count differs from it."""
     grouped: dict[tuple[str, str], list[Slice]] = {}
     for s in slices_for_node:
         if not _relevant(s, node):
@@ -121,6 +130,8 @@ def gather_pools(
     with_binding: list[Pool] = []
     for key, kept in grouped.items():
         count = kept[0].slice_count
+        if key in alternate:
+            count = next((s.slice_count for s in kept if s.slice_count != count), count)
         all_for_pool: list[Slice] | None = None
         if len(kept) != count:
             gen = kept[0].generation
@@ -139,6 +150,17 @@ def gather_pools(
     result.sort(key=lambda p: (p.driver, p.name))
     with_binding.sort(key=lambda p: (p.driver, p.name))
     return result + with_binding
+
+
+def ambiguous_counts(all_slices_of_pool: Mapping[tuple[str, str], Sequence[Slice]]) -> frozenset[tuple[str, str]]:
+    """The pools whose current slices disagree on ``resourceSliceCount``: whether such a pool is
+    complete depends on which slice the scheduler lists first (pools_incubating.go)."""
+    out = set()
+    for key, slices in all_slices_of_pool.items():
+        gen = max((s.generation for s in slices), default=0)
+        if len({s.slice_count for s in slices if s.generation == gen}) > 1:
+            out.add(key)
+    return frozenset(out)
 
 
 _NOWHERE = Node("", {})  # a node no slice selects: only counter slices are relevant for it
