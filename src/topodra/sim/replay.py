@@ -332,7 +332,7 @@ class Replay:
         old = self.claims.get(key)
         freed = old is not None and old.allocation is not None
         if old is not None and old.allocation is not None:
-            self._release(old.allocation)
+            self._hold(old.allocation, held=False)
         meta = obj.get("metadata") or {}
         owner = None
         for ref in meta.get("ownerReferences") or ():
@@ -425,12 +425,12 @@ class Replay:
                 return
             self._bump(node)
 
-    def _hold(self, allocation: ClaimAllocation) -> None:
-        self.state.add(allocation)
-        self._touch(allocation)
-
-    def _release(self, allocation: ClaimAllocation) -> None:
-        self.state.remove(allocation)
+    def _hold(self, allocation: ClaimAllocation, held: bool = True) -> None:
+        """Add the allocation to the cluster state (``held=False``: remove it)."""
+        if held:
+            self.state.add(allocation)
+        else:
+            self.state.remove(allocation)
         self._touch(allocation)
 
     def _schedule(self, pod: _Pod, op: str, source: str, missing: str | None) -> Step:
@@ -753,7 +753,7 @@ class Replay:
 
     def _drop_claim(self, claim: _Claim) -> None:
         if claim.allocation is not None:
-            self._release(claim.allocation)
+            self._hold(claim.allocation, held=False)
             claim.allocation = None
         self.claims.pop(claim.key, None)
 
@@ -779,7 +779,7 @@ class Replay:
             elif claim.reserved_for:
                 state = "still-allocated" if claim.allocation is not None else "unallocated"
             elif claim.allocation is not None:
-                self._release(claim.allocation)
+                self._hold(claim.allocation, held=False)
                 claim.allocation = None
                 state = "deallocated"
                 if claim.deleting:
