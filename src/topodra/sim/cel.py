@@ -1012,7 +1012,7 @@ def _library_member_call(expression: str, line: int, col: int, msg: str, lists: 
         parts = [text[site[2] : site[1]], *parts]
     try:
         checker = _runtime().checker_for(lists)
-        types = [_go_type_text(_output_type_name(checker.compile(part).return_type())) for part in parts]
+        types = [_go_type_text(str(checker.compile(part).return_type().name())) for part in parts]
     except RuntimeError:
         return msg
     if site is not None:
@@ -1027,11 +1027,11 @@ _MEMBER_ONLY = frozenset({"includes", "isGreaterThan", "isLessThan", "compareTo"
 
 
 def _go_type_text(name: str) -> str:
-    """The C++ binding's type name (``LIST<INT>``, ``ERROR``...) as cel-go prints it."""
-    simple = {"INT": "int", "UINT": "uint", "DOUBLE": "double", "STRING": "string", "BOOL": "bool", "BYTES": "bytes", "DYN": "dyn", "NULL": "null_type", "ERROR": "any"}
-    name = re.sub(r"\b(INT|UINT|DOUBLE|STRING|BOOL|BYTES|DYN|NULL|ERROR)\b", lambda m: simple[m.group(1)], name)
-    name = name.replace("LIST<", "list(").replace("MAP<", "map(")
-    return name.replace(">", ")")
+    """The C++ binding's type name as cel-go prints an operand's type in a checker message
+    (``any`` for the attributes' values: cel-go's ``google.protobuf.Any``)."""
+    names = {**_CEL_GO_TYPE_NAMES, "ERROR": "any"}
+    parts = re.findall(r"[\w.]+|[<>]|,\s*", name)
+    return "".join(names.get(p, {"<": "(", ">": ")"}.get(p, p)) for p in parts)
 
 
 def _closing(text: str, open_at: int) -> int:
@@ -1072,9 +1072,18 @@ def _split_args(text: str) -> list[str]:
     return [*out, cur.strip()] if cur.strip() else out
 
 
+_CEL_GO_TYPE_NAMES = {
+    "BOOL": "bool", "INT": "int", "UINT": "uint", "DOUBLE": "double", "STRING": "string", "BYTES": "bytes",
+    "DYN": "dyn", "NULL": "null_type", "LIST": "list", "MAP": "map", "TYPE": "type",
+    "DURATION": "google.protobuf.Duration", "TIMESTAMP": "google.protobuf.Timestamp",
+    "ERROR": "dyn",  # the binding's name for google.protobuf.Any, the attributes' values
+}
+
+
 def _output_type_name(t: Any) -> str:
-    name = str(t.name())
-    return {"BOOL": "bool", "INT": "int", "UINT": "uint", "DOUBLE": "double", "STRING": "string", "BYTES": "bytes", "DYN": "dyn", "NULL": "null_type"}.get(name, name)
+    """The C++ binding's type name (``LIST<INT>``) as cel-go prints it (``list(int)``)."""
+    parts = re.findall(r"[\w.]+|[<>]|,\s*", str(t.name()))
+    return "".join(_CEL_GO_TYPE_NAMES.get(p, {"<": "(", ">": ")"}.get(p, p)) for p in parts)
 
 
 def compile_expression(expression: str, *, lists: bool = False) -> CompiledSelector:

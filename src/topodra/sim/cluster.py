@@ -261,6 +261,10 @@ def build_cluster(spec: ClusterSpec) -> Cluster:
     status: dict[str, dict[str, Any]] = {}  # machine -> its nodes' status (one dict, read only)
     for m in spec.machines:
         topo = topology_for(m)
+        if spec.reserved_cpus >= len(topo.online):
+            raise ClusterError(
+                f"--reserved-cpus {spec.reserved_cpus}: leaves no CPU of machine {m}'s {len(topo.online)} for devices"
+            )
         status[m] = node_status(topo, spec.reserved_cpus, spec.max_pods)
         exclude = CPUSet(sorted(topo.online)[: spec.reserved_cpus])
         devices = build_devices(topo, config, reserved=exclude)

@@ -236,6 +236,7 @@ class Replay:
         (which one the scheduler reads is its informer's listing order: ``sim diff`` tries both)."""
         self.alternate = dict(alternate or {})
         self._using: Allocator | None = None  # the allocator of the pod being scheduled, when not the shared one
+        self._filtered: set[str] = set()  # nodes the pod being scheduled was given to the allocator on
         self.prefer = prefer
         self.evictions = evictions
         #: DRANodeAllocatableResources (``topodra.gates``; 1.36's default: off)
@@ -442,11 +443,14 @@ class Replay:
             self._using = Allocator(
                 list(self.slices.values()), list(self.classes.values()), self.state, list_type_attributes=self.list_type_attributes, alternate_counts=pools
             )
+        self._filtered.clear()
         try:
             step = self._place(pod, op, source, missing)
         finally:
             self._using = None
-        step.random_pools = sorted(f"{d}/{p}" for d, p in shared.ambiguous_counts)
+        owners = self._pools.nodes()
+        involved = [k for k in shared.ambiguous_counts if owners is None or owners.get(k) in self._filtered]
+        step.random_pools = sorted(f"{d}/{p}" for d, p in involved)
         return step
 
     def _place(self, pod: _Pod, op: str, source: str, missing: str | None) -> Step:
@@ -543,6 +547,7 @@ class Replay:
         if held is not None:
             return [held]
         if to_allocate:
+            self._filtered.add(node.name)
             key = (node.name, self._version.get(node.name, 0), signature)
             use_memo = self.memo and self._pools.nodes() is not None and self._using is None
             hit = self._memo.get(key) if use_memo else None
