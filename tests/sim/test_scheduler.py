@@ -236,3 +236,15 @@ def test_nodes_are_scanned_in_the_node_trees_order() -> None:
     s = Scheduler(nodes, slices, [CLS], scoring="first")
     assert [n.name for n in s.nodes] == ["a", "c", "d", "b", "e"]
     assert [s.schedule(pod(claim("c", req("r")))).node for _ in range(5)] == ["a", "c", "d", "b", "e"]
+
+
+def test_pods_whose_scores_need_other_pods_are_refused_not_guessed() -> None:
+    from topodra.sim.scoring import Unmodelled
+
+    nodes, slices = cluster(3)
+    s = Scheduler(nodes, slices, [CLS])
+    spread = {"metadata": {"name": "spread"}, "spec": {"containers": [{"name": "c"}], "topologySpreadConstraints": [
+        {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {}}]}}
+    p = pod(claim("c", req("r")))
+    with pytest.raises(Unmodelled, match="Pod spread: PodTopologySpread"):
+        s.schedule(Pod(p.name, p.claims, obj=spread))
