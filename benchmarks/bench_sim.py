@@ -100,7 +100,9 @@ def _reference_rate() -> float:
 def _scheduler_perf_run(selectors: list[Any], pods: int, fast: bool) -> tuple[float, float, list[PodResult], float]:
     """One scheduler_perf run: pods/s, setup seconds, every pod's result and pods per CPU-second
     (this process's CPU time: what load from other processes on the machine does not inflate)."""
-    nodes = [{"metadata": {"name": f"node-{n:05d}"}} for n in range(500)]
+    # scheduler_perf's DRA node (dra/templates/node-with-dra-test-driver.yaml): its capacity,
+    # which the API server copies into allocatable
+    nodes = [{"metadata": {"name": f"node-{n:05d}"}, "status": {"allocatable": {"cpu": "4", "memory": "32Gi", "pods": "110"}}} for n in range(500)]
     cls = {"metadata": {"name": "test-class"}, "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{SCHEDULER_PERF_DRIVER}"'}}]}}
     spec = {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "test-class", "selectors": selectors}}]}}
     t0 = time.perf_counter()

@@ -225,7 +225,7 @@ def test_cel_message_types_match_descriptor_pb2() -> None:
     """The serialised proto the CEL runtime loads is the one ``descriptor_pb2`` builds."""
     from google.protobuf import descriptor_pb2
 
-    from topodra.sim import cel
+    from topodra.sim import cel, celnetlib
 
     fdp = descriptor_pb2.FileDescriptorProto(name="topodra/sim/cel_types.proto", package="kubernetes", syntax="proto3")
     q = fdp.message_type.add(name="Quantity")
@@ -237,7 +237,20 @@ def test_cel_message_types_match_descriptor_pb2() -> None:
     d = fdp.message_type.add(name="DRADevice")
     d.field.add(name="driver", number=1, type=descriptor_pb2.FieldDescriptorProto.TYPE_STRING, label=1)
     d.field.add(name="allowMultipleAllocations", number=2, type=descriptor_pb2.FieldDescriptorProto.TYPE_BOOL, label=1)
+    string, boolean = descriptor_pb2.FieldDescriptorProto.TYPE_STRING, descriptor_pb2.FieldDescriptorProto.TYPE_BOOL
+    fdp.message_type.add(name="URL").field.add(name="raw", number=1, type=string, label=1)
+    fdp.message_type.add(name="NamedFormat").field.add(name="name", number=1, type=string, label=1)
+    o = fdp.message_type.add(name="OptionalStrings")
+    o.field.add(name="present", number=1, type=boolean, label=1)
+    o.field.add(name="values", number=2, type=string, label=3)
+    o = fdp.message_type.add(name="OptionalFormat")
+    o.field.add(name="present", number=1, type=boolean, label=1)
+    o.field.add(name="name", number=2, type=string, label=1)
     assert descriptor_pb2.FileDescriptorProto.FromString(cel.CEL_TYPES_PROTO) == fdp
+    net = descriptor_pb2.FileDescriptorProto(name="topodra/sim/cel_net.proto", package="net", syntax="proto3")
+    for name in ("IP", "CIDR"):
+        net.message_type.add(name=name).field.add(name="text", number=1, type=string, label=1)
+    assert descriptor_pb2.FileDescriptorProto.FromString(celnetlib.NET_TYPES_PROTO) == net
 
     _, quantity, semver = cel._message_types()
     assert quantity(amount="3/2").amount == "3/2"

@@ -8,6 +8,7 @@ from topodra.gates import (
     DEFAULTS,
     LIST_TYPE_ATTRIBUTES,
     NODE_ALLOCATABLE,
+    STORAGE_CAPACITY_SCORING,
     FeatureGateError,
     feature_gates,
     parse_feature_gates,
@@ -15,9 +16,9 @@ from topodra.gates import (
 
 
 def test_defaults_are_136s() -> None:
-    assert DEFAULTS == {NODE_ALLOCATABLE: False, LIST_TYPE_ATTRIBUTES: False}  # alpha in 1.36
+    assert DEFAULTS == {NODE_ALLOCATABLE: False, LIST_TYPE_ATTRIBUTES: False, STORAGE_CAPACITY_SCORING: False}  # alpha in 1.36
     assert feature_gates() == DEFAULTS
-    assert feature_gates({NODE_ALLOCATABLE: True}) == {NODE_ALLOCATABLE: True, LIST_TYPE_ATTRIBUTES: False}
+    assert feature_gates({NODE_ALLOCATABLE: True}) == {NODE_ALLOCATABLE: True, LIST_TYPE_ATTRIBUTES: False, STORAGE_CAPACITY_SCORING: False}
 
 
 @pytest.mark.parametrize(("text", "gates"), [
@@ -33,7 +34,7 @@ def test_parsed_as_component_base_parses_them(text: str, gates: dict[str, bool])
 @pytest.mark.parametrize(("text", "message"), [
     ("DRANodeAllocatableResources", "missing bool value for DRANodeAllocatableResources"),
     ("DRANodeAllocatableResources=yes", "invalid value of DRANodeAllocatableResources=yes"),
-    ("DRAFoo=true", r"unrecognized feature gate: DRAFoo \(topodra models DRAListTypeAttributes, DRANodeAllocatableResources\)"),
+    ("DRAFoo=true", r"unrecognized feature gate: DRAFoo \(topodra models DRAListTypeAttributes, DRANodeAllocatableResources, StorageCapacityScoring\)"),
 ])
 def test_bad_values_say_which_entry(text: str, message: str) -> None:
     with pytest.raises(FeatureGateError, match=message):

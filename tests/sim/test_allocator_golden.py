@@ -285,6 +285,23 @@ def test_dangling_counter_reference_makes_pool_invalid() -> None:
         alloc([devices], [claim("c", req("r"))])
 
 
+def test_another_nodes_counter_slices_are_seen_from_every_node() -> None:
+    # pools_incubating.go GatherPools: slices with sharedCounters are relevant for every node.
+    # node-2's pool has a counter slice and a device using a counter set nobody defines: invalid,
+    # also as node-1 sees it, so an All request fails on node-1 (a count request does not).
+    bad = [
+        slice_("bad-devices", "node-2", [device("x", consumesCounters=[{"counterSet": "nope", "counters": {"m": {"value": "1"}}}])], count=2),
+        slice_("bad-counters", "node-2", [], count=2, sharedCounters=[{"name": "real", "counters": {"m": {"value": "1"}}}]),
+    ]
+    good = slice_("good", "node-1", [device("a"), device("b")])
+    assert picked(alloc([good, *bad], [claim("c", req("r"))])) == [[("r", "a")]]
+    with pytest.raises(AllocationError, match=r"resource pool dra\.example\.com/node-2 is currently invalid"):
+        alloc([good, *bad], [claim("c", {"name": "r", "exactly": {"deviceClassName": "cls", "allocationMode": "All"}})])
+    # a valid pool of another node adds nothing there
+    fine = [slice_("ok-devices", "node-2", [device("y")], count=2), slice_("ok-counters", "node-2", [], count=2, sharedCounters=[{"name": "s", "counters": {"m": {"value": "1"}}}])]
+    assert picked(alloc([good, *fine], [claim("c", {"name": "r", "exactly": {"deviceClassName": "cls", "allocationMode": "All"}})])) == [[("r", "a"), ("r", "b")]]
+
+
 def test_taints_block_unless_tolerated() -> None:
     devices = [
         device("t0", taints=[{"key": "broken", "value": "yes", "effect": "NoSchedule"}]),

@@ -13,7 +13,7 @@ from topodra.sim.workload import load_workload
 
 
 def _state(s: Scheduler) -> tuple[object, ...]:
-    return (s._kid.tolist(), s._held.tolist(), s._free.tolist(), sorted(s.state.devices), dict(s.state.capacity), s._key_ids)
+    return (s._kid.tolist(), s._held.tolist(), sorted(s.state.devices), dict(s.state.capacity), s._key_ids)
 
 
 @pytest.mark.parametrize(("model", "machines", "workload"), [("cpu", {"64": 1.0, "32": 1.0}, "l3-8"), ("core", {"64": 1.0}, "first-available"), ("grouped", {"64": 1.0}, "grouped")])

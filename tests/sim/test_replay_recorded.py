@@ -184,3 +184,60 @@ def test_the_cli_replays_without_the_eviction_controller_when_told() -> None:
     r = CliRunner().invoke(app, ["sim", "diff", *files, "-r", recorded])
     assert r.exit_code == 2
     assert "delete Pod p-05-reserved-default-op: no such object" in " ".join(r.output.split())
+
+
+#: v11 ran with StorageCapacityScoring=true (its result.json "gates" and notes.md)
+V11_GATES = {"StorageCapacityScoring": True}
+
+
+@pytest.mark.parametrize("log", ["result.json", "result.rerun-1.json", "result.rerun-2.json"])
+def test_heterogeneous_scoring_matches_every_plugin_on_every_step(log: str) -> None:
+    """v11: unequal nodes in two zones, every default Score plugin (PodTopologySpread and
+    InterPodAffinity from the bound pods, VolumeBinding under StorageCapacityScoring, ImageLocality,
+    firstAvailable and an allocated claim in DynamicResources): node, devices and every plugin's
+    score per node match; the three ties are ties, and the heap takes the recorded node itself."""
+    recorded = load_recorded(RECORDED / "v11-heterogeneous-scoring" / log)
+    report = diff_replay(_inputs("v11-heterogeneous-scoring"), recorded, gates=V11_GATES)
+    assert [r for r in report.rows if r.verdict not in ("match", "tie")] == []
+    assert report.matches == len(recorded.outcomes)
+    assert [r.key for r in report.rows if r.verdict == "tie"] == ["create u-00-db", "create u-10-away-from-spread", "create u-13-ssd-claim2"]
+    steps = {s.pod: s for s in replay(_inputs("v11-heterogeneous-scoring"), gates=V11_GATES).steps}
+    assert [steps[p].node for p in ("u-00-db", "u-10-away-from-spread", "u-13-ssd-claim2")] == ["hb1", "hb1", "hb1"]
+    assert steps["u-05-spread"].plugin_scores["hs"]["PodTopologySpread"] > 0
+
+
+def test_heterogeneous_scoring_needs_its_gate() -> None:
+    # without StorageCapacityScoring VolumeBinding is skipped, and the recorded scores list it
+    report = diff_replay(_inputs("v11-heterogeneous-scoring"), load_recorded(RECORDED / "v11-heterogeneous-scoring" / "result.json"))
+    assert {d for r in report.rows for d in r.differs} == {"plugin scores"}
+
+
+#: x07 compares every attribute with 0 in a two-variable ``all``: the message is that of the
+#: first entry that fails, and a map's order is random in cel-go (Go maps) as in the C++ runtime
+#: (a string fails in its own comparison, "no such overload"; a version in the dispatch,
+#: "no such overload: _>=_"; cel-go itself gives both on the same expression run after run)
+MAP_ORDER = {"create x07-two-var-type-error"}
+
+
+def test_cel_libraries_match_every_step() -> None:
+    """v12: the CEL libraries the scheduler loads for DRA (regex, two-variable comprehensions,
+    semver, quantity, bind, strings, lists, sets, optionals, ip, cidr, url, format), runtime
+    errors and invalid pools, word for word; bad-count-one-4 depends on which of its pool's
+    slices the scheduler lists first (the recording's notes), and matches with the other reading."""
+    recorded = load_recorded(RECORDED / "v12-cel-libraries" / "result.json")
+    report = diff_replay(_inputs("v12-cel-libraries"), recorded)
+    bad = [r for r in report.rows if r.verdict not in ("match", "tie", "random") and r.key not in MAP_ORDER]
+    assert bad == []
+    assert [r.key for r in report.rows if r.verdict == "random"] == ["create bad-count-one-4"]
+    for r in report.rows:
+        if r.key in MAP_ORDER:
+            assert r.verdict == "match" or r.differs == ("message",)
+            assert "CEL runtime error: no such overload" in r.replayed
+
+
+def test_a_pool_whose_slices_disagree_on_their_count_is_read_as_listed_first() -> None:
+    # bad-count's slices say resourceSliceCount 2 and 3: the first created (count 2) makes it
+    # complete, and the replay's pods schedule there; the recorded bad-count-one-4 got the other reading
+    steps = {s.pod: s for s in replay(_inputs("v12-cel-libraries")).steps if s.op == "create"}
+    assert steps["bad-count-one-4"].node == "bad-count"
+    assert steps["bad-count-one-4"].random_pools == ["native.cpu/bad-count"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -116,15 +117,18 @@ def test_scheduler_on_random_layouts_equals_the_plain_loop(cluster: tuple[list[d
             assert fast.delete(a.pod) == slow.delete(b.pod)
 
 
-def test_grouped_placements_equal_the_per_device_scheduler() -> None:
-    """Least-allocated ties on grouped devices are broken on a float summed in the order devices
-    were taken; the placements (node and devices of every pod) are those of the scheduler that
-    kept a dictionary per device (digest recorded from it)."""
-    import hashlib
-
+def test_grouped_placements_equal_the_plain_scheduler(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Grouped devices (shared, capacity consumed) on two machine sizes, filled: every shortcut
+    of the scheduler on, and every one off, place every pod on the same node and devices."""
     from topodra.sim.run import RunConfig, run_simulation
 
-    s, rs = run_simulation(RunConfig(nodes=60, machines={"64": 1.0, "256": 1.0}, model="grouped", workload="grouped", pods=300, fill=0.3, fill_patterns=7))
-    seq = ",".join(f"{r.node}:{'/'.join(x.device for a in r.allocations for x in a.results)}" for r in rs)
-    assert s.scheduled == 300
-    assert hashlib.sha256(seq.encode()).hexdigest() == "51fc6def9fb846c1c415129555be13908dcbbc6d94e0961b6bbf7358fbbd80c0"
+    def placements(fast: bool) -> tuple[int, str]:
+        with monkeypatch.context() as m:
+            for shortcut in ("fast_scan", "first_fit", "fast_bind", "fast_score"):
+                m.setattr(Scheduler, shortcut, fast)
+            s, rs = run_simulation(RunConfig(nodes=60, machines={"64": 1.0, "256": 1.0}, model="grouped", workload="grouped", pods=300, fill=0.3, fill_patterns=7))
+        return s.scheduled, ",".join(f"{r.node}:{'/'.join(x.device for a in r.allocations for x in a.results)}" for r in rs)
+
+    fast = placements(True)
+    assert fast[0] == 300
+    assert fast == placements(False)

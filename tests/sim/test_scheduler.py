@@ -95,7 +95,7 @@ def test_predicted_timeout_fails_the_pod() -> None:
     s = Scheduler(nodes, slices, [CLS], costs=CostModel(per_call_s=10e-6))
     r = s.schedule(pod(c))
     assert r.failure_kind == "timeout"
-    assert r.failure == "node n0: timed out trying to allocate devices"
+    assert r.failure == 'running "DynamicResources" filter plugin: node n0: timed out trying to allocate devices'
     assert r.timeouts == 1
     # the search stops where kube-scheduler's deadline falls: well inside the 2 x 2^20 subsets
     assert r.calls < 2 * (2**20 - 1)
@@ -182,15 +182,69 @@ def test_a_timed_out_node_ends_the_attempt(memo: bool) -> None:
     assert r.predicted_s >= 10
 
 
-@pytest.mark.parametrize(("scoring", "second"), [("least-allocated", "node-1"), ("first", "node-0")])
+ALLOCATABLE = {"allocatable": {"cpu": "4", "memory": "32Gi", "pods": "110"}}
+
+
+@pytest.mark.parametrize(("scoring", "second"), [("kube-scheduler", "node-1"), ("first", "node-0")])
 def test_scoring_spreads_or_packs(scoring: str, second: str) -> None:
     nodes, slices = cluster(50)
+    nodes = [{**n, "status": ALLOCATABLE} for n in nodes]
     s = Scheduler(nodes, slices, [CLS], scoring=scoring)
     assert s.schedule(pod(claim("c", req("r")))).node == "node-0"
-    assert s.schedule(pod(claim("c", req("r")))).node == second
+    assert s.schedule(pod(claim("c", req("r")))).node == second  # node-0 scores less with a pod (NodeResourcesFit)
+
+
+def test_equal_nodes_tie_and_the_heap_takes_the_first() -> None:
+    # nodes without allocatable score alike (NodeResourcesFit scores 0 there): every pod ties
+    # among all 50, and heap.Init keeps the first found at the root
+    nodes, slices = cluster(50)
+    s = Scheduler(nodes, slices, [CLS])
+    for _ in range(2):
+        r = s.schedule(pod(claim("c", req("r"))))
+        assert (r.node, r.tied) == ("node-0", 50)
+
+
+def test_nodes_that_fail_an_earlier_plugin_are_not_filtered_by_dra() -> None:
+    nodes, slices = cluster(3)
+    small = {"allocatable": {"cpu": "1", "memory": "1Gi", "pods": "110"}}
+    nodes = [{**n, "status": small if i < 2 else ALLOCATABLE} for i, n in enumerate(nodes)]
+    obj = {"metadata": {"name": "big"}, "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "2"}}}]}}
+    s = Scheduler(nodes, slices, [CLS])
+    p = pod(claim("c", req("r")))
+    r = s.schedule(Pod(p.name, p.claims, obj=obj))
+    assert r.node == "node-2"
+    alone = Scheduler(nodes[2:], slices[2:], [CLS]).schedule(pod(claim("c", req("r"))))
+    assert (r.nodes_filtered, r.feasible_found) == (3, 1)
+    assert (r.calls, r.visits, r.cel_evals) == (alone.calls, alone.visits, alone.cel_evals)  # DynamicResources ran on node-2 only
+    r = s.schedule(Pod("big-2", pod(claim("c", req("r", "cls", 5))).claims, obj=obj))
+    assert r.failure == "0/3 nodes are available: 1 cannot allocate all claims, 2 Insufficient cpu."
 
 
 def test_unknown_scoring_is_rejected() -> None:
     nodes, slices = cluster(2)
     with pytest.raises(ValueError, match="scoring must be one of"):
         Scheduler(nodes, slices, [CLS], scoring="random")
+
+
+def test_nodes_are_scanned_in_the_node_trees_order() -> None:
+    # zones interleaved, arrival order within a zone (node_tree.go list()); nodes without a zone
+    # label form a zone of their own
+    zone = "topology.kubernetes.io/zone"
+    names = [("a", "z1"), ("b", "z1"), ("c", "z2"), ("d", None), ("e", "z2")]
+    nodes = [{"metadata": {"name": n, "labels": {zone: z} if z else {}}} for n, z in names]
+    slices = [slice_(f"{n}-s", n, [device("d0", attrs(kind="p", numa=0))]) for n, _ in names]
+    s = Scheduler(nodes, slices, [CLS], scoring="first")
+    assert [n.name for n in s.nodes] == ["a", "c", "d", "b", "e"]
+    assert [s.schedule(pod(claim("c", req("r")))).node for _ in range(5)] == ["a", "c", "d", "b", "e"]
+
+
+def test_pods_whose_scores_need_other_pods_are_refused_not_guessed() -> None:
+    from topodra.sim.scoring import Unmodelled
+
+    nodes, slices = cluster(3)
+    s = Scheduler(nodes, slices, [CLS])
+    spread = {"metadata": {"name": "spread"}, "spec": {"containers": [{"name": "c"}], "topologySpreadConstraints": [
+        {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {}}]}}
+    p = pod(claim("c", req("r")))
+    with pytest.raises(Unmodelled, match="Pod spread: PodTopologySpread"):
+        s.schedule(Pod(p.name, p.claims, obj=spread))

@@ -15,10 +15,12 @@ from topodra.sim.podfit import (
     NodeUsage,
     NodeView,
     PodView,
+    bound_pod,
     node_inputs,
     parse_node_view,
     parse_pod,
     pod_inputs,
+    unmodelled_filters,
 )
 from topodra.sim.scoring import (
     ClaimScoreInput,
@@ -28,7 +30,6 @@ from topodra.sim.scoring import (
     balanced_allocation,
     default_normalize,
     dynamic_resources_score,
-    existing_affinity_scores,
     image_locality,
     least_allocated,
     normalized_image_name,
@@ -192,23 +193,70 @@ def test_dynamic_resources_is_normalized_to_100_and_weighted_2() -> None:
     assert [scores[n]["DynamicResources"] for n in "abc"] == [200, 174, 0]
 
 
-def test_spread_constraints_and_pod_affinity_are_refused_not_guessed() -> None:
+def _zoned(name: str, zone: str) -> NodeView:
+    return _node(name, "4", "8Gi", meta={"labels": {"kubernetes.io/hostname": name, "zone": zone}})
+
+
+def _with_pods(nodes: list[NodeView], placed: dict[str, list[PodView]]) -> list[NodeInputs]:
+    return [node_inputs(n, NodeUsage(), {}, tuple(bound_pod(p) for p in placed.get(n.name, ()))) for n in nodes]
+
+
+def _spread(key: str) -> dict[str, Any]:
+    return {"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": key, "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchLabels": {"app": "web"}}}]}
+
+
+def test_pod_topology_spread_counts_matching_pods_per_zone_and_per_host() -> None:
+    nodes = [_zoned("a", "z1"), _zoned("b", "z1"), _zoned("c", "z2")]
+    web = parse_pod({"metadata": {"name": "w", "labels": {"app": "web"}}, "spec": {"containers": [{"name": "c"}]}})
+    inputs = _with_pods(nodes, {"a": [web, web], "c": [web]})
+    # zone: z1 holds 2 matching pods, z2 one; weight ln(2 zones + 2); a, b: round(2 * 1.386) = 3,
+    # c: round(1.386) = 1; normalized 100 * (max + min - s) / max: 33, 33, 100; times 2
+    zone = score_nodes(pod_inputs(_pod("p", **_spread("zone"))), inputs)
+    assert [zone[n]["PodTopologySpread"] for n in "abc"] == [66, 66, 200]
+    # hostname: counted per node, weight ln(3 nodes + 2): a round(3.22) = 3, b 0, c round(1.61) = 2
+    host = score_nodes(pod_inputs(_pod("p", **_spread("kubernetes.io/hostname"))), inputs)
+    assert [host[n]["PodTopologySpread"] for n in "abc"] == [0, 200, 66]
+    # a feasible node without the topology key scores 0 (IgnoredNodes); without constraints: skipped
+    bare = _node("d", "4", "8Gi")
+    scores = score_nodes(pod_inputs(_pod("p", **_spread("zone"))), [*inputs, node_inputs(bare, NodeUsage(), {})])
+    assert scores["d"]["PodTopologySpread"] == 0
+    assert "PodTopologySpread" not in score_nodes(pod_inputs(_pod("p")), inputs)["a"]
+
+
+def test_inter_pod_affinity_adds_preferred_terms_both_ways() -> None:
+    nodes = [_zoned("a", "z1"), _zoned("b", "z1"), _zoned("c", "z2")]
+    db = parse_pod({"metadata": {"name": "db", "labels": {"app": "db"}}, "spec": {"containers": [{"name": "c"}]}})
+    term = {"topologyKey": "zone", "labelSelector": {"matchLabels": {"app": "db"}}}
+    near: dict[str, Any] = {"affinity": {"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 10, "podAffinityTerm": term}]}}}
+    inputs = _with_pods(nodes, {"a": [db]})
+    # db sits in z1: a and b get 10, c 0; normalized over max - min: 100, 100, 0; times 2
+    scores = score_nodes(pod_inputs(_pod("p", **near)), inputs)
+    assert [scores[n]["InterPodAffinity"] for n in "abc"] == [200, 200, 0]
+    # a bound pod's preferred anti-affinity against the new pod counts too (-weight), even when
+    # the new pod has no terms of its own; a pod it does not select leaves InterPodAffinity skipped
+    avoid = {"weight": 4, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "web"}}}}
+    loner = parse_pod({"metadata": {"name": "l"}, "spec": {"containers": [{"name": "c"}], "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [avoid]}}}})
+    inputs = _with_pods(nodes, {"b": [loner]})
+    web = score_nodes(pod_inputs(parse_pod({"metadata": {"name": "w", "labels": {"app": "web"}}, "spec": {"containers": [{"name": "c"}]}})), inputs)
+    assert [web[n]["InterPodAffinity"] for n in "abc"] == [200, 0, 200]
+    assert "InterPodAffinity" not in score_nodes(pod_inputs(_pod("p")), inputs)["a"]
+
+
+def test_filters_of_pod_affinity_and_hard_spreading_are_refused_not_guessed() -> None:
+    hard: dict[str, Any] = {"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}]}
     with pytest.raises(Unmodelled, match="PodTopologySpread"):
-        _score(_pod("p", topologySpreadConstraints=[{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway"}]), [_node("n", "1", "1Gi")])
-    preferred = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-        {"weight": 1, "podAffinityTerm": {"topologyKey": "zone", "labelSelector": {"matchLabels": {"app": "x"}}}}]}}
-    with pytest.raises(Unmodelled, match="InterPodAffinity"):
-        _score(_pod("p", affinity=preferred), [_node("n", "1", "1Gi")])
-
-
-def test_a_bound_pods_affinity_scores_only_when_its_term_selects_the_new_pod() -> None:
+        unmodelled_filters(_pod("p", **hard), [])
     term = {"topologyKey": "zone", "labelSelector": {"matchLabels": {"app": "web"}}}
-    bound = [("default", None, {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 5, "podAffinityTerm": term}]})]
-    assert existing_affinity_scores(bound, "default", {"app": "web"})
-    assert not existing_affinity_scores(bound, "default", {"app": "db"})
-    assert not existing_affinity_scores(bound, "other", {"app": "web"})  # the term's namespace is its pod's
-    required_anti = [("default", None, {"requiredDuringSchedulingIgnoredDuringExecution": [term]})]
-    assert not existing_affinity_scores(required_anti, "default", {"app": "web"})  # required anti-affinity does not score
+    with pytest.raises(Unmodelled, match="InterPodAffinity"):
+        unmodelled_filters(_pod("p", affinity={"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}), [])
+    guard = _pod("g", affinity={"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}})
+    web = parse_pod({"metadata": {"name": "w", "labels": {"app": "web"}}, "spec": {"containers": [{"name": "c"}]}})
+    unmodelled_filters(_pod("p"), [guard])  # the guard's term does not select p
+    with pytest.raises(Unmodelled, match="required anti-affinity of pod default/g"):
+        unmodelled_filters(web, [guard])
+    selected = {"topologyKey": "zone", "namespaceSelector": {"matchLabels": {"team": "x"}}, "labelSelector": {}}
+    with pytest.raises(Unmodelled, match="namespaceSelector"):
+        pod_inputs(_pod("p", affinity={"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1, "podAffinityTerm": selected}]}}))
 
 
 def test_a_filter_error_reads_as_the_framework_wraps_it() -> None:

@@ -51,7 +51,7 @@ def _run(tolerations: str = "", **taints: str) -> tuple[int, list[str], set[str]
 def test_ordinary_claims_never_get_the_reserved_cpus() -> None:
     scheduled, failures, devices = _run()
     assert scheduled == 3  # 14 untainted CPUs: three claims of four
-    assert failures == ["0/1 nodes are available: no node can allocate the claims"]
+    assert failures == ["0/1 nodes are available: 1 cannot allocate all claims."]
     assert not devices & {"cpu0", "cpu1"}
 
 

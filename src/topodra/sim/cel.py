@@ -21,7 +21,11 @@ expressions):
 - the Kubernetes ``quantity`` and ``semver`` types and their functions, the
   Kubernetes list library (``isSorted``, ``sum``, ``min``, ``max``, ``indexOf``,
   ``lastIndexOf``), regular expressions ``find``/``findAll`` (RE2, as Go's
-  ``regexp``), and DRA's ``includes``.
+  ``regexp``), the ``ip``, ``cidr``, ``url`` and ``format`` libraries (``celnet``,
+  bound in ``celnetlib``), and DRA's ``includes``;
+- what cel-go decides before a program runs: regex literals of ``matches`` and
+  duration literals (the AST validators), ``find``/``findAll`` patterns (program
+  instantiation).
 
 Expressions are type-checked in an environment declared with those exact types
 (so what cel-go rejects with "found no matching overload" is a compile error
@@ -31,8 +35,9 @@ checked expression carries everything else. Messages are cel-go's: the C++
 runtime's are rewritten where its wording differs. The conformance set in
 ``tests/data/cel-go/`` (recorded from the Go packages themselves) checks both.
 
-Not provided (cel-go has them; a compile error here): the ``ip``, ``cidr``,
-``url`` and ``format`` libraries; the per-evaluation cost limit.
+Not provided: the cost limits (the estimated cost at compile time, the actual cost
+per evaluation); the other differences left are listed in docs/simulator.md
+("Limits and known differences") and asserted in tests/sim/test_cel_go.py.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from functools import lru_cache
 from typing import Any, Final
 
 from topodra.quantity import Quantity, QuantityError, parse_quantity
+from topodra.sim.celnetlib import NetLibrary
 from topodra.sim.semver import Semver, SemverError, parse_semver
 
 __all__ = [
@@ -120,15 +126,21 @@ def split_qualified_name(name: str, driver: str) -> tuple[str, str]:
 
 #: ``topodra/sim/cel_types.proto`` serialised (proto3, package ``kubernetes`` so that types read
 #: as cel-go names them): ``Quantity {string amount = 1}``, ``Semver {int64 major = 1; int64
-#: minor = 2; int64 patch = 3; string pre = 4}`` and ``DRADevice {string driver = 1; bool
-#: allowMultipleAllocations = 2}`` (the type of ``device`` in messages). Written out because
+#: minor = 2; int64 patch = 3; string pre = 4}``, ``DRADevice {string driver = 1; bool
+#: allowMultipleAllocations = 2}`` (the type of ``device`` in messages), ``URL {string raw = 1}``,
+#: ``NamedFormat {string name = 1}``, and the runtime's stand-ins for optionals of the format
+#: library (``celnetlib``): ``OptionalStrings {bool present = 1; repeated string values = 2}``,
+#: ``OptionalFormat {bool present = 1; string name = 2}``. Written out because
 #: building it with ``descriptor_pb2`` costs that module's import on every run's first compile;
 #: a test rebuilds it with ``descriptor_pb2`` and compares.
 CEL_TYPES_PROTO = (
-    b'\n\x1btopodra/sim/cel_types.proto\x12\nkubernetes"\x1a\n\x08Quantity\x12\x0e\n\x06amount\x18\x01 \x01(\t"B'
-    b"\n\x06Semver\x12\r\n\x05major\x18\x01 \x01(\x03\x12\r\n\x05minor\x18\x02 \x01(\x03\x12\r\n\x05patch\x18\x03 \x01(\x03"
-    b'\x12\x0b\n\x03pre\x18\x04 \x01(\t"=\n\tDRADevice\x12\x0e\n\x06driver\x18\x01 \x01(\t\x12 \n\x18allowMultipleAllocations'
-    b"\x18\x02 \x01(\x08b\x06proto3"
+    b'\n\x1btopodra/sim/cel_types.proto\x12\nkubernetes"\x1a\n\x08Quantity\x12\x0e\n\x06amount\x18\x01 '
+    b'\x01(\t"B\n\x06Semver\x12\r\n\x05major\x18\x01 \x01(\x03\x12\r\n\x05minor\x18\x02 \x01(\x03\x12\r\n'
+    b'\x05patch\x18\x03 \x01(\x03\x12\x0b\n\x03pre\x18\x04 \x01(\t"=\n\tDRADevice\x12\x0e\n\x06driver\x18'
+    b'\x01 \x01(\t\x12 \n\x18allowMultipleAllocations\x18\x02 \x01(\x08"\x12\n\x03URL\x12\x0b\n\x03raw\x18'
+    b'\x01 \x01(\t"\x1b\n\x0bNamedFormat\x12\x0c\n\x04name\x18\x01 \x01(\t"2\n\x0fOptionalStrings\x12\x0f'
+    b'\n\x07present\x18\x01 \x01(\x08\x12\x0e\n\x06values\x18\x02 \x03(\t"/\n\x0eOptionalFormat\x12\x0f\n'
+    b'\x07present\x18\x01 \x01(\x08\x12\x0c\n\x04name\x18\x02 \x01(\tb\x06proto3'
 )
 
 #: The extensions of the base environment (environment/base.go and compile.go), as the C++
@@ -152,9 +164,12 @@ def _message_types() -> tuple[Any, Any, Any]:
     Quantity and Semver classes."""
     from google.protobuf import any_pb2, descriptor_pool, message_factory
 
+    from topodra.sim.celnetlib import NET_TYPES_PROTO
+
     pool = descriptor_pool.DescriptorPool()
     pool.AddSerializedFile(any_pb2.DESCRIPTOR.serialized_pb)
     pool.AddSerializedFile(CEL_TYPES_PROTO)
+    pool.AddSerializedFile(NET_TYPES_PROTO)
     quantity = message_factory.GetMessageClass(pool.FindMessageTypeByName("kubernetes.Quantity"))
     semver = message_factory.GetMessageClass(pool.FindMessageTypeByName("kubernetes.Semver"))
     return pool, quantity, semver
@@ -178,7 +193,7 @@ class _Runtime:
             "device.capacity": T.Map(T.STRING, T.Map(T.STRING, Q)),
             "device.allowMultipleAllocations": T.BOOL,
         }
-        lib = _KubernetesLibrary(self)
+        lib = _KubernetesLibrary(self, NetLibrary(cel, pool))
         config = cel.NewEnvConfigFromYaml(_EXTENSIONS_YAML)
         self.checker = cel.NewEnv(pool, config=config, variables=declared, extensions=[cel.CelExtension("kubernetes", lib.declared())])
         # DRAListTypeAttributes: attributes typed dyn (a value may be a scalar or a list)
@@ -239,9 +254,10 @@ class _KubernetesLibrary:
     _COMPARABLE = ("INT", "UINT", "DOUBLE", "BOOL", "DURATION", "TIMESTAMP", "STRING", "BYTES")
     _SUMMABLE = ("INT", "UINT", "DOUBLE", "DURATION")
 
-    def __init__(self, rt: _Runtime) -> None:
+    def __init__(self, rt: _Runtime, net: NetLibrary) -> None:
         self.rt = rt
         self.cel = rt.cel
+        self.net = net
 
     def _fn(self, name: str, *overloads: tuple[str, Any, list[Any], bool, Callable[..., Any]]) -> Any:
         cel = self.cel
@@ -287,24 +303,24 @@ class _KubernetesLibrary:
                 t = getattr(T, k)
                 overloads.append((f"list_{k.lower()}_{name}", T.BOOL if name == "isSorted" else t, [T.List(t)], True, never))
             out.append(fn(name, *overloads))
-        return out
+        return out + self.net.declared()
 
     def runtime(self) -> list[Any]:
         """The implementations, one dynamic overload per function and arity."""
         T = self.cel.Type
         D, L = T.DYN, T.List(T.DYN)
         rt = self.rt
-        mq, q_ = rt.msg_of_quantity, rt.q_of
+        mq = rt.msg_of_quantity
         fn = self._fn
         return [
             fn("quantity", ("string_to_quantity", D, [T.STRING], False, lambda x: mq(_quantity(x)))),
             fn("isQuantity", ("is_quantity_string", T.BOOL, [T.STRING], False, _is_quantity)),
-            fn("sign", ("quantity_sign", T.INT, [D], False, lambda a: _sign(q_(a).amount))),
-            fn("asApproximateFloat", ("quantity_get_float", T.DOUBLE, [D], True, lambda a: float(q_(a).amount))),
-            fn("asInteger", ("quantity_get_int", T.INT, [D], True, lambda a: _as_integer(q_(a)))),
-            fn("isInteger", ("quantity_is_integer", T.BOOL, [D], True, lambda a: _is_int64(q_(a)))),
-            fn("add", ("k8s_add", D, [D, D], True, lambda a, b: mq(q_(a) + self._q_or_int(b)))),
-            fn("sub", ("k8s_sub", D, [D, D], True, lambda a, b: mq(q_(a) - self._q_or_int(b)))),
+            fn("sign", ("quantity_sign", T.INT, [D], False, lambda a: _sign(self._q("sign", a).amount))),
+            fn("asApproximateFloat", ("quantity_get_float", T.DOUBLE, [D], True, lambda a: float(self._q("asApproximateFloat", a).amount))),
+            fn("asInteger", ("quantity_get_int", T.INT, [D], True, lambda a: _as_integer(self._q("asInteger", a)))),
+            fn("isInteger", ("quantity_is_integer", T.BOOL, [D], True, lambda a: _is_int64(self._q("isInteger", a)))),
+            fn("add", ("k8s_add", D, [D, D], True, lambda a, b: mq(self._q("add", a, b) + self._q_or_int(b, "add", a)))),
+            fn("sub", ("k8s_sub", D, [D, D], True, lambda a, b: mq(self._q("sub", a, b) - self._q_or_int(b, "sub", a)))),
             fn(
                 "semver",
                 ("string_to_semver", D, [T.STRING], False, lambda x: rt.msg_of_semver(_semver(x, False))),
@@ -315,12 +331,12 @@ class _KubernetesLibrary:
                 ("is_semver_string", T.BOOL, [T.STRING], False, lambda x: _is_semver(x, False)),
                 ("is_semver_string_bool", T.BOOL, [T.STRING, T.BOOL], False, _is_semver),
             ),
-            fn("major", ("semver_major", T.INT, [D], True, lambda a: a.major)),
-            fn("minor", ("semver_minor", T.INT, [D], True, lambda a: a.minor)),
-            fn("patch", ("semver_patch", T.INT, [D], True, lambda a: a.patch)),
-            fn("isGreaterThan", ("k8s_is_greater_than", T.BOOL, [D, D], True, lambda a, b: self._cmp(a, b) > 0)),
-            fn("isLessThan", ("k8s_is_less_than", T.BOOL, [D, D], True, lambda a, b: self._cmp(a, b) < 0)),
-            fn("compareTo", ("k8s_compare_to", T.INT, [D, D], True, self._cmp)),
+            fn("major", ("semver_major", T.INT, [D], True, lambda a: self._s("major", a).major)),
+            fn("minor", ("semver_minor", T.INT, [D], True, lambda a: self._s("minor", a).minor)),
+            fn("patch", ("semver_patch", T.INT, [D], True, lambda a: self._s("patch", a).patch)),
+            fn("isGreaterThan", ("k8s_is_greater_than", T.BOOL, [D, D], True, lambda a, b: self._cmp(a, b, "isGreaterThan") > 0)),
+            fn("isLessThan", ("k8s_is_less_than", T.BOOL, [D, D], True, lambda a, b: self._cmp(a, b, "isLessThan") < 0)),
+            fn("compareTo", ("k8s_compare_to", T.INT, [D, D], True, lambda a, b: self._cmp(a, b, "compareTo"))),
             fn("find", ("string_find_string", T.STRING, [T.STRING, T.STRING], True, _find)),
             fn(
                 "findAll",
@@ -336,10 +352,26 @@ class _KubernetesLibrary:
             fn("includes", ("dra_includes_dyn_dyn", T.BOOL, [D, D], True, _includes)),
             # the two-variable comprehensions' helper, declared by their checker library
             fn("cel.@mapInsert", ("k8s_map_insert", D, [D, D, D], False, _map_insert), ("k8s_map_merge", D, [D, D], False, _map_merge)),
+            *self.net.runtime(),
         ]
 
-    def _q_or_int(self, b: Any) -> Quantity:
-        return Quantity.of(b) if isinstance(b, int) else self.rt.q_of(b)
+    def _q(self, name: str, a: Any, *rest: Any) -> Quantity:
+        """``a`` as a Quantity, or the dispatcher's error of ``name`` (with ``rest``, its other arguments)."""
+        if not isinstance(a, self.rt.QuantityMsg):
+            raise no_such_overload(name, a, *rest)
+        return self.rt.q_of(a)
+
+    def _s(self, name: str, a: Any) -> Any:
+        if not isinstance(a, self.rt.SemverMsg):
+            raise no_such_overload(name, a)
+        return a
+
+    def _q_or_int(self, b: Any, name: str, a: Any) -> Quantity:
+        if isinstance(b, int) and not isinstance(b, bool):
+            return Quantity.of(b)
+        if not isinstance(b, self.rt.QuantityMsg):
+            raise no_such_overload(name, a, b)
+        return self.rt.q_of(b)
 
     def _key(self, v: Any) -> Any:
         rt = self.rt
@@ -349,13 +381,13 @@ class _KubernetesLibrary:
             return _SemverKey(rt.s_of(v))
         return v
 
-    def _cmp(self, a: Any, b: Any) -> int:
+    def _cmp(self, a: Any, b: Any, name: str = "compareTo") -> int:
         rt = self.rt
         if isinstance(a, rt.QuantityMsg) and isinstance(b, rt.QuantityMsg):
             return rt.q_of(a).cmp(rt.q_of(b))
         if isinstance(a, rt.SemverMsg) and isinstance(b, rt.SemverMsg):
             return rt.s_of(a).compare(rt.s_of(b))
-        raise TypeError("no such overload")
+        raise no_such_overload(name, a, b)
 
     def _is_sorted(self, xs: list[Any]) -> bool:
         keys = [self._key(x) for x in xs]
@@ -785,14 +817,53 @@ for _op in ("_<=_", "_>_", "_>=_"):
     _NATIVE_FIRST[_op] = _NATIVE_FIRST["_<_"]
 
 
+#: cel-go's standard functions bound per overload (no singleton binding): a call whose dynamic
+#: arguments match none fails in the function's dispatcher, which names the argument types.
+_DISPATCHED = frozenset({"string", "int", "uint", "double", "bool", "bytes", "duration", "timestamp"})
+#: Standard functions whose one binding checks its arguments itself ("no such overload").
+_SELF_CHECKED = frozenset({"matches", "contains", "startsWith", "endsWith"})
+#: The C++ runtime's names of value types, as cel-go's ``Type().TypeName()`` reads them.
+_CPP_TO_GO = {"int64": "int", "uint64": "uint", "google.protobuf.NullValue": "null_type", "null_type": "null_type"}
+
+
 def _no_overload(text: str) -> str:
-    m = re.match(r"No matching overloads found : ([^(]+)\((.*)\)", text)
-    if not m:
+    """cel-go's words for a call no overload takes: operators with a trait (``_<_``...) fail in
+    the operand's own function ("no such overload") unless the operand lacks the trait
+    ("no such overload: NAME"); ``size`` has one binding guarded by the Sizer trait; functions
+    bound per overload fail in their dispatcher, which lists the argument types."""
+    m = re.match(r"No matching overloads found : \((.*?)\)\.([\w.@]+)\((.*)\)$", text)
+    if m:
+        name, args = m.group(2), [m.group(1).strip(), *_split_types(m.group(3))]
+    else:
+        m = re.match(r"No matching overloads found : ([^(]+)\((.*)\)", text)
+        if not m:
+            return "no such overload"
+        name, args = m.group(1).strip(), _split_types(m.group(2))
+    if name == "size":
+        return "no such overload" if args and args[0] in ("string", "bytes", "list", "map") else "no such overload: size"
+    if name in _DISPATCHED:
+        return f"no such overload: {name}({', '.join(_CPP_TO_GO.get(a, a) for a in args)})"
+    if name in _SELF_CHECKED:
         return "no such overload"
-    name, args = m.group(1).strip(), _split_types(m.group(2))
     if args and args[0] in _NATIVE_FIRST.get(name, ()):
         return "no such overload"
     return f"no such overload: {name}"
+
+
+def _go_type_name(value: Any) -> str:
+    """cel-go's ``TypeName`` of a runtime value (a library function's dispatcher names them)."""
+    rt = _runtime()
+    if isinstance(value, rt.QuantityMsg):
+        return "kubernetes.Quantity"
+    if isinstance(value, rt.SemverMsg):
+        return "kubernetes.Semver"
+    name = _cel_type_name(value)
+    return "null_type" if value is None else name
+
+
+def no_such_overload(name: str, *args: Any) -> ValueError:
+    """decls.MaybeNoSuchOverload's error for a library function called with ``args``."""
+    return ValueError(f"no such overload: {name}({', '.join(_go_type_name(a) for a in args)})")
 
 
 def _runtime_message(message: str) -> str:
@@ -818,7 +889,7 @@ def _runtime_message(message: str) -> str:
     return text
 
 
-_NAMESPACES = frozenset({"sets", "strings", "lists", "optional", "cel"})
+_NAMESPACES = frozenset({"sets", "strings", "lists", "optional", "cel", "format", "ip"})
 
 
 def _member_call(expression: str, line: int, col: int) -> bool:
@@ -862,8 +933,143 @@ def _issue_message(expression: str, line: int, col: int, message: str) -> str:
     return message
 
 
-def _compile_issues(expression: str, text: str) -> tuple[tuple[int, int, str], ...]:
-    return tuple((int(m.group(1)), int(m.group(2)), _issue_message(expression, int(m.group(1)), int(m.group(2)), m.group(3))) for m in re.finditer(_ISSUE, text))
+_UNDECLARED = r"^undeclared reference to '([\w.]+)' \(in container ''\)$"
+
+
+def _compile_issues(expression: str, text: str, lists: bool = False) -> tuple[tuple[int, int, str], ...]:
+    """The C++ checker's issues as cel-go reports them: in source order, without the authz
+    calls cel-go does not check once their operand failed, in cel-go's words."""
+    raw = [_duplicate_variable(expression, int(m.group(1)), int(m.group(2)), m.group(3)) for m in re.finditer(_ISSUE, text)]
+    kept = [i for i in raw if not _on_failed_operand(expression, i, raw)]
+    issues = [(line, col, _issue_message(expression, line, col, _library_member_call(expression, line, col, msg, lists))) for line, col, msg in kept]
+    return tuple(sorted(issues, key=lambda i: (i[0], i[1])))
+
+
+def _duplicate_variable(expression: str, line: int, col: int, msg: str) -> tuple[int, int, str]:
+    """A two-variable comprehension naming one variable twice: cel-go's parser reports it at
+    the second variable ("duplicate variable name"), the C++ one at the first."""
+    if not re.match(r"^\w+\(\) second variable must be different from the first variable$", msg):
+        return line, col, msg
+    lines = expression.split("\n")
+    text = lines[line - 1] if 0 < line <= len(lines) else ""
+    comma = text.find(",", col - 1)
+    if comma < 0:
+        return line, col, msg
+    second = comma + 1
+    while second < len(text) and text[second] == " ":
+        second += 1
+    name = re.match(r"\w*", text[second:])
+    return line, second + 1, f"duplicate variable name: {name.group(0) if name else ''}"
+
+
+def _call_site(expression: str, line: int, col: int) -> tuple[str, int, int] | None:
+    """(the line, the position of the member call's ``.``, where its operand starts) for a call
+    whose ``(`` is at ``col``; None for a call that is no member call."""
+    lines = expression.split("\n")
+    text = lines[line - 1] if 0 < line <= len(lines) else ""
+    i = col - 2
+    while i >= 0 and (text[i].isalnum() or text[i] in "_"):
+        i -= 1
+    if i < 0 or text[i] != "." or not _member_call(expression, line, col):
+        return None
+    return text, i, i - len(_receiver(text, i))
+
+
+#: Member functions of the base environment's authz library (library/authz.go): declared in
+#: cel-go's DRA environment, though nothing there can call them (no ``authorizer`` variable).
+_AUTHZ = frozenset({"path", "group", "serviceAccount", "resource", "subresource", "namespace", "name", "check", "errored", "error", "allowed", "reason", "fieldSelector", "labelSelector"})
+
+
+def _on_failed_operand(expression: str, issue: tuple[int, int, str], issues: list[tuple[int, int, str]]) -> bool:
+    """An authz function called on an operand that already failed: cel-go declares it, and
+    checks no call on an operand of error type."""
+    line, col, msg = issue
+    m = re.match(_UNDECLARED, msg)
+    if not m or m.group(1) not in _AUTHZ:
+        return False
+    site = _call_site(expression, line, col)
+    if site is None:
+        return False
+    _, dot, start = site
+    return any(other is not issue and other[0] == line and start < other[1] <= dot for other in issues)
+
+
+def _library_member_call(expression: str, line: int, col: int, msg: str, lists: bool) -> str:
+    """A library function called the other way than declared (``quantity("1").sign()``,
+    ``includes([1], 1)``): cel-go finds the function, no overload for the call, and names the
+    argument types (the operand's first for a member call); the C++ checker finds no function."""
+    m = re.match(_UNDECLARED, msg)
+    if not m or m.group(1) not in _GLOBAL_ONLY | _MEMBER_ONLY:
+        return msg
+    lines = expression.split("\n")
+    text = lines[line - 1] if 0 < line <= len(lines) else ""
+    site = _call_site(expression, line, col)
+    if (site is not None) != (m.group(1) in _GLOBAL_ONLY):
+        return msg
+    close = _closing(text, col - 1)
+    parts = _split_args(text[col:close]) if close > col else []
+    if site is not None:
+        parts = [text[site[2] : site[1]], *parts]
+    try:
+        checker = _runtime().checker_for(lists)
+        types = [_go_type_text(str(checker.compile(part).return_type().name())) for part in parts]
+    except RuntimeError:
+        return msg
+    if site is not None:
+        return f"found no matching overload for '{m.group(1)}' applied to '{types[0]}.({', '.join(types[1:])})'"
+    return f"found no matching overload for '{m.group(1)}' applied to '({', '.join(types)})'"
+
+
+#: Library functions cel-go declares as global functions only (a member call finds them), and
+#: as member functions only (a global call finds them).
+_GLOBAL_ONLY = frozenset({"sign", "quantity", "isQuantity", "semver", "isSemver", "isIP", "cidr", "isCIDR", "url", "isURL"})
+_MEMBER_ONLY = frozenset({"includes", "isGreaterThan", "isLessThan", "compareTo", "asInteger", "asApproximateFloat", "isInteger", "major", "minor", "patch", "family", "containsIP", "containsCIDR", "prefixLength", "masked", "getScheme", "getHost", "getHostname", "getPort", "getEscapedPath", "getQuery", "validate"})
+
+
+def _go_type_text(name: str) -> str:
+    """The C++ binding's type name as cel-go prints an operand's type in a checker message
+    (``any`` for the attributes' values: cel-go's ``google.protobuf.Any``)."""
+    names = {**_CEL_GO_TYPE_NAMES, "ERROR": "any"}
+    parts = re.findall(r"[\w.]+|[<>]|,\s*", name)
+    return "".join(names.get(p, {"<": "(", ">": ")"}.get(p, p)) for p in parts)
+
+
+def _closing(text: str, open_at: int) -> int:
+    """The position of the ``)`` closing the ``(`` at ``open_at`` (-1: none)."""
+    depth, quote = 0, ""
+    for i in range(open_at, len(text)):
+        ch = text[i]
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+            if depth == 0:
+                return i
+    return -1
+
+
+def _split_args(text: str) -> list[str]:
+    """Top-level comma-separated parts of a call's argument text."""
+    out, depth, quote, cur = [], 0, "", ""
+    for ch in text:
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+            continue
+        cur += ch
+    return [*out, cur.strip()] if cur.strip() else out
 
 
 _CEL_GO_TYPE_NAMES = {
@@ -900,17 +1106,81 @@ def _compile(expression: str, lists: bool = False) -> tuple[CompiledSelector, An
     try:
         checked = checker.compile(expression)
     except RuntimeError as err:
-        issues = _compile_issues(expression, str(err))
+        issues = _compile_issues(expression, str(err), lists)
         if issues and all(re.search(_RELATIONAL_MIX, msg) for _, _, msg in issues):
             # CrossTypeNumericComparisons: int/uint/double relations are allowed; the
             # runtime compares them correctly, only the checker lacks the overloads.
             unchecked = checker.compile(expression, disable_check=True)
+            _check_literals(expression)
             return CompiledSelector(expression, rt.env.deserialize(unchecked.serialize()), lists), None
         if not issues:
             raise CelCompileError(expression, _clean(str(err))) from None
         line, col, first = issues[0]
         raise CelCompileError(expression, first, col, line, issues=issues) from None
+    _check_literals(expression)
     return CompiledSelector(expression, rt.env.deserialize(checked.serialize()), lists), checked.return_type()
+
+
+#: A member call of ``matches``, ``find`` or ``findAll`` or a ``duration`` call whose (first)
+#: argument is a string literal.
+_LITERAL_CALL = r"""(?:\.\s*(matches|find|findAll)|\b(duration))\s*\(\s*(r?"(?:[^"\\\n]|\\.)*"|r?'(?:[^'\\\n]|\\.)*')\s*[,)]"""
+_DURATION = r"[-+]?(?:0|(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:ns|us|\u00b5s|\u03bcs|ms|s|m|h))+)"
+
+
+def _check_literals(expression: str) -> None:
+    """What cel-go decides about literal arguments before a program runs: the Kubernetes
+    environment's AST validators (``cel.ValidateRegexLiterals``, ``ValidateDurationLiterals``:
+    "invalid matches argument", "invalid duration argument" at the literal) and the regex
+    library's patterns compiled when the program is made (``find``/``findAll``: "program
+    instantiation failed: error parsing regexp: ...")."""
+    import ast
+
+    strings = _string_spans(expression)
+    issues: list[tuple[int, int, str]] = []
+    program_error = ""
+    for m in re.finditer(_LITERAL_CALL, expression):
+        if any(a <= m.start() < b for a, b in strings):
+            continue
+        try:
+            value = ast.literal_eval(m.group(3))
+        except (ValueError, SyntaxError):
+            continue
+        name = m.group(1) or m.group(2)
+        bad = False
+        if name == "duration":
+            bad = re.fullmatch(_DURATION, value) is None
+        else:
+            try:
+                _regex(value)
+            except ValueError as e:
+                bad = name == "matches"
+                program_error = program_error or f"program instantiation failed: {e}"
+        if bad:
+            at = m.start(3)
+            line = expression.count("\n", 0, at) + 1
+            col = at - (expression.rfind("\n", 0, at) + 1) + 1
+            issues.append((line, col, f"invalid {name} argument"))
+    if issues:
+        line, col, first = issues[0]
+        raise CelCompileError(expression, first, col, line, issues=tuple(issues))
+    if program_error:
+        raise CelCompileError(expression, program_error, kind="program")
+
+
+def _string_spans(expression: str) -> list[tuple[int, int]]:
+    """Where the string literals of an expression are (start, end)."""
+    spans, i, n = [], 0, len(expression)
+    while i < n:
+        ch = expression[i]
+        if ch in "\"'":
+            j = i + 1
+            while j < n and expression[j] != ch:
+                j += 2 if expression[j] == "\\" else 1
+            spans.append((i, j + 1))
+            i = j + 1
+            continue
+        i += 1
+    return spans
 
 
 @lru_cache(maxsize=4096)

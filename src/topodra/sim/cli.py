@@ -127,7 +127,8 @@ def run_cmd(
         list[Path] | None,
         typer.Option("--objects", help="Simulate an exported cluster: YAML/JSON with Nodes, ResourceSlices, DeviceClasses and allocated ResourceClaims (repeatable)."),
     ] = None,
-    scoring: Annotated[str, typer.Option("--scoring", help="Among feasible nodes: least-allocated (spread, like NodeResourcesFit) or first (pack).")] = "least-allocated",
+    scoring: Annotated[str, typer.Option("--scoring", help="Among feasible nodes: kube-scheduler (the default profile's scores, as 1.36) or first (the first feasible node: packs).")] = "kube-scheduler",
+    max_pods: Annotated[int, typer.Option("--max-pods", min=0, help="Allocatable pods of every synthetic node (the kubelet's --max-pods).")] = 110,
     percentage: Annotated[int, typer.Option("--percentage-of-nodes-to-score", min=0, max=100, help="kube-scheduler's percentageOfNodesToScore (0: adaptive).")] = 0,
     keep_going: Annotated[bool, typer.Option("--keep-going", help="Schedule every pod even once no later pod can be scheduled (default: stop there).")] = False,
     gpus: Annotated[bool, typer.Option("--gpus", help="Also publish the gpu.example.com driver's slices: a GPU per PCIe root (machines with PCI data: fixture:NAME, a spec with +pci).")] = False,
@@ -147,7 +148,7 @@ def run_cmd(
         (mod, group), = parse_models([model])
     except ValueError as e:
         _fail(str(e))
-    for option, value, allowed in (("--scoring", scoring, ("least-allocated", "first")), ("--order", order, ("topology-reversed", "topology", "cpu-id"))):
+    for option, value, allowed in (("--scoring", scoring, ("kube-scheduler", "first")), ("--order", order, ("topology-reversed", "topology", "cpu-id"))):
         if value not in allowed:
             _fail(f"{option} {value!r}: must be {', '.join(allowed[:-1])} or {allowed[-1]}")
     config = RunConfig(
@@ -166,6 +167,7 @@ def run_cmd(
         percentage_of_nodes_to_score=percentage or None,
         objects=tuple(str(p) for p in objects or ()),
         scoring=scoring,
+        max_pods=max_pods,
         keep_going=keep_going,
         gpus=gpus,
         list_type_attributes=list_attributes,
@@ -294,7 +296,7 @@ def sweep_cmd(
     processes: Annotated[int, typer.Option("--processes", "-j", min=0, help="Worker processes (0: all cores).")] = 0,
     out: Annotated[Path, typer.Option("--out", "-o", help="Output directory (CSV, JSON, PNG plots, report.md).")] = Path("sim-sweep"),
     scheduler_cores: Annotated[int, typer.Option("--scheduler-cores", min=1, help="CPUs of the kube-scheduler host (Filter runs on min(16, this) workers).")] = 16,
-    scoring: Annotated[str, typer.Option("--scoring", help="Among feasible nodes: least-allocated (spread) or first (pack).")] = "least-allocated",
+    scoring: Annotated[str, typer.Option("--scoring", help="Among feasible nodes: kube-scheduler (the default profile's scores) or first (pack).")] = "kube-scheduler",
     cluster: Annotated[str | None, typer.Option("--cluster", help="Run the cells on a Dask distributed cluster: its scheduler address (tcp://host:8786), or local[:N] to start one here. Needs topodra[cluster].")] = None,
 ) -> None:
     """Run the simulator over nodes x CPUs x device models on all cores; write CSV/JSON, plots and a report."""
@@ -324,8 +326,8 @@ def sweep_cmd(
         scoring=scoring,
         cluster=cluster,
     )
-    if scoring not in ("least-allocated", "first"):
-        _fail(f"--scoring {scoring!r}: must be least-allocated or first")
+    if scoring not in ("kube-scheduler", "first"):
+        _fail(f"--scoring {scoring!r}: must be kube-scheduler or first")
     bad = [c for c in cfg.cpus if c % 16]
     if bad:
         _fail(f"--cpus {bad[0]}: must be a multiple of 16 (16-CPU L3 groups)")
@@ -582,7 +584,7 @@ def diff_cmd(
         for col in ("step", "verdict", "recorded", "replayed"):
             t.add_column(col, overflow="fold")
         for row in report.rows:
-            style = "green" if row.verdict in ("match", "tie") else "red"
+            style = "green" if row.verdict in ("match", "tie", "random") else "red"
             verdict = row.verdict + (f" ({', '.join(row.differs or row.tied)})" if row.differs or row.tied else "")
             cells = (row.key, verdict, row.recorded, row.replayed if row.verdict != "match" else "=")
             t.add_row(*(Text(x) for x in cells), style=style)

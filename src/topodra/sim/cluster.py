@@ -10,6 +10,11 @@ count (``256``: a hybrid machine of 16-CPU L3 groups), or hwloc fixtures
 Nodes of the same machine share one device list: slices are built once per
 machine and copied per node with that node's names (identical to what
 ``build_slices`` returns for the node, which a test checks).
+
+A node's ``status`` is what a kubelet with default settings reports for its machine
+(``node_status``): capacity cpu = the online CPUs, memory = the NUMA nodes' memory, pods =
+``--max-pods`` (110, kubelet's default); allocatable cpu leaves out the reserved CPUs and
+allocatable memory the kubelet's default hard eviction threshold (100Mi).
 """
 
 from __future__ import annotations
@@ -38,7 +43,24 @@ from topodra.topology.synthetic import synthetic_topology
 if TYPE_CHECKING:
     import random
 
-__all__ = ["ClusterSpec", "Cluster", "ClusterError", "Fill", "build_cluster", "cluster_from_objects", "machine_for_cpus", "topology_for"]
+__all__ = [
+    "DEFAULT_MAX_PODS",
+    "ClusterSpec",
+    "Cluster",
+    "ClusterError",
+    "Fill",
+    "build_cluster",
+    "cluster_from_objects",
+    "machine_for_cpus",
+    "node_status",
+    "topology_for",
+]
+
+#: kubelet's default ``--max-pods``
+DEFAULT_MAX_PODS = 110
+
+#: kubelet's default hard eviction threshold ``memory.available<100Mi``, kept out of allocatable
+_EVICTION_MEMORY = 100 * 1024 * 1024
 
 
 class ClusterError(ValueError):
@@ -84,6 +106,7 @@ class ClusterSpec:
     fill: float = 0.0  # fraction of each node's CPUs already allocated by background pods
     seed: int = 1
     fill_patterns: int = 16  # distinct random usage patterns per machine (nodes pick one each)
+    max_pods: int = DEFAULT_MAX_PODS  # the kubelet's --max-pods: allocatable pods
     gpus: bool = False  # also the gpu.example.com driver's slices (sim/gpus.py): a GPU per PCIe root
     list_attributes: bool = False  # list-typed attributes (DRAListTypeAttributes): DeviceModelConfig.list_attributes
 
@@ -176,6 +199,17 @@ class Cluster:
         return sum(self.devices_per_machine[m] for m in self.machine_of.values())
 
 
+def node_status(topology: Topology, reserved_cpus: int = 0, max_pods: int = DEFAULT_MAX_PODS) -> dict[str, Any]:
+    """The ``status`` of a node of this machine: capacity and allocatable as a kubelet with
+    default settings and ``--reserved-cpus`` of that many CPUs reports them."""
+    cpus = len(topology.online)
+    memory = sum(n.memory_bytes for n in topology.nodes.values())
+    return {
+        "capacity": {"cpu": str(cpus), "memory": str(memory), "pods": str(max_pods)},
+        "allocatable": {"cpu": str(max(0, cpus - reserved_cpus)), "memory": str(max(0, memory - _EVICTION_MEMORY)), "pods": str(max_pods)},
+    }
+
+
 def _node_names(spec: ClusterSpec) -> list[tuple[str, str]]:
     """(node name, machine) pairs, machines spread by weight (deterministic)."""
     total = sum(spec.machines.values())
@@ -201,6 +235,8 @@ def build_cluster(spec: ClusterSpec) -> Cluster:
         raise ClusterError(f"model: must be {', '.join(MODELS)}, got {spec.model!r}")
     if not 0 <= spec.fill < 1:
         raise ClusterError(f"fill: must be in [0, 1), got {spec.fill}")
+    if spec.max_pods < 0:
+        raise ClusterError(f"max-pods: must be 0 or more, got {spec.max_pods}")
     if spec.fill and spec.model == "core-or-thread":
         # random devices of this model would take a core and one of its threads together
         raise ClusterError("fill: not available for the core-or-thread model (its devices share counters)")
@@ -222,12 +258,14 @@ def build_cluster(spec: ClusterSpec) -> Cluster:
     devices_per: dict[str, int] = {}
     bytes_per: dict[str, int] = {}
     cpus_per_device: dict[str, list[int]] = {}
+    status: dict[str, dict[str, Any]] = {}  # machine -> its nodes' status (one dict, read only)
     for m in spec.machines:
         topo = topology_for(m)
         if spec.reserved_cpus >= len(topo.online):
             raise ClusterError(
                 f"--reserved-cpus {spec.reserved_cpus}: leaves no CPU of machine {m}'s {len(topo.online)} for devices"
             )
+        status[m] = node_status(topo, spec.reserved_cpus, spec.max_pods)
         exclude = CPUSet(sorted(topo.online)[: spec.reserved_cpus])
         devices = build_devices(topo, config, reserved=exclude)
         templates[m] = build_slices("template-node", devices)
@@ -237,7 +275,7 @@ def build_cluster(spec: ClusterSpec) -> Cluster:
     slices: list[dict[str, Any]] = []
     machine_of: dict[str, str] = {}
     for name, m in _node_names(spec):
-        nodes.append({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"topodra.io/machine": m}}})
+        nodes.append({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"topodra.io/machine": m}}, "status": status[m]})
         machine_of[name] = m
         slices.extend(_for_node(templates[m], name))
         if spec.gpus:

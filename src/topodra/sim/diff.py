@@ -173,7 +173,7 @@ class DiffRow:
     key: str
     recorded: str
     replayed: str
-    verdict: str  # match | tie | MISMATCH | missing | extra
+    verdict: str  # match | tie | random | MISMATCH | missing | extra
     differs: tuple[str, ...] = ()
     tied: tuple[str, ...] = ()  # a tie: the nodes with the best total, the real scheduler's among them
 
@@ -185,7 +185,7 @@ class DiffReport:
 
     @property
     def matches(self) -> int:
-        return sum(r.verdict in ("match", "tie") for r in self.rows)
+        return sum(r.verdict in ("match", "tie", "random") for r in self.rows)
 
     @property
     def mismatches(self) -> int:
@@ -430,10 +430,36 @@ def diff_replay(
     evictions: bool = True,
 ) -> DiffReport:
     """Replay ``objects`` (following the recorded node on ties, with the cluster's feature
-    ``gates``; ``evictions``: as for ``replay``) and compare with ``recorded``."""
-    r = replay(
-        objects, prefer=recorded.nodes.get, percentage_of_nodes_to_score=percentage_of_nodes_to_score, gates=gates, evictions=evictions
-    )
+    ``gates``; ``evictions``: as for ``replay``) and compare with ``recorded``.
+
+    A pod scheduled while a pool's slices disagree on ``resourceSliceCount`` has two possible
+    outcomes in kube-scheduler (which slice it reads first is its informer's listing order):
+    where the replay's differs from the recording, the replay is run again with the other
+    reading for that pod, and a match then is the verdict ``random``."""
+    objects = list(objects)
+    alternate: dict[str, frozenset[tuple[str, str]]] = {}
+    while True:
+        r = replay(
+            objects, prefer=recorded.nodes.get, percentage_of_nodes_to_score=percentage_of_nodes_to_score, gates=gates, evictions=evictions, alternate=alternate
+        )
+        rows = _rows(recorded, r, alternate)
+        retry = next((s for s in r.steps if s.random_pools and f"{s.namespace}/{s.pod}" not in alternate and _mismatched(rows, s)), None)
+        if retry is None:
+            break
+        alternate[f"{retry.namespace}/{retry.pod}"] = frozenset(_pool_key(p) for p in retry.random_pools)
+    # a pod tried the other way and still mismatching keeps the replay's first reading
+    for key in [k for k in alternate if _mismatched(rows, _step_of(r, k))]:
+        del alternate[key]
+    if alternate:
+        r = replay(
+            objects, prefer=recorded.nodes.get, percentage_of_nodes_to_score=percentage_of_nodes_to_score, gates=gates, evictions=evictions, alternate=alternate
+        )
+        rows = _rows(recorded, r, alternate)
+    return DiffReport(rows, r)
+
+
+def _rows(recorded: Recorded, r: Replay, alternate: Mapping[str, object]) -> list[DiffRow]:
+    """The replay's steps (or final state) against the recording, row by row."""
     if recorded.form == "steps":
         ties = {(s.op if s.op != "bound" else "create", s.pod): tuple(s.top) for s in r.steps if s.followed_hint}
         # evictions are not steps of a recording: what they leave is seen at its observe steps
@@ -442,6 +468,7 @@ def diff_replay(
         final = r.final_pods()
         ties = {("state", s.pod): tuple(s.top) for s in r.steps if s.followed_hint and final.get(s.pod, s).node == s.node}
         mine = _keyed(_outcome(s) for s in final.values())
+    random = {s.pod for s in r.steps if f"{s.namespace}/{s.pod}" in alternate}
     theirs = _keyed(recorded.outcomes)
     rows = []
     for key, rec in theirs.items():
@@ -451,7 +478,21 @@ def diff_replay(
             continue
         differs = tuple(rec.same(got))
         tied = ties.get((rec.op, rec.pod), ()) if not differs else ()
-        verdict = "MISMATCH" if differs else ("tie" if tied else "match")
+        verdict = "MISMATCH" if differs else ("random" if rec.pod in random and rec.op != "delete" else "tie" if tied else "match")
         rows.append(DiffRow(key, rec.text(), got.text(), verdict, differs, tied))
     rows.extend(DiffRow(key, "-", got.text(), "extra") for key, got in mine.items() if key not in theirs)
-    return DiffReport(rows, r)
+    return rows
+
+
+def _mismatched(rows: list[DiffRow], step: Step | None) -> bool:
+    """Whether the recording differs from the replay at ``step`` (its pod's create row)."""
+    return step is not None and any(row.verdict == "MISMATCH" and row.key.endswith(f" {step.pod}") and not row.key.startswith("delete") for row in rows)
+
+
+def _pool_key(text: str) -> tuple[str, str]:
+    driver, _, pool = text.partition("/")
+    return driver, pool
+
+
+def _step_of(r: Replay, key: str) -> Step | None:
+    return next((s for s in r.steps if f"{s.namespace}/{s.pod}" == key and s.op in ("create", "scheduled-later")), None)

@@ -17,12 +17,13 @@ container requests plus what its new claims map to against the node (``claim_fit
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from topodra.quantity import Quantity, QuantityError, parse_quantity
 from topodra.sim.objects import Node, ObjectError, node_selector_matches
+from topodra.sim.podscores import BoundPod, Unmodelled, affinity_terms, spread_constraints
 from topodra.sim.scoring import NodeInputs, PodInputs, tolerates
 
 __all__ = [
@@ -31,7 +32,9 @@ __all__ = [
     "NodeView",
     "PodView",
     "NodeUsage",
+    "bound_pod",
     "filter_reasons",
+    "unmodelled_filters",
     "parse_pod",
     "parse_node_view",
     "pod_inputs",
@@ -121,6 +124,9 @@ class PodView:
     images: tuple[str, ...] = ()  # init containers, containers, image volumes (ImageLocality's order)
     containers: int = 1  # init containers + containers
     spread_constraints: bool = False  # spec.topologySpreadConstraints given
+    topology_spread: tuple[Mapping[str, Any], ...] = ()  # spec.topologySpreadConstraints
+    volumes: bool = False  # a PersistentVolumeClaim or ephemeral volume (VolumeBinding's)
+    deleting: bool = False  # metadata.deletionTimestamp set
     pod_affinity: Mapping[str, Any] | None = None  # spec.affinity.podAffinity
     pod_anti_affinity: Mapping[str, Any] | None = None  # spec.affinity.podAntiAffinity
     #: (container, the pod claims it references): init containers first, as the scheduler walks them
@@ -383,6 +389,9 @@ def parse_pod(obj: Mapping[str, Any]) -> PodView:
             images=tuple(images),
             containers=len(containers),
             spread_constraints=bool(spec.get("topologySpreadConstraints")),
+            topology_spread=tuple(spec.get("topologySpreadConstraints") or ()),
+            volumes=any(v.get("persistentVolumeClaim") is not None or v.get("ephemeral") is not None for v in spec.get("volumes") or ()),
+            deleting=bool(meta.get("deletionTimestamp")),
             pod_affinity=affinity_all.get("podAffinity"),
             pod_anti_affinity=affinity_all.get("podAntiAffinity"),
             container_claims=_container_claims(spec),
@@ -502,7 +511,9 @@ def claim_fit_reasons(pod: PodView, claimed: Sequence[ClaimResources], node: Nod
 
 
 def pod_inputs(pod: PodView) -> PodInputs:
-    """The pod as ``topodra.sim.scoring`` reads it."""
+    """The pod as ``topodra.sim.scoring`` reads it (``Unmodelled``: a term or constraint the
+    replay cannot score)."""
+    _, preferred, avoided, _ = affinity_terms(pod.pod_affinity, pod.pod_anti_affinity, pod.namespace)
     return PodInputs(
         tolerations=pod.tolerations,
         preferred=pod.preferred,
@@ -511,17 +522,41 @@ def pod_inputs(pod: PodView) -> PodInputs:
         images=pod.images,
         containers=pod.containers,
         has_claims=bool(pod.claims),
-        spread_constraints=pod.spread_constraints,
-        preferred_pod_affinity=bool(
-            (pod.pod_affinity or {}).get("preferredDuringSchedulingIgnoredDuringExecution")
-            or (pod.pod_anti_affinity or {}).get("preferredDuringSchedulingIgnoredDuringExecution")
-        ),
+        namespace=pod.namespace,
+        labels=pod.labels,
+        node_selector=pod.node_selector,
+        required=pod.required,
+        spread=spread_constraints(pod.topology_spread, pod.labels),
+        preferred_affinity=preferred,
+        preferred_anti_affinity=avoided,
+        volumes=pod.volumes,
     )
 
 
-def node_inputs(node: NodeView, usage: NodeUsage, image_sizes: Mapping[str, int]) -> NodeInputs:
+def unmodelled_filters(pod: PodView, bound: Iterable[PodView]) -> None:
+    """``Unmodelled`` when a Filter the replay does not run could reject a node for ``pod``:
+    PodTopologySpread with a ``DoNotSchedule`` constraint, InterPodAffinity with the pod's
+    required (anti-)affinity terms or a bound pod's required anti-affinity term selecting it."""
+    if any(c.get("whenUnsatisfiable") == "DoNotSchedule" for c in pod.topology_spread):
+        raise Unmodelled("PodTopologySpread: whenUnsatisfiable DoNotSchedule (a Filter) is not replayed")
+    required, _, _, forbidden = affinity_terms(pod.pod_affinity, pod.pod_anti_affinity, pod.namespace)
+    if required or forbidden:
+        raise Unmodelled("InterPodAffinity: required pod affinity and anti-affinity (a Filter) are not replayed")
+    for other in bound:
+        if other.pod_anti_affinity and any(t.matches(pod.namespace, pod.labels) for t in affinity_terms(None, other.pod_anti_affinity, other.namespace)[3]):
+            raise Unmodelled(f"InterPodAffinity: the required anti-affinity of pod {other.key} (a Filter) is not replayed")
+
+
+def bound_pod(pod: PodView) -> BoundPod:
+    """A pod bound to a node as PodTopologySpread and InterPodAffinity read it."""
+    required, preferred, avoided, _ = affinity_terms(pod.pod_affinity, pod.pod_anti_affinity, pod.namespace)
+    return BoundPod(pod.namespace, pod.labels, required, preferred, avoided, pod.deleting)
+
+
+def node_inputs(node: NodeView, usage: NodeUsage, image_sizes: Mapping[str, int], pods: tuple[BoundPod, ...] = ()) -> NodeInputs:
     """A node and its bound pods as ``topodra.sim.scoring`` reads them (``image_sizes``: the
-    size the scheduler's cache keeps per image name, the first node's that reported it)."""
+    size the scheduler's cache keeps per image name, the first node's that reported it;
+    ``pods``: the pods bound there, for the plugins that read them)."""
     alloc = node.allocatable
     return NodeInputs(
         node=node.node,
@@ -530,4 +565,5 @@ def node_inputs(node: NodeView, usage: NodeUsage, image_sizes: Mapping[str, int]
         requested=(usage.requested.milli_cpu, usage.requested.memory),
         nonzero=(usage.nonzero.milli_cpu, usage.nonzero.memory),
         images={name: image_sizes.get(name, size) for name, size in node.images.items()},
+        pods=pods,
     )

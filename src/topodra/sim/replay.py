@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from topodra.gates import LIST_TYPE_ATTRIBUTES, NODE_ALLOCATABLE, feature_gates
+from topodra.gates import LIST_TYPE_ATTRIBUTES, NODE_ALLOCATABLE, STORAGE_CAPACITY_SCORING, feature_gates
 from topodra.quantity import Quantity
 from topodra.sim.allocator import (
     INVALID_POOLS_MESSAGE,
@@ -59,25 +59,29 @@ from topodra.sim.allocator import (
 )
 from topodra.sim.costmodel import num_feasible_nodes_to_find
 from topodra.sim.nodealloc import ClaimAccounting
+from topodra.sim.nodetree import node_tree_order
 from topodra.sim.objects import Claim, ObjectError, node_selector_matches, parse_claim
 from topodra.sim.podfit import (
     ClaimResources,
     NodeUsage,
     NodeView,
     PodView,
+    bound_pod,
     filter_reasons,
     node_inputs,
     parse_node_view,
     parse_pod,
     pod_inputs,
+    unmodelled_filters,
 )
+from topodra.sim.podscores import BoundPod
 from topodra.sim.replaysteps import ClaimState, Step
 from topodra.sim.scoring import (
     ClaimScoreInput,
     Unmodelled,
     dynamic_resources_score,
-    existing_affinity_scores,
     score_nodes,
+    select_host,
 )
 from topodra.sim.taintevict import DeviceTaints
 
@@ -224,15 +228,23 @@ class Replay:
         memo: bool = True,
         evictions: bool = True,
         gates: Mapping[str, bool] | None = None,
+        alternate: Mapping[str, frozenset[tuple[str, str]]] | None = None,
     ) -> None:
         """``evictions``: kube-controller-manager runs its device-taint-eviction-controller (on by
-        default in 1.36)."""
+        default in 1.36). ``alternate``: pod ("namespace/name") -> pools whose slices disagree on
+        ``resourceSliceCount``, to be read with their other count when that pod is scheduled
+        (which one the scheduler reads is its informer's listing order: ``sim diff`` tries both)."""
+        self.alternate = dict(alternate or {})
+        self._using: Allocator | None = None  # the allocator of the pod being scheduled, when not the shared one
+        self._filtered: set[str] = set()  # nodes the pod being scheduled was given to the allocator on
         self.prefer = prefer
         self.evictions = evictions
         #: DRANodeAllocatableResources (``topodra.gates``; 1.36's default: off)
         self.accounting = ClaimAccounting(feature_gates(gates)[NODE_ALLOCATABLE])
         #: DRAListTypeAttributes: the scheduler's CEL sees list attributes
         self.list_type_attributes = feature_gates(gates)[LIST_TYPE_ATTRIBUTES]
+        #: StorageCapacityScoring: VolumeBinding scores (0 for pods without volumes)
+        self.storage_capacity_scoring = feature_gates(gates)[STORAGE_CAPACITY_SCORING]
         self.memo = memo
         self.percentage = percentage_of_nodes_to_score
         self.nodes: dict[str, NodeView] = {}
@@ -321,7 +333,7 @@ class Replay:
         old = self.claims.get(key)
         freed = old is not None and old.allocation is not None
         if old is not None and old.allocation is not None:
-            self._release(old.allocation)
+            self._hold(old.allocation, held=False)
         meta = obj.get("metadata") or {}
         owner = None
         for ref in meta.get("ownerReferences") or ():
@@ -387,6 +399,8 @@ class Replay:
 
     # ---- scheduling
     def _allocator_now(self) -> Allocator:
+        if self._using is not None:
+            return self._using
         if self._allocator is None:
             self._allocator = Allocator(
                 list(self.slices.values()), list(self.classes.values()), self.state, list_type_attributes=self.list_type_attributes
@@ -412,15 +426,34 @@ class Replay:
                 return
             self._bump(node)
 
-    def _hold(self, allocation: ClaimAllocation) -> None:
-        self.state.add(allocation)
-        self._touch(allocation)
-
-    def _release(self, allocation: ClaimAllocation) -> None:
-        self.state.remove(allocation)
+    def _hold(self, allocation: ClaimAllocation, held: bool = True) -> None:
+        """Add the allocation to the cluster state (``held=False``: remove it)."""
+        if held:
+            self.state.add(allocation)
+        else:
+            self.state.remove(allocation)
         self._touch(allocation)
 
     def _schedule(self, pod: _Pod, op: str, source: str, missing: str | None) -> Step:
+        """Schedule ``pod`` (with the other reading of its ``alternate`` pools, if any); a pod
+        scheduled while some pool's completeness depends on listing order names those pools."""
+        shared = self._allocator_now()
+        pools = self.alternate.get(pod.view.key)
+        if pools:
+            self._using = Allocator(
+                list(self.slices.values()), list(self.classes.values()), self.state, list_type_attributes=self.list_type_attributes, alternate_counts=pools
+            )
+        self._filtered.clear()
+        try:
+            step = self._place(pod, op, source, missing)
+        finally:
+            self._using = None
+        owners = self._pools.nodes()
+        involved = [k for k in shared.ambiguous_counts if owners is None or owners.get(k) in self._filtered]
+        step.random_pools = sorted(f"{d}/{p}" for d, p in involved)
+        return step
+
+    def _place(self, pod: _Pod, op: str, source: str, missing: str | None) -> Step:
         view = pod.view
         step = Step(op, view.name, view.namespace, source)
         if missing is not None:
@@ -446,6 +479,11 @@ class Replay:
         names = list(self.nodes)
         if not names:
             return self._fail(pod, step, "0/0 nodes are available: no nodes available to schedule pods")
+        names = [names[i] for i in node_tree_order([self.nodes[n].node.labels for n in names])]
+        try:
+            unmodelled_filters(view, (p.view for p in self.pods.values() if p.node is not None))
+        except Unmodelled as e:
+            raise ReplayError(f"{source}: Pod {view.key}: {e}") from None
         want = num_feasible_nodes_to_find(len(names), self.percentage)
         start = self._next_start % len(names)
         reasons: dict[str, int] = {}
@@ -509,8 +547,9 @@ class Replay:
         if held is not None:
             return [held]
         if to_allocate:
+            self._filtered.add(node.name)
             key = (node.name, self._version.get(node.name, 0), signature)
-            use_memo = self.memo and self._pools.nodes() is not None
+            use_memo = self.memo and self._pools.nodes() is not None and self._using is None
             hit = self._memo.get(key) if use_memo else None
             if hit is None:
                 try:
@@ -541,6 +580,9 @@ class Replay:
         return []
 
     def _choose(self, pod: _Pod, step: Step, feasible: list[str], dra_scores: Mapping[str, int], source: str) -> str:
+        """Score the feasible nodes (in the order Filter found them) and take the node the
+        scheduler's heap puts first; when several share the best total, the recorded node
+        (``prefer``) if it is one of them."""
         view = pod.view
         sizes: dict[str, int] = {}
         spread: dict[str, int] = {}
@@ -548,19 +590,20 @@ class Replay:
             for name, size in n.images.items():
                 sizes.setdefault(name, size)
                 spread[name] = spread.get(name, 0) + 1
-        bound = (
-            (p.view.namespace, p.view.pod_affinity, p.view.pod_anti_affinity)
-            for p in self.pods.values()
-            if p.node is not None and (p.view.pod_affinity is not None or p.view.pod_anti_affinity is not None)
-        )
         try:
+            bound: dict[str, list[BoundPod]] = {}
+            for p in self.pods.values():
+                if p.node is not None:
+                    bound.setdefault(p.node, []).append(bound_pod(p.view))
+            cluster = {n: node_inputs(v, self.usage[n], sizes, tuple(bound.get(n, ()))) for n, v in self.nodes.items()}
             per_plugin = score_nodes(
                 pod_inputs(view),
-                [node_inputs(self.nodes[n], self.usage[n], sizes) for n in feasible],
+                [cluster[n] for n in feasible],
                 dra=dra_scores,
                 image_spread=spread,
                 total_nodes=len(self.nodes),
-                pods_with_affinity=existing_affinity_scores(bound, view.namespace, view.labels),
+                cluster=list(cluster.values()),
+                storage_capacity_scoring=self.storage_capacity_scoring,
             )
         except Unmodelled as e:
             raise ReplayError(f"{source}: Pod {view.key}: {e}") from None
@@ -575,7 +618,7 @@ class Replay:
             if hint in top:
                 step.followed_hint = True
                 return str(hint)
-        return top[0]
+        return feasible[select_host([totals[n] for n in feasible])]
 
     def _fail(self, pod: _Pod, step: Step, message: str) -> Step:
         pod.failure = message
@@ -715,7 +758,7 @@ class Replay:
 
     def _drop_claim(self, claim: _Claim) -> None:
         if claim.allocation is not None:
-            self._release(claim.allocation)
+            self._hold(claim.allocation, held=False)
             claim.allocation = None
         self.claims.pop(claim.key, None)
 
@@ -741,7 +784,7 @@ class Replay:
             elif claim.reserved_for:
                 state = "still-allocated" if claim.allocation is not None else "unallocated"
             elif claim.allocation is not None:
-                self._release(claim.allocation)
+                self._hold(claim.allocation, held=False)
                 claim.allocation = None
                 state = "deallocated"
                 if claim.deleting:
@@ -809,9 +852,10 @@ def replay(
     percentage_of_nodes_to_score: int | None = None,
     evictions: bool = True,
     gates: Mapping[str, bool] | None = None,
+    alternate: Mapping[str, frozenset[tuple[str, str]]] | None = None,
 ) -> Replay:
     """Replay ``(object, source)`` pairs in order; the finished ``Replay`` (its ``steps``, its state)."""
-    r = Replay(prefer=prefer, percentage_of_nodes_to_score=percentage_of_nodes_to_score, evictions=evictions, gates=gates)
+    r = Replay(prefer=prefer, percentage_of_nodes_to_score=percentage_of_nodes_to_score, evictions=evictions, gates=gates, alternate=alternate)
     for obj, source in objects:
         r.apply(obj, source)
     return r

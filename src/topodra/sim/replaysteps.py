@@ -45,6 +45,9 @@ class Step:
     plugin_scores: dict[str, dict[str, int]] = field(default_factory=dict)  # node -> plugin -> weighted score
     top: list[str] = field(default_factory=list)  # best-scoring nodes when several tie
     followed_hint: bool = False  # a tie resolved by the ``prefer`` hint
+    #: pools ("driver/pool") whose completeness depended on the scheduler's listing order when
+    #: this pod was scheduled (their slices disagree on resourceSliceCount)
+    random_pools: list[str] = field(default_factory=list)
     pending: list[str] = field(default_factory=list)  # still-pending: pods that stayed pending
     #: the pod's status.nodeAllocatableResourceClaimStatuses once bound (DRANodeAllocatableResources)
     node_allocatable: list[dict[str, Any]] = field(default_factory=list)

@@ -13,11 +13,11 @@ from typing import Any
 import numpy as np
 
 from topodra.dra.devices import MODELS
-from topodra.sim.cluster import Cluster, ClusterSpec, build_cluster
+from topodra.sim.cluster import DEFAULT_MAX_PODS, Cluster, ClusterSpec, build_cluster
 from topodra.sim.costmodel import DEFAULT_COSTS, CostModel
 from topodra.sim.gpus import GPU_DRIVER
 from topodra.sim.guards import Exhaustion, check_memory
-from topodra.sim.scheduler import PodResult, Scheduler
+from topodra.sim.scheduler import FILTER_ERROR, PodResult, Scheduler
 from topodra.sim.throughput import DEFAULT_API_COSTS, ApiCosts, end_to_end
 from topodra.sim.workload import Workload, load_workload
 
@@ -41,7 +41,8 @@ class RunConfig:
     taints: Mapping[str, str] = field(default_factory=dict)  # device taints per reason (DeviceModelConfig.taints)
     seed: int = 1
     percentage_of_nodes_to_score: int | None = None
-    scoring: str = "least-allocated"  # or "first"
+    scoring: str = "kube-scheduler"  # or "first"
+    max_pods: int = DEFAULT_MAX_PODS  # allocatable pods of the synthetic nodes (kubelet's --max-pods)
     objects: tuple[str, ...] = ()  # YAML/JSON files with the cluster's API objects instead of a synthetic cluster
     keep_going: bool = False  # schedule every pod even once no later pod can be scheduled
     gpus: bool = False  # also the gpu.example.com driver's slices (a GPU per PCIe root; sim/gpus.py)
@@ -88,6 +89,7 @@ class RunSummary:
     memo_misses: int
     failure_reasons: dict[str, int] = field(default_factory=dict)
     not_attempted: int = 0  # pods left when no later pod could be scheduled (the run stopped early)
+    ties: int = 0  # pods whose node shared the best score with others (the scheduler's heap took one)
 
     def as_row(self) -> dict[str, Any]:
         row = asdict(self)
@@ -151,6 +153,7 @@ def run_simulation(
                 fill=config.fill,
                 seed=config.seed,
                 fill_patterns=config.fill_patterns,
+                max_pods=config.max_pods,
                 gpus=config.gpus,
                 list_attributes=config.list_type_attributes,
             )
@@ -253,6 +256,7 @@ def _schedule_all(
         memo_misses=sched.memo_misses,
         failure_reasons=dict(reasons.most_common(5)),
         not_attempted=count - len(results),
+        ties=sum(1 for r in results if r.tied),
     )
     return summary, results
 
@@ -288,15 +292,17 @@ def _preallocate(sched: Scheduler, cluster: Cluster) -> None:
     # machine share their device lists, so the same map holds for all of them)
     maps: dict[str, np.ndarray[Any, np.dtype[np.int64]]] = {}
     held = []
-    for i, m in enumerate(fill.node_machine):
+    at = {n.name: i for i, n in enumerate(sched.nodes)}  # the scheduler lists nodes in its own order
+    for k, m in enumerate(fill.node_machine):
+        name = fill.node_names[k]
+        i = at[name]
         mapping = maps.get(m)
         if mapping is None:
-            name = fill.node_names[i]
             found = [sched.position_of(i, ("native.cpu", name, d)) for d in fill.device_names[m]]
             if any(p is None for p in found):
                 raise ValueError(f"node {name}: the fill names a device the scheduler does not list")
             mapping = maps[m] = np.asarray(found, dtype=np.int64)
-        held.append((i, mapping[fill.indexes(i)]))
+        held.append((i, mapping[fill.indexes(k)]))
     sched.preallocate_positions(held)
 
 
@@ -326,6 +332,7 @@ def _short(text: str | None) -> str:
     if not text:
         return ""
     # node names vary; keep the reason
+    text = text.removeprefix(FILTER_ERROR)
     if text.startswith("node ") and ": " in text:
         text = text.split(": ", 1)[1]
     text = text.splitlines()[0] if text.strip() else text

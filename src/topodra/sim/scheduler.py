@@ -1,11 +1,13 @@
-"""kube-scheduler's DRA scheduling loop over a simulated cluster.
+"""kube-scheduler's scheduling loop over a simulated cluster, DRA included.
 
-Per pod: filter nodes from a rotating start index until
-``numFeasibleNodesToFind`` feasible nodes are found (every node Filter runs
-the allocator), score ``firstAvailable`` choices, pick the best node (ties:
-the first in scan order, where kube-scheduler picks one at random), bind
-(the allocation joins the cluster state) -- or record why the pod failed.
-Pods can be deleted, which frees exactly what their claims held.
+Per pod: filter nodes from a rotating start index until ``numFeasibleNodesToFind``
+feasible nodes are found -- the default profile's plugins before DynamicResources
+(``nodeplugins``: NodeUnschedulable, TaintToleration, NodeAffinity, NodeResourcesFit
+against each node's allocatable), then DynamicResources, which runs the allocator --,
+score the feasible nodes as the default profile does and bind to the one kube-scheduler
+1.36 takes (``nodeplugins``; a tie is decided as its heap decides it and counted as a tie),
+or record why the pod failed, in the scheduler's words. Pods can be deleted, which frees
+exactly what their claims and requests held.
 
 The scheduler's cost for every filtered node is predicted from the counted
 search steps (``costmodel``); a node whose predicted Filter exceeds the 10 s
@@ -13,10 +15,11 @@ timeout makes the pod fail with an error, as kube-scheduler 1.36 does.
 
 Speed: nodes whose pools look the same (same device shapes in the same
 order) and that hold the same allocations (by position) give the same
-answer, so Filter results are memoised per (node class, claim specs) in
-arrays indexed by class id, and the scan over the node -> class array runs in
-numpy; a class is evaluated only where the scan first reaches it. Device
-positions come from ``layout`` (tables per shared device list, not per
+DynamicResources answer, so Filter results are memoised per (node class, claim specs)
+in arrays indexed by class id, and the scan over the node -> class array runs in
+numpy; a class is evaluated only where the scan first reaches it. A node an earlier
+plugin rejects takes the class ``_reject`` for that pod (DynamicResources never runs
+there). Device positions come from ``layout`` (tables per shared device list, not per
 device) and the devices in use are a flat bitmap. The chosen node is always
 allocated for real. The memo is off when any slice is shared between nodes.
 Plain first-fit requests are answered from the in-use bitmap without the
@@ -28,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
@@ -35,6 +39,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from topodra.sim.allocator import (
+    INVALID_POOLS_MESSAGE,
     TIMEOUT_MESSAGE,
     AllocatedState,
     AllocationError,
@@ -50,14 +55,19 @@ from topodra.sim.allocator import (
 from topodra.sim.allocator.firstfit import FirstFit, Fit, plain_specs
 from topodra.sim.costmodel import DEFAULT_COSTS, CostModel, num_feasible_nodes_to_find
 from topodra.sim.layout import NodeLayouts
-from topodra.sim.objects import Claim, DeviceID, Node, parse_claim, parse_node
+from topodra.sim.nodeplugins import NodePlugins, PodKind, unschedulable_message
+from topodra.sim.objects import Claim, DeviceID, Node, parse_claim
+from topodra.sim.scoring import ClaimScoreInput, dynamic_resources_score
 
 __all__ = ["FilterScan", "Pod", "PodResult", "Scheduler"]
 
-#: How to choose among feasible nodes after the DRA score: "least-allocated" (the free
-#: share of the node's devices, as NodeResourcesFit's default strategy spreads pods) or
-#: "first" (the first node in scan order). Remaining ties go to the first in scan order.
-SCORINGS = ("least-allocated", "first")
+#: How to choose among feasible nodes: "kube-scheduler" (the default profile's scores and
+#: its heap's choice among equal best totals) or "first" (the first feasible node in scan order).
+SCORINGS = ("kube-scheduler", "first")
+
+#: The words of DynamicResources' Unschedulable reasons (dynamicresources.go, v1.36.2).
+CANNOT_ALLOCATE = "cannot allocate all claims"
+FILTER_ERROR = 'running "DynamicResources" filter plugin: '
 
 #: Nodes the memoised scan looks at per numpy step (0: 1.25 x the feasible nodes wanted, plus 64).
 SCAN_CHUNK = 0
@@ -68,12 +78,15 @@ MEMO_LIMIT = 500_000
 
 @dataclass(frozen=True)
 class Pod:
-    """A pod to schedule: its name and the ResourceClaims (dicts) it needs allocated."""
+    """A pod to schedule: its name, the ResourceClaims (dicts) it needs allocated and the Pod
+    object it is made from (containers, tolerations, affinity: shared by the pods of a kind;
+    None: one container without requests)."""
 
     name: str
     claims: tuple[Mapping[str, Any], ...]
     namespace: str = "default"
     template: str = ""  # the workload entry it came from (for reports)
+    obj: Mapping[str, Any] | None = None
 
 
 @dataclass
@@ -96,6 +109,7 @@ class PodResult:
     slowest_node_s: float
     predicted_s: float  # predicted kube-scheduler time for this pod (filter wall + per-pod)
     timeouts: int
+    tied: int = 0  # feasible nodes that shared the best total score, when more than one
 
 
 @dataclass(slots=True)
@@ -118,10 +132,12 @@ class _Entry:
 
 
 class FilterScan(NamedTuple):
-    """What one pod's filter loop found: the nodes to choose from, how far it went, the
-    counted work summed over the nodes it filtered, and why the pod fails, if it does."""
+    """What one pod's filter loop found: the feasible nodes in the order found, how far it
+    went, the counted work summed over the nodes it filtered, and why the pod fails, if it does."""
 
-    feasible: list[tuple[int, _Entry]]  # (node, answer); one entry when the scan chose the node itself
+    feasible: np.ndarray[Any, np.dtype[np.int64]]  # the feasible nodes, in scan order
+    answers: np.ndarray[Any, np.dtype[np.int64]] | list[_Entry]  # their classes in ``memo``, or their answers
+    memo: _SigMemo | None
     found: int  # feasible nodes found
     processed: int  # nodes filtered
     total_s: float  # predicted Filter seconds, summed
@@ -132,7 +148,27 @@ class FilterScan(NamedTuple):
     cel_evals: int
     timeouts: int  # nodes at the Filter timeout
     failure: tuple[str, str] | None  # (kind, message) of the node error that ends the attempt
-    invalid_only: bool  # every node filtered had only invalid pools
+    reasons: Counter[str]  # why the filtered nodes failed (counted only when none is feasible)
+
+    def entry(self, position: int) -> _Entry:
+        """The DynamicResources answer of the feasible node at ``position``."""
+        if isinstance(self.answers, list):
+            return self.answers[position]
+        assert self.memo is not None
+        e = self.memo.entries[int(self.answers[position])]
+        assert e is not None
+        return e
+
+    def dra_scores(self) -> np.ndarray[Any, Any] | None:
+        """DynamicResources' Score of each feasible node (None: 0 everywhere)."""
+        if isinstance(self.answers, list):
+            raw = [e.score for e in self.answers]
+            return np.asarray(raw, dtype=np.int64) if any(raw) else None
+        assert self.memo is not None
+        if not self.memo.scored:
+            return None
+        scores: np.ndarray[Any, Any] = self.memo.scores[self.answers]
+        return scores
 
 
 def _new_entry(
@@ -225,7 +261,9 @@ class _PlanMover:
 
 
 class Scheduler:
-    """Schedules pods one at a time onto ``nodes`` using ``slices`` and ``classes`` (API dicts)."""
+    """Schedules pods one at a time onto ``nodes`` using ``slices`` and ``classes`` (API dicts).
+    ``nodes`` (and every node index) are in the scheduler's order: its node tree's, which
+    interleaves zones (``nodetree``)."""
 
     #: Take the per-pod fast scan when it applies (False: every pod takes the general memoised
     #: scan; the benchmark and the tests compare the two).
@@ -234,9 +272,12 @@ class Scheduler:
     #: allocator call (``firstfit``; False: always the allocator, for tests and benchmarks).
     first_fit: bool = True
     #: After binding whole devices on a node without shareable devices, take the node's new
-    #: class and free share from the (class, positions taken) step seen before
-    #: (``_touch_added``; False: rescan the node's bitmap every time, for tests and benchmarks).
+    #: class from the (class, positions taken) step seen before (``_touch_added``; False:
+    #: rescan the node's bitmap every time, for tests and benchmarks).
     fast_bind: bool = True
+    #: Filter and score with the non-DRA plugins over arrays (``fastscore``; False: node by
+    #: node with ``podfit`` and ``scoring``, for tests and benchmarks).
+    fast_score: bool = True
 
     def __init__(
         self,
@@ -248,17 +289,17 @@ class Scheduler:
         percentage_of_nodes_to_score: int | None = None,
         memo: bool = True,
         max_calls: int = 2_000_000,
-        scoring: str = "least-allocated",
+        scoring: str = "kube-scheduler",
         list_type_attributes: bool = False,
     ) -> None:
-        self.nodes = [n if isinstance(n, Node) else parse_node(n) for n in nodes]
+        self.plugins = NodePlugins(list(nodes))
+        self.nodes = [v.node for v in self.plugins.views]
         if not self.nodes:
             raise ValueError("a cluster needs at least one node")
         if scoring not in SCORINGS:
             raise ValueError(f"scoring must be one of {', '.join(SCORINGS)}, got {scoring!r}")
         self.scoring = scoring
-        #: fraction of each node's device capacity still free (the least-allocated score)
-        self._free = np.ones(len(self.nodes))
+        self._index = np.arange(len(self.nodes), dtype=np.int64)  # node -> itself (scan windows are views of it)
         self.state = AllocatedState()
         self.allocator = Allocator(
             slices, classes, self.state, max_calls=max_calls, budget=costs.budget(), list_type_attributes=list_type_attributes
@@ -269,7 +310,7 @@ class Scheduler:
         self.memo_enabled = memo and all(s.node_name for s in self.allocator.slices)
         self._memo: dict[str, _SigMemo] = {}  # claim signature -> results per node class
         self._memo_size = 0
-        self._bound: dict[str, list[ClaimAllocation]] = {}  # bound pod -> its allocations (what delete frees)
+        self._bound: dict[str, tuple[int, PodKind, str, list[ClaimAllocation]]] = {}  # bound pod -> node, kind, namespace, allocations
         self._spec_cache: dict[tuple[int, ...], tuple[list[Any], list[Claim], str]] = {}
         self.memo_hits = 0
         self.memo_misses = 0
@@ -279,6 +320,7 @@ class Scheduler:
         self._key_ids: dict[tuple[Any, ...], int] = {}
         for t in range(self._layout.template_count):
             self._key_id((t, ()))  # a node with nothing allocated: key id = template id
+        self._reject = self._key_id(("rejected before DynamicResources",))  # no node's class: see _classes
         self._kid = np.asarray(self._template_of, dtype=np.int64)  # node -> class (template + allocations)
         counts = [self._layout.device_count(i) for i in range(len(self.nodes))]
         self._offset = np.concatenate(([0], np.cumsum(counts, dtype=np.int64)))  # node -> first flat position
@@ -295,8 +337,7 @@ class Scheduler:
         for pool in shared:  # a device name there names a device on each node: _touch decides which
             for n, _, _ in self._layout.pool_positions(pool):
                 self._plain_node[n] = False
-        self._steps: dict[tuple[int, ...], tuple[int, float]] = {}  # (class, positions taken) -> (class, free share)
-        self._held_order: dict[int, dict[int, DeviceID]] = {}  # nodes with shareable devices: position -> device
+        self._steps: dict[tuple[int, ...], int] = {}  # (class, positions taken) -> class
         self._pool_nodes: dict[tuple[str, str], list[tuple[int, int, dict[tuple[int, str], int]]]] = {}  # pool_positions, looked up once
         self._sums_kept = 0  # window sums kept by the fast scan, over all signatures
         self._firstfit = FirstFit(self.allocator)
@@ -332,13 +373,17 @@ class Scheduler:
         return claims, hit[2]
 
     def schedule(self, pod: Pod) -> PodResult:
+        """Schedule one pod (``scoring.Unmodelled``: its Pod object needs a plugin sim run does
+        not model)."""
         claims, sig = self._parse(pod)
+        self.plugins.fast = self.fast_score
+        kind = self.plugins.kind(pod.obj, pod.name)
         if self.memo_enabled:
-            scan = self._quick_scan(sig) if self.fast_scan else None
-            return self._finish(pod, claims, scan or self._filter_scan(claims, sig))
-        return self._finish(pod, claims, self._filter_loop(claims, sig))
+            scan = self._quick_scan(sig, kind) if self.fast_scan else None
+            return self._finish(pod, kind, claims, scan or self._filter_scan(claims, sig, kind))
+        return self._finish(pod, kind, claims, self._filter_loop(claims, sig, kind))
 
-    def _quick_scan(self, sig: str) -> FilterScan | None:
+    def _quick_scan(self, sig: str, kind: PodKind) -> FilterScan | None:
         """The memoised scan when no evaluation is needed: None unless every class the scan
         reaches before ``want`` feasible nodes (or the whole rotation) has an answer, none of
         them a Filter error, and at least one node is feasible; the general scan takes the rest.
@@ -354,7 +399,6 @@ class Scheduler:
         memo = self._memo.get(sig)
         if memo is None:
             return None
-        N = len(self.nodes)
         if len(self._key_ids) > len(memo.entries):
             memo.grow(len(self._key_ids))
         start = self.next_start
@@ -365,8 +409,7 @@ class Scheduler:
             # the sums are kept by anyway): every class there known feasible. A histogram seen
             # before was all feasible then and is now (a class's answer never changes), so a
             # repeat costs one bincount and a dictionary lookup.
-            end = start + want
-            seen = self._kid[start:end] if end <= N else self._rotated(start, want)
+            seen = self._classes(start, want, kind)
             counts = np.bincount(seen, minlength=n_classes)
             key = b"u" + counts.tobytes() if n_classes <= _SUMS_CLASSES else b""  # "u": not a key of the window sums below
             sums = memo.sums.get(key) if key else None
@@ -374,7 +417,7 @@ class Scheduler:
                 sums = self._kept_sums(memo, counts, key)
             if sums is not None:
                 return self._quick_answer(memo, seen, sums, start, want, None)
-        window = self._quick_window(memo, start, want)
+        window = self._quick_window(memo, start, want, kind)
         if window is None:
             return None
         seen, stop, feas = window
@@ -390,7 +433,7 @@ class Scheduler:
         return self._quick_answer(memo, seen, sums, start, stop, feas)
 
     def _quick_window(
-        self, memo: _SigMemo, start: int, want: int
+        self, memo: _SigMemo, start: int, want: int, kind: PodKind
     ) -> tuple[np.ndarray[Any, np.dtype[np.int64]], int, np.ndarray[Any, np.dtype[np.intp]] | None] | None:
         """The nodes ``_quick_scan`` takes from ``start``: their classes, how many (``stop``) and
         the offsets of the feasible ones (None: all ``stop`` of them). None when a class without
@@ -403,7 +446,7 @@ class Scheduler:
         size = min(N, SCAN_CHUNK or want + want // 4 + 64)
         feas: np.ndarray[Any, np.dtype[np.intp]] | None = None  # None: the first ``stop`` nodes, all feasible
         while True:
-            kids = self._kid[start : start + size] if start + size <= N else self._rotated(start, size)
+            kids = self._classes(start, size, kind)
             status = memo.status[kids]
             raw = status.tobytes()
             bad = raw.find(_UNKNOWN_BYTE)
@@ -455,31 +498,17 @@ class Scheduler:
         feas: np.ndarray[Any, np.dtype[np.intp]] | None,
     ) -> FilterScan:
         """``_quick_scan``'s answer for the first ``stop`` nodes from ``start`` (classes ``seen``),
-        those at offsets ``feas`` feasible (None: all of them): the choice exactly as the general
-        scan makes it."""
+        those at offsets ``feas`` feasible (None: all of them)."""
         N = len(self.nodes)
-        least = self.scoring == "least-allocated"
-        if memo.scored:
-            fidx = np.arange(stop) if feas is None else feas
-            scores = memo.scores[seen if feas is None else seen[feas]] * 2.0
-            if least:
-                scores = scores + self._free[(start + fidx) % N]
-            best = int(fidx[int(np.argmax(scores))])
-        elif least:  # every score 0: 0 * 2 + free == free, and argmax keeps the first of equals
-            end = start + stop
-            free = self._free[start:end] if end <= N else self._free[(start + np.arange(stop)) % N]
-            best = int(free.argmax()) if feas is None else int(feas[int(free[feas].argmax())])
-        else:
-            best = 0 if feas is None else int(feas[0])
-        entry = memo.entries[int(seen[best])]
-        assert entry is not None
         self.memo_hits += stop
         self.next_start = (start + stop) % N
-        found = stop if feas is None else int(feas.size)
+        nodes = _window(self._index, start, stop)
+        if feas is not None:
+            nodes, seen = nodes[feas], seen[feas]
         total_s, calls, visits, checks, evals, slowest = sums
-        return FilterScan([((start + best) % N, entry)], found, stop, total_s, slowest, calls, visits, checks, evals, 0, None, False)
+        return FilterScan(nodes, seen, memo, len(nodes), stop, total_s, slowest, calls, visits, checks, evals, 0, None, _NO_REASONS)
 
-    def _filter_scan(self, claims: list[Claim], sig: str) -> FilterScan:
+    def _filter_scan(self, claims: list[Claim], sig: str, kind: PodKind) -> FilterScan:
         """The filter loop over node classes: numpy for the scan, one evaluation per class not yet seen.
 
         Nodes are taken in scan order in chunks; a class without an answer for these claims is
@@ -490,43 +519,51 @@ class Scheduler:
         memo = self._memo.get(sig)
         if memo is None:
             memo = self._memo[sig] = _SigMemo()
+            memo.grow(len(self._key_ids))
+            memo.put(self._reject, _Entry(False, 0.0, 0, 0, 0, 0), self.costs.timeout_s)  # DynamicResources does not run there
         memo.grow(len(self._key_ids))
         start = self.next_start
-        found, stop, err_at, evaluated, statuses = self._scan_classes(memo, claims, sig, start)
+        found, stop, err_at, evaluated, statuses = self._scan_classes(memo, claims, sig, start, kind)
         self.memo_hits += stop - min(stop, evaluated)  # nodes answered from the memo
         self._memo_size += evaluated
-        seen = self._rotated(start, stop)
+        seen = self._classes(start, stop, kind)
         total_s, calls, visits, checks, evals, slowest, timeouts = _window_totals(memo, seen, stop, self.costs.timeout_s)
         seen_status = statuses[0] if len(statuses) == 1 else np.concatenate(statuses) if statuses else memo.status[seen]
-        invalid_only = bool(stop) and bool((seen_status == _INVALID).all())
         failure: tuple[str, str] | None = None
-        feasible: list[tuple[int, _Entry]] = []
+        reasons: Counter[str] = Counter()
+        fidx = np.zeros(0, dtype=np.int64)
         if err_at >= 0:
             e = memo.entries[int(seen[err_at])]
             assert e is not None
-            name = self.nodes[(start + err_at) % N].name
-            if e.kind == "timeout" or e.seconds >= self.costs.timeout_s:
-                failure = ("timeout", f"node {name}: {TIMEOUT_MESSAGE}")
-            else:
-                failure = (e.kind or "error", f"node {name}: {e.error}")
+            failure = self._error(e, (start + err_at) % N)
         else:
             fidx = (seen_status == _FEASIBLE).nonzero()[0]
-            if fidx.size:
-                scores = memo.scores[seen[fidx]] * 2.0
-                if self.scoring == "least-allocated":
-                    scores = scores + self._free[(start + fidx) % N]
-                best = int(fidx[int(np.argmax(scores))])
-                entry = memo.entries[int(seen[best])]
-                assert entry is not None
-                feasible = [((start + best) % N, entry)]
+            if not fidx.size:  # every node filtered failed: why, counted
+                nodes = _window(self._index, start, stop)
+                rejected = seen == self._reject
+                reasons = self.plugins.reasons(kind, nodes[rejected]) if rejected.any() else Counter()
+                for code, reason in ((_INFEASIBLE, CANNOT_ALLOCATE), (_INVALID, INVALID_POOLS_MESSAGE)):
+                    count = int(((seen_status == code) & ~rejected).sum())
+                    if count:
+                        reasons[reason] += count
         self.next_start = (start + stop) % N
         if self._memo_size > MEMO_LIMIT:
             self._memo.clear()
             self._memo_size = 0
-        return FilterScan(feasible, found, stop, total_s, slowest, int(calls), int(visits), int(checks), int(evals), timeouts, failure, invalid_only)
+        nodes = _window(self._index, start, stop)[fidx]
+        return FilterScan(nodes, seen[fidx], memo, found, stop, total_s, slowest, int(calls), int(visits), int(checks), int(evals), timeouts, failure, reasons)
+
+    def _error(self, e: _Entry, node: int) -> tuple[str, str]:
+        """The failure a Filter error on ``node`` makes: (kind, message) as the framework wraps it
+        (``running %q filter plugin: %w``; a timeout names the node, dynamicresources.go)."""
+        if e.kind == "timeout" or e.seconds >= self.costs.timeout_s:
+            return ("timeout", f"{FILTER_ERROR}node {self.nodes[node].name}: {TIMEOUT_MESSAGE}")
+        if e.kind == "aborted":  # the simulator's own effort cap, not a scheduler outcome
+            return ("aborted", f"node {self.nodes[node].name}: {e.error}")
+        return (e.kind or "error", f"{FILTER_ERROR}{e.error}")
 
     def _scan_classes(
-        self, memo: _SigMemo, claims: list[Claim], sig: str, start: int
+        self, memo: _SigMemo, claims: list[Claim], sig: str, start: int, kind: PodKind
     ) -> tuple[int, int, int, int, list[np.ndarray[Any, np.dtype[np.int8]]]]:
         """The scan from ``start`` in chunks, evaluating each class without an answer on the
         first node of it the scan must reach: (feasible nodes found, nodes processed, offset of
@@ -541,7 +578,7 @@ class Scheduler:
         chunk = min(N, SCAN_CHUNK or want + want // 4 + 64)
         while stop < N:
             size = min(chunk, N - stop)
-            kids = self._rotated(start + stop, size)
+            kids = self._classes(start + stop, size, kind)
             status = memo.status[kids]
             while True:
                 unknown = (status == _UNKNOWN).nonzero()[0]
@@ -584,16 +621,16 @@ class Scheduler:
                 break
         return found, stop, err_at, evaluated, statuses
 
-    def _rotated(self, begin: int, size: int) -> np.ndarray[Any, np.dtype[np.int64]]:
-        """The class ids of ``size`` nodes in scan order from node ``begin`` (wrapping around)."""
-        N = len(self.nodes)
-        begin %= N
-        end = begin + size
-        if end <= N:
-            return self._kid[begin:end]
-        return np.concatenate((self._kid[begin:], self._kid[: end - N]))
+    def _classes(self, begin: int, size: int, kind: PodKind) -> np.ndarray[Any, np.dtype[np.int64]]:
+        """What the scan sees of ``size`` nodes from ``begin`` for a pod of ``kind``: each node's
+        class, or ``_reject`` where a plugin before DynamicResources rejects the pod."""
+        kids = _window(self._kid, begin, size)
+        if self.plugins.passes_all(kind):
+            return kids
+        ok = self.plugins.passes(kind, _window(self._index, begin, size))
+        return kids if ok is None else np.where(ok, kids, self._reject)
 
-    def _filter_loop(self, claims: list[Claim], sig: str) -> FilterScan:
+    def _filter_loop(self, claims: list[Claim], sig: str, kind: PodKind) -> FilterScan:
         """The filter loop node by node (used when slices are shared between nodes)."""
         N = len(self.nodes)
         feasible: list[tuple[int, _Entry]] = []
@@ -602,14 +639,16 @@ class Scheduler:
         calls = visits = checks = evals = 0
         timeouts = 0
         failure: tuple[str, str] | None = None
-        invalid_only = True
+        reasons: Counter[str] = Counter()
         start = self.next_start
-        for k in range(N):
-            i = start + k
-            if i >= N:
-                i -= N
-            e = self._evaluate(i, claims)
+        order = _window(self._index, start, N)
+        ok = self.plugins.passes(kind, order)
+        for k, i in enumerate(order.tolist()):
             processed += 1
+            if ok is not None and not ok[k]:
+                reasons.update(self.plugins.reasons(kind, order[k : k + 1]))
+                continue
+            e = self._evaluate(i, claims)
             total_s += e.seconds
             if e.seconds > slowest:
                 slowest = e.seconds
@@ -619,27 +658,24 @@ class Scheduler:
             evals += e.cel_evals
             if e.kind == "timeout" or e.seconds >= self.costs.timeout_s:
                 timeouts += 1
-                if failure is None:
-                    failure = ("timeout", f"node {self.nodes[i].name}: {TIMEOUT_MESSAGE}")
-                break
-            if e.error is not None:
-                if e.kind == "invalid-pool":
-                    continue
-                invalid_only = False
-                if failure is None:
-                    failure = (e.kind or "error", f"node {self.nodes[i].name}: {e.error}")
+            if e.kind == "timeout" or e.seconds >= self.costs.timeout_s or (e.error is not None and e.kind != "invalid-pool"):
+                failure = self._error(e, i)
                 break
             if e.feasible:
-                invalid_only = False
                 feasible.append((i, e))
                 if len(feasible) >= self.want:
                     break
+            else:
+                reasons[INVALID_POOLS_MESSAGE if e.kind == "invalid-pool" else CANNOT_ALLOCATE] += 1
         self.next_start = (start + processed) % N
-        return FilterScan(feasible, len(feasible), processed, total_s, slowest, calls, visits, checks, evals, timeouts, failure, invalid_only)
+        nodes = np.asarray([i for i, _ in feasible], dtype=np.int64)
+        if feasible or failure is not None:
+            reasons = Counter()
+        return FilterScan(nodes, [e for _, e in feasible], None, len(feasible), processed, total_s, slowest, calls, visits, checks, evals, timeouts, failure, reasons)
 
-    def _finish(self, pod: Pod, claims: list[Claim], scan: FilterScan) -> PodResult:
+    def _finish(self, pod: Pod, kind: PodKind, claims: list[Claim], scan: FilterScan) -> PodResult:
         N = len(self.nodes)
-        feasible, processed, failure = scan.feasible, scan.processed, scan.failure
+        processed, failure = scan.processed, scan.failure
         # positional: a keyword call of 16 fields is a measurable share of a fast-scan pod
         result = PodResult(
             pod.name, pod.template, None, [], None, None, processed, scan.found, scan.calls, scan.visits, scan.checks, scan.cel_evals,
@@ -648,17 +684,16 @@ class Scheduler:
         if failure is not None:
             result.failure_kind, result.failure = failure
             return result
-        if not feasible:
+        if not scan.feasible.size:
             result.failure_kind = "unschedulable"
-            why = "invalid resource pools on every node" if scan.invalid_only and processed else "no node can allocate the claims"
-            result.failure = f"0/{N} nodes are available: {why}"
+            result.failure = unschedulable_message(N, scan.reasons)
             return result
-        if len(feasible) == 1:  # the memoised scans choose the node themselves
-            best_i, best = feasible[0]
+        if self.scoring == "first":
+            position, result.tied = 0, 0
         else:
-            least = self.scoring == "least-allocated"
-            # max keeps the first of equal scores
-            best_i, best = max(feasible, key=lambda t: t[1].score * 2.0 + (float(self._free[t[0]]) if least else 0.0))
+            choice = self.plugins.choose(kind, scan.feasible, scan.dra_scores())
+            position, result.tied = choice.position, (choice.tied if choice.tied > 1 else 0)
+        best_i, best = int(scan.feasible[position]), scan.entry(position)
         allocs = self._mover.move(best, best_i, claims) if self.memo_enabled else None
         moved = allocs is not None
         if allocs is None:
@@ -671,7 +706,8 @@ class Scheduler:
             self._touch_added(best_i, best.positions)
         else:
             self._touch(allocs)
-        self._bound[pod.name] = allocs
+        self.plugins.bind(best_i, kind.instance(pod.name, pod.namespace))
+        self._bound[pod.name] = (best_i, kind, pod.namespace, allocs)
         result.node = self.nodes[best_i].name
         result.allocations = allocs
         return result
@@ -707,7 +743,7 @@ class Scheduler:
         if not touched:
             return
         self._held[np.concatenate(flat)] = True
-        # every touched node's positions in use, from one pass over the bitmap: its class and free share
+        # every touched node's positions in use, from one pass over the bitmap: its class
         nodes = np.fromiter(touched, dtype=np.int64, count=len(touched))
         in_use_at = np.flatnonzero(self._held)
         owner = np.searchsorted(self._offset, in_use_at, side="right") - 1
@@ -715,8 +751,6 @@ class Scheduler:
         lo, hi = np.searchsorted(owner, nodes, side="left"), np.searchsorted(owner, nodes, side="right")
         for i, a, b in zip(nodes.tolist(), lo.tolist(), hi.tolist(), strict=True):
             self._kid[i] = self._key_id((self._template_of[i], local[a:b].tobytes(), ()))  # = _alloc_key(i, held, [])
-        total = (self._offset[nodes + 1] - self._offset[nodes]).astype(np.float64)
-        self._free[nodes] = np.maximum(0.0, 1.0 - (hi - lo) / total)  # = _free_share without shared devices
         self.state.version += 1
 
     def position_of(self, node: int, device: DeviceID) -> int | None:
@@ -727,13 +761,16 @@ class Scheduler:
         return None
 
     def delete(self, pod_name: str) -> bool:
-        """Delete a bound pod: its claims are deallocated. False if it is not bound."""
+        """Delete a bound pod: its claims are deallocated, its requests leave the node. False if
+        it is not bound."""
         bound = self._bound.pop(pod_name, None)
         if bound is None:
             return False
-        for a in bound:
+        node, kind, namespace, allocs = bound
+        for a in allocs:
             self.state.remove(a)
-        self._touch(bound)
+        self._touch(allocs)
+        self.plugins.unbind(node, kind.instance(pod_name, namespace))
         return True
 
     def bound_pods(self) -> list[str]:
@@ -744,7 +781,7 @@ class Scheduler:
 
     # ---- internals
     def _touch(self, allocs: Iterable[ClaimAllocation]) -> None:
-        """Refresh the held flags, class and free share of the nodes whose devices changed."""
+        """Refresh the held flags and class of the nodes whose devices changed."""
         touched: dict[int, list[tuple[int, DeviceID]]] = {}
         pool_nodes = self._pool_nodes
         for a in allocs:
@@ -763,40 +800,30 @@ class Scheduler:
         bitmap = self._held
         for i, devices in touched.items():
             off = int(self._offset[i])
-            multi = layout.multi_positions(i)
-            ordered = self._held_order.setdefault(i, {}) if multi else None
             for pos, did in devices:  # a repeated device has the same flag each time
-                flag = did in st.devices or did in st.shared or did in st.capacity
-                bitmap[off + pos] = flag
-                if ordered is not None:  # shareable devices: the devices in use in the order they were taken
-                    if flag:
-                        ordered[pos] = did
-                    else:
-                        ordered.pop(pos, None)
+                bitmap[off + pos] = did in st.devices or did in st.shared or did in st.capacity
             held = bitmap[off : int(self._offset[i + 1])].nonzero()[0]
+            multi = layout.multi_positions(i)
             if multi:
                 shared = [(p, layout.device_at(i, p)) for p in held.tolist() if p in multi]
                 self._kid[i] = self._key_id(self._alloc_key(i, held, shared))
-                self._free[i] = self._free_share(i, held)
                 continue
-            # no shareable devices (the usual case): _alloc_key and _free_share inlined
+            # no shareable devices (the usual case): _alloc_key inlined
             t = self._template_of[i]
             cls: tuple[Any, ...] = (t, held.astype(np.uint32).tobytes(), ()) if held.size else (t, ())
             kid = self._key_ids.get(cls)
             if kid is None:
                 kid = self._key_ids[cls] = len(self._key_ids)
             self._kid[i] = kid
-            total = layout.device_count(i)
-            self._free[i] = max(0.0, 1.0 - float(held.size) / total) if total else 0.0
 
     def _touch_added(self, i: int, positions: list[list[int]]) -> None:
         """What ``_touch`` does after whole devices at ``positions`` of node ``i`` were taken, on a
         node without shareable devices whose pools no other node lists (``_plain_node``).
 
         Such a node's class is its template and the positions in use, so the class after the
-        change and the free share follow from the class before and the positions taken: both
-        are kept per (class, positions), and a repeat costs a dictionary lookup instead of a
-        scan of the node's bitmap."""
+        change follows from the class before and the positions taken: it is kept per (class,
+        positions), and a repeat costs a dictionary lookup instead of a scan of the node's
+        bitmap."""
         off = self._offset_at[i]
         bitmap = self._held
         if len(positions) == 1:
@@ -813,41 +840,17 @@ class Scheduler:
             held = bitmap[off : self._offset_at[i + 1]].nonzero()[0]
             t = self._template_of[i]
             cls: tuple[Any, ...] = (t, held.astype(np.uint32).tobytes(), ()) if held.size else (t, ())
-            total = self._layout.device_count(i)
-            step = (self._key_id(cls), max(0.0, 1.0 - float(held.size) / total) if total else 0.0)
+            step = self._key_id(cls)
             if len(self._steps) >= _STEPS_LIMIT:
                 self._steps.clear()
             self._steps[key] = step
-        self._kid[i], self._free[i] = step
+        self._kid[i] = step
 
     def _key_id(self, key: tuple[Any, ...]) -> int:
         kid = self._key_ids.get(key)
         if kid is None:
             kid = self._key_ids[key] = len(self._key_ids)
         return kid
-
-    def _free_share(self, i: int, held: np.ndarray[Any, np.dtype[np.intp]]) -> float:
-        """Share of node ``i``'s devices still free; shared devices count by consumed capacity.
-
-        Summed in the order the devices were taken, so the float is the same whatever path
-        updated the node (ties between nodes are broken on it).
-        """
-        total = self._layout.device_count(i)
-        if not total:
-            return 0.0
-        ordered = self._held_order.get(i)
-        if ordered is None:
-            return max(0.0, 1.0 - float(held.size) / total)
-        used = 0.0
-        for pos, did in ordered.items():
-            if did in self.state.devices:
-                used += 1.0
-                continue
-            consumed = self.state.capacity.get(did, {})
-            cap = self._layout.capacity_of(i, pos)
-            fractions = [float(v / cap[k]) for k, v in consumed.items() if cap.get(k)]
-            used += max(fractions, default=1.0)
-        return max(0.0, 1.0 - used / total)
 
     def _alloc_key(self, i: int, held: np.ndarray[Any, np.dtype[np.intp]], shared: list[tuple[int, DeviceID]]) -> tuple[Any, ...]:
         """The node's class: its template, the positions in use, and how shared devices are used."""
@@ -909,11 +912,23 @@ class Scheduler:
 
 _UNKNOWN, _FEASIBLE, _INFEASIBLE, _ERROR, _INVALID = 0, 1, 2, 3, 4
 _UNSET: Any = object()
+_NO_REASONS: Counter[str] = Counter()  # a scan that found a node (never changed)
 _UNKNOWN_BYTE, _FEASIBLE_BYTE, _ERROR_BYTE = bytes([_UNKNOWN]), bytes([_FEASIBLE]), bytes([_ERROR])
 _SUMS_LIMIT = 4096  # window sums kept (over all claim signatures)
 _SUMS_CLASSES = 512  # ... while a signature has answers for at most this many classes (keys of <= 4 KiB)
 _LOOP_CLASSES = 16  # _class_sums sums up to this many classes in Python
 _STEPS_LIMIT = 200_000  # class changes kept by _touch_added
+
+
+def _window(values: np.ndarray[Any, np.dtype[np.int64]], begin: int, size: int) -> np.ndarray[Any, np.dtype[np.int64]]:
+    """``size`` entries of a per-node array in scan order from node ``begin`` (wrapping
+    around): a view when no wrap is needed."""
+    n = len(values)
+    begin %= n
+    end = begin + size
+    if end <= n:
+        return values[begin:end]
+    return np.concatenate((values[begin:], values[: end - n]))
 
 
 def _class_sums(memo: _SigMemo, counts: np.ndarray[Any, np.dtype[np.int64]], timeout_s: float) -> tuple[float, int, int, int, int, float, int]:
@@ -979,7 +994,7 @@ class _SigMemo:
         self.entries: list[_Entry | None] = []
         self.status = np.zeros(0, dtype=np.int8)
         self.stats = np.zeros((0, 5))  # seconds, calls, visits, checks, CEL evaluations
-        self.scores = np.zeros(0)
+        self.scores = np.zeros(0, dtype=np.int64)
         self.bad = np.zeros(0, dtype=np.int64)  # 1 where a class is not known feasible (the fast scan's test)
         self.scored = False  # some answer has a non-zero score
         self.sums: dict[bytes, tuple[float, int, int, int, int, float]] = {}  # class histogram -> window sums
@@ -991,7 +1006,7 @@ class _SigMemo:
         self.entries.extend([None] * extra)
         self.status = np.concatenate((self.status, np.zeros(extra, dtype=np.int8)))
         self.stats = np.concatenate((self.stats, np.zeros((extra, 5))))
-        self.scores = np.concatenate((self.scores, np.zeros(extra)))
+        self.scores = np.concatenate((self.scores, np.zeros(extra, dtype=np.int64)))
         self.bad = np.concatenate((self.bad, np.ones(extra, dtype=np.int64)))
 
     def put(self, kid: int, e: _Entry, timeout_s: float) -> int:
@@ -1017,15 +1032,5 @@ def _exclusive(allocs: Sequence[ClaimAllocation]) -> bool:
 
 
 def _score(claims: Sequence[Claim], allocs: Sequence[ClaimAllocation]) -> int:
-    """The DynamicResources score: 8 - (index of the chosen subrequest) per firstAvailable request."""
-    total = 0
-    for claim, alloc in zip(claims, allocs, strict=True):
-        chosen = {r.request for r in alloc.results}
-        for req in claim.requests:
-            if not req.first_available:
-                continue
-            for idx, sub in enumerate(req.first_available):
-                if f"{req.name}/{sub.name}" in chosen:
-                    total += 8 - idx
-                    break
-    return total
+    """DynamicResources' Score of an allocation found by Filter (``scoring.dynamic_resources_score``)."""
+    return dynamic_resources_score(ClaimScoreInput(c, frozenset(r.request for r in a.results)) for c, a in zip(claims, allocs, strict=True))

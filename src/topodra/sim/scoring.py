@@ -1,9 +1,10 @@
 """Score and NormalizeScore of kube-scheduler 1.36's default profile, integer arithmetic included.
 
 The one place where topodra scores nodes: ``sim replay`` and ``sim diff`` call ``score_nodes``
-on the nodes that passed Filter; ``sim run``'s scheduler gives its pods the same plugins
-(``fit_scores`` and ``dynamic_resources_normalized`` are the vectorised forms it uses, equal to
-the plain ones by construction and by test). Upstream, Kubernetes v1.36.2:
+on the nodes that passed Filter and ``select_host`` on their totals; ``sim run``'s scheduler
+does the same through ``nodeplugins`` (whose array form, ``fastscore``, takes a node's score
+from ``fit_score`` and ``balanced_score`` here and is tested equal to ``score_nodes`` and
+``select_host``). Upstream, Kubernetes v1.36.2:
 
 - the profile and weights: ``pkg/scheduler/apis/config/v1/default_plugins.go``; how scores,
   NormalizeScore and weights combine: ``pkg/scheduler/framework/runtime/framework.go``
@@ -14,12 +15,10 @@ the plain ones by construction and by test). Upstream, Kubernetes v1.36.2:
   ``volumebinding``, ``podtopologyspread``, ``interpodaffinity``, ``dynamicresources``,
   ``imagelocality``; ``helper/normalize_score.go``.
 
-Plugins whose inputs the replay does not carry, as Go computes them for such pods:
-VolumeBinding's PreScore skips unless StorageCapacityScoring (alpha, off) or the pod has
-statically bound PVCs; PodTopologySpread skips a pod without ``topologySpreadConstraints`` (its
-system default constraints select pods through Services, ReplicaSets and StatefulSets, which are
-not replayed); InterPodAffinity skips a pod without preferred pod (anti-)affinity while no bound
-pod carries pod affinity terms. Pods for which these would score raise ``Unmodelled``.
+PodTopologySpread and InterPodAffinity read the pods already bound: ``topodra.sim.podscores``.
+VolumeBinding's PreScore skips unless StorageCapacityScoring (alpha, off) is on or the pod has
+statically bound PVCs; with the gate on it scores 0 on every node for a pod without volumes.
+Pods for which a plugin would score from inputs the replay does not carry raise ``Unmodelled``.
 """
 
 from __future__ import annotations
@@ -30,6 +29,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from topodra.sim.objects import Claim, Node, node_selector_matches
+from topodra.sim.podscores import (
+    AffinityPod,
+    AffinityTerm,
+    BoundPod,
+    SpreadConstraint,
+    SpreadPod,
+    Unmodelled,
+    inter_pod_affinity_scores,
+    pod_topology_spread_scores,
+)
 
 __all__ = [
     "MAX_NODE_SCORE",
@@ -39,14 +48,15 @@ __all__ = [
     "PodInputs",
     "Unmodelled",
     "balanced_allocation",
+    "balanced_score",
     "default_normalize",
+    "fit_score",
     "dynamic_resources_score",
     "image_locality",
-    "existing_affinity_scores",
-    "label_selector_matches",
     "least_allocated",
     "normalized_image_name",
     "score_nodes",
+    "select_host",
     "tolerates",
     "total",
 ]
@@ -76,10 +86,6 @@ _MAX_CONTAINER_THRESHOLD = 1000 * _MB
 FIRST_AVAILABLE_MAX = 8
 
 
-class Unmodelled(ValueError):
-    """A pod for which a plugin would score from inputs the replay does not carry."""
-
-
 @dataclass(frozen=True)
 class PodInputs:
     """What scoring reads from the pod being scheduled."""
@@ -91,8 +97,14 @@ class PodInputs:
     images: tuple[str, ...] = ()  # init containers, containers, image volumes, in that order
     containers: int = 1  # init containers + containers
     has_claims: bool = False
-    spread_constraints: bool = False  # spec.topologySpreadConstraints given
-    preferred_pod_affinity: bool = False  # preferred pod affinity or anti-affinity terms
+    namespace: str = "default"
+    labels: Mapping[str, str] = field(default_factory=dict)
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    required: Mapping[str, Any] | None = None  # required node affinity
+    spread: tuple[SpreadConstraint, ...] = ()  # ScheduleAnyway topology spread constraints
+    preferred_affinity: tuple[AffinityTerm, ...] = ()  # preferred pod affinity terms
+    preferred_anti_affinity: tuple[AffinityTerm, ...] = ()  # preferred pod anti-affinity terms
+    volumes: bool = False  # PersistentVolumeClaims or ephemeral volumes
 
 
 @dataclass(frozen=True)
@@ -105,6 +117,7 @@ class NodeInputs:
     requested: tuple[int, int] = (0, 0)  # sum of the bound pods' requests
     nonzero: tuple[int, int] = (0, 0)  # sum of the bound pods' non-zero requests
     images: Mapping[str, int] = field(default_factory=dict)  # image name -> size in bytes
+    pods: tuple[BoundPod, ...] = ()  # the pods bound to it (PodTopologySpread, InterPodAffinity)
 
 
 # --- helpers ------------------------------------------------------------------------------------
@@ -215,6 +228,19 @@ def balanced_allocation(requested: Sequence[int], allocated: Sequence[int], allo
     return MAX_NODE_SCORE // 2 + _div(MAX_NODE_SCORE // 2 + with_pod - without_pod, 2)
 
 
+def fit_score(pod: PodInputs, node: NodeInputs) -> int:
+    """NodeResourcesFit's Score (LeastAllocated over cpu and memory, non-zero requests)."""
+    requested, _, alloc = _node_request(pod.nonzero, node.nonzero, node.allocatable)
+    return least_allocated(requested, alloc)
+
+
+def balanced_score(pod: PodInputs, node: NodeInputs) -> int:
+    """NodeResourcesBalancedAllocation's Score (the pod's own requests; PreScore skips a pod
+    without any, which ``score_nodes`` checks)."""
+    requested, allocated, alloc = _node_request(pod.requests, node.requested, node.allocatable)
+    return balanced_allocation(requested, allocated, alloc)
+
+
 def _node_request(pod: Sequence[int], node_used: Sequence[int], allocatable: Sequence[int]) -> tuple[list[int], list[int], list[int]]:
     """calculateNodeAllocatableRequest for cpu and memory: (requested, allocated, allocatable),
     zeros for a resource the node does not report."""
@@ -284,60 +310,6 @@ def dynamic_resources_score(claims: Iterable[ClaimScoreInput]) -> int:
     return score
 
 
-# --- InterPodAffinity: whether it scores at all ----------------------------------------------
-
-
-def label_selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
-    """metav1.LabelSelector as an affinity term reads it: nil matches nothing, ``{}`` everything."""
-    if selector is None:
-        return False
-    for key, value in (selector.get("matchLabels") or {}).items():
-        if labels.get(key) != value:
-            return False
-    for req in selector.get("matchExpressions") or ():
-        key, op, values = req.get("key", ""), req.get("operator", ""), list(req.get("values") or ())
-        present = key in labels
-        if op == "In" and not (present and labels[key] in values):
-            return False
-        if op == "NotIn" and present and labels[key] in values:
-            return False
-        if op == "Exists" and not present:
-            return False
-        if op == "DoesNotExist" and present:
-            return False
-    return True
-
-
-def _term_may_match(term: Mapping[str, Any], owner_namespace: str, namespace: str, labels: Mapping[str, str]) -> bool:
-    """Whether a pod affinity term of a bound pod can match the incoming pod (a namespace selector
-    other than ``{}`` needs Namespace objects, which are not replayed: taken as matching)."""
-    namespaces = list(term.get("namespaces") or ())
-    ns_selector = term.get("namespaceSelector")
-    if not namespaces and ns_selector is None:
-        namespaces = [owner_namespace]
-    in_namespace = namespace in namespaces or (ns_selector is not None)
-    return in_namespace and label_selector_matches(term.get("labelSelector"), labels)
-
-
-def existing_affinity_scores(
-    bound: Iterable[tuple[str, Mapping[str, Any] | None, Mapping[str, Any] | None]], namespace: str, labels: Mapping[str, str]
-) -> bool:
-    """Whether InterPodAffinity's PreScore finds a term of a bound pod (namespace, podAffinity,
-    podAntiAffinity) that scores for the incoming pod (processExistingPod, scoring.go: required
-    affinity terms at hardPodAffinityWeight 1, preferred affinity and anti-affinity terms)."""
-    for owner_ns, affinity, anti in bound:
-        terms = list((affinity or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or ())
-        for weighted in (
-            *((affinity or {}).get("preferredDuringSchedulingIgnoredDuringExecution") or ()),
-            *((anti or {}).get("preferredDuringSchedulingIgnoredDuringExecution") or ()),
-        ):
-            if int(weighted.get("weight") or 0):
-                terms.append(weighted.get("podAffinityTerm") or {})
-        if any(_term_may_match(t, owner_ns, namespace, labels) for t in terms):
-            return True
-    return False
-
-
 # --- the whole profile --------------------------------------------------------------------------
 
 
@@ -348,37 +320,38 @@ def score_nodes(
     dra: Mapping[str, int] | None = None,
     image_spread: Mapping[str, int] | None = None,
     total_nodes: int | None = None,
-    pods_with_affinity: bool = False,
+    cluster: Sequence[NodeInputs] | None = None,
+    storage_capacity_scoring: bool = False,
 ) -> dict[str, dict[str, int]]:
     """The weighted score of each plugin on each node (RunScorePlugins), plugins that PreScore
     skips left out. ``dra``: DynamicResources' Score per node (a node without one scores 0, as
     when Filter made no allocation there); ``image_spread``/``total_nodes``: for ImageLocality,
-    over the whole cluster; ``pods_with_affinity``: some bound pod has pod affinity terms."""
-    if pod.spread_constraints:
-        raise Unmodelled("PodTopologySpread: topologySpreadConstraints are not replayed")
-    if pod.preferred_pod_affinity or pods_with_affinity:
-        raise Unmodelled("InterPodAffinity: pod affinity and anti-affinity are not replayed")
+    over the whole cluster; ``cluster``: every node with its pods (PodTopologySpread,
+    InterPodAffinity; default: ``nodes``); ``storage_capacity_scoring``: the gate."""
+    everything = nodes if cluster is None else cluster
     raw: dict[str, list[int]] = {}
     raw["TaintToleration"] = default_normalize(
         [intolerable_prefer_no_schedule(pod.tolerations, n.taints) for n in nodes], reverse=True
     )
     if pod.preferred:  # PreScore: Skip without preferred terms
         raw["NodeAffinity"] = default_normalize([preferred_affinity_score(pod.preferred, n.node) for n in nodes], reverse=False)
-    fit = []
-    for n in nodes:
-        requested, _, alloc = _node_request(pod.nonzero, n.nonzero, n.allocatable)
-        fit.append(least_allocated(requested, alloc))
-    raw["NodeResourcesFit"] = fit
+    raw["NodeResourcesFit"] = [fit_score(pod, n) for n in nodes]
+    if pod.volumes:
+        raise Unmodelled("VolumeBinding: volumes are not replayed")
+    if storage_capacity_scoring:  # PreScore scores; no volume of the pod on any node: 0
+        raw["VolumeBinding"] = [0] * len(nodes)
+    spread = pod_topology_spread_scores(SpreadPod(pod.namespace, pod.spread, pod.node_selector, pod.required, pod.tolerations), nodes, everything)
+    if spread is not None:
+        raw["PodTopologySpread"] = spread
+    affinity = inter_pod_affinity_scores(AffinityPod(pod.namespace, pod.labels, pod.preferred_affinity, pod.preferred_anti_affinity), nodes, everything)
+    if affinity is not None:
+        raw["InterPodAffinity"] = affinity
     raw["DynamicResources"] = default_normalize([(dra or {}).get(n.node.name, 0) for n in nodes], reverse=False)
     if any(pod.requests):  # PreScore: Skip for best-effort pods
-        balanced = []
-        for n in nodes:
-            requested, allocated, alloc = _node_request(pod.requests, n.requested, n.allocatable)
-            balanced.append(balanced_allocation(requested, allocated, alloc))
-        raw["NodeResourcesBalancedAllocation"] = balanced
-    spread = image_spread or {}
+        raw["NodeResourcesBalancedAllocation"] = [balanced_score(pod, n) for n in nodes]
+    spread_images = image_spread or {}
     count = total_nodes or len(nodes)
-    raw["ImageLocality"] = [image_locality(pod, n, spread, count) for n in nodes]
+    raw["ImageLocality"] = [image_locality(pod, n, spread_images, count) for n in nodes]
     out: dict[str, dict[str, int]] = {n.node.name: {} for n in nodes}
     for plugin in WEIGHTS:
         scores = raw.get(plugin)
@@ -392,3 +365,37 @@ def score_nodes(
 def total(plugins: Mapping[str, int]) -> int:
     """A node's total score: the sum of its weighted plugin scores."""
     return sum(plugins.values())
+
+
+def select_host(totals: Sequence[int]) -> int:
+    """Where kube-scheduler 1.36 binds among the feasible nodes, in the order Filter found them,
+    given their total scores: the position ``heap.Pop`` returns after ``heap.Init`` over
+    ``nodeScoreHeap`` (schedule_one.go ``newSortedNodeScores``). Less is "higher total, or equal
+    totals and a higher Randomizer", and Randomizer is set only when scheduler extenders score
+    (``prioritizeNodes``): without them equal totals never swap, so a tie is decided by the
+    heap's shape, not at random (container/heap's ``Init`` and ``down``, Go 1.27)."""
+    h = list(range(len(totals)))
+    if not h:
+        raise ValueError("select_host: no feasible node")
+
+    def less(i: int, j: int) -> bool:
+        return totals[h[i]] > totals[h[j]]
+
+    def down(i: int, n: int) -> None:
+        while True:
+            j1 = 2 * i + 1
+            if j1 >= n:
+                break
+            j = j1  # left child
+            j2 = j1 + 1
+            if j2 < n and less(j2, j1):
+                j = j2  # right child
+            if not less(j, i):
+                break
+            h[i], h[j] = h[j], h[i]
+            i = j
+
+    n = len(h)
+    for i in range(n // 2 - 1, -1, -1):  # heap.Init
+        down(i, n)
+    return h[0]  # heap.Pop swaps the root to the end, restores the rest and returns it

@@ -41,7 +41,7 @@ class SweepConfig:
     fill: float = 0.0
     seed: int = 1
     processes: int = field(default_factory=lambda: os.cpu_count() or 1)
-    scoring: str = "least-allocated"
+    scoring: str = "kube-scheduler"
     cluster: str | None = None  # a Dask scheduler address (or local[:N]): run the cells there
 
 

@@ -86,7 +86,7 @@ class Workload:
                 }
                 for ref, spec in specs[kind]
             )
-            yield Pod(pod_name, claims, namespace, template=kind)
+            yield Pod(pod_name, claims, namespace, template=kind, obj=by_name[kind])
 
     def _claim_specs(self, pod: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
         out = []

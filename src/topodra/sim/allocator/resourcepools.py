@@ -7,6 +7,13 @@ dropped, incomplete ones kept as markers); slices are sorted by name and
 pools by driver then pool name, with pools whose devices carry binding
 conditions last. Duplicate device names or dangling counter references make
 a pool invalid.
+
+Slices with shared counters are relevant for every node, whatever their node
+selection ("needed to use a pool regardless of their node selector",
+pools_incubating.go): a node sees another node's pool through its counter
+slices, with no device it could allocate. ``foreign_pools`` works such views
+out once; only the invalid and incomplete ones change what a node's
+allocation does (an All request fails on them), so only they are kept.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from dataclasses import dataclass, field
 from topodra.quantity import Quantity
 from topodra.sim.objects import Device, Node, Slice, node_selector_matches
 
-__all__ = ["Pool", "gather_pools", "node_matches"]
+__all__ = ["Pool", "ambiguous_counts", "foreign_pools", "gather_pools", "node_matches"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +93,8 @@ def node_matches(node: Node, node_name: str, all_nodes: bool, selector: object) 
 
 def _relevant(s: Slice, node: Node) -> bool | None:
     """True/False, or None when the slice has no known node-selection field (skipped)."""
+    if s.shared_counters:
+        return True
     if s.node_name or s.all_nodes or s.node_selector is not None:
         return node_matches(node, s.node_name, s.all_nodes, s.node_selector)
     if s.per_device_node_selection:
@@ -93,8 +102,20 @@ def _relevant(s: Slice, node: Node) -> bool | None:
     return None
 
 
-def gather_pools(slices_for_node: Iterable[Slice], node: Node, all_slices_of_pool: Mapping[tuple[str, str], Sequence[Slice]]) -> list[Pool]:
-    """The node's pools in allocation order; ``all_slices_of_pool`` indexes every slice by pool."""
+def gather_pools(
+    slices_for_node: Iterable[Slice],
+    node: Node,
+    all_slices_of_pool: Mapping[tuple[str, str], Sequence[Slice]],
+    also: Sequence[Pool] = (),
+    alternate: frozenset[tuple[str, str]] = frozenset(),
+) -> list[Pool]:
+    """The node's pools in allocation order; ``all_slices_of_pool`` indexes every slice by pool;
+    ``also``: pools the node sees through other nodes' counter slices (``foreign_pools``).
+
+    A pool is complete when it has as many slices as ``resourceSliceCount`` of its first slice,
+    and which slice is first is the informer's listing order, which nothing fixes: where the
+    slices disagree (``ambiguous_counts``), the first one given is taken, or, for the pools in
+    ``alternate``, the first whose count differs from it."""
     grouped: dict[tuple[str, str], list[Slice]] = {}
     for s in slices_for_node:
         if not _relevant(s, node):
@@ -105,10 +126,12 @@ def gather_pools(slices_for_node: Iterable[Slice], node: Node, all_slices_of_poo
             grouped[key] = [s]
         elif s.generation == cur[0].generation:
             cur.append(s)
-    result: list[Pool] = []
+    result: list[Pool] = [p for p in also if p.key not in grouped]
     with_binding: list[Pool] = []
     for key, kept in grouped.items():
         count = kept[0].slice_count
+        if key in alternate:
+            count = next((s.slice_count for s in kept if s.slice_count != count), count)
         all_for_pool: list[Slice] | None = None
         if len(kept) != count:
             gen = kept[0].generation
@@ -127,6 +150,33 @@ def gather_pools(slices_for_node: Iterable[Slice], node: Node, all_slices_of_poo
     result.sort(key=lambda p: (p.driver, p.name))
     with_binding.sort(key=lambda p: (p.driver, p.name))
     return result + with_binding
+
+
+def ambiguous_counts(all_slices_of_pool: Mapping[tuple[str, str], Sequence[Slice]]) -> frozenset[tuple[str, str]]:
+    """The pools whose current slices disagree on ``resourceSliceCount``: whether such a pool is
+    complete depends on which slice the scheduler lists first (pools_incubating.go)."""
+    out = set()
+    for key, slices in all_slices_of_pool.items():
+        gen = max((s.generation for s in slices), default=0)
+        if len({s.slice_count for s in slices if s.generation == gen}) > 1:
+            out.add(key)
+    return frozenset(out)
+
+
+_NOWHERE = Node("", {})  # a node no slice selects: only counter slices are relevant for it
+
+
+def foreign_pools(counter_slices: Iterable[Slice], all_slices_of_pool: Mapping[tuple[str, str], Sequence[Slice]]) -> list[tuple[str, Pool]]:
+    """(owner node, pool) of the node-local pools with counter slices, as any other node sees
+    them, kept when invalid or incomplete (a valid one holds nothing another node could use)."""
+    owner: dict[tuple[str, str], str] = {}
+    local = []
+    for s in counter_slices:
+        if s.node_name:
+            owner.setdefault((s.driver, s.pool), s.node_name)
+            local.append(s)
+    pools = gather_pools(local, _NOWHERE, all_slices_of_pool)
+    return [(owner[p.key], p) for p in pools if not p.usable]
 
 
 def _build(key: tuple[str, str], kept: list[Slice], all_for_pool: list[Slice] | None) -> Pool:

@@ -45,7 +45,13 @@ from topodra.sim.allocator.hooks import Acceleration
 from topodra.sim.allocator.masks import MaskScan
 from topodra.sim.allocator.memo import DeadStateMemo
 from topodra.sim.allocator.prune import Prune
-from topodra.sim.allocator.resourcepools import Pool, gather_pools, node_matches
+from topodra.sim.allocator.resourcepools import (
+    Pool,
+    ambiguous_counts,
+    foreign_pools,
+    gather_pools,
+    node_matches,
+)
 from topodra.sim.allocator.results import (
     AllocatedState,
     AllocationError,
@@ -112,6 +118,7 @@ class Allocator:
         solve_on_backtrack: bool = True,
         plain: bool = False,
         list_type_attributes: bool = False,
+        alternate_counts: frozenset[tuple[str, str]] = frozenset(),
     ) -> None:
         """``budget``: the Filter timeout in counted work (``"default"``: the default cost
         model's; ``None``: no timeout). ``plain``: the plain search alone, every acceleration off
@@ -131,6 +138,8 @@ class Allocator:
         ``pkg/scheduler/framework/plugins/dynamicresources/dynamicresources.go`` sets no
         ``ListTypeAttributes``), so it runs ``internal/incubating``, not ``experimental``, and a
         list value matches nothing in ``matchAttribute`` (``constraints``).
+        ``alternate_counts``: pools whose slices disagree on ``resourceSliceCount`` to read with
+        another of their counts (``gather_pools``; ``ambiguous_counts`` lists such pools).
         """
         cache: DeviceCache = {}
         self.slices = [s if isinstance(s, Slice) else parse_slice(s, cache) for s in slices]
@@ -156,6 +165,11 @@ class Allocator:
             (self._on_node.setdefault(s.node_name, []) if s.node_name else self._shared).append(s)
             self._by_pool.setdefault((s.driver, s.pool), []).append(s)
         self._pools: dict[tuple[str, tuple[tuple[str, str], ...]], list[Pool]] = {}
+        #: node-local pools with counter slices that every other node sees invalid or incomplete
+        self._foreign = foreign_pools((s for s in self.slices if s.shared_counters), self._by_pool)
+        #: pools whose completeness depends on which slice is listed first
+        self.ambiguous_counts = ambiguous_counts(self._by_pool)
+        self.alternate_counts = alternate_counts
         self._sel_cache: dict[tuple[str, str], bool | CelError] = {}
         self.last_stats = SearchStats()
 
@@ -164,7 +178,8 @@ class Allocator:
         key = (node.name, tuple(sorted(node.labels.items())))
         pools = self._pools.get(key)
         if pools is None:
-            pools = gather_pools(self._on_node.get(node.name, []) + self._shared, node, self._by_pool)
+            also = [p for owner, p in self._foreign if owner != node.name]
+            pools = gather_pools(self._on_node.get(node.name, []) + self._shared, node, self._by_pool, also, self.alternate_counts)
             self._pools[key] = pools
         return pools
 
