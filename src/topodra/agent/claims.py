@@ -123,8 +123,9 @@ def kube_client(config: AgentConfig) -> KubeClient:
     kube = config.kube
     try:
         if kube.server:
-            token = kube.token_file.read_text().strip() if kube.token_file else "topodra"
-            return KubeClient.for_url(kube.server, token=token)
+            if kube.token_file is not None:
+                kube.token_file.read_bytes()  # unreadable: one line now, not a 401 at every request
+            return KubeClient.for_url(kube.server, token_file=kube.token_file, ca_file=kube.ca_file)
         return KubeClient.from_environment(str(kube.kubeconfig) if kube.kubeconfig else None)
     except Exception as err:  # lightkube's ConfigError, a missing token file, ...
         why = f"{err.strerror}: {err.filename}" if isinstance(err, OSError) and err.strerror else str(err)
