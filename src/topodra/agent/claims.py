@@ -108,6 +108,11 @@ class ClaimBridge:
         if changes:
             self.notes.note("claim change moves " + ", ".join(f"{c}->{a.cpus}" for c, a in sorted(changes.items())))
 
+    async def admit(self, pod: Pod, container: Container) -> bool:
+        """Whether the container's pod was just recorded as a consumer of a prepared claim it
+        names (``Driver.admit_consumer``): its check is worth another try."""
+        return self.driver is not None and await self.driver.admit_consumer(pod.uid, container.env)
+
     def container_claims(self, pod: Pod, container: Container) -> tuple[str, ...]:
         """Verified claim UIDs of a container's ``DRA_CPUSET_<uid>`` variables (errors refuse it)."""
         if self.driver is None:
