@@ -3,8 +3,10 @@
 ``write_sysfs(t, root)`` lays out the files ``read_topology`` reads, the way
 the kernel writes them: CPU sets in list and hex-mask form, sibling masks
 limited to online CPUs, offline CPUs as bare ``cpuN`` folders with
-``online`` = 0, node ``meminfo``/``distance``, and evidence for core types
-and memory kinds. :class:`TreeStyle` switches parts off to imitate older
+``online`` = 0, node ``meminfo``/``distance``, evidence for core types
+and memory kinds, and the PCI devices of ``pci_roots`` (each in
+``sys/devices/<root>/<address>`` with ``class``, ``local_cpus``/``local_cpulist``
+and ``numa_node``, linked from ``sys/bus/pci/devices``: any shape a test builds). :class:`TreeStyle` switches parts off to imitate older
 kernels, containers and VMs (no caches, no cpufreq, no NUMA folder, no
 die/cluster files, masks only) so tests can check every fallback.
 """
@@ -13,13 +15,25 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from topodra.cpuset import CPUSet
 from topodra.topology.model import CoreType, MemoryKind, Topology
 
-__all__ = ["TreeStyle", "format_hexmask", "publish_sysfs", "with_offline", "write_sysfs"]
+__all__ = [
+    "TreeStyle",
+    "format_hexmask",
+    "publish_sysfs",
+    "with_offline",
+    "write_cpu_identity",
+    "write_dax_kmem",
+    "write_hmat",
+    "write_memory_tiers",
+    "write_sysfs",
+]
 
 
 def format_hexmask(cpus: CPUSet, width_bits: int = 64) -> str:
@@ -128,8 +142,11 @@ def write_sysfs(t: Topology, root: str | os.PathLike[str], style: TreeStyle = Tr
             ):
                 if value is not None:
                     _write(base, f"{d}/cpufreq/{name}", str(value))
-        if hybrid and style.core_type_evidence == "capacity":
-            _write(base, f"{d}/cpu_capacity", "1024" if info.core_type is CoreType.P_CORE else "400")
+        capacity = info.capacity
+        if capacity is None and hybrid and style.core_type_evidence == "capacity":
+            capacity = 1024 if info.core_type is CoreType.P_CORE else 400
+        if capacity is not None:
+            _write(base, f"{d}/cpu_capacity", str(capacity))
         if hybrid and style.core_type_evidence == "cppc":
             _write(base, f"{d}/acpi_cppc/highest_perf", "64" if info.core_type is CoreType.P_CORE else "39")
         if style.numa:
@@ -138,6 +155,7 @@ def write_sysfs(t: Topology, root: str | os.PathLike[str], style: TreeStyle = Tr
     if hybrid and style.core_type_evidence == "pmu":
         _write(base, "sys/devices/cpu_core/cpus", t.cpus_of_type(CoreType.P_CORE).format())
         _write(base, "sys/devices/cpu_atom/cpus", t.cpus_of_type(CoreType.E_CORE).format())
+    _write_pci(base, t, style)
 
     total_kb = sum(n.memory_bytes for n in t.nodes.values()) // 1024
     _write(base, "proc/meminfo", f"MemTotal:       {total_kb} kB\nMemFree:        {total_kb // 2} kB")
@@ -162,25 +180,30 @@ def write_sysfs(t: Topology, root: str | os.PathLike[str], style: TreeStyle = Tr
         if style.memory_evidence:
             tiers.setdefault(_TIER[node.kind], []).append(n)
             if node.memory_only and node.kind in (MemoryKind.PMEM, MemoryKind.CXL):
-                bus = (
-                    "devices/LNXSYSTM:00/LNXSYBUS:00/ACPI0012:00/ndbus0/region{i}/dax{i}.1"
-                    if node.kind is MemoryKind.PMEM
-                    else "devices/platform/ACPI0017:00/root0/decoder0.{i}/region{i}/dax_region{i}"
-                ).format(i=dax)
-                dev = f"sys/{bus}/dax{dax}.0"
-                _write(base, f"{dev}/target_node", str(n))
-                links = base / "sys/bus/dax/devices"
-                links.mkdir(parents=True, exist_ok=True)
-                os.symlink(f"../../../{bus}/dax{dax}.0", links / f"dax{dax}.0")
-                kmem = base / "sys/bus/dax/drivers/kmem"
-                kmem.mkdir(parents=True, exist_ok=True)
-                os.symlink(f"../../../../{bus}/dax{dax}.0", kmem / f"dax{dax}.0")
-                if node.kind is MemoryKind.CXL:
-                    _write(base, f"sys/bus/cxl/devices/mem{dax}/serial", str(dax))
+                write_dax_kmem(base, n, "ndbus" if node.kind is MemoryKind.PMEM else "cxl", dax)
                 dax += 1
     for tier, nodes in tiers.items():
         _write(base, f"sys/devices/virtual/memory_tiering/memory_tier{tier}/nodelist", CPUSet(nodes).format())
     return base
+
+
+def _write_pci(base: Path, t: Topology, style: TreeStyle) -> None:
+    """Every device of every root directly below its root's folder (whatever its bus: the
+    path, not the bus number, names the root), with the attributes the reader and hwloc read."""
+    links = base / "sys/bus/pci/devices"
+    for root in t.pci_roots:
+        for dev in root.devices:
+            d = f"sys/devices/{root.name}/{dev.address}"
+            (base / d).mkdir(parents=True, exist_ok=True)
+            _write(base, f"{d}/vendor", "0x8086")
+            _write(base, f"{d}/device", "0x0000")
+            if dev.class_code is not None:
+                _write(base, f"{d}/class", f"0x{dev.class_code:06x}")
+            if dev.cpus is not None:
+                _cpus(base, f"{d}/local_cpus", dev.cpus, style, "local_cpulist")
+            _write(base, f"{d}/numa_node", str(-1 if dev.node is None else dev.node))
+            links.mkdir(parents=True, exist_ok=True)
+            os.symlink(f"../../../devices/{root.name}/{dev.address}", links / dev.address)
 
 
 def with_offline(t: Topology, cpus: CPUSet) -> Topology:
@@ -196,6 +219,7 @@ def with_offline(t: Topology, cpus: CPUSet) -> Topology:
         cpus={c: replace(info, siblings=info.siblings & keep) for c, info in t.cpus.items() if c in keep},
         nodes=nodes,
         caches=caches,
+        pci_roots=tuple(replace(r, cpus=r.cpus & keep or keep, locality_known=bool(r.cpus & keep)) for r in t.pci_roots),
         present=t.present or t.online,
         online_cpus=keep,
         isolated=t.isolated & keep,
@@ -216,3 +240,80 @@ def publish_sysfs(t: Topology, link: str | os.PathLike[str], style: TreeStyle = 
     os.symlink(tree.name, tmp)
     os.replace(tmp, link)
     return tree
+
+
+# --- memory and CPU evidence added to a written tree ------------------------------------
+
+#: Where the kernel puts a DAX device, by the bus its memory sits on (paths below sys/).
+_DAX_BUS = {
+    # an NVDIMM region (hwloc: DAXType NVM)
+    "ndbus": "devices/LNXSYSTM:00/LNXSYBUS:00/ACPI0012:00/ndbus0/region{i}/dax{i}.1",
+    # a CXL region (hwloc 2.9: SPM; 2.10 and later: CXL-DRAM)
+    "cxl": "devices/platform/ACPI0017:00/root0/decoder0.{i}/region{i}/dax_region{i}",
+    # soft-reserved ("specific purpose") memory such as HBM (hwloc: SPM)
+    "hmem": "devices/platform/hmem.{i}",
+}
+
+
+def write_dax_kmem(root: str | os.PathLike[str], node: int, bus: str, index: int) -> None:
+    """A DAX device ``dax{index}.0`` on ``bus`` ("ndbus", "cxl" or "hmem") onlined into NUMA
+    ``node`` by the kmem driver, as ``daxctl reconfigure-device --mode=system-ram`` leaves it."""
+    base = Path(root)
+    where = _DAX_BUS[bus].format(i=index)
+    name = f"dax{index}.0"
+    _write(base, f"sys/{where}/{name}/target_node", str(node))
+    for folder, up in (("sys/bus/dax/devices", "../../.."), ("sys/bus/dax/drivers/kmem", "../../../..")):
+        (base / folder).mkdir(parents=True, exist_ok=True)
+        os.symlink(f"{up}/{where}/{name}", base / folder / name)
+    if bus == "cxl":
+        _write(base, f"sys/bus/cxl/devices/mem{index}/serial", str(index))
+
+
+def write_hmat(
+    root: str | os.PathLike[str],
+    node: int,
+    initiators: Iterable[int],
+    *,
+    read_bandwidth: int,
+    write_bandwidth: int,
+    read_latency: int,
+    write_latency: int,
+    access: str = "access1",
+) -> None:
+    """HMAT performance of ``node`` from its best ``initiators`` (MB/s, ns), as the kernel
+    writes ``nodeN/accessK/initiators`` (access0: any initiator, access1: CPUs only)."""
+    base = Path(root)
+    d = f"sys/devices/system/node/node{node}/{access}/initiators"
+    for name, value in (
+        ("read_bandwidth", read_bandwidth),
+        ("write_bandwidth", write_bandwidth),
+        ("read_latency", read_latency),
+        ("write_latency", write_latency),
+    ):
+        _write(base, f"{d}/{name}", str(value))
+    for i in initiators:
+        os.symlink(f"../../../node{i}", base / d / f"node{i}")
+
+
+def write_memory_tiers(root: str | os.PathLike[str], tiers: Mapping[int, Iterable[int]]) -> None:
+    """The kernel's memory tiers (``memory_tierN/nodelist``, N = abstract distance >> 7),
+    replacing any written before."""
+    folder = Path(root) / "sys/devices/virtual/memory_tiering"
+    if folder.exists():
+        shutil.rmtree(folder)
+    for tier, nodes in tiers.items():
+        _write(Path(root), f"sys/devices/virtual/memory_tiering/memory_tier{tier}/nodelist", CPUSet(nodes).format())
+
+
+def write_cpu_identity(
+    root: str | os.PathLike[str], cpus: Iterable[int], *, vendor: str, family: int, model: int, arch: str = "x86_64"
+) -> None:
+    """``proc/cpuinfo`` naming the processor model, and the architecture line
+    ``hwloc-gather-topology`` leaves in ``proc/hwloc-nofile-info`` (hwloc applies its x86
+    quirks to a tree only when that says x86)."""
+    base = Path(root)
+    entries = [
+        f"processor\t: {c}\nvendor_id\t: {vendor}\ncpu family\t: {family}\nmodel\t\t: {model}\n" for c in cpus
+    ]
+    _write(base, "proc/cpuinfo", "\n".join(entries))
+    _write(base, "proc/hwloc-nofile-info", f"Architecture: {arch}")

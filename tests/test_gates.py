@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import pytest
 
-from topodra.gates import DEFAULTS, NODE_ALLOCATABLE, FeatureGateError, feature_gates, parse_feature_gates
+from topodra.gates import (
+    DEFAULTS,
+    LIST_TYPE_ATTRIBUTES,
+    NODE_ALLOCATABLE,
+    FeatureGateError,
+    feature_gates,
+    parse_feature_gates,
+)
 
 
 def test_defaults_are_136s() -> None:
-    assert DEFAULTS == {NODE_ALLOCATABLE: False}  # alpha in 1.36
-    assert feature_gates() == {NODE_ALLOCATABLE: False}
-    assert feature_gates({NODE_ALLOCATABLE: True}) == {NODE_ALLOCATABLE: True}
+    assert DEFAULTS == {NODE_ALLOCATABLE: False, LIST_TYPE_ATTRIBUTES: False}  # alpha in 1.36
+    assert feature_gates() == DEFAULTS
+    assert feature_gates({NODE_ALLOCATABLE: True}) == {NODE_ALLOCATABLE: True, LIST_TYPE_ATTRIBUTES: False}
 
 
 @pytest.mark.parametrize(("text", "gates"), [
@@ -26,7 +33,7 @@ def test_parsed_as_component_base_parses_them(text: str, gates: dict[str, bool])
 @pytest.mark.parametrize(("text", "message"), [
     ("DRANodeAllocatableResources", "missing bool value for DRANodeAllocatableResources"),
     ("DRANodeAllocatableResources=yes", "invalid value of DRANodeAllocatableResources=yes"),
-    ("DRAFoo=true", r"unrecognized feature gate: DRAFoo \(topodra models DRANodeAllocatableResources\)"),
+    ("DRAFoo=true", r"unrecognized feature gate: DRAFoo \(topodra models DRAListTypeAttributes, DRANodeAllocatableResources\)"),
 ])
 def test_bad_values_say_which_entry(text: str, message: str) -> None:
     with pytest.raises(FeatureGateError, match=message):

@@ -10,13 +10,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-__all__ = ["DEFAULTS", "NODE_ALLOCATABLE", "FeatureGateError", "feature_gates", "parse_feature_gates"]
+__all__ = ["DEFAULTS", "LIST_TYPE_ATTRIBUTES", "NODE_ALLOCATABLE", "FeatureGateError", "feature_gates", "parse_feature_gates"]
 
 #: KEP-5517: claimed node-allocatable resources (``cpu``) count against the node's allocatable.
 NODE_ALLOCATABLE: Final = "DRANodeAllocatableResources"
 
+#: List-typed device attribute values (``ints``, ``strings``...): kept by the API server, seen by
+#: the scheduler's CEL (its constraints still match no list in 1.36: docs/dra.md).
+LIST_TYPE_ATTRIBUTES: Final = "DRAListTypeAttributes"
+
 #: The gates topodra models, at their Kubernetes 1.36 defaults (alpha: off).
-DEFAULTS: Final[Mapping[str, bool]] = {NODE_ALLOCATABLE: False}
+DEFAULTS: Final[Mapping[str, bool]] = {NODE_ALLOCATABLE: False, LIST_TYPE_ATTRIBUTES: False}
 
 _TRUE: Final = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 _FALSE: Final = frozenset({"0", "f", "F", "FALSE", "false", "False"})

@@ -101,7 +101,7 @@ def test_check_reports_what_the_agent_would_run(tmp_path: Path) -> None:
     r = CliRunner().invoke(app, ["agent", "--config", str(cfg), "--check"])
     assert r.exit_code == 0, r.output
     assert "reserved CPUs 0,4" in r.output  # picked topology-packed: one whole core
-    assert "3 DRA device(s)" in r.output
+    assert "4 DRA device(s), 1 tainted" in r.output  # the reserved core published tainted
 
 
 #: Nine levels of nine aliases: 9**9 values once expanded; validating or printing them would take

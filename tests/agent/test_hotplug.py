@@ -12,6 +12,7 @@ Healthy and offered again.
 from __future__ import annotations
 
 import asyncio
+import re
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
@@ -61,6 +62,10 @@ async def _until(what: str, check: Callable[[], Awaitable[bool]], timeout: float
 
 def _offered(pg: Playground) -> set[str]:
     return {d["name"] for s in pg.slices() for d in s["spec"].get("devices", [])}
+
+
+def _taints(pg: Playground) -> dict[str, list[dict[str, Any]]]:
+    return {d["name"]: d.get("taints", []) for s in pg.slices() for d in s["spec"].get("devices", [])}
 
 
 async def _health(stream: AsyncIterator[Any], want: Callable[[dict[str, tuple[int, str]]], bool]) -> dict[str, tuple[int, str]]:
@@ -136,10 +141,15 @@ def test_cpus_going_offline_and_back_under_a_running_agent_process() -> None:
                     assert 'topodra_machine_changes_total{result="applied"} 1.0' in metrics
                     assert "topodra_unhealthy_devices 3.0" in metrics
 
-                    async def withdrawn() -> bool:
-                        return not _offered(pg) & {f"cpu{c}" for c in off}
+                    async def tainted() -> bool:
+                        taints = _taints(pg)
+                        return all([t["key"] for t in taints.get(f"cpu{c}", [])] == ["native.cpu/offline"] for c in off)
 
-                    await _until("the slices to withdraw the offline CPUs", withdrawn)
+                    await _until("the slices to taint the offline CPUs", tainted)
+                    for c in off:  # NoExecute: the eviction controller evicts pods of claims that do not tolerate it
+                        (t,) = _taints(pg)[f"cpu{c}"]
+                        assert t["effect"] == "NoExecute"
+                        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", t["timeAdded"]), t
                     for s in streams:
                         sick = await _health(s, lambda h: any(v[0] == health_v1_pb2.UNHEALTHY for v in h.values()))
                         assert set(sick) == all_devices  # the complete list, offline devices included
@@ -165,6 +175,7 @@ def test_cpus_going_offline_and_back_under_a_running_agent_process() -> None:
                         return back <= _offered(pg)
 
                     await _until("the slices to offer the CPUs again", offered_again)
+                    assert not any(_taints(pg).get(f"cpu{c}") for c in off)  # untainted again
                     # every CPU is offered but db's exclusive ones and the one-CPU shared floor
                     unoffered = all_devices - _offered(pg) - {f"cpu{c}" for c in pg.cpus_of("db")}
                     assert len(unoffered) == 1

@@ -30,8 +30,9 @@ NODE = "node-a"
 TOPO = synthetic_topology("1s1d1n1l3c2t")  # 6 CPUs: small enough to run out often
 
 
-def _agent(make_agent: Callable[..., Agent], model: str = "cpu", floor: int = 1) -> Agent:
-    return make_agent(TOPO, nodeName=NODE, devices={"model": model, "sharedFloor": floor})
+def _agent(make_agent: Callable[..., Agent], model: str = "cpu", floor: int = 1, reserved: str = "") -> Agent:
+    policy = {"reservedCPUs": reserved} if reserved else {}
+    return make_agent(TOPO, nodeName=NODE, devices={"model": model, "sharedFloor": floor}, policy=policy)
 
 
 def _driver(agent: Agent, fetch: Callable[[str, str], Awaitable[dict[str, Any]]], **extra: Any) -> Driver:
@@ -43,8 +44,10 @@ def _driver(agent: Agent, fetch: Callable[[str, str], Awaitable[dict[str, Any]]]
     )
 
 
-def _claim(uid: str, count: int, model: str) -> dict[str, Any]:
+def _claim(uid: str, count: int, model: str, *, tolerate: bool = False) -> dict[str, Any]:
     exactly: dict[str, Any] = {"deviceClassName": DRIVER}
+    if tolerate:  # a system daemon's claim: it may get reserved CPUs
+        exactly["tolerations"] = [{"key": "native.cpu/reserved", "operator": "Exists", "effect": "NoSchedule"}]
     if model == "grouped":
         exactly["capacity"] = {"requests": {"cpu": str(count)}}
     elif model == "core":
@@ -74,6 +77,7 @@ def _container(i: int, cpus: int) -> ContainerRequest:
 OPS = st.lists(
     st.one_of(
         st.tuples(st.just("claim"), st.integers(1, 6)),
+        st.tuples(st.just("tolerating"), st.integers(1, 6)),
         st.tuples(st.just("shared"), st.just(0)),
         st.tuples(st.just("guaranteed"), st.integers(1, 3)),
         st.tuples(st.just("release"), st.integers(0, 20)),
@@ -84,9 +88,11 @@ OPS = st.lists(
 )
 
 
-async def _churn(make_agent: Callable[..., Agent], ops: list[tuple[str, int]], model: str, floor: int) -> list[str]:
+async def _churn(
+    make_agent: Callable[..., Agent], ops: list[tuple[str, int]], model: str, floor: int, reserved: str = ""
+) -> list[str]:
     """Run the operations; returns every Prepare error."""
-    agent = _agent(make_agent, model, floor)
+    agent = _agent(make_agent, model, floor, reserved)
     claims: dict[tuple[str, str], dict[str, Any]] = {}
 
     async def fetch(namespace: str, name: str) -> dict[str, Any]:
@@ -99,9 +105,9 @@ async def _churn(make_agent: Callable[..., Agent], ops: list[tuple[str, int]], m
     errors: list[str] = []
     node = {"metadata": {"name": NODE, "labels": {}}}
     for n, (op, arg) in enumerate(ops):
-        if op == "claim":
+        if op in ("claim", "tolerating"):
             slices = build_slices(NODE, agent.publisher.offered_devices())
-            claim = _claim(f"u{n}", arg, model)
+            claim = _claim(f"u{n}", arg, model, tolerate=op == "tolerating")
             result = Allocator(slices, [device_class()], state).allocate(node, [claim])
             if result is None:
                 continue  # the scheduler finds no room: nothing to honour
@@ -115,6 +121,9 @@ async def _churn(make_agent: Callable[..., Agent], ops: list[tuple[str, int]], m
             if out.error:
                 errors.append(out.error)
                 continue
+            got = agent.policy.claimed(ref.uid)
+            assert got is not None
+            assert op == "tolerating" or got.isdisjoint(agent.policy.reserved_cpus), "a reserved CPU for an ordinary claim"
             alloc = allocation_of_claim(claim)
             assert alloc is not None
             state.add(alloc)
@@ -146,6 +155,9 @@ async def _churn(make_agent: Callable[..., Agent], ops: list[tuple[str, int]], m
         assert published.isdisjoint(stats.allocated), "no published device may stand for an exclusive CPU"
         if floor and stats.shared:
             assert not stats.shared <= offered, "a shared CPU must stay off offer"
+        unclaimed = agent.policy.reserved_cpus - agent.policy.claimed_cpus
+        assert not unclaimed or not unclaimed <= published, "the last unclaimed reserved CPU must stay off offer"
+        assert unclaimed or not agent.policy.reserved_cpus, "claims hold every reserved CPU"
     return errors
 
 
@@ -157,6 +169,39 @@ def test_no_prepare_fails_for_what_the_slices_offered(make_agent: Callable[..., 
         assert asyncio.run(_churn(make_agent, ops, model, floor=1)) == []
 
     prop()
+
+
+@pytest.mark.parametrize("model", ["cpu", "core", "grouped"])
+def test_no_prepare_fails_for_claims_tolerating_the_reserved_taint(make_agent: Callable[..., Agent], model: str) -> None:
+    """Reserved CPUs are published tainted: claims tolerating the taint may get them, never the
+    last one the system containers have; the others never get one."""
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(OPS)
+    def prop(ops: list[tuple[str, int]]) -> None:
+        assert asyncio.run(_churn(make_agent, ops, model, floor=1, reserved="0,3")) == []
+
+    prop()
+
+
+def test_a_tolerating_claim_gets_a_reserved_cpu_but_not_the_last(make_agent: Callable[..., Agent]) -> None:
+    async def run() -> tuple[list[str], dict[str, CPUSet]]:
+        agent_box: list[Agent] = []
+
+        def make(topology: Any, **config: Any) -> Agent:
+            agent_box.append(make_agent(topology, **config))
+            return agent_box[0]
+
+        errors = await _churn(make, [("tolerating", 4), ("tolerating", 1)], "cpu", floor=1, reserved="0,3")
+        return errors, agent_box[0].policy.claims()
+
+    errors, claims = asyncio.run(run())
+    assert errors == []
+    held = CPUSet()
+    for cpus in claims.values():
+        held |= cpus
+    assert len(held & CPUSet([0, 3])) == 1  # one reserved CPU claimed, the other kept for the system
+    assert len(held) == 4  # of 6 CPUs: all but the shared floor and the last reserved CPU (the 2nd claim finds none)
 
 
 def test_without_the_floor_the_scheduler_allocates_what_prepare_refuses(make_agent: Callable[..., Agent]) -> None:

@@ -8,8 +8,9 @@ from hypothesis import strategies as st
 
 from topodra.agent.offer import OfferTracker
 from topodra.cpuset import CPUSet
-from topodra.dra.devices import DeviceModelConfig, build_devices
-from topodra.policy import Policy
+from topodra.dra.devices import DeviceModelConfig, build_devices, ordered_cpus
+from topodra.dra.taints import TaintConfig
+from topodra.policy import Policy, PolicyConfig
 from topodra.policy.api import ContainerRequest, PolicyError, QoSClass
 from topodra.topology.synthetic import synthetic_topology
 
@@ -75,3 +76,19 @@ def test_home_devices_are_the_same_list_until_their_inputs_change() -> None:
     assert len(homes) == len(devices)
     assert tracker.home_devices(policy, TOPO, DEVICES, devices) is homes
     assert tracker.home_devices(policy, TOPO, DEVICES, list(devices)) is not homes  # new devices
+
+
+def test_reserved_cpus_are_offered_but_the_last_one_no_claim_holds() -> None:
+    """Reserved CPUs are published (tainted): a claim tolerating the taint may take them, but
+    never the last one the system containers have, so Prepare never refuses what was offered."""
+    policy = Policy(TOPO, PolicyConfig(reserved_cpus=CPUSet([0, 1, 8])))
+    offer = OfferTracker().compute(policy, TOPO, DEVICES)
+    order = ordered_cpus(TOPO, TOPO.online, DEVICES.order)
+    last = [c for c in order if c in policy.reserved_cpus][-1]
+    assert offer & policy.reserved_cpus == policy.reserved_cpus - CPUSet([last])
+    others = policy.reserved_cpus - CPUSet([last])
+    policy.claim("daemon", others)
+    offer = OfferTracker().compute(policy, TOPO, DEVICES)
+    assert offer & policy.reserved_cpus == others  # claimed ones stay offered; the last one never
+    withdrawn = DeviceModelConfig(taints=TaintConfig(reserved="Withdraw"))
+    assert OfferTracker().compute(policy, TOPO, withdrawn).isdisjoint(policy.reserved_cpus)

@@ -81,7 +81,9 @@ def test_reload_applies_only_what_a_fresh_start_would_accept(tmp_path: Path) -> 
             _write(cfg, BASE + "policy: {reservedCPUs: '0-1'}\n", 2)
             await agent.reload()
             assert agent.policy.reserved_cpus == CPUSet([0, 1])
-            assert len(agent.node.devices) == len(before) - 1
+            assert len(agent.node.devices) == len(before)  # CPU 1 reserved now: published tainted
+            taints = {d.name: d.taints for d in agent.node.devices if d.taints}
+            assert taints == {n: ({"key": "native.cpu/reserved", "effect": "NoSchedule"},) for n in ("cpu0", "cpu1")}
         finally:
             await agent.stop()
 

@@ -17,9 +17,14 @@ runner = CliRunner()
 def test_devices_table_and_json() -> None:
     r = runner.invoke(app, ["dra", "devices", "--topology", "1s1n1l2c2t2e", "--reserved", "0"])
     assert r.exit_code == 0, r.output
-    assert "5 native.cpu devices" in r.output
+    assert "6 native.cpu devices" in r.output  # the reserved CPU 0 published tainted
     assert "P-core" in r.output
     assert "E-core" in r.output
+    assert "taint native.cpu/reserved:NoSchedule: cpu0\n" in r.output
+    r = runner.invoke(app, ["dra", "devices", "--topology", "1s1n1l2c2t2e", "--reserved", "0", "-f", "json"])
+    taints = {d["name"]: d.get("taints") for d in json.loads(r.output)}
+    assert taints.pop("cpu0") == [{"key": "native.cpu/reserved", "effect": "NoSchedule"}]
+    assert not any(taints.values())
     r = runner.invoke(app, ["dra", "devices", "--topology", "1s1n1l2c2t", "-f", "json"])
     assert r.exit_code == 0, r.output
     devices = json.loads(r.output)
@@ -80,7 +85,7 @@ def test_clear_errors(tmp_path: Path) -> None:
 def test_reserving_every_cpu_is_refused_as_the_agent_refuses_it() -> None:
     r = runner.invoke(app, ["dra", "devices", "--topology", "1s2c1t", "--reserved", "0-1"])
     assert r.exit_code == 1, r.output
-    assert "leaves no CPU of 0-1 for devices" in r.output
+    assert "leaves no CPU of 0-1 for containers" in r.output
 
 
 def test_a_binary_device_config_is_one_line(tmp_path: Path) -> None:

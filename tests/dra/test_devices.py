@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -26,7 +27,7 @@ from topodra.dra.devices import (
     build_devices,
     device_class,
 )
-from topodra.topology import CPUInfo, Topology, synthetic_topology
+from topodra.topology import CoreType, CPUInfo, Topology, synthetic_topology
 
 HYBRID = synthetic_topology("1s1n1l4c2t4e")
 SERVER = synthetic_topology("2s1d2n1l4c2t")
@@ -142,6 +143,35 @@ def test_grouped_splits_hybrid_groups_by_core_type() -> None:
     assert devices[0].attributes["coreType"] == "P-core"
     assert devices[1].attributes["coreType"] == "E-core"
     assert devices[1].capacity["cpu"].value == 4
+
+
+def dynamiq() -> Topology:
+    """4 little, 3 big and 1 prime core: three CPU kinds, two of them P-cores."""
+    t = synthetic_topology("1s1d1n1l8c1t")
+    kind = [0] * 4 + [1] * 3 + [2]
+    cpus = {
+        c: dataclasses.replace(i, kind=kind[c], core_type=CoreType.E_CORE if kind[c] == 0 else CoreType.P_CORE)
+        for c, i in t.cpus.items()
+    }
+    return dataclasses.replace(t, cpus=cpus)
+
+
+def test_cpu_kind_rank_is_an_attribute_where_kinds_differ() -> None:
+    assert all("cpuKind" not in d.attributes for d in build_devices(SERVER))
+    assert {d.attributes["cpuKind"] for d in build_devices(HYBRID) if d.attributes["coreType"] == "P-core"} == {1}
+    kinds = {d.name: d.attributes["cpuKind"] for d in build_devices(dynamiq())}
+    assert kinds == {f"cpu{c}": 0 if c < 4 else 1 if c < 7 else 2 for c in range(8)}
+
+
+def test_grouped_splits_by_kind_and_numbers_kinds_of_one_type() -> None:
+    devices = build_devices(dynamiq(), DeviceModelConfig(model="grouped"))
+    assert [d.name for d in devices] == ["numa0-pcore1", "numa0-pcore2", "numa0-ecore"]
+    assert [(d.attributes["coreType"], d.attributes["cpuKind"]) for d in devices] == [
+        ("P-core", 1),
+        ("P-core", 2),
+        ("E-core", 0),
+    ]
+    assert [d.capacity["cpu"].value for d in devices] == [3, 1, 4]
 
 
 def test_grouped_single_cpu_group_is_valid() -> None:

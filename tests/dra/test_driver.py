@@ -336,7 +336,7 @@ def test_restore_rewrites_missing_specs_and_removes_stale_ones(rig: Rig) -> None
 def test_restore_with_cpus_now_reserved(rig: Rig) -> None:
     rig.store.add(make_claim("u1", ["cpu4"]))
     rig.prepare("u1")
-    rig.policy = RecordingPolicy(TOPO, RESERVED | CPUSet([4]))
+    rig.policy = RecordingPolicy(TOPO, CPUSet([4]))  # the claim would hold every reserved CPU
     rig.driver = rig.new_driver()
     report = run(rig.driver.restore())
     assert "reserved" in report.failed["u1"]
@@ -345,6 +345,16 @@ def test_restore_with_cpus_now_reserved(rig: Rig) -> None:
     assert rig.driver.prepared("u1") is None
     assert rig.unprepare("u1")["u1"].error == ""
     assert load_checkpoint(rig.tmp / "plugin" / "checkpoint.json") == {}
+
+
+def test_restore_with_a_cpu_now_reserved_keeps_the_claim_while_a_reserved_cpu_is_left(rig: Rig) -> None:
+    rig.store.add(make_claim("u1", ["cpu4"]))
+    rig.prepare("u1")
+    rig.policy = RecordingPolicy(TOPO, RESERVED | CPUSet([4]))
+    rig.driver = rig.new_driver()
+    report = run(rig.driver.restore())
+    assert not report.failed
+    assert rig.policy.claims() == {"u1": CPUSet([4])}
 
 
 CORRUPTIONS: dict[str, Callable[[bytes], bytes]] = {
@@ -648,3 +658,28 @@ def test_many_huge_calls_at_once_stay_bounded(tmp_path: Path) -> None:
         assert store.most == FETCHES_IN_FLIGHT
 
     run(main())
+
+
+@pytest.mark.parametrize("model", ["cpu", "core"])
+def test_a_claim_allocated_an_offline_device_is_refused_never_given_an_offline_cpu(rig: Rig, model: str) -> None:
+    """A claim tolerating the offline or unhealthy taint (or every taint) can be allocated such a
+    device: Prepare refuses it, naming the offline CPUs."""
+    from testkit.sysfs_writer import with_offline
+
+    from topodra.dra.devices import follow_devices
+    from topodra.topology.follow import carry_numbers
+
+    cfg = DeviceModelConfig(model=model)  # type: ignore[arg-type]
+    known = build_devices(TOPO, cfg, reserved=RESERVED)
+    gone = CPUSet([5])  # cpu5; in the core model one thread of core 5 (5, 13)
+    now = carry_numbers(TOPO.cpus, with_offline(TOPO, gone))
+    rig.policy = RecordingPolicy(now, RESERVED)
+    rig.devices = follow_devices(known, build_devices(now, cfg, reserved=RESERVED), now.online)
+    rig.driver = rig.new_driver()
+    device = next(d.name for d in rig.devices if d.cpus & gone)
+    rig.store.add(make_claim("u1", [device]))
+    out = rig.prepare("u1")["u1"]
+    assert "the policy refuses CPUs" in out.error
+    assert out.error.endswith("CPUs 5 are not online")
+    assert rig.policy.claims() == {}
+    assert rig.spec_cpus("u1") is None

@@ -1,4 +1,4 @@
-"""Devices across CPU hotplug: stable names, offline ones withdrawn, and their health."""
+"""Devices across CPU hotplug: stable names, offline ones tainted (or withdrawn), and their health."""
 
 from __future__ import annotations
 
@@ -17,9 +17,12 @@ MACHINE = synthetic_topology("1s1d2n1l4c2t")  # 16 CPUs; cores (0,8) (1,9) ...; 
 OFF = CPUSet([0, 8, 5])  # core 0 wholly, one thread of core 5
 
 
+WITHDRAW = {"offline": "Withdraw", "unhealthy": "Withdraw"}
+
+
 @pytest.mark.parametrize("model", ["cpu", "core", "grouped"])
 def test_names_stay_and_offline_devices_are_withdrawn_not_renamed(model: str) -> None:
-    cfg = DeviceModelConfig.from_mapping({"model": model, "sharedFloor": 0})
+    cfg = DeviceModelConfig.from_mapping({"model": model, "sharedFloor": 0, "taints": WITHDRAW})
     known = build_devices(MACHINE, cfg)
     now = carry_numbers(MACHINE.cpus, with_offline(MACHINE, OFF))
     devices = follow_devices(known, build_devices(now, cfg), now.online)
@@ -41,6 +44,41 @@ def test_names_stay_and_offline_devices_are_withdrawn_not_renamed(model: str) ->
         assert caps == {"numa0": 6, "numa1": 7}
     back = follow_devices(devices, build_devices(carry_numbers(now.cpus, MACHINE), cfg), MACHINE.online)
     assert [d.to_api() for d in back] == [d.to_api() for d in known]
+
+
+@pytest.mark.parametrize("model", ["cpu", "core", "grouped"])
+def test_offline_devices_are_published_tainted_by_default(model: str) -> None:
+    cfg = DeviceModelConfig.from_mapping({"model": model, "sharedFloor": 0})
+    known = build_devices(MACHINE, cfg)
+    now = carry_numbers(MACHINE.cpus, with_offline(MACHINE, OFF))
+    devices = follow_devices(known, build_devices(now, cfg), now.online)
+    offered = {d.name: d for d in offer_devices(now, cfg, devices, now.online)}
+    untainted = {n for n, d in offered.items() if not d.taints}
+    taints = {n: [(t["key"], t["effect"]) for t in d.taints] for n, d in offered.items() if d.taints}
+    if model == "cpu":  # every CPU device is published; the offline ones tainted
+        assert untainted == {f"cpu{c}" for c in MACHINE.online - OFF}
+        assert taints == {f"cpu{c}": [("native.cpu/offline", "NoExecute")] for c in OFF}
+    elif model == "core":  # core 0 wholly offline, core 5 with one thread left
+        assert untainted == {f"core{i}" for i in (1, 2, 3, 4, 6, 7)}
+        assert taints == {"core0": [("native.cpu/offline", "NoExecute")], "core5": [("native.cpu/unhealthy", "NoExecute")]}
+        assert offered["core5"].cpus == CPUSet([5, 13])  # the whole core, as allocated before
+    else:  # a grouped device shrinks to its online CPUs (its capacity says what it can give)
+        assert taints == {}
+        assert {n: d.capacity["cpu"].value for n, d in offered.items()} == {"numa0": 6, "numa1": 7}
+    back = follow_devices(devices, build_devices(carry_numbers(now.cpus, MACHINE), cfg), MACHINE.online)
+    assert [d.to_api() for d in offer_devices(MACHINE, cfg, back, MACHINE.online)] == [d.to_api() for d in known]
+
+
+def test_a_wholly_offline_group_is_published_tainted() -> None:
+    cfg = DeviceModelConfig.from_mapping({"model": "grouped", "sharedFloor": 0})
+    known = build_devices(MACHINE, cfg)
+    node1 = CPUSet.parse("4-7,12-15")
+    now = carry_numbers(MACHINE.cpus, with_offline(MACHINE, node1))
+    devices = follow_devices(known, build_devices(now, cfg), now.online)
+    offered = {d.name: d for d in offer_devices(now, cfg, devices, now.online)}
+    assert offered["numa1"].taints == ({"key": "native.cpu/offline", "effect": "NoExecute"},)
+    assert offered["numa1"].cpus == node1
+    assert not offered["numa0"].taints
 
 
 def test_health_names_offline_cpus_and_the_claims_on_them() -> None:
@@ -75,12 +113,16 @@ def test_a_device_gone_because_its_cpu_is_reserved_now_is_gone() -> None:
 @settings(max_examples=30, deadline=None)
 @given(
     model=st.sampled_from(["cpu", "core", "grouped"]),
+    taints=st.sampled_from([WITHDRAW, {}, {"offline": "NoSchedule", "unhealthy": "None"}]),
     steps=st.lists(st.lists(st.sampled_from(list(MACHINE.online)), max_size=10, unique=True), min_size=1, max_size=4),
 )
-def test_any_hotplug_sequence_keeps_names_and_never_offers_or_calls_healthy_an_offline_cpu(
-    model: str, steps: list[list[int]]
+def test_any_hotplug_sequence_keeps_names_and_offers_an_offline_cpu_only_tainted(
+    model: str, taints: dict[str, str], steps: list[list[int]]
 ) -> None:
-    cfg = DeviceModelConfig.from_mapping({"model": model})
+    """(Offered: untainted, or tainted offline/unhealthy with the configured effect; withdrawn
+    when the configuration says so.)"""
+    taints = {"offline": "NoExecute", "unhealthy": "NoExecute", **taints}
+    cfg = DeviceModelConfig.from_mapping({"model": model, "taints": taints})
     devices = build_devices(MACHINE, cfg)
     names = {d.name for d in devices}
     seen = dict(MACHINE.cpus)
@@ -92,6 +134,9 @@ def test_any_hotplug_sequence_keeps_names_and_never_offers_or_calls_healthy_an_o
         devices = follow_devices(devices, build_devices(now, cfg), now.online)
         assert {d.name for d in devices} == names  # the same machine: the same names, always
         for d in offer_devices(now, cfg, devices, now.online):
-            assert d.cpus <= now.online
+            if not d.cpus <= now.online:  # published only with a taint saying so, never withdrawn-by-choice
+                reason = "offline" if not d.cpus & now.online else "unhealthy"
+                assert d.taints[0] == {"key": f"native.cpu/{reason}", "effect": taints[reason]}
+                assert model != "grouped" or reason == "offline"
         for h, d in zip(device_health(devices, now.online), devices, strict=True):
             assert h.healthy == (d.cpus <= now.online)

@@ -14,7 +14,7 @@ import pytest
 from topodra.dra.devices import DeviceModelConfig, build_devices
 from topodra.dra.slices import build_slices
 from topodra.embedded.store import KINDS, Store
-from topodra.gates import NODE_ALLOCATABLE, feature_gates, parse_feature_gates
+from topodra.gates import LIST_TYPE_ATTRIBUTES, NODE_ALLOCATABLE, feature_gates, parse_feature_gates
 from topodra.kube.errors import ApiError
 from topodra.topology import synthetic_topology
 
@@ -86,8 +86,8 @@ def test_with_the_gate_off_a_bad_mapping_is_dropped_not_refused() -> None:
 
 
 def test_a_bare_store_keeps_every_field_and_the_command_starts_from_136s_defaults() -> None:
-    assert Store().gates == {NODE_ALLOCATABLE: True}
-    assert OFF == {NODE_ALLOCATABLE: False}
+    assert Store().gates == {NODE_ALLOCATABLE: True, LIST_TYPE_ATTRIBUTES: True}
+    assert OFF[NODE_ALLOCATABLE] is False
 
 
 RECORDED = json.loads((Path(__file__).resolve().parents[1] / "data" / "apiserver-rejected" / "node-allocatable.json").read_text())

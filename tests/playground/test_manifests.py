@@ -8,8 +8,10 @@ import pytest
 from typer.testing import CliRunner
 
 from topodra.cli import app
+from topodra.cpuset import CPUSet
 from topodra.playground.manifests import ManifestError, parse_manifests
 from topodra.playground.scenario import ScenarioError, load_scenario
+from topodra.topology.synthetic import synthetic_topology
 
 
 def test_yaml_syntax_error_names_file_line_column(tmp_path: Path) -> None:
@@ -41,6 +43,21 @@ def test_scenario_unknown_keys_and_checks(tmp_path: Path) -> None:
     f.write_text("steps:\n- expect:\n    a/b: {cpus: '1-'}\n")
     with pytest.raises(ScenarioError, match="invalid CPU list"):
         load_scenario(f)
+
+
+def test_scenario_isolate_and_isolated_check(tmp_path: Path) -> None:
+    f = tmp_path / "s.yaml"
+    f.write_text("isolate: -1\nsteps: []\n")
+    with pytest.raises(ScenarioError, match="isolate must be a whole number of cores, got -1"):
+        load_scenario(f)
+    f.write_text("steps:\n- expect:\n    a/b: {isolated: maybe}\n")
+    with pytest.raises(ScenarioError, match=r"expect\[a/b\]\.isolated must be true or false, got 'maybe'"):
+        load_scenario(f)
+    f.write_text("isolate: 2\nsteps: []\n")
+    sc = load_scenario(f)
+    topo = synthetic_topology("1s1d1n1l4c2t")  # cores (0,4) (1,5) (2,6) (3,7)
+    assert sc.machine(topo).isolated == CPUSet.parse("2-3,6-7")  # the last two cores
+    assert sc.unmet(synthetic_topology("1s2c2t")) == "more than 2 cores to isolate (it has 2)"
 
 
 def test_cli_reports_bad_yaml_cleanly(tmp_path: Path) -> None:

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from topodra.cpuset import CPUSet
-from topodra.playground.runner import resolve_topology, run_scenario
-from topodra.playground.scenario import builtin_names, builtin_scenario
+from topodra.playground.runner import evaluate, resolve_topology, run_scenario
+from topodra.playground.scenario import Check, builtin_names, builtin_scenario
 from topodra.playground.world import DEFAULT_TOPOLOGY, Playground
 from topodra.topology.model import CoreType
 
@@ -25,9 +25,28 @@ def test_builtin_scenario_expectations_hold(name: str) -> None:
 
     async def run() -> list[str]:
         topo, _ = resolve_topology(sc.topology)
-        async with Playground(topology=topo, model=sc.model or "cpu", group_by=sc.group_by) as pg:
+        async with Playground(topology=sc.machine(topo), model=sc.model or "cpu", group_by=sc.group_by) as pg:
             results = await run_scenario(pg, sc)
         return [c.message for r in results for c in r.checks if not c.ok]
+
+    assert asyncio.run(run()) == []
+
+
+@pytest.mark.parametrize("model", ["cpu", "core", "core-or-thread", "grouped"])
+def test_taints_scenario_holds_for_every_model(model: str) -> None:
+    """Isolated CPUs published tainted: an ordinary claim never gets them, one asking for them
+    without the toleration stays pending, a latency-critical pod tolerating the taint gets them."""
+    sc = builtin_scenario("taints")
+
+    async def run() -> list[str]:
+        topo, _ = resolve_topology(sc.topology)
+        async with Playground(topology=sc.machine(topo), model=model) as pg:
+            assert pg.topology.isolated == CPUSet([3, 7])  # the last core of 1s1d1n1l4c2t
+            results = await run_scenario(pg, sc)
+            wrong = evaluate(pg, Check("default/web/nginx", isolated=True))  # the check can fail
+            assert not wrong.ok
+            assert "are not isolated" in wrong.message
+        return [c.message for r in results for c in r.checks if not c.ok] + [p for r in results for p in r.problems]
 
     assert asyncio.run(run()) == []
 
@@ -201,7 +220,7 @@ def _failed(name: str, model: str) -> list[str]:
 
     async def run() -> list[str]:
         topo, _ = resolve_topology(sc.topology)
-        async with Playground(topology=topo, model=model, group_by=sc.group_by) as pg:
+        async with Playground(topology=sc.machine(topo), model=model, group_by=sc.group_by, gates=sc.gates, gpus=sc.gpus) as pg:
             results = await run_scenario(pg, sc)
         return [c.message for r in results for c in r.checks if not c.ok] + [p for r in results for p in r.problems]
 

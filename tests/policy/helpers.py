@@ -74,7 +74,8 @@ def check_invariants(p: Policy) -> None:
         assert cpus, "a claim holds no CPUs"
         assert claimed.isdisjoint(cpus), "two claims share CPUs"
         claimed |= cpus
-    assert claimed.isdisjoint(p.reserved_cpus)
+    if p.reserved_cpus:
+        assert p.reserved_cpus - claimed, "claims hold every reserved CPU"
     exclusive = CPUSet()
     all_ids = set(assigned)
     for cid in p.grants():
@@ -115,7 +116,7 @@ def check_invariants(p: Policy) -> None:
                 union |= claims[c] & p.topology.online  # a claim's offline CPUs wait (Policy.follow)
             assert cpus == union, f"{cid}: claimed container on {cpus}, claims hold {union}"
         elif g.kind is GrantKind.RESERVED:
-            assert cpus == p.reserved_cpus
+            assert cpus == p.reserved_cpus - claimed, f"{cid}: reserved container on {cpus}"
         elif g.kind is GrantKind.EXCLUSIVE:
             assert cpus == ex
         else:

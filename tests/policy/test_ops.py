@@ -382,7 +382,7 @@ def test_claim_and_release_move_shared_containers() -> None:
 def test_claim_errors() -> None:
     p = Policy(SERVER, PolicyConfig(reserved_cpus=CPUSet.parse("0,64"), available_cpus=CPUSet.parse("0-120")))
     for cpus, msg in [
-        ("0-1", "reserved"),
+        ("0,64", "claiming them would leave none of the reserved CPUs 0,64 to them"),
         ("121", "not available"),
         ("", "empty"),
     ]:
@@ -392,6 +392,20 @@ def test_claim_errors() -> None:
         p.claim("c", CPUSet([500]))
     with pytest.raises(PolicyError, match="claim 'nope' is not prepared"):
         p.add(guaranteed("x", 1, claims=("nope",)))
+
+
+def test_claim_of_reserved_cpus_keeps_one_for_system_containers() -> None:
+    """A claim may take reserved CPUs (a system daemon tolerating the devices' reserved taint):
+    the reserved containers move to the rest; the last reserved CPU is never claimed."""
+    p = Policy(SERVER, PolicyConfig(reserved_cpus=CPUSet.parse("0,64")))
+    assert p.add(burstable("proxy", 100, namespace="kube-system"))["proxy"].cpus == CPUSet.parse("0,64")
+    changes = p.claim("daemon", CPUSet([64]))
+    assert changes["proxy"].cpus == CPUSet([0])
+    check_invariants(p)
+    with pytest.raises(PolicyError, match="would leave none of the reserved CPUs 0,64"):
+        p.claim("other", CPUSet([0]))
+    assert p.release("daemon")["proxy"].cpus == CPUSet.parse("0,64")
+    check_invariants(p)
 
 
 def test_claim_moves_exclusive_grants_keeping_what_it_can() -> None:

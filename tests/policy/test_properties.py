@@ -41,6 +41,7 @@ CONFIGS = [
     {},
     {"reservedCPUCount": 1},
     {"reservedCPUs": "0"},
+    {"reservedCPUs": "0-2"},  # claims may take reserved CPUs but one (a tolerated device taint)
     {"excludedCPUs": "1"},
     {"preferSharedCPUs": True},
     {"pinMemory": False, "defaultCPUPriority": "low"},

@@ -299,6 +299,28 @@ def test_taints_block_unless_tolerated() -> None:
     assert picked(alloc([slice_("s", "node-1", devices)], [claim("c", req("r", "cls", 2, tolerations=exists))])) == [[("r", "t0"), ("r", "t1")]]
 
 
+@pytest.mark.parametrize(
+    ("tolerations", "want"),
+    [
+        ([], "y"),  # "PreferNoSchedule" is no device effect: unknown effects are treated like None
+        ([{"operator": "Exists"}], "x"),  # no key, Exists: every taint
+        ([{"key": "native.cpu/isolated", "operator": "Exists", "effect": "NoExecute"}], "y"),  # another effect
+        ([{"key": "native.cpu/isolated", "value": "isolcpus"}], "x"),  # no operator: Equal
+        ([{"key": "native.cpu/isolated", "operator": "Equal", "value": "nohz_full"}], "y"),
+        ([{"key": "native.cpu/isolated", "operator": "Bogus"}], "y"),  # an unknown operator tolerates nothing
+    ],
+)
+def test_tolerations_match_as_upstreams_tolerates_taint(tolerations: list[dict[str, str]], want: str) -> None:
+    """``resourceclaim.ToleratesTaint`` (devicetoleration.go) and ``taintPreventsAllocation``
+    (allocator_incubating.go), Kubernetes v1.36.2: only NoSchedule and NoExecute prevent allocation."""
+    devices = [
+        device("x", taints=[{"key": "native.cpu/isolated", "value": "isolcpus", "effect": "NoSchedule"}]),
+        device("y", taints=[{"key": "k", "effect": "PreferNoSchedule"}]),
+    ]
+    got = alloc([slice_("s", "node-1", devices)], [claim("c", req("r", "cls", 1, tolerations=tolerations))])
+    assert picked(got) == [[("r", want)]]
+
+
 def test_consumable_capacity_share_ids_and_exhaustion() -> None:
     shared = [device("g0", attrs(socket=0), {"cpu": 8}, allowMultipleAllocations=True)]
     slices = [slice_("s", "node-1", shared)]

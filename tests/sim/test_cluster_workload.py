@@ -94,7 +94,9 @@ def test_builtin_workloads_all_schedule_on_their_models() -> None:
                 wl.pods_for(model)
             except WorkloadError:
                 continue
-            s, _ = run_simulation(RunConfig(nodes=3, machines={"64": 1}, model=model, pods=6), workload=wl)
+            gpus = name == "gpu-aligned"  # its claims take a GPU too: machines with PCI roots
+            machines = {"1s1d2n1l8c2t+pci": 1.0} if gpus else {"64": 1.0}
+            s, _ = run_simulation(RunConfig(nodes=3, machines=machines, model=model, pods=6, gpus=gpus), workload=wl)
             assert s.scheduled >= 1, (name, model, s.failure_reasons)
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from topodra.gates import parse_feature_gates
 from topodra.sim.diff import diff_replay, load_recorded
 from topodra.sim.replay import replay
 from topodra.yamldocs import expand_lists, load_documents
@@ -19,8 +20,13 @@ SCENARIOS = [
     "v4-kubectl-dump",
     "v5-core-or-thread",
     "v6-device-taints",
+    "v7-device-taint-eviction",
+    "v8-device-taint-rules",
     "v9-opaque-params",
 ]
+#: recorded with kube-controller-manager running without its device-taint-eviction-controller
+#: (their result.json "gates"): NoExecute taints evicted nothing there
+NO_TAINT_EVICTION = {"v6-device-taints", "v8-device-taint-rules"}
 
 
 def _objects(*files: Path) -> list[tuple[object, str]]:
@@ -37,7 +43,7 @@ def _inputs(scenario: str) -> list[tuple[object, str]]:
 )
 def test_replay_matches_every_recorded_step(scenario: str, log: str) -> None:
     recorded = load_recorded(RECORDED / scenario / log)
-    report = diff_replay(_inputs(scenario), recorded)
+    report = diff_replay(_inputs(scenario), recorded, evictions=scenario not in NO_TAINT_EVICTION)
     assert [r for r in report.rows if r.verdict not in ("match", "tie")] == []
     assert report.matches == len(recorded.outcomes)
 
@@ -84,6 +90,17 @@ def test_a_wrong_device_is_a_mismatch(tmp_path: Path) -> None:
     assert [(r.key, r.differs) for r in bad] == [("create s8-02-pair", ("claim c0 devices",))]
 
 
+def test_the_copied_tolerations_are_compared(tmp_path: Path) -> None:
+    """An allocation result keeps a copy of its request's tolerations (a status field): a replay
+    that writes other tolerations than the real scheduler did is a mismatch."""
+    text = (RECORDED / "v1-core-siblings" / "result.json").read_text()
+    tolerated = '"device": "cpu6", "tolerations": [{"key": "k", "operator": "Exists"}]'
+    (tmp_path / "result.json").write_text(text.replace('"device": "cpu6"', tolerated, 1))
+    report = diff_replay(_inputs("v1-core-siblings"), load_recorded(tmp_path / "result.json"))
+    bad = [r for r in report.rows if r.verdict == "MISMATCH"]
+    assert [(r.key, r.differs) for r in bad] == [("create s8-02-pair", ("claim c0 devices",))]
+
+
 def test_each_plugins_score_is_compared(tmp_path: Path) -> None:
     # move 1 point between two plugins of one node: the total stays, the per-plugin scores differ
     doc = json.loads((RECORDED / "v2-mixed-nodes" / "result.json").read_text())
@@ -105,6 +122,22 @@ def test_a_tie_row_names_the_tied_nodes() -> None:
     assert report.as_dict()["rows"][report.rows.index(row)]["tie"] == list(row.tied)
 
 
+def test_the_pcie_root_recording_replays_with_its_gate() -> None:
+    """v13-pcie-root ran with DRAListTypeAttributes on: CEL sees lists, matchAttribute matches none."""
+    scenario = RECORDED / "v13-pcie-root"
+    recorded = load_recorded(scenario / "result.json")
+    report = diff_replay(_inputs("v13-pcie-root"), recorded, gates=parse_feature_gates(json.loads((scenario / "result.json").read_text())["gates"]))
+    assert [r for r in report.rows if r.verdict not in ("match", "tie")] == []
+    assert report.matches == len(recorded.outcomes) == 48
+    steps = {s.pod: s for s in report.replay.steps if s.op == "create"}
+    # two CPUs carrying the same list do not match each other; a GPU skips the roots only lists name
+    assert steps["k-12-pkg0-cpus2-root"].node is None
+    assert [d for c in steps["p-00-gpu-cpus2-root"].claims for d in c.devices] == ["gpu1", "cpu3", "cpu1"]
+    # without the gate every selector on a device with a list fails
+    off = diff_replay(_inputs("v13-pcie-root"), recorded)
+    assert "unsupported attribute value" in (off.replay.steps[0].failure or "")
+
+
 def test_allocation_config_is_written_and_compared_as_the_real_scheduler_wrote_it(tmp_path: Path) -> None:
     """v9: class configs name every request of their class, a claim config naming two requests is
     there twice, a subrequest's as ``req/sub``; the replay writes each entry as the real scheduler
@@ -122,3 +155,32 @@ def test_allocation_config_is_written_and_compared_as_the_real_scheduler_wrote_i
     report = diff_replay(_inputs("v9-opaque-params"), load_recorded(tmp_path / "result.json"))
     bad = [(r.key, r.differs) for r in report.rows if r.verdict == "MISMATCH"]
     assert bad == [("create o-02-class-and-claim", ("claim c0 config",))]
+
+
+def test_the_eviction_controller_is_what_separates_v6_from_v7() -> None:
+    """v6 was recorded without kube-controller-manager's device-taint-eviction-controller: with
+    it, p-05 (a NoExecute taint tolerated without an effect) would be evicted right after its
+    binding, as v7 records for e-09; the recording's later deletion of p-05 then finds no pod."""
+    steps = replay(_inputs("v7-device-taint-eviction")).steps
+    assert [s.pod for s in steps if s.op == "evicted"] == [
+        "e-00-plain1", "e-01-reserved-cpu6", "e-02-pkg0-2", "e-05-offline-no-effect",  # at the taint's write
+        "e-04-offline-2s",  # its 2 s passed in the 6 s wait
+        "e-09-offline-no-effect", "e-10-offline-and-reserved",  # right after their binding
+    ]
+    with pytest.raises(ValueError, match="delete Pod p-05-reserved-default-op: no such object"):
+        replay(_inputs("v6-device-taints"))
+
+
+def test_the_cli_replays_without_the_eviction_controller_when_told() -> None:
+    from typer.testing import CliRunner
+
+    from topodra.cli import app
+
+    files = [str(RECORDED / "v6-device-taints" / f) for f in ("cluster.yaml", "workload.yaml")]
+    recorded = str(RECORDED / "v6-device-taints" / "result.json")
+    r = CliRunner().invoke(app, ["sim", "diff", *files, "-r", recorded, "--no-taint-eviction", "-o", "json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["mismatches"] == 0
+    r = CliRunner().invoke(app, ["sim", "diff", *files, "-r", recorded])
+    assert r.exit_code == 2
+    assert "delete Pod p-05-reserved-default-op: no such object" in " ".join(r.output.split())

@@ -20,7 +20,7 @@ HYBRID = "20em64t-hybrid-1p6c2t+2ca4co1t"
 def test_tree_shows_types_frequencies_and_memory() -> None:
     r = runner.invoke(app, ["topology", "--topology", f"fixture:{HYBRID}"])
     assert r.exit_code == 0, r.output
-    assert "hybrid: 12 P-core, 8 E-core (from acpi-cppc)" in r.output
+    assert "hybrid: 12 P-core, 8 E-core (from base-frequency)" in r.output
     assert "E-core · 1.4/3.9 GHz" in r.output
     assert "1.9/5.2 GHz" in r.output  # Turbo Boost Max 3.0 favoured core
     assert "NUMA node 0 · 31.0 GiB DRAM" in r.output
@@ -42,7 +42,8 @@ def test_json_round_trips_to_the_same_topology() -> None:
     r = runner.invoke(app, ["topology", "--topology", f"fixture:{HYBRID}", "--format", "json"])
     assert r.exit_code == 0, r.output
     data = json.loads(r.output)
-    assert data["schema"] == 1
+    assert data["schema"] == 2
+    assert {c["kind"] for c in data["cpus"]} == {0, 1}
     assert data["cpu_sets"]["online"] == "0-19"
     assert topology_from_dict(data) == read_topology(unpacked_fixture(HYBRID))
 

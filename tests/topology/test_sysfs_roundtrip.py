@@ -140,13 +140,16 @@ def test_written_tree_reads_back(case: tuple[Topology, TreeStyle]) -> None:
         assert all(got.cpu(c).max_freq_khz == want.cpu(c).max_freq_khz for c in want.cpus)
     else:
         assert all(got.cpu(c).max_freq_khz is None for c in got.cpus)
-    # Core types: P/E recovered from any evidence the machine gives.
-    if want.hybrid and (style.core_type_evidence != "frequency" or style.cpufreq):
+    # Core types and kinds: P/E recovered from the evidence hwloc reads (PMU lists, capacity,
+    # cpufreq); CPPC highest_perf alone is not read, as hwloc does not.
+    if want.hybrid and (style.core_type_evidence in ("pmu", "capacity") or style.cpufreq):
         assert got.cpus_of_type(CoreType.P_CORE) == want.cpus_of_type(CoreType.P_CORE)
         assert got.cpus_of_type(CoreType.E_CORE) == want.cpus_of_type(CoreType.E_CORE)
+        assert got.cpu_kinds() == want.cpu_kinds()
         assert got.core_type_source is not CoreTypeSource.NONE
-    elif not want.hybrid:
+    else:
         assert got.core_types() == [CoreType.STANDARD]
+        assert got.cpu_kinds() == [got.online]
     # NUMA: nodes, their CPUs, memory, distances and memory kinds.
     total = sum(n.memory_bytes for n in want.nodes.values())
     if style.numa:

@@ -12,7 +12,8 @@ from topodra.topology.fixtures import fixture_names, unpacked_fixture
 def test_hybrid_laptop_has_p_and_e_cores() -> None:
     t = read_topology(unpacked_fixture("20em64t-hybrid-1p6c2t+2ca4co1t"))
     assert len(t.cpus) == 20
-    assert t.core_type_source is CoreTypeSource.ACPI_CPPC
+    assert t.core_type_source is CoreTypeSource.BASE_FREQUENCY
+    assert t.cpu_kinds() == [CPUSet.parse("12-19"), CPUSet.parse("0-11")]  # 5.0 and 5.2 GHz: one kind
     assert t.cpus_of_type(CoreType.P_CORE) == CPUSet.parse("0-11")
     assert t.cpus_of_type(CoreType.E_CORE) == CPUSet.parse("12-19")
     assert t.siblings(4) == CPUSet([4, 5])

@@ -60,6 +60,7 @@ def agent_command(
         typer.echo(
             f"# topology: {len(topo.cpus)} online CPUs, {len(topo.nodes)} NUMA node(s), types {kinds}; "
             f"reserved CPUs {checked.policy.reserved_cpus or 'none'}; {len(checked.devices)} DRA device(s)"
+            + (f", {tainted} tainted" if (tainted := sum(1 for d in checked.devices if d.taints)) else "")
         )
         return
     from topodra.agent.logs import setup_logging

@@ -38,7 +38,7 @@ def check_on_machine(config: AgentConfig, topology: Topology, source: str = "the
     except (PolicyError, ValueError) as err:
         raise ConfigError(f"invalid configuration in {source} for this machine: policy: {err}") from None
     try:
-        devices = build_devices(topology, config.devices, exclude=policy.reserved_cpus)
+        devices = build_devices(topology, config.devices, reserved=policy.reserved_cpus)
     except ValueError as err:
         raise ConfigError(f"invalid configuration in {source} for this machine: devices: {err}") from None
     return Checked(config=config, policy=policy, devices=devices)

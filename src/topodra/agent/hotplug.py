@@ -144,7 +144,7 @@ class MachineFollower:
         state = self.state
         carried = state.topology
         try:  # ~0.1 s on a 512-CPU node: off the loop
-            fresh = await asyncio.to_thread(build_devices, carried, state.config.devices, exclude=state.policy.reserved_cpus)
+            fresh = await asyncio.to_thread(build_devices, carried, state.config.devices, reserved=state.policy.reserved_cpus)
         except ValueError as err:  # an attribute hook failing on the new machine: keep what we had
             log.error("devices after the machine change: %s; keeping the previous ones", err)
             fresh = []

@@ -46,7 +46,7 @@ class OfferTracker:
             self.grants = {c: g.exclusive for c, g in policy.grants().items() if g.exclusive}
             self._root_pool = next(p.name for p in policy.pools if p.parent < 0)
             self._order = tuple(ordered_cpus(topology, topology.online, config.order))
-            self._candidates = policy.available_cpus - policy.reserved_cpus  # a new machine or config: full
+            self._candidates = _candidates(policy, config)  # a new machine or config: full
             self._full = False
             stale = True
         else:
@@ -57,6 +57,8 @@ class OfferTracker:
             for mask in self.grants.values():
                 union |= mask
             self._union = union
+        reserved = policy.reserved_cpus
+        reserved = CPUSet() if config.taints.withdraws("reserved") else reserved - policy.claimed_cpus
         return offered_cpus(
             topology,
             config,
@@ -64,6 +66,7 @@ class OfferTracker:
             shared_free=policy.shared_cpus(self._root_pool),
             exclusive=CPUSet.from_mask(self._union),
             order=self._order,
+            reserved_free=reserved,
         )
 
     def _apply_touched(self, policy: Policy) -> bool:
@@ -103,9 +106,17 @@ class OfferTracker:
         device's home slice comes from this list, so a withdrawn device leaves a hole in its slice
         instead of moving every later one. The same list object until the devices, the machine
         or the candidate CPUs change: the reconciler re-computes the homes only then."""
-        candidates = (policy.available_cpus - policy.reserved_cpus) & topology.online
+        candidates = _candidates(policy, config) & topology.online
         cached = self._homes
         if cached is None or cached[0] is not devices or cached[1] is not topology or cached[2] != candidates:
-            homes = offer_devices(topology, config, devices, candidates)
+            homes = offer_devices(topology, config, devices, candidates, reserved=policy.reserved_cpus)
             cached = self._homes = (devices, topology, candidates, homes)
         return cached[3]
+
+
+def _candidates(policy: Policy, config: DeviceModelConfig) -> CPUSet:
+    """The CPUs that may ever be offered: the policy's, reserved ones only when their devices are
+    published (tainted, or not: ``config.taints``)."""
+    if config.taints.withdraws("reserved"):
+        return policy.available_cpus - policy.reserved_cpus
+    return policy.available_cpus

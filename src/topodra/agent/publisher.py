@@ -18,9 +18,11 @@ from topodra.agent.metrics import AgentMetrics
 from topodra.agent.observe import AfterStep
 from topodra.agent.offer import OfferTracker
 from topodra.agent.state import NodeState
+from topodra.agent.taint_times import TaintTimes
 from topodra.cpuset import CPUSet
 from topodra.dra.devices import Device, offer_devices
 from topodra.dra.health import DeviceHealth, device_health
+from topodra.kube.errors import ApiError
 
 if TYPE_CHECKING:
     from topodra.dra.driver import Driver
@@ -39,6 +41,7 @@ class DevicePublisher:
         self.metrics = metrics
         self.logger = logger
         self.tracker = OfferTracker()
+        self.taint_times = TaintTimes()
         self.driver: Driver | None = None
         self.reconciler: SliceReconciler | None = None
         self.kubelet_plugin: KubeletPlugin | None = None
@@ -101,11 +104,16 @@ class DevicePublisher:
             self.reconciler.set_devices(self.offered_devices())
 
     def offered_devices(self) -> list[Device]:
-        # never an offline CPU, even before the offer has been recomputed for a machine change
+        # an offline CPU only tainted, even before the offer has been recomputed for a machine change
         state = self.state
-        return self._published(
-            offer_devices(state.topology, state.config.devices, state.devices, self.offer & state.topology.online)
+        offered = offer_devices(
+            state.topology,
+            state.config.devices,
+            state.devices,
+            self.offer & state.topology.online,
+            reserved=state.policy.reserved_cpus,
         )
+        return self._published(self.taint_times.stamp(offered))
 
     def home_devices(self) -> list[Device]:
         """The devices with nothing withdrawn, for the slices' homes (``OfferTracker.home_devices``)."""
@@ -144,7 +152,12 @@ class DevicePublisher:
 
     async def publish(self, reconciler: SliceReconciler, placed: asyncio.Event | None, stop: asyncio.Event) -> None:
         """Publish once the runtime's containers are known (``placed``: their exclusive CPUs are
-        not offered; None without NRI), then keep the slices written."""
+        not offered; None without NRI), then keep the slices written. The taints' times already
+        published (by this agent before a restart) are kept."""
+        try:
+            self.taint_times.seed(await reconciler.published_devices())
+        except ApiError as exc:
+            self.logger.info("cannot read the published slices (%s): device taints get new times", exc)
         if placed is not None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(placed.wait(), 10.0)

@@ -107,9 +107,11 @@ def _devices(
         unknown = exclude - topo.online
         if unknown:
             raise _fail(f"--reserved: CPUs {unknown} are not online on this machine ({topo.online})")
-        devices = build_devices(topo, cfg, exclude=exclude)
+        if not topo.online - exclude:
+            raise _fail(f"--reserved {exclude}: leaves no CPU of {topo.online} for containers (the agent refuses that)")
+        devices = build_devices(topo, cfg, reserved=exclude)
         if not devices:
-            raise _fail(f"--reserved {exclude}: leaves no CPU of {topo.online} for devices (the agent refuses that)")
+            raise _fail(f"--reserved {exclude}: leaves no CPU of {topo.online} for devices")
         return topo, devices
     except (AttributeValidationError, DeviceModelError) as exc:
         raise _fail(str(exc)) from None
@@ -184,6 +186,13 @@ def devices_command(
     console.print(table)
     if extra:
         console.print(f"other attributes: {', '.join(sorted(extra))}", highlight=False)
+    tainted: dict[str, list[str]] = {}
+    for d in devices:
+        for t in d.taints:
+            value = f"={t['value']}" if t.get("value") else ""
+            tainted.setdefault(f"{t['key']}{value}:{t['effect']}", []).append(d.name)
+    for name, which in tainted.items():
+        console.print(f"taint {name}: {', '.join(which)}", highlight=False)
 
 
 @dra_app.command("slices")

@@ -50,11 +50,13 @@ from topodra.dra.attributes import (
     validate_qualified_name,
 )
 from topodra.dra.partitions import UNIT_ATTRIBUTE, core_consumption
+from topodra.dra.taints import TaintConfig, offline_reason, static_reasons, static_taints, taint
 from topodra.topology.model import CoreType, CPUInfo, Topology
 
 __all__ = [
     "DRIVER",
     "NUMA_NODE_ATTRIBUTE",
+    "PCIE_ROOT_ATTRIBUTE",
     "CAPACITY_CPU",
     "CAPACITY_CPUS",
     "Device",
@@ -68,6 +70,7 @@ __all__ = [
     "offered_cpus",
     "ordered_cpus",
     "cpu_attributes",
+    "pcie_root",
     "device_class",
     "node_allocatable_mappings",
     "NODE_ALLOCATABLE_SWITCHES",
@@ -79,6 +82,8 @@ __all__ = [
 DRIVER: Final = "native.cpu"
 #: The standard cross-driver NUMA attribute (KEP-6072).
 NUMA_NODE_ATTRIBUTE: Final = "resource.kubernetes.io/numaNode"
+#: The standard PCIe root attribute (``deviceattribute.StandardDeviceAttributePCIeRoot``).
+PCIE_ROOT_ATTRIBUTE: Final = "resource.kubernetes.io/pcieRoot"
 #: Consumable capacity of grouped devices, in whole CPUs.
 CAPACITY_CPU: Final = "cpu"
 #: Capacity of ``core`` devices: the core's hardware threads.
@@ -191,11 +196,22 @@ class DeviceModelConfig:
     ``off``. The device model builds them unless ``off``; the agent leaves them out
     of its slices when the probe says the server drops them.
 
+    ``list_attributes``: publish list-typed attribute values (gate ``DRAListTypeAttributes``,
+    alpha in Kubernetes 1.36, off by default: an API server without it refuses such slices).
+    Only ``resource.kubernetes.io/pcieRoot`` uses one: a CPU local to several PCIe roots
+    carries the list of them when on, and no ``pcieRoot`` at all when off (a CPU local to one
+    root carries it as a string either way). kube-scheduler 1.36 lets CEL selectors read such a
+    list, but its ``matchAttribute`` matches no list (docs/dra.md).
+
     ``shared_floor``: how many shared CPUs are never offered, so that whatever
     the scheduler allocates from the slices leaves shared containers somewhere
     to run and Prepare never has to refuse a claim for that (see
     ``offered_cpus``). 0 offers every CPU (a claim may then be allocated that
     Prepare refuses).
+
+    ``taints``: per reason (offline, unhealthy, isolated, reserved CPUs), the
+    taint effect of its devices, or ``Withdraw`` / ``Untainted``
+    (``topodra.dra.taints``).
 
     A plain dataclass that checks itself (``__post_init__``), so the simulator
     and the CLI build one without importing pydantic; the agent's config model
@@ -219,14 +235,20 @@ class DeviceModelConfig:
     order: Literal["topology-reversed", "topology", "cpu-id"] = "topology-reversed"
     shared_floor: int = 1
     node_allocatable: Literal["auto", "on", "off"] = "auto"
+    taints: TaintConfig = field(default_factory=TaintConfig)
+    list_attributes: bool = False
 
     def __post_init__(self) -> None:
+        if isinstance(self.taints, Mapping):  # a plain mapping, as the loose constructors give it
+            object.__setattr__(self, "taints", TaintConfig.of(self.taints))
         for name, allowed in _CHOICES.items():
             value = getattr(self, name)
             if value not in allowed:
                 raise ValueError(f"{_camel(name)} must be one of {', '.join(allowed)}, got {value!r}")
         if isinstance(self.shared_floor, bool) or not isinstance(self.shared_floor, int) or self.shared_floor < 0:
             raise ValueError(f"sharedFloor must be a whole number >= 0, got {self.shared_floor!r}")
+        if not isinstance(self.list_attributes, bool):
+            raise ValueError(f"listAttributes must be true or false, got {self.list_attributes!r}")
         for name, check in (
             ("add_attributes", _check_add),
             ("rename_attributes", _check_rename),
@@ -354,12 +376,14 @@ def _mhz(khz: int | None) -> int | None:
     return khz // 1000 if khz else None
 
 
-def cpu_attributes(topology: Topology, cpu: CPUInfo) -> dict[str, AttrValue]:
+def cpu_attributes(topology: Topology, cpu: CPUInfo, *, lists: bool = False) -> dict[str, AttrValue]:
     """The built-in attributes of one CPU (the ``cpu`` model's device attributes).
 
     ``package``, ``die``, ``cluster`` and ``core`` are machine-unique indexes
     (sysfs ids repeat across packages); frequencies are in MHz and present
-    only when known; ``smtSibling`` only on cores with several threads.
+    only when known; ``smtSibling`` only on cores with several threads;
+    ``resource.kubernetes.io/pcieRoot`` names the PCIe root(s) the CPU is local to
+    (``pcie_root``; ``lists``: list values allowed).
     """
     siblings = cpu.siblings or CPUSet([cpu.id])
     attrs: dict[str, AttrValue] = {
@@ -374,6 +398,8 @@ def cpu_attributes(topology: Topology, cpu: CPUInfo) -> dict[str, AttrValue]:
         "thread": sorted(siblings).index(cpu.id) if cpu.id in siblings else 0,
         NUMA_NODE_ATTRIBUTE: cpu.node,
     }
+    if len(topology.cpu_kinds()) > 1:
+        attrs["cpuKind"] = cpu.kind
     others = siblings - CPUSet([cpu.id])
     if others:
         attrs["smtSibling"] = others.first()
@@ -385,7 +411,22 @@ def cpu_attributes(topology: Topology, cpu: CPUInfo) -> dict[str, AttrValue]:
         attrs["l2Cache"] = cpu.l2
     if cpu.l3 is not None:
         attrs["l3Cache"] = cpu.l3
+    root = pcie_root(topology, cpu.id, lists=lists)
+    if root is not None:
+        attrs[PCIE_ROOT_ATTRIBUTE] = root
     return attrs
+
+
+def pcie_root(topology: Topology, cpu: int, *, lists: bool) -> str | tuple[str, ...] | None:
+    """The ``pcieRoot`` value of a CPU: the one root it is local to, the list of several (when
+    ``lists``), else None. Roots holding only bridges and uncore registers do not count
+    (``Topology.pcie_roots_of``)."""
+    roots = topology.pcie_roots_of(cpu)
+    if len(roots) == 1:
+        return roots[0]
+    if roots and lists:
+        return roots
+    return None
 
 
 def _load_hook(spec: str) -> AttributeHook:
@@ -476,8 +517,17 @@ def ordered_cpus(topology: Topology, cpus: CPUSet, order: str = "topology-revers
 _RawDevice = tuple[str, dict[str, AttrValue], dict[str, Capacity], bool, CPUSet]
 
 
+#: Grouped devices: the CPUs set apart for a lasting reason (``taints.static_reasons``) form
+#: devices of their own, named after the group and the reason.
+_SET_APART: Final = ("", "reserved", "isolated")
+
+
 def _raw_devices(
-    topology: Topology, config: DeviceModelConfig, allowed: CPUSet, per_cpu: Mapping[int, dict[str, AttrValue]]
+    topology: Topology,
+    config: DeviceModelConfig,
+    allowed: CPUSet,
+    per_cpu: Mapping[int, dict[str, AttrValue]],
+    reasons: Mapping[int, str],
 ) -> list[_RawDevice]:
     """The devices of the ``cpu``, ``core`` and grouped models, in publishing order."""
     raw: list[_RawDevice] = []
@@ -493,19 +543,25 @@ def _raw_devices(
             attrs = _agreeing([per_cpu[c] for c in cpus])
             raw.append((f"core{core}", attrs, {CAPACITY_CPUS: Capacity(len(cpus))}, False, cpus))
     else:
+        # One device per group and CPU kind (which fixes the core type), so every device has
+        # one coreType and one cpuKind; P before E as before, kinds of a type by rank.
         split_by_type = topology.hybrid
-        groups: dict[tuple[int, int], int] = {}
+        kinds_of_type = {ct: {topology.cpus[c].kind for c in topology.cpus_of_type(ct)} for ct in CoreType}
+        groups: dict[tuple[int, int, int, int], int] = {}
         for cpu_id in allowed:
             info = topology.cpus[cpu_id]
             type_index = list(CoreType).index(info.core_type) if split_by_type else 0
-            key = (_group_key(config, info), type_index)
+            key = (_group_key(config, info), type_index, info.kind if split_by_type else 0, _SET_APART.index(reasons.get(cpu_id, "")))
             groups[key] = groups.get(key, 0) | (1 << cpu_id)
-        for (gid, type_index), mask in sorted(groups.items()):
+        for (gid, type_index, kind, apart), mask in sorted(groups.items()):
             cpus = CPUSet.from_mask(mask)
             prefix = _GROUP_PREFIX[config.group_by]
             name = prefix if config.group_by == "machine" else f"{prefix}{gid}"
             if split_by_type:
-                name += "-" + _TYPE_SUFFIX[list(CoreType)[type_index]]
+                core_type = list(CoreType)[type_index]
+                name += "-" + _TYPE_SUFFIX[core_type] + (f"{kind}" if len(kinds_of_type[core_type]) > 1 else "")
+            if apart:
+                name += "-" + _SET_APART[apart]
             attrs = _agreeing([per_cpu[c] for c in cpus])
             raw.append((name, attrs, {CAPACITY_CPU: _grouped_capacity(len(cpus))}, True, cpus))
 
@@ -513,23 +569,30 @@ def _raw_devices(
 
 
 def build_devices(
-    topology: Topology, config: DeviceModelConfig | None = None, *, exclude: CPUSet = _NO_CPUS
+    topology: Topology,
+    config: DeviceModelConfig | None = None,
+    *,
+    exclude: CPUSet = _NO_CPUS,
+    reserved: CPUSet = _NO_CPUS,
 ) -> list[Device]:
     """The devices a node publishes, in ``config.order`` (groups: by group id).
 
-    ``exclude`` holds the reserved CPUs: they are never published. Raises
-    ``AttributeValidationError`` (naming device and attribute) for anything
-    the API server would reject, ``DeviceModelError`` for a broken config.
+    ``exclude``: CPUs never published. ``reserved``: the CPUs reserved for system containers;
+    they and the kernel-isolated CPUs are published tainted or withdrawn as ``config.taints``
+    says (``topodra.dra.taints``). Raises ``AttributeValidationError`` (naming device and
+    attribute) for anything the API server would reject, ``DeviceModelError`` for a broken config.
     """
     config = config or DeviceModelConfig()
-    allowed = topology.online - exclude
+    reasons = static_reasons(topology, reserved, config.taints)
+    withdrawn = CPUSet(c for c, why in reasons.items() if config.taints.withdraws(why))
+    allowed = topology.online - exclude - withdrawn
     hook = _load_hook(config.attribute_hook) if config.attribute_hook else None
     added = config.added()
 
     per_cpu: dict[int, dict[str, AttrValue]] = {}
     for cpu_id in allowed:
         info = topology.cpus[cpu_id]
-        attrs = cpu_attributes(topology, info)
+        attrs = cpu_attributes(topology, info, lists=config.list_attributes)
         if hook is not None:
             assert config.attribute_hook is not None
             attrs.update(_hook_attributes(hook, config.attribute_hook, topology, info))
@@ -540,7 +603,7 @@ def build_devices(
     if config.model == "core-or-thread":
         _core_or_thread(topology, config, allowed, per_cpu, raw, counters)
     else:
-        raw = _raw_devices(topology, config, allowed, per_cpu)
+        raw = _raw_devices(topology, config, allowed, per_cpu, reasons)
 
     present: set[str] = set()
     for _, attrs, _, _, _ in raw:
@@ -573,6 +636,7 @@ def build_devices(
                 capacity=capacity,
                 allow_multiple_allocations=multi,
                 cpus=cpus,
+                taints=static_taints(topology, cpus, reasons, config.taints),
                 consumes_counters=counters.get(name, ()),
                 node_allocatable=node_allocatable_mappings(config.model, len(cpus)) if mapped else {},
             )
@@ -628,6 +692,7 @@ def offered_cpus(
     shared_free: CPUSet,
     exclusive: CPUSet,
     order: Sequence[int] | None = None,
+    reserved_free: CPUSet = _NO_CPUS,
 ) -> CPUSet:
     """The CPUs the node offers in its ResourceSlices now.
 
@@ -640,13 +705,19 @@ def offered_cpus(
     with every offered CPU allocated, shared containers still have a CPU.
     Claimed CPUs stay offered (the scheduler counts them as allocated).
     ``order``: ``ordered_cpus(topology, topology.online, config.order)``, if the
-    caller keeps it (this runs after every placement).
+    caller keeps it (this runs after every placement). ``reserved_free``: the published reserved
+    CPUs no claim holds; the last of them in device order is kept off offer, so a claim (whose
+    reserved taint is tolerated) never takes the last one the system containers have.
     """
     floor = 0
     want = config.shared_floor
     free = shared_free.mask
-    if want and free:
+    tails: list[int] = []
+    if reserved_free:
         tails = _tail_masks(order if order is not None else ordered_cpus(topology, topology.online, config.order))
+        floor = _last_of(tails, reserved_free.mask)
+    if want and free:
+        tails = tails or _tail_masks(order if order is not None else ordered_cpus(topology, topology.online, config.order))
         # The floor is the free CPUs among the shortest tail of the order holding ``want`` of them
         # (all of them when fewer): a binary search over the tails, not a walk through the order
         # (which, once the first exclusive grants are taken from its far end, tests every CPU held).
@@ -663,8 +734,22 @@ def offered_cpus(
                 else:
                     lo = mid
             _LAST_TAIL[0] = hi
-        floor = tails[hi] & free
+        floor |= tails[hi] & free
     return CPUSet.from_mask(candidates.mask & ~exclusive.mask & ~floor)
+
+
+def _last_of(tails: Sequence[int], mask: int) -> int:
+    """The last CPU of ``mask`` in the order ``tails`` were made from, as a mask (0: none)."""
+    lo, hi = 0, len(tails) - 1
+    if not tails[hi] & mask:
+        return 0
+    while hi - lo > 1:  # the shortest tail holding one of them
+        mid = (lo + hi) // 2
+        if tails[mid] & mask:
+            hi = mid
+        else:
+            lo = mid
+    return tails[hi] & ~tails[hi - 1]
 
 
 #: The last order ``_tail_masks`` saw (a copy, and the tuple itself: one is never changed) and its
@@ -690,19 +775,57 @@ def _tail_masks(order: Sequence[int]) -> list[int]:
 
 
 def offer_devices(
-    topology: Topology, config: DeviceModelConfig, devices: Sequence[Device], offered: CPUSet
+    topology: Topology,
+    config: DeviceModelConfig,
+    devices: Sequence[Device],
+    offered: CPUSet,
+    *,
+    reserved: CPUSet = _NO_CPUS,
 ) -> list[Device]:
     """``devices`` (built from every candidate CPU, or ``follow_devices``' list, whose devices may
-    stand for offline CPUs) narrowed to ``offered``.
+    stand for offline CPUs) narrowed to ``offered`` (online CPUs only).
 
     ``cpu`` and ``core`` devices not wholly offered are left out (a core with
-    one thread held exclusively or offline is not offered: Prepare gives a core
+    one thread held exclusively is not offered: Prepare gives a core
     device all its threads); ``grouped`` devices are rebuilt over their offered CPUs
-    (capacity shrinks, a device with none left disappears). Names never change.
+    (capacity shrinks, a device with none left disappears; ``reserved``: as for
+    ``build_devices``). Names never change.
+
+    A device standing for offline CPUs (every one: ``offline``; some: ``unhealthy``, not for
+    grouped devices, which shrink) is published with that taint when ``config.taints`` gives the
+    reason an effect and the rest of its CPUs are offered; withdrawn otherwise.
     """
-    if config.model != "grouped":
-        return [d for d in devices if d.cpus <= offered]
-    return build_devices(topology, config, exclude=topology.online - offered)
+    online, treat = topology.online, config.taints
+    out: list[Device] = []
+    if config.model == "grouped":
+        out = build_devices(topology, config, exclude=online - offered, reserved=reserved)
+        names = {d.name for d in out}
+        devices = [d for d in devices if d.name not in names and not d.cpus & online]
+    for d in devices:
+        if d.cpus <= offered:
+            out.append(d)
+        elif (reason := offline_reason(d.cpus, online)) is not None and (d.cpus & online) <= offered:
+            effect = treat.effect(reason)
+            if effect is not None:
+                out.append(_tainted(d, taint(reason, effect)))
+    return out
+
+
+#: device name -> (the device, the taint added, the device with it): the same object while
+#: neither changes, so the slices' writer sees an unchanged device as the same one.
+_TAINTED: dict[str, tuple[Device, Mapping[str, Any], Device]] = {}
+
+
+def _tainted(device: Device, added: Mapping[str, Any]) -> Device:
+    """``device`` with ``added`` before its own taints (one object per device and taint)."""
+    cached = _TAINTED.get(device.name)
+    if cached is not None and cached[0] is device and cached[1] == added:
+        return cached[2]
+    if len(_TAINTED) > 4096:
+        _TAINTED.clear()
+    out = replace(device, taints=(added, *device.taints))
+    _TAINTED[device.name] = (device, added, out)
+    return out
 
 
 def follow_devices(known: Sequence[Device], fresh: Sequence[Device], online: CPUSet) -> list[Device]:

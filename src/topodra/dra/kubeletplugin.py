@@ -28,14 +28,14 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import grpc
 import grpc.aio
 
 from topodra.dra.claims import ClaimRef
-from topodra.dra.devices import DRIVER
-from topodra.dra.driver import Driver, PrepareResult, UnprepareResult
+from topodra.dra.devices import DRIVER, Device
+from topodra.dra.driver import PrepareResult, UnprepareResult
 from topodra.dra.health import MESSAGE_MAX, DeviceHealth
 from topodra.dra.proto import dra_v1_pb2 as v1
 from topodra.dra.proto import dra_v1beta1_pb2 as v1beta1
@@ -49,6 +49,7 @@ __all__ = [
     "HEALTH_TIMEOUT_SECONDS",
     "SUPPORTED_SERVICES",
     "KubeletPlugin",
+    "PluginDriver",
     "PluginPaths",
     "PluginSocketError",
 ]
@@ -76,6 +77,19 @@ HEALTH_INTERVAL: Final = 10.0
 #: it for this long. Three intervals: a busy loop or a stream reconnect (the kubelet retries
 #: every 5 s) does not flip healthy devices to Unknown, and a dead agent shows within 30 s.
 HEALTH_TIMEOUT_SECONDS: Final = 30
+
+
+class PluginDriver(Protocol):
+    """What the plugin serves: ``dra.driver.Driver`` (and test doubles of other drivers)."""
+
+    @property
+    def driver_name(self) -> str: ...
+    @property
+    def pool(self) -> str: ...
+    @property
+    def devices(self) -> Sequence[Device]: ...
+    async def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareResult]: ...
+    async def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, UnprepareResult]: ...
 
 
 class PluginSocketError(OSError):
@@ -150,11 +164,11 @@ def _prepare_socket(path: Path) -> None:
 
 
 class KubeletPlugin:
-    """Serves a ``Driver`` to the kubelet."""
+    """Serves a ``Driver`` (any ``PluginDriver``) to the kubelet."""
 
     def __init__(
         self,
-        driver: Driver,
+        driver: PluginDriver,
         paths: PluginPaths | None = None,
         *,
         health: Callable[[], Sequence[DeviceHealth]] | None = None,

@@ -36,7 +36,7 @@ import logging
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import is_
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from topodra.dra.devices import DRIVER, Device
 from topodra.dra.partitions import counter_set_chunks, counter_sets
@@ -126,6 +126,21 @@ async def _end(box: list[asyncio.Task[None] | None]) -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError, ApiError):
         await task
+
+
+#: How a real API server without DRAListTypeAttributes answers a list-typed attribute: it drops
+#: the list and then finds the attribute without a value (topodra never publishes one itself).
+_LIST_DROPPED: Final = 'Invalid value: "": exactly one value must be specified'
+
+
+def _hint(exc: ApiError) -> str:
+    """What to do about a refusal whose cause the message alone does not name."""
+    if exc.code == 422 and _LIST_DROPPED in str(exc):
+        return (
+            "; the API server dropped a list-typed attribute: turn the DRAListTypeAttributes gate on "
+            "or set devices.listAttributes: false"
+        )
+    return ""
 
 
 class SliceReconciler:
@@ -237,6 +252,16 @@ class SliceReconciler:
                 await self._progress.wait()
 
         await asyncio.wait_for(_wait(), timeout)
+
+    async def published_devices(self) -> list[dict[str, Any]]:
+        """The devices this node's pool has on the API server now (one LIST; ``ApiError``)."""
+        items, _ = await self._client.list(RESOURCE_SLICES, fields=self._fields())
+        out: list[dict[str, Any]] = []
+        for s in items:
+            spec = s.get("spec") or {}
+            if spec.get("nodeName") == self.node_name and (spec.get("pool") or {}).get("name") == self.node_name:
+                out.extend(d for d in spec.get("devices") or () if isinstance(d, dict))
+        return out
 
     def _fields(self) -> dict[str, str]:
         return {"spec.nodeName": self.node_name, "spec.driver": self._driver}
@@ -555,8 +580,8 @@ class SliceReconciler:
                 self.last_error = ""
                 backoff = 0.5
             except ApiError as exc:
-                self.last_error = str(exc)
-                log.warning("publishing slices for %s failed: %s (retry in %.1fs)", self.node_name, exc, backoff)
+                self.last_error = str(exc) + _hint(exc)
+                log.warning("publishing slices for %s failed: %s (retry in %.1fs)", self.node_name, self.last_error, backoff)
                 await _end(box)
                 fast = False
                 await asyncio.wait({stopper}, timeout=backoff)

@@ -148,31 +148,62 @@ def _value_errors(member: str, value: Any, path: str) -> list[FieldError]:
         return [FieldError(path, f"Invalid value: {value}: out of int64 range")]
     if kind is not int and not isinstance(value, kind):
         return [FieldError(path, f"Invalid value: {value!r}: must be a {kind.__name__}")]
-    if kind is str and len(value) > MAX_VALUE_LENGTH:
-        return [FieldError(path, f"Too long: may not be more than {MAX_VALUE_LENGTH} bytes", "FieldValueTooLong")]
+    errors = []
     if member in ("version", "versions") and not _SEMVER_2.match(value):
-        return [FieldError(path, f"Invalid value: {value!r}: must be a semantic version 2.0.0")]
-    return []
+        errors.append(FieldError(path, f"Invalid value: {json.dumps(value)}: must be a string compatible with semver.org spec 2.0.0"))
+    if kind is str and len(value) > MAX_VALUE_LENGTH:
+        errors.append(FieldError(path, f"Too long: may not be more than {MAX_VALUE_LENGTH} bytes", "FieldValueTooLong"))
+    return errors
 
 
-def _attribute_errors(raw: Any, path: str) -> tuple[list[FieldError], int]:
-    """One DeviceAttribute: exactly one member; returns the errors and its number of values."""
+#: The API's DeviceAttribute members in validateDeviceAttribute's order, with the internal Go
+#: type's field names (which name them in an "exactly one value" error's value).
+_MEMBER_ORDER: Final = ("bool", "int", "string", "version", "bools", "ints", "strings", "versions")
+_GO_FIELDS: Final = (
+    ("int", "IntValue"),
+    ("bool", "BoolValue"),
+    ("string", "StringValue"),
+    ("version", "VersionValue"),
+    ("ints", "IntValues"),
+    ("bools", "BoolValues"),
+    ("strings", "StringValues"),
+    ("versions", "VersionValues"),
+)
+
+
+def _attribute_entries(raw: Any) -> int:
+    """``numEntriesDeviceAttribute``: the values an attribute counts for the 48-value limit."""
+    lists = [raw.get(k) for k in _LIST_MEMBERS] if isinstance(raw, Mapping) else []
+    n = sum(len(v) for v in lists if isinstance(v, list))
+    return n or 1
+
+
+def _attribute_errors(raw: Any, path: str) -> list[FieldError]:
+    """One DeviceAttribute as ``validateDeviceAttribute`` checks it: each member given (not null),
+    then exactly one of them."""
     if not isinstance(raw, Mapping):
-        return [FieldError(path, "must be a DeviceAttribute object")], 0
-    members = [k for k in raw if k in _SCALAR_MEMBERS or k in _LIST_MEMBERS]
+        return [FieldError(path, "must be a DeviceAttribute object")]
     unknown = [k for k in raw if k not in _SCALAR_MEMBERS and k not in _LIST_MEMBERS]
     if unknown:
-        return [FieldError(path, f"unknown field(s) {sorted(unknown)}")], 0
-    if len(members) != 1:
-        return [FieldError(path, f"exactly one value must be specified, got {members or 'none'}")], 0
-    member = members[0]
-    value = raw[member]
-    if member in _SCALAR_MEMBERS:
-        return _value_errors(member, value, f"{path}.{member}"), 1
-    if not isinstance(value, list) or not value:
-        return [FieldError(f"{path}.{member}", "Required value: a non-empty list", "FieldValueRequired")], 0
-    errors = [e for i, v in enumerate(value) for e in _value_errors(member, v, f"{path}.{member}[{i}]")]
-    return errors, len(value)
+        return [FieldError(path, f"unknown field(s) {sorted(unknown)}")]
+    members = [k for k in _MEMBER_ORDER if raw.get(k) is not None]
+    errors: list[FieldError] = []
+    for member in members:
+        value = raw[member]
+        if member in _SCALAR_MEMBERS:
+            errors.extend(_value_errors(member, value, f"{path}.{member}"))
+        elif not isinstance(value, list):
+            errors.append(FieldError(f"{path}.{member}", f"Invalid value: {value!r}: must be a list"))
+        elif not value:
+            errors.append(FieldError(f"{path}.{member}", "Invalid value: []: must not be empty if specified"))
+        else:
+            errors.extend(e for i, v in enumerate(value) for e in _value_errors(member, v, f"{path}.{member}[{i}]"))
+    if not members:
+        errors.append(FieldError(path, 'Invalid value: "": exactly one value must be specified'))
+    elif len(members) > 1:
+        shown = json.dumps({go: raw.get(k) for k, go in _GO_FIELDS}, separators=(",", ":"))
+        errors.append(FieldError(path, f"Invalid value: {shown}: exactly one value must be specified"))
+    return errors
 
 
 def _validate_capacity(raw: Any, path: str, errors: list[FieldError]) -> None:
@@ -251,20 +282,18 @@ def _validate_device(device: Any, path: str, driver: str, errors: list[FieldErro
     total = len(raw_attrs) + len(raw_caps)
     if total > MAX_ATTRIBUTES_AND_CAPACITIES:
         errors.append(FieldError(path, f"Too many: {total}: must have at most {MAX_ATTRIBUTES_AND_CAPACITIES} attributes and capacities combined", "FieldValueTooMany"))
+    values = sum(_attribute_entries(raw) for raw in raw_attrs.values())
+    if values > MAX_ATTRIBUTE_VALUES:
+        errors.append(FieldError(path, f"Invalid value: {values}: the total number of attribute values must not exceed {MAX_ATTRIBUTE_VALUES}"))
     # An unqualified name lives in the driver's domain: "x" and "<driver>/x" are the same key.
     full_names: dict[str, str] = {}
-    values = 0
     for key, raw in raw_attrs.items():
         errors.extend(_qualified_name_errors(key, f"{path}.attributes[{key}]"))
         full = key if "/" in str(key) else f"{driver}/{key}"
         if full in full_names:
             errors.append(FieldError(f"{path}.attributes[{key}]", f"Duplicate value: also given as {full_names[full]!r}", "FieldValueDuplicate"))
         full_names[full] = str(key)
-        errs, count = _attribute_errors(raw, f"{path}.attributes[{key}]")
-        errors.extend(errs)
-        values += count
-    if values > MAX_ATTRIBUTE_VALUES:
-        errors.append(FieldError(f"{path}.attributes", f"Too many: {values}: must have at most {MAX_ATTRIBUTE_VALUES} values", "FieldValueTooMany"))
+        errors.extend(_attribute_errors(raw, f"{path}.attributes[{key}]"))
     cap_names: set[str] = set()
     for key, raw in raw_caps.items():
         errors.extend(_qualified_name_errors(key, f"{path}.capacity[{key}]"))
@@ -278,9 +307,9 @@ def _validate_device(device: Any, path: str, driver: str, errors: list[FieldErro
     taints = _l(device.get("taints"))
     if len(taints) > MAX_TAINTS:
         errors.append(FieldError(f"{path}.taints", f"Too many: {len(taints)}: must have at most {MAX_TAINTS} items", "FieldValueTooMany"))
-    for i, t in enumerate(taints):
-        if not isinstance(t, Mapping) or not t.get("key") or t.get("effect") not in ("None", "NoSchedule", "NoExecute"):
-            errors.append(FieldError(f"{path}.taints[{i}]", "needs a key and effect None, NoSchedule or NoExecute"))
+    else:
+        for i, t in enumerate(taints):
+            errors.extend(_taint_errors(_m(t), f"{path}.taints[{i}]"))
     if len(_l(device.get("consumesCounters"))) > 2:
         errors.append(FieldError(f"{path}.consumesCounters", "must have at most 2 items", "FieldValueTooMany"))
     _validate_node_allocatable(device.get("nodeAllocatableResourceMappings"), raw_caps, f"{path}.nodeAllocatableResourceMappings", errors)
@@ -438,6 +467,107 @@ def validate_device_class(obj: Mapping[str, Any], old: Mapping[str, Any] | None)
     return errors
 
 
+# --- device taints and tolerations (validateDeviceTaint, validateDeviceToleration) ----------------
+#: ``sets.List(validDeviceTaintEffects)``: sorted
+_TAINT_EFFECTS: Final = ("NoExecute", "NoSchedule", "None")
+_TOLERATION_OPERATORS: Final = ("Equal", "Exists")
+_LABEL_KEY_FMT: Final = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
+_LABEL_KEY_MSG: Final = (
+    "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"
+)
+_LABEL_VALUE_MSG: Final = (
+    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', "
+    "and must start and end with an alphanumeric character"
+)
+_DNS_SUBDOMAIN_MSG: Final = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
+    "and must start and end with an alphanumeric character"
+)
+_DNS_SUBDOMAIN_FMT: Final = "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+
+
+def _regex_error(msg: str, fmt: str, *examples: str) -> str:
+    """apimachinery's ``content.RegexError``, spacing included."""
+    shown = " or ".join(f"'{e}', " for e in examples)
+    return f"{msg} (e.g. {shown}regex used for validation is '{fmt}')"
+
+
+def _label_key_problems(key: str) -> list[str]:
+    """``content.IsLabelKey``: a name of at most 63, optionally after a DNS subdomain and '/'."""
+    parts = key.split("/")
+    out: list[str] = []
+    if len(parts) > 2:
+        return [
+            "a valid label key " + _regex_error(_LABEL_KEY_MSG, _LABEL_KEY_FMT, "MyName", "my.name", "123-abc")
+            + " with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
+        ]
+    if len(parts) == 2:
+        prefix = parts[0]
+        if not prefix:
+            out.append("prefix part must be non-empty")
+        else:
+            if len(prefix) > 253:
+                out.append("prefix part must be no more than 253 bytes")
+            if not all(is_dns_label(p) for p in prefix.split(".")):
+                out.append("prefix part " + _regex_error(_DNS_SUBDOMAIN_MSG, _DNS_SUBDOMAIN_FMT, "example.com"))
+    name = parts[-1]
+    if not name:
+        out.append("name part must be non-empty")
+    elif len(name) > 63:
+        out.append("name part must be no more than 63 bytes")
+    if not _LABEL_NAME.match(name):
+        out.append("name part " + _regex_error(_LABEL_KEY_MSG, _LABEL_KEY_FMT, "MyName", "my.name", "123-abc"))
+    return out
+
+
+def _label_value_problems(value: str) -> list[str]:
+    out = ["must be no more than 63 bytes"] if len(value) > 63 else []
+    if not _LABEL_VALUE.match(value):
+        out.append(_regex_error(_LABEL_VALUE_MSG, f"({_LABEL_KEY_FMT})?", "MyValue", "my_value", "12345"))
+    return out
+
+
+def _invalid(path: str, value: str, problems: list[str]) -> list[FieldError]:
+    return [FieldError(path, f"Invalid value: {json.dumps(value, ensure_ascii=False)}: {p}") for p in problems]
+
+
+def _unsupported(path: str, value: str, allowed: tuple[str, ...]) -> FieldError:
+    supported = ", ".join(f'"{a}"' for a in allowed)
+    return FieldError(path, f"Unsupported value: {json.dumps(value, ensure_ascii=False)}: supported values: {supported}", "FieldValueNotSupported")
+
+
+def _taint_errors(taint: Mapping[str, Any], path: str) -> list[FieldError]:
+    key, value, effect = str(taint.get("key") or ""), str(taint.get("value") or ""), str(taint.get("effect") or "")
+    errors = _invalid(f"{path}.key", key, _label_key_problems(key))
+    if value:
+        errors += _invalid(f"{path}.value", value, _label_value_problems(value))
+    if not effect:
+        errors.append(FieldError(f"{path}.effect", "Required value", "FieldValueRequired"))
+    elif effect not in _TAINT_EFFECTS:
+        errors.append(_unsupported(f"{path}.effect", effect, _TAINT_EFFECTS))
+    return errors
+
+
+def _toleration_errors(tol: Mapping[str, Any], path: str) -> list[FieldError]:
+    """One device toleration (its operator defaulted to Equal: ``topodra.embedded.defaults``).
+    The API documents at most 16 tolerations per request but a 1.36 server does not check it."""
+    key, op = str(tol.get("key") or ""), str(tol.get("operator") or "")
+    value, effect = str(tol.get("value") or ""), str(tol.get("effect") or "")
+    errors = _invalid(f"{path}.key", key, _label_key_problems(key)) if key else []
+    if op == "Exists":
+        if value:
+            errors += _invalid(f"{path}.value", value, ["must be empty for operator `Exists`"])
+    elif op == "Equal":
+        errors += _invalid(f"{path}.value", value, _label_value_problems(value))
+    elif not op:
+        errors.append(FieldError(f"{path}.operator", "Required value", "FieldValueRequired"))
+    else:
+        errors.append(_unsupported(f"{path}.operator", op, _TOLERATION_OPERATORS))
+    if effect and effect not in _TAINT_EFFECTS:
+        errors.append(_unsupported(f"{path}.effect", effect, _TAINT_EFFECTS))
+    return errors
+
+
 def _validate_exact(req: Mapping[str, Any], path: str, errors: list[FieldError]) -> None:
     if not req.get("deviceClassName"):
         errors.append(FieldError(f"{path}.deviceClassName", "Required value", "FieldValueRequired"))
@@ -451,6 +581,8 @@ def _validate_exact(req: Mapping[str, Any], path: str, errors: list[FieldError])
             errors.append(FieldError(f"{path}.count", "must not be set when allocationMode is All"))
         elif not isinstance(count, int) or isinstance(count, bool) or count <= 0:
             errors.append(FieldError(f"{path}.count", f"Invalid value: {count!r}: must be greater than zero"))
+    for i, tol in enumerate(_l(req.get("tolerations"))):
+        errors.extend(_toleration_errors(_m(tol), f"{path}.tolerations[{i}]"))
 
 
 def validate_claim_spec(spec: Mapping[str, Any], path: str) -> list[FieldError]:

@@ -117,7 +117,7 @@ async def _run(console: object, scenarios: Sequence[object], topology: str | Non
             console.print(step_report(pg, res))
 
         try:
-            async with Playground(topology=topo, model=chosen_model, group_by=sc.group_by, gates=sc.gates) as pg:
+            async with Playground(topology=topo, model=chosen_model, group_by=sc.group_by, gates=sc.gates, gpus=sc.gpus) as pg:
                 console.print(f"  {pg.log.lines[0]}" if pg.log.lines else "", highlight=False)
                 results = await run_scenario(pg, sc, before_step=before, after_step=after)
                 ok = all(r.ok for r in results)
@@ -157,12 +157,22 @@ def _scenario_machine(console: Console, sc: Scenario, topology: str | None) -> t
     if unmet:
         console.print(
             f"[red]error:[/red] {sc.title!r} needs a machine with {unmet}; {label} does not have it. "
-            "Try --topology synthetic:1s1d1n1l6c2t8e (a hybrid laptop) or your own scenario file.",
+            f"Try --topology {_suggestion(sc)} or your own scenario file.",
             highlight=False,
             soft_wrap=True,
         )
         return None
+    if sc.isolate:
+        topo = sc.machine(topo)
+        label += f", CPUs {topo.isolated} isolated"
     return topo, label
+
+
+def _suggestion(sc: Scenario) -> str:
+    """A machine to try instead, for what the scenario requires."""
+    if sc.min_gpus:
+        return "synthetic:2s1d1n1l4c2t+pci (a PCIe root per socket)"
+    return "synthetic:1s1d1n1l6c2t8e (a hybrid laptop)"
 
 
 def _print_expectations(console: Console, results: Sequence[StepResult], ok: bool) -> None:

@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 from topodra.cpuset import CPUSet
+from topodra.embedded.store import KINDS
 from topodra.playground.scenario import Check, Scenario, Step
 from topodra.playground.world import Playground, PlaygroundError
 from topodra.topology.machine import load_machine, machine_label
@@ -136,6 +137,12 @@ def evaluate(pg: Playground, check: Check, history: Mapping[int, Mapping[str, CP
         wrong = CPUSet(c for c in cpus if pg.topology.cpu(c).core_type.value != check.core_type)
         if wrong:
             problems.append(f"CPUs {wrong} are not {check.core_type}")
+    if check.isolated is not None:
+        topo = pg.topology
+        isolated = topo.isolated | CPUSet(c for c, info in topo.cpus.items() if info.isolated)
+        wrong = cpus - isolated if check.isolated else cpus & isolated
+        if wrong:
+            problems.append(f"CPUs {wrong} are {'not ' if check.isolated else ''}isolated")
     problems.extend(_placement_checks(pg, check, cpus))
     for other, must_overlap in ((check.excludes, False), (check.includes, True)):
         if other is None:
@@ -148,6 +155,8 @@ def evaluate(pg: Playground, check: Check, history: Mapping[int, Mapping[str, CP
             problems.append(f"shares CPUs {cpus & theirs} with {name}")
         elif must_overlap and not theirs <= cpus:
             problems.append(f"lacks CPUs {theirs - cpus} of {name}")
+    if check.pcie_local:
+        problems.extend(_pcie_problems(pg, check.target, cpus))
     if problems:
         return CheckResult(check, False, f"{label}: " + "; ".join(problems))
     return CheckResult(check, True, f"{label}: CPUs {cpus} as expected")
@@ -204,6 +213,30 @@ def allocated_cpus(pg: Playground, target: str) -> CPUSet | str:
                 return f"device {r['device']} of claim {claim['metadata']['name']}: topodra picks its CPUs, not the scheduler"
             out |= device.cpus
     return out if names else f"{container} uses no claim"
+
+
+def _pcie_problems(pg: Playground, target: str, cpus: CPUSet) -> list[str]:
+    """``pcieLocal``: CPUs outside the PCIe root of a GPU allocated to the same pod."""
+    from topodra.dra.devices import PCIE_ROOT_ATTRIBUTE
+    from topodra.sim.gpus import GPU_DRIVER, gpu_devices
+
+    ns, pod, _ = target.split("/")
+    gpus = {d.name: d for d in gpu_devices(pg.topology)}
+    roots = {r.name: r for r in pg.topology.pci_roots}
+    names = [
+        r["device"]
+        for c in pg.scheduler.pod_claims(pg.store.get(KINDS[("", "pods")], ns, pod))
+        for r in ((c.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results") or []
+        if r.get("driver") == GPU_DRIVER
+    ]
+    if not names:
+        return [f"no {GPU_DRIVER} device is allocated to pod {ns}/{pod}"]
+    out = []
+    for name in names:
+        root = roots[str(gpus[name].attributes[PCIE_ROOT_ATTRIBUTE])]
+        if not cpus <= root.cpus:
+            out.append(f"CPUs {cpus - root.cpus} are not local to {root.name} of {name} (its CPUs: {root.cpus})")
+    return out
 
 
 async def run_scenario(

@@ -30,24 +30,35 @@ could not be scheduled and the message contains this text), ``failed`` (the pod 
 scheduled but its containers could not be created: the agent refused them, and the
 message contains this text), ``mems`` (exact memory nodes), ``allocated: true``
 (exactly the CPUs of the devices the scheduler allocated to the container's claims:
-Prepare gave what the scheduler chose).
+Prepare gave what the scheduler chose), ``isolated`` (true: every CPU is kernel-isolated;
+false: none is), ``pcieLocal`` (true: every CPU is local to the PCIe root of the
+``gpu.example.com`` device allocated to the same pod).
+
+``gpus: true`` puts the made-up ``gpu.example.com`` driver on the node (a GPU per
+PCIe root, ``topodra.sim.gpus``).
 
 ``featureGates`` (top level) are the gates the API server and the scheduler start with
 (``topodra.gates``; default: Kubernetes 1.36's); a step's ``featureGates`` switch them
 before the step, as restarting those with other ``--feature-gates`` does (the agent
 probes the API server at its start: restart it too, ``restartAgent``).
 
+``isolate: N`` makes the
+kernel isolate the last N cores of whatever machine the scenario runs on (all their threads, as
+``isolcpus=`` would on a latency-tuned node): the cores at the far end from CPU 0.
+
 ``requires`` states what a machine needs for the expectations to hold
 (``cpus``: at least that many online CPUs; ``maxCpus``: at most that many;
 ``coreTypes``: kinds of core that must be present, e.g. ``[P-core]``; ``models``:
-the device models the expectations are written for): on a machine without them,
+the device models the expectations are written for; ``gpus``: at least that many
+made-up GPUs whose PCIe root has CPUs local to it alone,
+``topodra.sim.gpus.alignable_gpus``): on a machine without them,
 or with another ``--model``, the playground says so in one line instead of
 reporting failed expectations.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -55,16 +66,19 @@ from typing import Any
 import yaml
 
 from topodra.cpuset import CPUSet, CPUSetParseError
-from topodra.dra.devices import MODELS
+from topodra.dra.devices import MODELS, ordered_cpus
 from topodra.playground.manifests import Manifest, ManifestError, load_manifests, parse_manifests
 from topodra.topology.model import Topology
 from topodra.yamldocs import read_text
 
 __all__ = ["Check", "Scenario", "ScenarioError", "Step", "builtin_scenario", "builtin_names", "load_scenario"]
 
-_CHECK_KEYS = {"cpus", "count", "coreType", "excludes", "includes", "pending", "failed", "asInStep", "mems", "allocated"}
+_CHECK_KEYS = {
+    "cpus", "count", "coreType", "excludes", "includes", "pending", "failed", "asInStep", "mems", "allocated", "isolated",
+    "pcieLocal",
+}
 _STEP_KEYS = {"title", "apply", "delete", "expect", "restartAgent", "featureGates"}
-_REQUIRES_KEYS = {"cpus", "maxCpus", "coreTypes", "models"}
+_REQUIRES_KEYS = {"cpus", "maxCpus", "coreTypes", "models", "gpus"}
 _GROUP_BY = ("numa", "l3", "socket", "machine")
 
 
@@ -85,6 +99,8 @@ class Check:
     failed: str | None = None
     mems: CPUSet | None = None
     allocated: bool = False
+    isolated: bool | None = None  # every CPU kernel-isolated (True) or none (False)
+    pcie_local: bool = False
 
 
 @dataclass
@@ -108,7 +124,10 @@ class Scenario:
     min_cpus: int = 0
     max_cpus: int | None = None
     core_types: tuple[str, ...] = ()
+    gpus: bool = False
+    min_gpus: int = 0
     models: tuple[str, ...] = ()  # the device models its expectations are written for (empty: any)
+    isolate: int = 0  # the kernel isolates this many cores (the last ones)
     gates: dict[str, bool] = field(default_factory=dict)
 
     def unmet_model(self, model: str) -> str | None:
@@ -120,11 +139,33 @@ class Scenario:
             f"with --model {model} (run it without --model, or with {' or '.join(self.models)})"
         )
 
+    def machine(self, topology: Topology) -> Topology:
+        """``topology`` with the scenario's isolated cores: the last ``isolate`` cores in topology
+        order, every thread of them, added to the kernel's isolated CPUs."""
+        if not self.isolate:
+            return topology
+        order = ordered_cpus(topology, topology.online, "topology-reversed")
+        cores = list(dict.fromkeys(topology.cpus[c].core for c in order))[: self.isolate]
+        cpus = CPUSet(c for core in cores for c in topology.cpus_of_core(core))
+        return replace(topology, isolated=topology.isolated | cpus)
+
     def unmet(self, topology: Topology) -> str | None:
         """Why ``topology`` cannot run this scenario's expectations, or None."""
         missing = []
+        cores = len({i.core for i in topology.cpus.values() if i.id in topology.online})
+        if self.isolate and cores <= self.isolate:
+            missing.append(f"more than {self.isolate} cores to isolate (it has {cores})")
         if len(topology.online) < self.min_cpus:
             missing.append(f"at least {self.min_cpus} online CPUs (it has {len(topology.online)})")
+        if self.min_gpus:
+            from topodra.sim.gpus import alignable_gpus, no_gpu_reason
+
+            gpus = len(alignable_gpus(topology))
+            if gpus < self.min_gpus:
+                why = no_gpu_reason(topology) or f"it has {gpus}"
+                missing.append(
+                    f"{self.min_gpus} PCIe roots holding a device, a made-up GPU each, with CPUs local to that root alone ({why})"
+                )
         if self.max_cpus is not None and len(topology.online) > self.max_cpus:
             missing.append(f"at most {self.max_cpus} online CPUs (it has {len(topology.online)})")
         have = {t.value for t in topology.core_types()}
@@ -172,6 +213,8 @@ def _parse_check(target: str, spec: Any, where: str) -> Check:
         failed=str(spec["failed"]) if "failed" in spec else None,
         mems=mems,
         allocated=allocated,
+        isolated=_flag(spec, "isolated", target, where),
+        pcie_local=_bool(spec.get("pcieLocal", False), f"{where}: expect[{target}].pcieLocal"),
     )
 
 
@@ -195,6 +238,19 @@ def _cpu_list(spec: dict[str, Any], key: str, target: str, where: str) -> CPUSet
         return CPUSet.parse(str(spec[key]))
     except CPUSetParseError as err:
         raise ScenarioError(f"{where}: expect[{target}].{key}: {err}") from None
+
+
+def _flag(spec: dict[str, Any], key: str, target: str, where: str) -> bool | None:
+    value = spec.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise ScenarioError(f"{where}: expect[{target}].{key} must be true or false, got {value!r}")
+    return value
+
+
+def _bool(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise ScenarioError(f"{where} must be true or false, got {value!r}")
+    return value
 
 
 def _step_number(value: Any, target: str, where: str) -> int | None:
@@ -261,12 +317,21 @@ def parse_scenario(data: Any, source: str, loader: Any) -> Scenario:
         raise ScenarioError(f"{source}: requires must be a mapping with {', '.join(sorted(_REQUIRES_KEYS))}")
     min_cpus = requires.get("cpus", 0)
     core_types = requires.get("coreTypes", [])
+    isolate = data.get("isolate", 0)
+    if not isinstance(isolate, int) or isinstance(isolate, bool) or isolate < 0:
+        raise ScenarioError(f"{source}: isolate must be a whole number of cores, got {isolate!r}")
     max_cpus = requires.get("maxCpus")
     for key, value in (("cpus", min_cpus), ("maxCpus", 0 if max_cpus is None else max_cpus)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise ScenarioError(f"{source}: requires.{key} must be a whole number, got {value!r}")
     if not isinstance(core_types, list) or not all(t in ("P-core", "E-core") for t in core_types):
         raise ScenarioError(f"{source}: requires.coreTypes must be a list of P-core / E-core, got {core_types!r}")
+    min_gpus = requires.get("gpus", 0)
+    if not isinstance(min_gpus, int) or isinstance(min_gpus, bool) or min_gpus < 0:
+        raise ScenarioError(f"{source}: requires.gpus must be a whole number, got {min_gpus!r}")
+    gpus = _bool(data.get("gpus", False), f"{source}: gpus")
+    if min_gpus and not gpus:
+        raise ScenarioError(f"{source}: requires.gpus needs gpus: true")
     models = requires.get("models", [])
     if not isinstance(models, list) or not all(m in MODELS for m in models):
         raise ScenarioError(f"{source}: requires.models must be a list of {', '.join(MODELS)}, got {models!r}")
@@ -280,7 +345,10 @@ def parse_scenario(data: Any, source: str, loader: Any) -> Scenario:
         min_cpus=min_cpus,
         max_cpus=max_cpus,
         core_types=tuple(core_types),
+        gpus=gpus,
+        min_gpus=min_gpus,
         models=tuple(models),
+        isolate=isolate,
         gates=_gates(data["featureGates"], source) if "featureGates" in data else {},
     )
 

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from topodra.embedded.store import KINDS, Store
-from topodra.gates import NODE_ALLOCATABLE
+from topodra.gates import LIST_TYPE_ATTRIBUTES, NODE_ALLOCATABLE
 from topodra.kube.errors import ApiError
 from topodra.sim.allocator import (
     AllocatedState,
@@ -81,6 +81,11 @@ class EmbeddedScheduler:
     def __init__(self, store: Store, node_name: str) -> None:
         self.store = store
         self.node_name = node_name
+
+    def _allocator(self, slices: list[dict[str, Any]], classes: list[dict[str, Any]], state: AllocatedState) -> Allocator:
+        """The allocator with the scheduler's gates (``store.gates``: the CEL sees lists with
+        ``DRAListTypeAttributes``)."""
+        return Allocator(slices, classes, state, list_type_attributes=self.store.gates.get(LIST_TYPE_ATTRIBUTES, False))
 
     # --- claims of a pod ---------------------------------------------------------------------------
     def pod_claims(self, pod: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -192,7 +197,7 @@ class EmbeddedScheduler:
             classes = self.store.list(CLASSES)["items"]
             state = AllocatedState.from_claims(self._allocated_claims({c["metadata"]["uid"] for c in pending}))
             try:
-                allocator = Allocator(slices, classes, state)
+                allocator = self._allocator(slices, classes, state)
                 result = allocator.allocate(node, pending)
                 if result is not None:
                     statuses = self._claimed(accounting, (view, node_view, usage), pod, pending, (slices, result))
@@ -273,13 +278,14 @@ class EmbeddedScheduler:
     ) -> str:
         """Why no allocation exists: the first claim that fails on its own, with its requests."""
         for c in pending:
-            alone = Allocator(slices, classes, state).allocate(node, [c])
+            alone = self._allocator(slices, classes, state).allocate(node, [c])
             if alone is None:
                 reqs = []
                 for r in ((c.get("spec") or {}).get("devices") or {}).get("requests") or []:
                     ex = r.get("exactly") or {}
                     sels = [s.get("cel", {}).get("expression", "") for s in ex.get("selectors") or []]
-                    what = f"{ex.get('count', 1)} x {ex.get('deviceClassName', '?')}"
+                    count = "all" if ex.get("allocationMode") == "All" else ex.get("count", 1)
+                    what = f"{count} x {ex.get('deviceClassName', '?')}"
                     if ex.get("capacity"):
                         what += f" with capacity {ex['capacity'].get('requests')}"
                     if sels:
@@ -298,8 +304,34 @@ class EmbeddedScheduler:
                 return (
                     f"pod {key} is unschedulable: claim {c['metadata']['name']} cannot be satisfied on node "
                     f"{self.node_name} ({'; '.join(reqs) or 'no requests'}); {free} device(s) are free"
+                    + self._constraints_note(c, slices, classes, node, state)
                 )
         return f"pod {key} is unschedulable: its claims cannot be satisfied together on node {self.node_name}"
+
+    def _constraints_note(
+        self,
+        claim: Mapping[str, Any],
+        slices: list[dict[str, Any]],
+        classes: list[dict[str, Any]],
+        node: Mapping[str, Any],
+        state: AllocatedState,
+    ) -> str:
+        """When the claim would fit without its constraints: which constraints no choice satisfies."""
+        devices = dict((claim.get("spec") or {}).get("devices") or {})
+        constraints = devices.pop("constraints", None)
+        if not constraints:
+            return ""
+        loose = {**claim, "spec": {**(claim.get("spec") or {}), "devices": devices}}
+        try:
+            fits = self._allocator(slices, classes, state).allocate(node, [loose]) is not None
+        except (AllocationError, ValueError):
+            return ""
+        if not fits:
+            return ""
+        named = [
+            f"{k} {v}" for c in constraints if isinstance(c, Mapping) for k, v in c.items() if k in ("matchAttribute", "distinctAttribute")
+        ]
+        return f"; the devices exist, but no choice of them satisfies {' and '.join(named)}"
 
     # --- teardown --------------------------------------------------------------------------------------
     def release(self, pod: Mapping[str, Any]) -> None:

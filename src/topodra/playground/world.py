@@ -23,13 +23,16 @@ from topodra.agent.agent import Agent
 from topodra.agent.config import AgentConfig, parse_config
 from topodra.cpuset import CPUSet
 from topodra.dra.devices import DRIVER, device_class
+from topodra.dra.kubeletplugin import KubeletPlugin
 from topodra.embedded.apiserver import ApiServer
+from topodra.embedded.gpudriver import start_gpu_driver
 from topodra.embedded.runtime import ContainerChange, EmbeddedRuntime
 from topodra.embedded.store import KINDS, Kind, Store
-from topodra.gates import feature_gates
+from topodra.gates import LIST_TYPE_ATTRIBUTES, feature_gates
 from topodra.kube.errors import ApiError
 from topodra.playground.kubelet import EmbeddedKubelet, KubeletError
 from topodra.playground.scheduler import EmbeddedScheduler, SchedulingError
+from topodra.sim.gpus import GPU_DRIVER
 from topodra.topology.model import Topology
 
 __all__ = ["DEFAULT_TOPOLOGY", "ContainerRow", "Playground", "PlaygroundError"]
@@ -93,6 +96,7 @@ class Playground:
         cgroups: bool = False,
         runtime_options: Mapping[str, Any] | None = None,
         gates: Mapping[str, bool] | None = None,
+        gpus: bool = False,
     ) -> None:
         """``agent_process``: run the agent as a child process (``python -m topodra agent``) with
         this topology spec (fixture name or ``synthetic:SPEC``), as the crash tests do.
@@ -101,7 +105,9 @@ class Playground:
         ``runtime_options``: more ``EmbeddedRuntime`` options (``start_delay``, ``fail_updates``...).
         ``gates``: feature gates of the API server and the scheduler (``topodra.gates``; unless
         given, Kubernetes 1.36's defaults); both read ``store.gates``, so changing it there is
-        restarting them with other ``--feature-gates`` (the agent sees it at its next start)."""
+        restarting them with other ``--feature-gates`` (the agent sees it at its next start).
+        ``gpus``: a second driver on the node, ``gpu.example.com`` (``topodra.sim.gpus``): its
+        DeviceClass, its slices (a GPU per PCIe root of the machine) and its kubelet plugin."""
         self.topology = topology
         self.model = model
         self.group_by = group_by
@@ -116,6 +122,8 @@ class Playground:
         self.agent: Agent | None = None
         self.kubelet: EmbeddedKubelet | None = None
         self.scheduler = EmbeddedScheduler(self.store, NODE_NAME)
+        self.gpus = gpus
+        self.gpu_plugin: KubeletPlugin | None = None
         self.log = StepLog()
         self.last_source: dict[str, str] = {}  # container id -> how its cpus last changed
         self.pod_errors: dict[str, str] = {}
@@ -146,7 +154,8 @@ class Playground:
         base = self._dirs()
         raw: dict[str, Any] = {
             "nodeName": NODE_NAME,
-            "devices": {"model": self.model, "group_by": self.group_by},
+            # list-typed pcieRoot where the API server keeps lists (DRAListTypeAttributes)
+            "devices": {"model": self.model, "group_by": self.group_by, "listAttributes": self.store.gates[LIST_TYPE_ATTRIBUTES]},
             "kubeletRoot": str(base / "kubelet"),
             "cdiDir": str(base / "cdi"),
             "stateDir": str(base / "state"),
@@ -164,6 +173,12 @@ class Playground:
         return parse_config(raw, "playground agent configuration")
 
     async def start(self) -> None:
+        if self.gpus:
+            from topodra.sim.gpus import PCI_HINT, no_gpu_reason
+
+            why = no_gpu_reason(self.topology)
+            if why is not None:  # before anything starts
+                raise PlaygroundError(f"no {GPU_DRIVER} device on this machine: {why} (use {PCI_HINT})")
         base = self._dirs()
         await self.api.start()
         self.store.create(
@@ -192,7 +207,11 @@ class Playground:
         self.kubelet = EmbeddedKubelet(
             node_name=NODE_NAME, runtime=self.runtime, kubelet_root=base / "kubelet", cdi_dir=base / "cdi"
         )
-        await self.kubelet.register_plugins(expect=[DRIVER])
+        drivers = [DRIVER]
+        if self.gpus:
+            self.gpu_plugin = await start_gpu_driver(self.store, self.topology, NODE_NAME, base / "kubelet")
+            drivers.append(GPU_DRIVER)
+        await self.kubelet.register_plugins(expect=drivers)
         await self.wait_slices()
         self.log.add(f"node {NODE_NAME}: {len(self.topology.cpus)} CPUs, agent ready, {len(self.slices())} ResourceSlice(s)")
 
@@ -323,7 +342,7 @@ class Playground:
             return
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        while not self.slices():
+        while not [s for s in self.slices() if s["spec"]["driver"] == DRIVER]:
             if loop.time() > deadline:
                 raise PlaygroundError("the agent published no ResourceSlice")
             await asyncio.sleep(0.05)
@@ -350,6 +369,8 @@ class Playground:
     async def stop(self) -> None:
         if self.kubelet is not None:
             await self.kubelet.close()
+        if self.gpu_plugin is not None:
+            await self.gpu_plugin.stop()
         if self.agent is not None:
             await self.agent.stop()
         await self.kill_agent_process()

@@ -357,7 +357,7 @@ class Placer:
         what = f"{need.exclusive} exclusive CPUs" + (f" + {need.milli}m shared" if need.kind is MIXED else "")
         best = max(range(len(pools)), key=lambda i: (cap.reach[i], -i))
         most = max(0, cap.reach[best])
-        claimed = (self.supply.claimed & self.part.allowed).bit_count()
+        claimed = (self.supply.claimed & self.part.allowed & ~self.part.reserved).bit_count()
         if claimed and need.exclusive <= most + claimed:
             return self._no_fit_claimed(req, need, claimed, most)
         return (

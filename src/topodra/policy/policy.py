@@ -105,6 +105,11 @@ class _PolicyQueries:
         mask = self._offline_claims.get(claim_id, self._supply.claims.get(claim_id))
         return None if mask is None else CPUSet.from_mask(mask)
 
+    @property
+    def claimed_cpus(self) -> CPUSet:
+        """The online CPUs DRA claims hold."""
+        return CPUSet.from_mask(self._supply.claimed)
+
     def claim_memory(self, claim_id: str) -> str:
         """The memory nodes of a claim's containers: ``all`` or ``local`` (see ``claim``)."""
         return "all" if claim_id in self._placer.all_memory else "local"
@@ -307,7 +312,9 @@ class Policy(_PolicyQueries):
         if count <= 0:
             raise BadRequestError(f"pick: count must be positive, got {count}")
         part, supply = self._part, self._supply
-        usable = within.mask & part.allowed & ~part.reserved
+        usable = within.mask & part.allowed
+        if usable & ~part.reserved:  # reserved CPUs only for a group of reserved CPUs alone
+            usable &= ~part.reserved
         cand = usable & ~supply.used
         if whole_cores:
             cand = _whole_core_cpus(self._topology, cand)
@@ -344,13 +351,20 @@ class Policy(_PolicyQueries):
         fresh._offline_claims = dict(self._offline_claims)
         fresh._placer.all_memory = set(self._placer.all_memory)
         for claim_id, mask in sorted(self._supply.claims.items()):
-            bad = mask & ~(fresh._part.allowed & ~fresh._part.reserved)
+            bad = mask & ~fresh._part.allowed
             if bad:
                 raise BadRequestError(
                     f"reconfigure refused: claim {claim_id!r} holds CPUs {fmt(bad)} which the new "
-                    "configuration reserves or does not make available"
+                    "configuration does not make available"
                 )
             fresh._supply.set_claim(claim_id, mask)
+        reserved = fresh._part.reserved
+        if reserved and not reserved & ~fresh._supply.claimed:
+            holders = ", ".join(repr(k) for k, v in sorted(fresh._supply.claims.items()) if v & reserved)
+            raise BadRequestError(
+                f"reconfigure refused: claim {holders} would hold every CPU the new configuration reserves "
+                f"({fmt(reserved)}); one must stay for the system containers"
+            )
         current = [(g.request, self._assigned.get(cid)) for cid, g in sorted(self._supply.grants.items())]
         changes = fresh.sync(current)
         self.__dict__.update(fresh.__dict__)
@@ -371,7 +385,7 @@ class Policy(_PolicyQueries):
         fresh = Policy(topology, config)
         fresh._config, fresh._base_reserved = self._config, self._base_reserved
         fresh._placer.all_memory = set(self._placer.all_memory)
-        usable = fresh._part.allowed & ~fresh._part.reserved
+        usable = fresh._part.allowed
         for claim_id, mask in sorted({**self._supply.claims, **self._offline_claims}.items()):
             if mask & ~usable:
                 fresh._offline_claims[claim_id] = mask
@@ -653,6 +667,13 @@ class Policy(_PolicyQueries):
                         assert a is not None
                         if a != assigned.get(cid):
                             new[cid] = a
+        reserved = self._part.reserved
+        if pinned and reserved and ((claimed_before ^ supply.claimed) & reserved or (delta and not reserved & ~supply.claimed)):
+            # a claim took or returned reserved CPUs (or the reserved containers run on the root
+            # pool's shared set, which moved): the reserved containers move with them
+            for cid, g in grants.items():
+                if g.kind is RESERVED and (a := compute(g)) is not None and a != assigned.get(cid):
+                    new[cid] = a
         touched = supply.touched
         if not pinned and supply.claimed != claimed_before:
             touched = {**touched, **dict.fromkeys(grants)}  # unpinned containers avoid claims
@@ -708,7 +729,9 @@ class Policy(_PolicyQueries):
         elif not self._pin_cpu:
             cpus = self._part.allowed & ~supply.claimed
         elif kind is RESERVED:
-            cpus = self._part.reserved
+            # the reserved CPUs no claim holds; none left only after a hotplug (claims keep what
+            # they hold): the root pool's shared set until a reserved CPU returns
+            cpus = self._part.reserved & ~supply.claimed or supply.shared(0)
         elif kind is EXCLUSIVE:
             cpus = g.exclusive
         else:

@@ -267,8 +267,13 @@ class Supply:
         if outside:
             return f"CPUs {fmt(outside)} are not available to the policy"
         reserved = mask & part.reserved
-        if reserved:
-            return f"CPUs {fmt(reserved)} are reserved for system containers"
+        if reserved and not part.reserved & ~(self.claimed | mask):
+            # A claim may hold reserved CPUs (a system daemon tolerating the devices' reserved
+            # taint), but one reserved CPU always stays for the system containers.
+            return (
+                f"CPUs {fmt(reserved)} are reserved for system containers and claiming them would leave "
+                f"none of the reserved CPUs {fmt(part.reserved)} to them"
+            )
         taken = mask & self.claimed
         if taken:
             others = sorted(k for k, v in self.claims.items() if v & taken)

@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
-from typing import Any
+from typing import Any, Final
 
 from topodra.quantity import Quantity, QuantityError, parse_quantity
 from topodra.sim.semver import Semver, SemverError, parse_semver
@@ -181,11 +181,25 @@ class _Runtime:
         lib = _KubernetesLibrary(self)
         config = cel.NewEnvConfigFromYaml(_EXTENSIONS_YAML)
         self.checker = cel.NewEnv(pool, config=config, variables=declared, extensions=[cel.CelExtension("kubernetes", lib.declared())])
+        # DRAListTypeAttributes: attributes typed dyn (a value may be a scalar or a list)
+        self._lists_checker: Any = None
+        self._lists_args = (pool, config, {**declared, "device.attributes": T.Map(T.STRING, T.Map(T.STRING, T.DYN))}, lib)
+        self.dyn_type = T.DYN
         self.env = cel.NewEnv(
             pool, config=config, variables=dict.fromkeys(declared, T.DYN), extensions=[cel.CelExtension("kubernetes", lib.runtime())]
         )
         self.error_type = T.ERROR
         self.bool_type = T.BOOL
+
+    def checker_for(self, lists: bool) -> Any:
+        """The checker of the environment with ``DRAListTypeAttributes`` on or off (built on first use)."""
+        if not lists:
+            return self.checker
+        if self._lists_checker is None:
+            pool, config, declared, lib = self._lists_args
+            ext = [self.cel.CelExtension("kubernetes", lib.declared())]
+            self._lists_checker = self.cel.NewEnv(pool, config=config, variables=declared, extensions=ext)
+        return self._lists_checker
 
     # conversions between Python values and the messages the runtime carries
     def msg_of_quantity(self, q: Quantity) -> Any:
@@ -639,6 +653,7 @@ class CompiledSelector:
 
     expression: str
     _program: Any
+    lists: bool = False  # compiled with DRAListTypeAttributes on
 
     def evaluate(self, device: CelDevice) -> Any:
         """The raw result as Python (bool, int, Quantity...); raises ``CelRuntimeError``."""
@@ -665,6 +680,8 @@ class CompiledSelector:
                     result = self._program.eval(data=data)
                     continue
                 raise CelRuntimeError(self.expression, f"no such key: {key}")
+            if _clean(message) == _NOT_ITERABLE:
+                raise CelRuntimeError(self.expression, _not_iterable(self.expression, data, self.lists))
             raise CelRuntimeError(self.expression, _runtime_message(message))
 
     def matches(self, device: CelDevice) -> bool:
@@ -676,6 +693,51 @@ class CompiledSelector:
                 self.expression, f"CEL result of type {name} could not be converted to bool: unsupported type conversion from '{name}' to bool"
             )
         return value
+
+
+#: The C++ runtime's words for a comprehension over a value that is no list or map.
+_NOT_ITERABLE = "No matching overloads found : <iter_range>"
+_MACRO_CALL = r"\.\s*(?:all|exists|exists_one|existsOne|map|filter|sortBy|transformList|transformMap|transformMapEntry)\s*\("
+#: Go's ``%T`` of the cel-go values a selector meets (``types.String``...; Kubernetes' own
+#: Quantity and Semver live in ``k8s.io/apiserver/pkg/cel``).
+_GO_TYPES: Final = {bool: "types.Bool", int: "types.Int", float: "types.Double", str: "types.String", Quantity: "cel.Quantity", Semver: "cel.Semver"}
+
+
+def _receiver(expression: str, end: int) -> str:
+    """The operand a member call at ``end`` (its ``.``) is made on: back over names, dots,
+    quoted strings and balanced brackets."""
+    depth, i, quote = 0, end - 1, ""
+    while i >= 0:
+        ch = expression[i]
+        if quote:
+            if ch == quote:
+                quote = ""
+        elif ch in "\"'":
+            quote = ch
+        elif ch in ")]}":
+            depth += 1
+        elif ch in "([{":
+            if depth == 0:
+                break
+            depth -= 1
+        elif depth == 0 and not (ch.isalnum() or ch in "_."):
+            break
+        i -= 1
+    return expression[i + 1 : end].strip()
+
+
+def _not_iterable(expression: str, data: Mapping[str, Any], lists: bool) -> str:
+    """cel-go's error for a comprehension over a value that is no list or map (``evalFold``):
+    the first macro call whose operand is such a value on this device names its Go type."""
+    for m in re.finditer(_MACRO_CALL, expression):
+        receiver = _receiver(expression, m.start())
+        try:
+            value = compile_expression(receiver, lists=lists).evaluate(CelDevice(dict(data), ""))
+        except CelError:
+            continue
+        if not isinstance(value, list | dict):
+            return f"got '{_GO_TYPES.get(type(value), 'types.' + type(value).__name__)}', expected iterable type"
+    return "no such overload"
 
 
 def _cel_type_name(value: Any) -> str:
@@ -809,14 +871,15 @@ def _output_type_name(t: Any) -> str:
     return {"BOOL": "bool", "INT": "int", "UINT": "uint", "DOUBLE": "double", "STRING": "string", "BYTES": "bytes", "DYN": "dyn", "NULL": "null_type"}.get(name, name)
 
 
-def compile_expression(expression: str) -> CompiledSelector:
+def compile_expression(expression: str, *, lists: bool = False) -> CompiledSelector:
     """Compile any expression in the DRA environment (cached), whatever its result type;
-    raises ``CelCompileError``."""
-    return _compile(expression)[0]
+    raises ``CelCompileError``. ``lists``: the gate ``DRAListTypeAttributes`` is on, so
+    attributes are typed ``dyn`` rather than ``any`` (``newCompiler`` in compile.go)."""
+    return _compile(expression, lists)[0]
 
 
 @lru_cache(maxsize=4096)
-def _compile(expression: str) -> tuple[CompiledSelector, Any]:
+def _compile(expression: str, lists: bool = False) -> tuple[CompiledSelector, Any]:
     """The compiled expression and its output type (None: checked with the numeric-comparison
     relaxation, a bool)."""
     if not isinstance(expression, str):
@@ -824,29 +887,31 @@ def _compile(expression: str) -> tuple[CompiledSelector, Any]:
     if len(expression) > MAX_EXPRESSION_LENGTH:
         raise CelCompileError(expression[:64] + "...", f"expression is longer than {MAX_EXPRESSION_LENGTH} bytes", kind="length")
     rt = _runtime()
+    checker = rt.checker_for(lists)
     try:
-        checked = rt.checker.compile(expression)
+        checked = checker.compile(expression)
     except RuntimeError as err:
         issues = _compile_issues(expression, str(err))
         if issues and all(re.search(_RELATIONAL_MIX, msg) for _, _, msg in issues):
             # CrossTypeNumericComparisons: int/uint/double relations are allowed; the
             # runtime compares them correctly, only the checker lacks the overloads.
-            unchecked = rt.checker.compile(expression, disable_check=True)
-            return CompiledSelector(expression, rt.env.deserialize(unchecked.serialize())), None
+            unchecked = checker.compile(expression, disable_check=True)
+            return CompiledSelector(expression, rt.env.deserialize(unchecked.serialize()), lists), None
         if not issues:
             raise CelCompileError(expression, _clean(str(err))) from None
         line, col, first = issues[0]
         raise CelCompileError(expression, first, col, line, issues=issues) from None
-    return CompiledSelector(expression, rt.env.deserialize(checked.serialize())), checked.return_type()
+    return CompiledSelector(expression, rt.env.deserialize(checked.serialize()), lists), checked.return_type()
 
 
 @lru_cache(maxsize=4096)
-def compile_selector(expression: str) -> CompiledSelector:
-    """Compile a selector as compile.go does (cached): the result must be bool or ``any``;
-    raises ``CelCompileError``."""
-    compiled, out = _compile(expression)
+def compile_selector(expression: str, *, lists: bool = False) -> CompiledSelector:
+    """Compile a selector as compile.go does (cached): the result must be bool or ``any``, or
+    ``dyn`` with ``lists`` (``DRAListTypeAttributes``); raises ``CelCompileError``."""
+    compiled, out = _compile(expression, lists)
     rt = _runtime()
-    if out is not None and out != rt.bool_type and out != rt.error_type:  # the C++ binding shows ``any`` as its error type
+    allowed = (rt.bool_type, rt.error_type, rt.dyn_type) if lists else (rt.bool_type, rt.error_type)
+    if out is not None and out not in allowed:  # the C++ binding shows ``any`` as its error type
         raise CelCompileError(expression, f"must evaluate to bool or the unknown type, not {_output_type_name(out)}", kind="type")
     return compiled
 

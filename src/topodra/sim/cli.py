@@ -94,6 +94,17 @@ def _load(files: list[Path]) -> list[Any]:
         _fail(str(e))
 
 
+def _taints(given: list[str] | None) -> dict[str, str]:
+    """``--taint REASON=TREATMENT`` options as ``DeviceModelConfig.taints`` (checked by it)."""
+    out: dict[str, str] = {}
+    for text in given or ():
+        reason, eq, treatment = text.partition("=")
+        if not eq or not reason or not treatment:
+            _fail(f"--taint {text!r}: must be REASON=TREATMENT, e.g. reserved=Withdraw")
+        out[reason.strip()] = treatment.strip()
+    return out
+
+
 @sim_app.command("run")
 def run_cmd(
     nodes: Annotated[int, typer.Option("--nodes", "-n", min=1, help="Number of nodes.")] = 100,
@@ -105,7 +116,11 @@ def run_cmd(
     pods: Annotated[int, typer.Option("--pods", min=0, help="Pods to schedule (0: the workload's spec.pods, else 4 per node).")] = 0,
     fill: Annotated[float, typer.Option("--fill", min=0.0, max=0.99, help="Fraction of every node already allocated by background pods.")] = 0.0,
     fill_patterns: Annotated[int, typer.Option("--fill-patterns", min=1, help="Distinct random fill patterns per machine; every node takes one.")] = 16,
-    reserved: Annotated[int, typer.Option("--reserved-cpus", min=0, help="CPUs per node kept out of DRA (not published).")] = 0,
+    reserved: Annotated[int, typer.Option("--reserved-cpus", min=0, help="CPUs per node reserved for system daemons: published with the native.cpu/reserved taint (see --taint).")] = 0,
+    taint: Annotated[
+        list[str] | None,
+        typer.Option("--taint", help="REASON=TREATMENT: how devices of offline, unhealthy, isolated or reserved CPUs are published (NoSchedule, NoExecute, None, Withdraw, Untainted). Repeatable."),
+    ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed for the background fill.")] = 1,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Directory for summary.json and pods.csv.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
@@ -117,6 +132,8 @@ def run_cmd(
     scoring: Annotated[str, typer.Option("--scoring", help="Among feasible nodes: least-allocated (spread, like NodeResourcesFit) or first (pack).")] = "least-allocated",
     percentage: Annotated[int, typer.Option("--percentage-of-nodes-to-score", min=0, max=100, help="kube-scheduler's percentageOfNodesToScore (0: adaptive).")] = 0,
     keep_going: Annotated[bool, typer.Option("--keep-going", help="Schedule every pod even once no later pod can be scheduled (default: stop there).")] = False,
+    gpus: Annotated[bool, typer.Option("--gpus", help="Also publish the gpu.example.com driver's slices: a GPU per PCIe root (machines with PCI data: fixture:NAME, a spec with +pci).")] = False,
+    list_attributes: Annotated[bool, typer.Option("--list-attributes", help="DRAListTypeAttributes on (alpha): list-typed pcieRoot on CPUs that serve several roots, seen by the scheduler's CEL (its matchAttribute matches no list in 1.36).")] = False,
 ) -> None:
     """Schedule a workload on one synthetic cluster and report what kube-scheduler would spend.
 
@@ -132,10 +149,9 @@ def run_cmd(
         (mod, group), = parse_models([model])
     except ValueError as e:
         _fail(str(e))
-    if scoring not in ("least-allocated", "first"):
-        _fail(f"--scoring {scoring!r}: must be least-allocated or first")
-    if order not in ("topology-reversed", "topology", "cpu-id"):
-        _fail(f"--order {order!r}: must be topology-reversed, topology or cpu-id")
+    for option, value, allowed in (("--scoring", scoring, ("least-allocated", "first")), ("--order", order, ("topology-reversed", "topology", "cpu-id"))):
+        if value not in allowed:
+            _fail(f"{option} {value!r}: must be {', '.join(allowed[:-1])} or {allowed[-1]}")
     config = RunConfig(
         nodes=nodes,
         machines=_machines(machine, cpus),
@@ -147,11 +163,14 @@ def run_cmd(
         fill=fill,
         fill_patterns=fill_patterns,
         reserved_cpus=reserved,
+        taints=_taints(taint),
         seed=seed,
         percentage_of_nodes_to_score=percentage or None,
         objects=tuple(str(p) for p in objects or ()),
         scoring=scoring,
         keep_going=keep_going,
+        gpus=gpus,
+        list_type_attributes=list_attributes,
     )
     costs = replace(DEFAULT_COSTS, cores=scheduler_cores)
     if out is not None:
@@ -160,6 +179,11 @@ def run_cmd(
         summary, results = _simulate(config, costs)
     except (ClusterError, WorkloadError, ValueError) as e:
         _fail(str(e))
+    _report_run(summary, results, out, as_json)
+
+
+def _report_run(summary: Any, results: Any, out: Path | None, as_json: bool) -> None:
+    """Write and print a run's summary; exit 1 when some pod could not be scheduled."""
     if out is not None:
         _write_run_files(out, summary, results)
     if as_json:
@@ -434,6 +458,7 @@ def replay_cmd(
     files: Annotated[list[Path], typer.Argument(help="Kubernetes objects in the order they happened (YAML/JSON, kind: List too); a deletion is the document {op: delete, kind: Pod, name: NAME}.")],
     output: Annotated[str, typer.Option("--output", "-o", help="yaml (each step with claims in the ResourceClaim status shape), json, or table.")] = "yaml",
     percentage: Annotated[int, typer.Option("--percentage-of-nodes-to-score", min=0, max=100, help="kube-scheduler's percentageOfNodesToScore (0: adaptive).")] = 0,
+    no_eviction: Annotated[bool, typer.Option("--no-taint-eviction", help="kube-controller-manager without its device-taint-eviction-controller: NoExecute taints evict nothing.")] = False,
     feature_gates: Annotated[str, typer.Option("--feature-gates", help=_GATES_HELP)] = "",
 ) -> None:
     """Replay what happened in a cluster: every pod's node and allocation, or kube-scheduler's reason.
@@ -459,6 +484,7 @@ def replay_cmd(
                 progress=progress,
                 percentage_of_nodes_to_score=percentage or None,
                 gates=gates,
+                evictions=not no_eviction,
             )
     except (YamlFileError, ReplayError) as e:
         if writer:
@@ -519,6 +545,7 @@ def diff_cmd(
     recorded: Annotated[Path, typer.Option("--recorded", "-r", help="What the cluster did: Pods and ResourceClaims read back from it (kubectl get -o yaml), or a step log with {steps: [...]}.")],
     output: Annotated[str, typer.Option("--output", "-o", help="table or json.")] = "table",
     percentage: Annotated[int, typer.Option("--percentage-of-nodes-to-score", min=0, max=100, help="kube-scheduler's percentageOfNodesToScore (0: adaptive).")] = 0,
+    no_eviction: Annotated[bool, typer.Option("--no-taint-eviction", help="kube-controller-manager without its device-taint-eviction-controller: NoExecute taints evict nothing.")] = False,
     feature_gates: Annotated[str, typer.Option("--feature-gates", help=_GATES_HELP)] = "",
 ) -> None:
     """Replay FILES and compare every pod's node and allocation with a recording from a real cluster.
@@ -535,7 +562,10 @@ def diff_cmd(
     docs = _load(files)
     try:
         rec = load_recorded(recorded)
-        report = diff_replay([(d.obj, d.source) for d in docs], rec, percentage_of_nodes_to_score=percentage or None, gates=gates)
+        report = diff_replay(
+            [(d.obj, d.source) for d in docs], rec, percentage_of_nodes_to_score=percentage or None, gates=gates,
+            evictions=not no_eviction,
+        )
     except (YamlFileError, ReplayError) as e:
         _fail(str(e))
     if output == "json":

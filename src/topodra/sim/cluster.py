@@ -24,10 +24,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from topodra.cpuset import CPUSet
-from topodra.dra.devices import MODELS, DeviceModelConfig, build_devices, device_class
+from topodra.dra.devices import DRIVER, MODELS, DeviceModelConfig, build_devices, device_class
 from topodra.dra.slices import build_slices, slice_name
+from topodra.dra.taints import TaintConfig
 from topodra.quantity import Quantity
 from topodra.sim.allocator import ClaimAllocation, DeviceResult, allocation_of_claim, share_id
+from topodra.sim.gpus import GPU_DRIVER, PCI_HINT, gpu_device_class, gpu_slices, no_gpu_reason
 from topodra.topology.errors import TopologyError
 from topodra.topology.machine import load_machine
 from topodra.topology.model import Topology
@@ -78,9 +80,12 @@ class ClusterSpec:
     group_by: str = "numa"
     order: str = "topology-reversed"  # device order (DeviceModelConfig.order)
     reserved_cpus: int = 0  # the first N CPUs of each node are kept for the system
+    taints: Mapping[str, str] = field(default_factory=dict)  # per reason: effect, Withdraw or Untainted
     fill: float = 0.0  # fraction of each node's CPUs already allocated by background pods
     seed: int = 1
     fill_patterns: int = 16  # distinct random usage patterns per machine (nodes pick one each)
+    gpus: bool = False  # also the gpu.example.com driver's slices (sim/gpus.py): a GPU per PCIe root
+    list_attributes: bool = False  # list-typed attributes (DRAListTypeAttributes): DeviceModelConfig.list_attributes
 
 
 @dataclass
@@ -188,7 +193,8 @@ def _node_names(spec: ClusterSpec) -> list[tuple[str, str]]:
 
 
 def build_cluster(spec: ClusterSpec) -> Cluster:
-    """Build the nodes, their ResourceSlices and the ``native.cpu`` DeviceClass."""
+    """Build the nodes, their ResourceSlices and the ``native.cpu`` DeviceClass (with ``gpus``,
+    also each node's ``gpu.example.com`` slices and that DeviceClass)."""
     if spec.nodes < 1:
         raise ClusterError(f"nodes: need at least one node, got {spec.nodes}")
     if spec.model not in MODELS:
@@ -200,15 +206,26 @@ def build_cluster(spec: ClusterSpec) -> Cluster:
         raise ClusterError("fill: not available for the core-or-thread model (its devices share counters)")
     # Without nodeAllocatableResourceMappings: ``sim run`` does not model node cpu (its pods request
     # none, its nodes have no allocatable), and a 1.36 API server with its default gates drops them.
-    config = DeviceModelConfig(model=spec.model, group_by=spec.group_by, order=spec.order, node_allocatable="off")  # type: ignore[arg-type]
+    try:
+        config = DeviceModelConfig(
+            model=spec.model,  # type: ignore[arg-type]
+            group_by=spec.group_by,  # type: ignore[arg-type]
+            order=spec.order,  # type: ignore[arg-type]
+            node_allocatable="off",
+            taints=TaintConfig.of(spec.taints),
+            list_attributes=spec.list_attributes,
+        )
+    except ValueError as e:
+        raise ClusterError(str(e)) from None
     templates: dict[str, list[dict[str, Any]]] = {}
+    gpu_templates = _gpu_templates(spec) if spec.gpus else {}
     devices_per: dict[str, int] = {}
     bytes_per: dict[str, int] = {}
     cpus_per_device: dict[str, list[int]] = {}
     for m in spec.machines:
         topo = topology_for(m)
         exclude = CPUSet(sorted(topo.online)[: spec.reserved_cpus])
-        devices = build_devices(topo, config, exclude=exclude)
+        devices = build_devices(topo, config, reserved=exclude)
         templates[m] = build_slices("template-node", devices)
         devices_per[m] = len(devices)
         cpus_per_device[m] = [len(d.cpus) for d in devices]
@@ -219,13 +236,15 @@ def build_cluster(spec: ClusterSpec) -> Cluster:
         nodes.append({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"topodra.io/machine": m}}})
         machine_of[name] = m
         slices.extend(_for_node(templates[m], name))
+        if spec.gpus:
+            slices.extend(_for_node(gpu_templates[m], name, GPU_DRIVER))
     for m, tmpl in templates.items():
         bytes_per[m] = sum(len(json.dumps(s, separators=(",", ":"))) for s in _for_node(tmpl, "node-00000"))
     cluster = Cluster(
         spec=spec,
         nodes=nodes,
         slices=slices,
-        classes=[device_class()],
+        classes=[device_class(), gpu_device_class()] if spec.gpus else [device_class()],
         machine_of=machine_of,
         devices_per_machine=devices_per,
         slices_per_machine={m: len(t) for m, t in templates.items()},
@@ -286,14 +305,26 @@ def cluster_from_objects(docs: Sequence[Mapping[str, Any]], model: str = "cpu") 
     )
 
 
-def _for_node(template: Sequence[Mapping[str, Any]], node: str) -> list[dict[str, Any]]:
+def _gpu_templates(spec: ClusterSpec) -> dict[str, list[dict[str, Any]]]:
+    """Each machine's GPU slices for the template node; a machine without GPUs is an error."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for m in spec.machines:
+        topo = topology_for(m)
+        why = no_gpu_reason(topo)
+        if why is not None:
+            raise ClusterError(f"gpus: machine {m!r} gets no {GPU_DRIVER} device: {why} (use {PCI_HINT})")
+        out[m] = gpu_slices("template-node", topo)
+    return out
+
+
+def _for_node(template: Sequence[Mapping[str, Any]], node: str, driver: str = DRIVER) -> list[dict[str, Any]]:
     """``build_slices(node, devices)`` from the template-node slices, sharing the device lists."""
     out = []
     for index, s in enumerate(template):
         spec = dict(s["spec"])
         spec["nodeName"] = node
         spec["pool"] = dict(spec["pool"], name=node)
-        meta = dict(s["metadata"], name=slice_name(node, index))
+        meta = dict(s["metadata"], name=slice_name(node, index, driver))
         out.append({**s, "metadata": meta, "spec": spec})
     return out
 

@@ -10,8 +10,8 @@ by step.
 
 What is compared: the node (or that the pod stayed pending, with the part of
 kube-scheduler's message before its preemption summary), and per pod claim the
-results (request, driver, pool, device, consumed capacity, in order), the
-allocation's nodeSelector and ``config`` (where the recording has it), ``reservedFor``,
+results (request, driver, pool, device, consumed capacity, the copied tolerations, in order),
+the allocation's nodeSelector and ``config`` (where the recording has it), ``reservedFor``,
 and for deletions what became of each claim; the pod's
 ``status.nodeAllocatableResourceClaimStatuses`` (claims named by their pod claim name,
 quantities by value) where the recording has them. Generated claim names, uids and shareIDs
@@ -220,6 +220,7 @@ def _results(allocation: Mapping[str, Any] | None, where: str) -> tuple[tuple[tu
             r.pool,
             r.device,
             json.dumps({k: str(q.amount) for k, q in sorted((r.consumed_capacity or {}).items())}),
+            json.dumps([dict(t) for t in r.tolerations], sort_keys=True) if r.tolerations else "",
         )
         for r in parsed.results
     )
@@ -274,11 +275,15 @@ def _from_steps(doc: Mapping[str, Any], source: str) -> Recorded:
             raise YamlFileError(f"{where}: expected an object")
         op = s.get("op")
         claims = {str(c.get("podClaimName")): _step_claim(c, where) for c in s.get("claims") or ()}
+        if op == "update" or (op == "delete" and s.get("kind") not in (None, "Pod")):
+            continue  # an object written or deleted (a slice, a DeviceTaintRule): no pod outcome
         alloc = None
         if statuses:
             names = {str(c.get("claimName")): str(c.get("podClaimName")) for c in s.get("claims") or ()}
             alloc = _node_allocatable(s.get("nodeAllocatableResourceClaimStatuses") or [], names, where)
-        if op == "delete":
+        if op == "observe":
+            outcomes += _observed(s.get("pods") or {}, where)
+        elif op == "delete":
             last_delete = str(s.get("pod") or s.get("name"))
             outcomes.append(Outcome("delete", last_delete, claims=claims))
         elif op == "still-pending":
@@ -303,6 +308,24 @@ def _from_steps(doc: Mapping[str, Any], source: str) -> Recorded:
         else:
             raise YamlFileError(f"{where}: unknown op {op!r}")
     return Recorded(tuple(outcomes), "steps", nodes)
+
+
+def _observed(pods: Mapping[str, Any], where: str) -> list[Outcome]:
+    """An ``observe`` step (the recorder read every pod after a wait): each pod's node, or that it
+    is gone (deleted: evicted, or removed by the recorder), with its claims."""
+    out = []
+    for pod, seen in pods.items():
+        if not isinstance(seen, Mapping) or not seen.get("exists"):
+            out.append(Outcome("observe", str(pod), None, "gone"))
+            continue
+        claims = {str(c.get("podClaimName")): _step_claim(c, where) for c in seen.get("claims") or ()}
+        node = seen.get("node")
+        message = None
+        for cond in seen.get("conditions") or ():
+            if not node and cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+                message = filter_message(cond.get("message"))
+        out.append(Outcome("observe", str(pod), str(node) if node else None, message, claims))
+    return out
 
 
 def _plugin_scores(per_node: Mapping[str, Mapping[str, Any]]) -> tuple[tuple[str, tuple[tuple[str, int], ...]], ...]:
@@ -404,13 +427,17 @@ def diff_replay(
     *,
     percentage_of_nodes_to_score: int | None = None,
     gates: Mapping[str, bool] | None = None,
+    evictions: bool = True,
 ) -> DiffReport:
     """Replay ``objects`` (following the recorded node on ties, with the cluster's feature
-    ``gates``) and compare with ``recorded``."""
-    r = replay(objects, prefer=recorded.nodes.get, percentage_of_nodes_to_score=percentage_of_nodes_to_score, gates=gates)
+    ``gates``; ``evictions``: as for ``replay``) and compare with ``recorded``."""
+    r = replay(
+        objects, prefer=recorded.nodes.get, percentage_of_nodes_to_score=percentage_of_nodes_to_score, gates=gates, evictions=evictions
+    )
     if recorded.form == "steps":
         ties = {(s.op if s.op != "bound" else "create", s.pod): tuple(s.top) for s in r.steps if s.followed_hint}
-        mine = _keyed(_outcome(s, "create" if s.op == "bound" else None) for s in r.steps)
+        # evictions are not steps of a recording: what they leave is seen at its observe steps
+        mine = _keyed(_outcome(s, "create" if s.op == "bound" else None) for s in r.steps if s.op != "evicted")
     else:
         final = r.final_pods()
         ties = {("state", s.pod): tuple(s.top) for s in r.steps if s.followed_hint and final.get(s.pod, s).node == s.node}

@@ -141,6 +141,9 @@ class Device:
     fingerprint: str = ""
     #: Digest of everything allocation can see except the name (identical devices on other nodes).
     shape: str = ""
+    #: The first attribute holding a list value ("" for none): with ``DRAListTypeAttributes``
+    #: off, kube-scheduler's CEL cannot convert it, and every selector on the device fails.
+    list_attribute: str = ""
     _cel: CelDevice | None = field(default=None, repr=False)
 
     def cel(self) -> CelDevice:
@@ -342,6 +345,7 @@ def _device(raw: Mapping[str, Any], driver: str, where: str) -> Device:
         shape=hashlib.blake2b(
             json.dumps({k: v for k, v in raw.items() if k != "name"}, sort_keys=True, default=str).encode(), digest_size=12
         ).hexdigest(),
+        list_attribute=next((k for k, v in attrs.items() if isinstance(v, list)), ""),
     )
 
 
@@ -416,9 +420,11 @@ def _spec(raw: Mapping[str, Any], name: str, where: str) -> RequestSpec:
     count = raw.get("count", 1) if mode == "ExactCount" else 0
     if mode == "ExactCount" and (not isinstance(count, int) or isinstance(count, bool) or count < 1):
         raise ObjectError(f"{where}.count: must be a positive integer, got {count!r}")
+    # the operator defaults to Equal, as the API server stores it (and so the results carry it)
     tols = tuple(
-        Toleration(str(t.get("key", "")), str(t.get("operator", "Equal")), str(t.get("value", "")), str(t.get("effect", "")), t)
+        Toleration(str(t.get("key", "")), op, str(t.get("value", "")), str(t.get("effect", "")), {**t, "operator": op})
         for t in (raw.get("tolerations") or ())
+        if isinstance(t, Mapping) and (op := str(t.get("operator") or "Equal"))
     )
     cap = raw.get("capacity")
     creq = None

@@ -21,6 +21,15 @@ requests from then on (``sim.nodealloc``); a claim such a pod holds is refused t
 another pod on that node. Off (1.36's default), those statuses are dropped as the API
 server drops them.
 
+Device taints: a ResourceSlice written again replaces the one of that name, each taint stamped
+with the replay's clock (the API server sets ``timeAdded`` to the write's time); ``{op: wait,
+seconds: N}`` moves the clock and records every pod created so far (an ``observe`` step).
+After every object the device taint eviction controller's rule (``sim/taintevict.py``) evicts
+the pods of claims whose devices carry a ``NoExecute`` taint they do not tolerate (an
+``evicted`` step). DeviceTaintRules are kept but taint nothing: the 1.36.2 scheduler drops their
+events (its slice tracker reads them from a v1beta2 informer as v1alpha3 objects), as recorded in
+``tests/data/sched-recorded/v8-device-taint-rules``.
+
 Every scheduling decision is a ``Step``: the node, each claim's
 ``status.allocation`` (the API's shape) and ``reservedFor``, the pod's
 ``nodeAllocatableResourceClaimStatuses``, or kube-scheduler's
@@ -37,7 +46,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from topodra.gates import NODE_ALLOCATABLE, feature_gates
+from topodra.gates import LIST_TYPE_ATTRIBUTES, NODE_ALLOCATABLE, feature_gates
 from topodra.quantity import Quantity
 from topodra.sim.allocator import (
     INVALID_POOLS_MESSAGE,
@@ -70,10 +79,11 @@ from topodra.sim.scoring import (
     existing_affinity_scores,
     score_nodes,
 )
+from topodra.sim.taintevict import DeviceTaints
 
 __all__ = ["ClaimState", "Step", "Replay", "ReplayError", "replay"]
 
-KINDS = ("Node", "DeviceClass", "ResourceSlice", "ResourceClaimTemplate", "ResourceClaim", "Pod")
+KINDS = ("Node", "DeviceClass", "ResourceSlice", "ResourceClaimTemplate", "ResourceClaim", "Pod", "DeviceTaintRule")
 RESERVED_FOR_MAX = 256  # ResourceClaimReservedForMaxSize
 CANNOT_ALLOCATE = "cannot allocate all claims"
 NOT_AVAILABLE = "resourceclaim not available on the node"
@@ -212,11 +222,17 @@ class Replay:
         prefer: Callable[[str], str | None] | None = None,
         percentage_of_nodes_to_score: int | None = None,
         memo: bool = True,
+        evictions: bool = True,
         gates: Mapping[str, bool] | None = None,
     ) -> None:
+        """``evictions``: kube-controller-manager runs its device-taint-eviction-controller (on by
+        default in 1.36)."""
         self.prefer = prefer
+        self.evictions = evictions
         #: DRANodeAllocatableResources (``topodra.gates``; 1.36's default: off)
         self.accounting = ClaimAccounting(feature_gates(gates)[NODE_ALLOCATABLE])
+        #: DRAListTypeAttributes: the scheduler's CEL sees list attributes
+        self.list_type_attributes = feature_gates(gates)[LIST_TYPE_ATTRIBUTES]
         self.memo = memo
         self.percentage = percentage_of_nodes_to_score
         self.nodes: dict[str, NodeView] = {}
@@ -239,6 +255,10 @@ class Replay:
         self._version: dict[str, int] = {}
         self._pools = _PoolNodes(self.slices)
         self.memo_hits = 0
+        self.rules: dict[str, Mapping[str, Any]] = {}  # DeviceTaintRules: kept, not applied (see above)
+        self.clock = 0.0  # seconds: ``wait`` documents move it
+        self.taints = DeviceTaints()
+        self.created: list[tuple[str, str]] = []  # (name, namespace) of every pod, in order
 
     # ---- objects in
     def apply(self, obj: Any, source: str = "") -> list[Step]:
@@ -247,10 +267,17 @@ class Replay:
             raise ReplayError(f"{source}: expected a Kubernetes object, got {type(obj).__name__}")
         first = len(self.steps)
         try:
-            if obj.get("op") is not None:
-                self._delete(obj, source)
-            else:
+            op = obj.get("op")
+            if op is None:
                 self._create(obj, source)
+            else:
+                self._op(obj, source)
+            # the device taint eviction controller, after every event (a wait moved the clock)
+            for key in self.taints.doomed(self.claims.values(), self.clock) if self.evictions else ():
+                if key in self.pods:
+                    self._delete_pod(key, source, "evicted")
+            if op == "wait":
+                self.steps += _observed(self, source)
         except ObjectError as e:
             raise ReplayError(f"{source}: {e}" if source else str(e)) from None
         return self.steps[first:]
@@ -259,7 +286,7 @@ class Replay:
         kind = obj.get("kind")
         name, ns = _meta(obj)
         if kind not in KINDS:
-            raise ReplayError(f"{source}: kind {kind!r} is not replayed (expected one of {', '.join(KINDS)} or an op: delete document)")
+            raise ReplayError(f"{source}: kind {kind!r} is not replayed (expected one of {', '.join(KINDS)}, an op: delete or an op: wait document)")
         if not name:
             raise ReplayError(f"{source}: {kind} has no metadata.name")
         if kind == "Node":
@@ -274,8 +301,11 @@ class Replay:
             self._changed(source)
         elif kind == "ResourceSlice":
             self.slices[name] = obj
+            self.taints.write(name, obj, self.clock)
             self._reset()
             self._changed(source)
+        elif kind == "DeviceTaintRule":
+            self.rules[name] = obj
         elif kind == "ResourceClaimTemplate":
             self.templates[f"{ns}/{name}"] = obj
             self._changed(source, lambda p: any(r.template_name == name for r in p.view.claims) and p.view.namespace == ns)
@@ -313,6 +343,7 @@ class Replay:
             raise ReplayError(f"{source}: Pod {view.key} already exists (delete it first)")
         pod = _Pod(view, {})
         self.pods[view.key] = pod
+        self.created.append((view.name, view.namespace))
         missing = self._claims_for(pod)
         if view.node_name:
             self.steps.append(self._bind_given(pod, source, missing))
@@ -357,7 +388,9 @@ class Replay:
     # ---- scheduling
     def _allocator_now(self) -> Allocator:
         if self._allocator is None:
-            self._allocator = Allocator(list(self.slices.values()), list(self.classes.values()), self.state)
+            self._allocator = Allocator(
+                list(self.slices.values()), list(self.classes.values()), self.state, list_type_attributes=self.list_type_attributes
+            )
         return self._allocator
 
     def _reset(self) -> None:
@@ -639,9 +672,17 @@ class Replay:
             self._retry(source, only)
 
     # ---- deletions
-    def _delete(self, doc: Mapping[str, Any], source: str) -> None:
+    def _op(self, doc: Mapping[str, Any], source: str) -> None:
+        """``op: delete``, or ``{op: wait, seconds: N}``: the clock moves on (``apply`` then
+        records every pod created so far)."""
+        if doc.get("op") == "wait":
+            seconds = doc.get("seconds")
+            if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 0:
+                raise ReplayError(f"{source}: a wait needs seconds >= 0, got {seconds!r}")
+            self.clock += float(seconds)
+            return
         if doc.get("op") != "delete":
-            raise ReplayError(f"{source}: unknown op {doc.get('op')!r} (only op: delete)")
+            raise ReplayError(f"{source}: unknown op {doc.get('op')!r} (op: delete or op: wait)")
         kind, name = doc.get("kind"), doc.get("name")
         if not isinstance(name, str) or not name or kind not in KINDS:
             raise ReplayError(f"{source}: a deletion needs kind (one of {', '.join(KINDS)}) and name, got kind={kind!r} name={name!r}")
@@ -663,7 +704,11 @@ class Replay:
             self._reset()
         elif kind == "ResourceSlice":
             _gone(self.slices, name, kind, source)
+            self.taints.drop(name)
             self._reset()
+        elif kind == "DeviceTaintRule":
+            _gone(self.rules, name, kind, source)
+            return
         else:
             _gone(self.templates, _find(self.templates, name, ns, kind, source), kind, source)
         self._changed(source)
@@ -674,14 +719,14 @@ class Replay:
             claim.allocation = None
         self.claims.pop(claim.key, None)
 
-    def _delete_pod(self, key: str, source: str) -> None:
+    def _delete_pod(self, key: str, source: str, op: str = "delete") -> None:
         pod = self.pods.pop(key)
         view = pod.view
         if key in self.pending:
             self.pending.remove(key)
         if pod.node is not None:
             self.usage.setdefault(pod.node, NodeUsage()).remove(view)
-        step = Step("delete", view.name, view.namespace, source)
+        step = Step(op, view.name, view.namespace, source)
         for ref in view.claims:
             ckey = pod.claims.get(ref.name)
             claim = self.claims.get(ckey) if ckey else None
@@ -723,6 +768,21 @@ class Replay:
         return out
 
 
+def _observed(r: Replay, source: str) -> list[Step]:
+    """After a wait: every pod created so far as it is now (gone: failure ``gone``)."""
+    out = []
+    for name, ns in r.created:
+        pod = r.pods.get(f"{ns}/{name}")
+        step = Step("observe", name, ns, source)
+        if pod is None:
+            step.failure = "gone"
+        else:
+            step.node, step.failure = pod.node, pod.failure if pod.node is None else None
+            step.claims = r._claim_states(pod)
+        out.append(step)
+    return out
+
+
 def _with_allocated(claims: list[tuple[str, _Claim]], scores: Mapping[str, int]) -> dict[str, int]:
     """DynamicResources' Score per node: the claims allocated on the node plus those allocated
     already (computeScore counts every claim of the pod once Filter allocated some)."""
@@ -747,10 +807,11 @@ def replay(
     *,
     prefer: Callable[[str], str | None] | None = None,
     percentage_of_nodes_to_score: int | None = None,
+    evictions: bool = True,
     gates: Mapping[str, bool] | None = None,
 ) -> Replay:
     """Replay ``(object, source)`` pairs in order; the finished ``Replay`` (its ``steps``, its state)."""
-    r = Replay(prefer=prefer, percentage_of_nodes_to_score=percentage_of_nodes_to_score, gates=gates)
+    r = Replay(prefer=prefer, percentage_of_nodes_to_score=percentage_of_nodes_to_score, evictions=evictions, gates=gates)
     for obj, source in objects:
         r.apply(obj, source)
     return r

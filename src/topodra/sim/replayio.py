@@ -83,12 +83,13 @@ def replay_files(
     progress: Callable[[ReplayProgress], None] | None = None,
     percentage_of_nodes_to_score: int | None = None,
     gates: Mapping[str, bool] | None = None,
+    evictions: bool = True,
 ) -> tuple[Replay, int]:
     """Replay the objects of ``paths`` in order as they are read; every object's steps go to
     ``on_steps`` and are then dropped from the replay's list. Returns the replay (its final
     state and pending pods) and how many objects were read. Bad YAML raises ``YamlFileError``,
     an object the replay cannot apply ``ReplayError``."""
-    r = Replay(percentage_of_nodes_to_score=percentage_of_nodes_to_score, gates=gates)
+    r = Replay(percentage_of_nodes_to_score=percentage_of_nodes_to_score, gates=gates, evictions=evictions)
     state = ReplayProgress()
 
     def read(done: int, total: int) -> None:

@@ -15,6 +15,7 @@ import numpy as np
 from topodra.dra.devices import MODELS
 from topodra.sim.cluster import Cluster, ClusterSpec, build_cluster
 from topodra.sim.costmodel import DEFAULT_COSTS, CostModel
+from topodra.sim.gpus import GPU_DRIVER
 from topodra.sim.guards import Exhaustion, check_memory
 from topodra.sim.scheduler import PodResult, Scheduler
 from topodra.sim.throughput import DEFAULT_API_COSTS, ApiCosts, end_to_end
@@ -37,11 +38,14 @@ class RunConfig:
     fill: float = 0.0
     fill_patterns: int = 16
     reserved_cpus: int = 0
+    taints: Mapping[str, str] = field(default_factory=dict)  # device taints per reason (DeviceModelConfig.taints)
     seed: int = 1
     percentage_of_nodes_to_score: int | None = None
     scoring: str = "least-allocated"  # or "first"
     objects: tuple[str, ...] = ()  # YAML/JSON files with the cluster's API objects instead of a synthetic cluster
     keep_going: bool = False  # schedule every pod even once no later pod can be scheduled
+    gpus: bool = False  # also the gpu.example.com driver's slices (a GPU per PCIe root; sim/gpus.py)
+    list_type_attributes: bool = False  # DRAListTypeAttributes: list-typed pcieRoot published and scheduled
 
 
 @dataclass
@@ -131,6 +135,8 @@ def run_simulation(
     try:
         t0 = time.perf_counter()
         wl = workload or load_workload(config.workload)
+        if not config.gpus and not config.objects and GPU_DRIVER in _classes_asked(wl):
+            raise ValueError(f"workload {wl.name} asks for DeviceClass {GPU_DRIVER}: add --gpus (machines with PCI data)")
         if not config.objects:
             check_memory(config.nodes, config.machines, _pod_count(config, wl, config.nodes))
         cluster = _objects_cluster(config) if config.objects else build_cluster(
@@ -141,9 +147,12 @@ def run_simulation(
                 group_by=config.group_by,
                 order=config.order,
                 reserved_cpus=config.reserved_cpus,
+                taints=dict(config.taints),
                 fill=config.fill,
                 seed=config.seed,
                 fill_patterns=config.fill_patterns,
+                gpus=config.gpus,
+                list_attributes=config.list_type_attributes,
             )
         )
         sched = Scheduler(
@@ -153,6 +162,7 @@ def run_simulation(
             costs=costs,
             percentage_of_nodes_to_score=config.percentage_of_nodes_to_score,
             scoring=config.scoring,
+            list_type_attributes=config.list_type_attributes,
         )
         _preallocate(sched, cluster)
         build_s = time.perf_counter() - t0
@@ -245,6 +255,17 @@ def _schedule_all(
         not_attempted=count - len(results),
     )
     return summary, results
+
+
+def _classes_asked(wl: Workload) -> set[str]:
+    """The DeviceClasses the workload's claims name."""
+    out: set[str] = set()
+    for spec in [*wl.templates.values(), *wl.claims.values()]:
+        for r in (spec.get("devices") or {}).get("requests") or ():
+            for sub in [r.get("exactly") or {}, *(r.get("firstAvailable") or ())]:
+                if sub.get("deviceClassName"):
+                    out.add(str(sub["deviceClassName"]))
+    return out
 
 
 def _pod_count(config: RunConfig, wl: Workload, nodes: int) -> int:

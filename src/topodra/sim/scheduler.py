@@ -249,6 +249,7 @@ class Scheduler:
         memo: bool = True,
         max_calls: int = 2_000_000,
         scoring: str = "least-allocated",
+        list_type_attributes: bool = False,
     ) -> None:
         self.nodes = [n if isinstance(n, Node) else parse_node(n) for n in nodes]
         if not self.nodes:
@@ -259,7 +260,9 @@ class Scheduler:
         #: fraction of each node's device capacity still free (the least-allocated score)
         self._free = np.ones(len(self.nodes))
         self.state = AllocatedState()
-        self.allocator = Allocator(slices, classes, self.state, max_calls=max_calls, budget=costs.budget())
+        self.allocator = Allocator(
+            slices, classes, self.state, max_calls=max_calls, budget=costs.budget(), list_type_attributes=list_type_attributes
+        )
         self.costs = costs
         self.want = num_feasible_nodes_to_find(len(self.nodes), percentage_of_nodes_to_score)
         self.next_start = 0

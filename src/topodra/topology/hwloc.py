@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from topodra.cpuset import CPUSet
+from topodra.topology.memkind import SUBTYPE_KINDS
 from topodra.topology.model import MemoryKind, Topology
 
 __all__ = [
@@ -60,14 +61,11 @@ LEVELS = (
     "distances",
 )
 
-#: hwloc's NUMA node subtypes (GPU memory, DAX types, its memory tier kinds) and the
-#: memory kind topodra gives such a node. SPM (soft-reserved memory) says nothing
-#: by itself and is left out.
+#: hwloc's NUMA node subtypes and the memory kind topodra gives such a node: those of
+#: hwloc 2.9 (topology.memkind.SUBTYPE_KINDS) and the CXL ones hwloc names since 2.10.
+#: SPM (specific-purpose memory) says nothing by itself and is left out.
 NODE_SUBTYPE_KINDS: Mapping[str, MemoryKind] = {
-    "DRAM": MemoryKind.DRAM,
-    "HBM": MemoryKind.HBM,
-    "GPUMemory": MemoryKind.HBM,
-    "NVM": MemoryKind.PMEM,
+    **SUBTYPE_KINDS,
     "CXL-DRAM": MemoryKind.CXL,
     "CXL-NVM": MemoryKind.CXL,
 }
@@ -91,6 +89,8 @@ class HwlocReading:
     cores: list[CPUSet] = field(default_factory=list)
     pus: CPUSet = field(default_factory=CPUSet)
     cpu_kinds: list[CPUSet] = field(default_factory=list)
+    #: each kind's efficiency rank (console output; -1 = hwloc could not rank), None = not shown
+    cpu_kind_efficiency: list[int | None] = field(default_factory=list)
     distances: dict[tuple[int, int], int] = field(default_factory=dict)  # by node os index
     seen: set[str] = field(default_factory=set)  # which LEVELS the output showed
     node_logical: dict[int, int] = field(default_factory=dict)  # console L# -> os index
@@ -172,7 +172,7 @@ def _parse_console(text: str, where: str) -> HwlocReading:
     lines = _join_wrapped(text.splitlines())
     root: _Obj | None = None
     stack: list[_Obj] = []
-    kinds: list[CPUSet] = []
+    kinds: list[tuple[CPUSet, int]] = []
     matrix: list[list[int]] = []
     in_matrix = False
     tree_done = False
@@ -182,9 +182,9 @@ def _parse_console(text: str, where: str) -> HwlocReading:
         if line.lstrip().startswith("depth ") or line.startswith("Special depth"):
             tree_done = True
         if tree_done:
-            m = re.match(r"CPU kind #\d+ efficiency -?\d+ cpuset (\S+)", line)
+            m = re.match(r"CPU kind #\d+ efficiency (-?\d+) cpuset (\S+)", line)
             if m:
-                kinds.append(parse_hwloc_bitmap(m.group(1)))
+                kinds.append((parse_hwloc_bitmap(m.group(2)), int(m.group(1))))
             if line.startswith("Relative latency matrix") and "NUMANode" in line and "logical" in line:
                 in_matrix = not matrix
                 continue
@@ -262,8 +262,8 @@ def _join_wrapped(lines: list[str]) -> list[str]:
     return out
 
 
-def _reading_from_tree(root: _Obj, kinds: list[CPUSet]) -> HwlocReading:
-    r = HwlocReading(cpu_kinds=kinds)
+def _reading_from_tree(root: _Obj, kinds: list[tuple[CPUSet, int]]) -> HwlocReading:
+    r = HwlocReading(cpu_kinds=[k for k, _ in kinds], cpu_kind_efficiency=[e for _, e in kinds])
     if kinds:
         r.seen.add("cpu_kinds")
     r.pus = root.pus()
@@ -385,6 +385,7 @@ def _parse_xml(text: str, where: str) -> HwlocReading:
         r.seen.add("distances")
     for kind in doc.iter("cpukind"):
         r.cpu_kinds.append(parse_hwloc_bitmap(kind.get("cpuset", "0x0")))
+        r.cpu_kind_efficiency.append(None)  # the XML export leaves the ranking to its reader
         r.seen.add("cpu_kinds")
     return r
 
@@ -598,15 +599,23 @@ def _check_distances(checks: _Checks, t: Topology, h: HwlocReading) -> None:
 
 def _check_cpu_kinds(checks: _Checks, t: Topology, h: HwlocReading, allowed: CPUSet) -> None:
     # hwloc lists CPU kinds only when it can tell CPUs apart; one kind (or none) = not hybrid.
-    kinds = [k & allowed for k in h.cpu_kinds if k & allowed]
-    ours_kinds = [k for k in (t.cpus_of_type(ct) & allowed for ct in t.core_types()) if k]
+    kinds = [(k & allowed, e) for k, e in zip(h.cpu_kinds, h.cpu_kind_efficiency, strict=True) if k & allowed]
+    ours = [k & allowed for k in t.cpu_kinds() if k & allowed]
     if len(kinds) <= 1:
-        hybrid = len(ours_kinds) > 1
-        checks.add("cpu_kinds", not hybrid, "we see a hybrid machine, hwloc does not" if hybrid else "")
+        several = len(ours) > 1
+        checks.add("cpu_kinds", not several, "we see several CPU kinds, hwloc one" if several else "")
         return
-    classified = CPUSet.from_mask(sum(k.mask for k in kinds))
-    mine_kinds = _groups(k & classified for k in ours_kinds)
-    checks.add("cpu_kinds", set(kinds) == mine_kinds, _describe(set(kinds) - mine_kinds, mine_kinds - set(kinds)))
+    theirs = {k for k, _ in kinds}
+    classified = CPUSet.from_mask(sum(k.mask for k in theirs))
+    mine = [k & classified for k in ours if k & classified]
+    problems = [_describe(theirs - set(mine), set(mine) - theirs)] if theirs != set(mine) else []
+    ranks = [e for _, e in kinds]
+    if not problems and all(e is not None and e >= 0 for e in ranks):
+        # hwloc ranked them (efficiency 0 = least performant): our order must be the same.
+        by_rank = [k for _, k in sorted((e or 0, k.first()) for k, e in kinds)]
+        if [k.first() for k in mine] != by_rank:
+            problems.append("kinds ranked differently: ours " + ", ".join(f"{{{k.format()}}}" for k in mine))
+    checks.add("cpu_kinds", not problems, "; ".join(problems))
 
 
 def _compare_nodes(
@@ -688,12 +697,6 @@ DIFFERENCES: dict[str, tuple[Difference, ...]] = {
             "numa_nodes",
             "hand-made overlapping node cpumaps, shown by hwloc only with "
             "HWLOC_DEBUG_ALLOW_OVERLAPPING_NODE_CPUSETS; in topodra each CPU is on exactly one node",
-        ),
-        Difference(
-            "cpu_kinds",
-            "hwloc also reads /sys/devices/system/cpu/types (a proposed interface Linux never merged) "
-            "and splits CPUs 8-11 off; topodra's kinds come from cpu_capacity, and hwloc's kinds "
-            "refine them",
         ),
     ),
     "nvidiagpunumanodes": (
@@ -831,17 +834,25 @@ def lstopo_available() -> bool:
 
 
 def run_lstopo(
-    root: Path, *, disallowed: bool = True, env: Mapping[str, str] | None = None, timeout: float = 60
+    root: Path,
+    *,
+    disallowed: bool = True,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 60,
+    console: bool = False,
 ) -> HwlocReading:
     """hwloc's reading of the tree at ``root`` (``lstopo-no-graphics --input ROOT --of xml``).
 
     ``disallowed`` shows CPUs and nodes a cgroup in the tree forbids, as
-    topodra reads the whole machine regardless of its own cgroup.
+    topodra reads the whole machine regardless of its own cgroup. ``console``
+    reads ``--of console -v`` instead, which also gives each CPU kind's
+    efficiency rank (the XML export leaves ranking to its reader).
     """
     exe = shutil.which(LSTOPO)
     if exe is None:
         raise FileNotFoundError(f"{LSTOPO} is not installed (Debian package 'hwloc')")
-    cmd = [exe, "--input", str(root), "--if", "fsroot", "--of", "xml", "-"]
+    out_format = ["console", "-v"] if console else ["xml"]
+    cmd = [exe, "--input", str(root), "--if", "fsroot", "--of", *out_format, "-"]
     if disallowed:
         cmd.insert(1, "--disallowed")
     run_env = {k: v for k, v in os.environ.items() if not k.startswith("HWLOC_")}
@@ -849,4 +860,5 @@ def run_lstopo(
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=run_env, check=False)
     if out.returncode != 0:
         raise HwlocParseError(f"{' '.join(cmd)} failed ({out.returncode}): {out.stderr.strip()[:300]}")
-    return parse_xml(out.stdout, where=f"lstopo --input {root}")
+    where = f"lstopo --input {root}"
+    return parse_console(out.stdout, where) if console else parse_xml(out.stdout, where)

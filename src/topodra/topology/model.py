@@ -16,7 +16,7 @@ import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Protocol
+from typing import Final, Protocol
 
 from topodra.cpuset import CPUSet
 
@@ -28,6 +28,8 @@ __all__ = [
     "NUMANode",
     "Topology",
     "CoreTypeSource",
+    "PCIDevice",
+    "PCIRoot",
 ]
 
 
@@ -40,12 +42,12 @@ class CoreType(enum.StrEnum):
 
 
 class CoreTypeSource(enum.StrEnum):
-    """Where the core types came from, in order of precedence."""
+    """What told the CPU kinds apart (``topology.coretypes``)."""
 
     INTEL_PMU = "intel-pmu"  # /sys/devices/cpu_core/cpus, /sys/devices/cpu_atom/cpus
-    CPU_CAPACITY = "cpu-capacity"  # ARM big.LITTLE: cpuN/cpu_capacity
-    ACPI_CPPC = "acpi-cppc"  # cpuN/acpi_cppc/highest_perf
-    MAX_FREQUENCY = "max-frequency"  # cpuinfo_max_freq classes (last resort)
+    CPU_CAPACITY = "cpu-capacity"  # cpuN/cpu_capacity (ARM big.LITTLE / DynamIQ)
+    BASE_FREQUENCY = "base-frequency"  # cpuN/cpufreq/base_frequency
+    MAX_FREQUENCY = "max-frequency"  # cpuN/cpufreq/cpuinfo_max_freq
     NONE = "none"  # a single kind of CPU
 
 
@@ -90,6 +92,7 @@ class CPUInfo:
     l2: int | None = None
     l3: int | None = None
     core_type: CoreType = CoreType.STANDARD
+    kind: int = 0  # rank of the CPU's kind as hwloc ranks them: 0 = least performant
     base_freq_khz: int | None = None
     min_freq_khz: int | None = None
     max_freq_khz: int | None = None
@@ -111,6 +114,55 @@ class NUMANode:
     @property
     def memory_only(self) -> bool:
         return not self.cpus
+
+
+#: PCI base classes of the machine's own plumbing (see ``PCIDevice.is_endpoint``).
+_INFRASTRUCTURE_CLASSES: Final = frozenset({0x06, 0x08, 0x11})
+
+
+@dataclass(frozen=True, slots=True)
+class PCIDevice:
+    """One PCI device as sysfs lists it (``sys/bus/pci/devices/<address>``).
+
+    ``cpus``: its ``local_cpus`` as the kernel wrote them (None when it gave none);
+    ``node``: its ``numa_node`` (None for -1 or missing); ``class_code``: the 24-bit
+    class, e.g. 0x030200 for a 3D controller (None when unknown).
+    """
+
+    address: str  # "0000:65:00.0"
+    class_code: int | None = None
+    cpus: CPUSet | None = None
+    node: int | None = None
+
+    @property
+    def is_display(self) -> bool:
+        """A display controller (base class 0x03: VGA, XGA, 3D): what a GPU shows as."""
+        return self.class_code is not None and self.class_code >> 16 == 0x03
+
+    @property
+    def is_endpoint(self) -> bool:
+        """A device another DRA driver could publish: anything but a bridge (class 0x06), a base
+        system peripheral (0x08: interrupt controllers, IOMMUs, uncore registers) or a signal
+        processing controller (0x11: performance counters). An unknown class counts."""
+        return self.class_code is None or self.class_code >> 16 not in _INFRASTRUCTURE_CLASSES
+
+
+@dataclass(frozen=True, slots=True)
+class PCIRoot:
+    """A PCIe root complex (``pci0000:00``, the name of the standard ``pcieRoot`` attribute),
+    its devices and the online CPUs local to it (``topology.pci`` says how they are found)."""
+
+    name: str
+    cpus: CPUSet
+    devices: tuple[PCIDevice, ...] = ()
+    nodes: tuple[int, ...] = ()  # NUMA nodes its devices name
+    #: False when no device below it told its locality: ``cpus`` is then every online CPU
+    locality_known: bool = True
+
+    @property
+    def has_endpoint(self) -> bool:
+        """Whether it holds a device another driver could publish (``PCIDevice.is_endpoint``)."""
+        return any(d.is_endpoint for d in self.devices)
 
 
 class _TopologyFields(Protocol):
@@ -180,6 +232,8 @@ class Topology(_NodeQueries):
     core_type_source: CoreTypeSource = CoreTypeSource.NONE
     source: str = ""
     warnings: tuple[str, ...] = ()
+    #: PCIe root complexes in name order (empty: the machine gave no PCI data)
+    pci_roots: tuple[PCIRoot, ...] = ()
 
     # --- CPU sets -----------------------------------------------------
     @cached_property
@@ -248,6 +302,10 @@ class Topology(_NodeQueries):
     def core_types(self) -> list[CoreType]:
         return sorted(self._index.core_type, key=list(CoreType).index)
 
+    def cpu_kinds(self) -> list[CPUSet]:
+        """The CPUs of each kind, least performant first (by ``CPUInfo.kind``)."""
+        return [self._index.kind[k] for k in sorted(self._index.kind)]
+
     @property
     def hybrid(self) -> bool:
         return len(self._index.core_type) > 1
@@ -255,6 +313,23 @@ class Topology(_NodeQueries):
     @property
     def threads_per_core(self) -> int:
         return max((len(c.siblings) for c in self.cpus.values()), default=1)
+
+    # --- PCIe roots -----------------------------------------------------
+    def pcie_roots_of(self, cpu: int) -> tuple[str, ...]:
+        """Names of the PCIe roots CPU ``cpu`` is local to, in name order, counting only roots
+        that hold an endpoint device (``PCIRoot.has_endpoint``): the others (bridges and
+        uncore registers only) hold nothing another driver could align with."""
+        return self._roots_by_cpu.get(cpu, ())
+
+    @cached_property
+    def _roots_by_cpu(self) -> dict[int, tuple[str, ...]]:
+        out: dict[int, list[str]] = {}
+        for root in self.pci_roots:
+            if not root.has_endpoint:
+                continue
+            for c in root.cpus:
+                out.setdefault(c, []).append(root.name)
+        return {c: tuple(names) for c, names in out.items()}
 
 
 _EMPTY = CPUSet()
@@ -271,11 +346,12 @@ class _Index:
     l2: dict[int, CPUSet]
     l3: dict[int, CPUSet]
     core_type: dict[CoreType, CPUSet]
+    kind: dict[int, CPUSet]
 
     @staticmethod
     def build(cpus: Iterable[CPUInfo]) -> _Index:
         groups: dict[str, dict[object, int]] = {
-            k: {} for k in ("package", "die", "cluster", "core", "l2", "l3", "core_type")
+            k: {} for k in ("package", "die", "cluster", "core", "l2", "l3", "core_type", "kind")
         }
         for c in cpus:
             bit = 1 << c.id
@@ -287,6 +363,7 @@ class _Index:
                 ("l2", c.l2),
                 ("l3", c.l3),
                 ("core_type", c.core_type),
+                ("kind", c.kind),
             ):
                 if key is None:
                     continue
@@ -303,5 +380,6 @@ class _Index:
             core=sets("core"),
             l2=sets("l2"),
             l3=sets("l3"),
+            kind=sets("kind"),
             core_type={CoreType(k): CPUSet.from_mask(m) for k, m in groups["core_type"].items()},  # type: ignore[arg-type]
         )

@@ -82,6 +82,8 @@ def _core_label(t: Topology, core: Hashable, cpus: CPUSet) -> str:
         parts.append(f"{_ghz(c.base_freq_khz)}/{_ghz(c.max_freq_khz)} GHz")
     if c.capacity is not None:
         parts.append(f"capacity {c.capacity}")
+    if len(t.cpu_kinds()) > 1:
+        parts.append(f"kind {c.kind}")
     return " · ".join(parts)
 
 
@@ -242,18 +244,35 @@ def _sets_and_kinds(t: Topology) -> Table:
     table.add_row(
         "core types", f"{', '.join(k.value for k in t.core_types())} (source: {t.core_type_source.value})"
     )
+    kinds = t.cpu_kinds()
+    if len(kinds) > 1:
+        table.add_row("CPU kinds", ", ".join(f"{i}: {k.format()}" for i, k in enumerate(kinds)) + " (0 = slowest)")
     for n in t.nodes.values():
         tier = f", tier {n.tier}" if n.tier is not None else ""
         table.add_row(f"node {n.id} memory", f"{n.kind.value}{tier}: {n.kind_reason}")
     return table
 
 
+def pci_table(t: Topology) -> Table | None:
+    """The PCIe roots and the CPUs local to each, or None without PCI data."""
+    if not t.pci_roots:
+        return None
+    table = Table(title="PCIe roots", show_edge=False)
+    for name in ("root", "local CPUs", "NUMA nodes", "devices", "endpoints"):
+        table.add_column(name)
+    for r in t.pci_roots:
+        cpus = r.cpus.format() + ("" if r.locality_known else " (unknown: all)")
+        ends = sum(d.is_endpoint for d in r.devices)
+        table.add_row(r.name, cpus, ",".join(map(str, r.nodes)) or "-", str(len(r.devices)), str(ends))
+    return table
+
+
 def render_topology(t: Topology) -> RichGroup:
-    """Everything ``topodra topology`` prints: tree, CPU sets, distances, warnings."""
+    """Everything ``topodra topology`` prints: tree, CPU sets, distances, PCIe roots, warnings."""
     parts: list[Tree | Table | Text] = [topology_tree(t), _sets_and_kinds(t)]
-    dist = distance_table(t)
-    if dist is not None:
-        parts.append(dist)
+    for extra in (distance_table(t), pci_table(t)):
+        if extra is not None:
+            parts.append(extra)
     for w in t.warnings:
         parts.append(Text(f"warning: {w}", style="yellow"))
     return RichGroup(*parts)

@@ -22,13 +22,15 @@ from topodra.topology.model import (
     CPUInfo,
     MemoryKind,
     NUMANode,
+    PCIDevice,
+    PCIRoot,
     Topology,
 )
 
 __all__ = ["SCHEMA", "topology_from_dict", "topology_to_dict"]
 
 #: Version of the dict layout.
-SCHEMA = 1
+SCHEMA = 2
 
 _CPU_INTS = ("id", "package", "die", "die_id", "cluster", "cluster_id", "core", "core_id", "node")
 _CPU_OPT_INTS = ("l1d", "l1i", "l2", "l3", "base_freq_khz", "min_freq_khz", "max_freq_khz", "capacity")
@@ -84,6 +86,24 @@ def topology_to_dict(t: Topology) -> dict[str, Any]:
             for k in t.caches
         ],
         "warnings": list(t.warnings),
+        "pci_roots": [
+            {
+                "name": r.name,
+                "cpus": r.cpus.format(),
+                "nodes": list(r.nodes),
+                "locality_known": r.locality_known,
+                "devices": [
+                    {
+                        "address": d.address,
+                        "class": None if d.class_code is None else f"0x{d.class_code:06x}",
+                        "cpus": None if d.cpus is None else d.cpus.format(),
+                        "node": d.node,
+                    }
+                    for d in r.devices
+                ],
+            }
+            for r in t.pci_roots
+        ],
     }
 
 
@@ -93,6 +113,7 @@ def _cpu_to_dict(c: CPUInfo) -> dict[str, Any]:
     for name in _CPU_OPT_INTS:
         out[name] = getattr(c, name)
     out["core_type"] = c.core_type.value
+    out["kind"] = c.kind
     out["isolated"] = c.isolated
     return out
 
@@ -196,7 +217,47 @@ def topology_from_dict(data: object) -> Topology:
         core_type_source=top.choice("core_type_source", CoreTypeSource, CoreTypeSource.NONE.value),
         source=top.text("source", ""),
         warnings=tuple(warnings),
+        pci_roots=_read_pci_roots(top.items("pci_roots", [])),
     )
+
+
+def _read_pci_roots(items: list[Any]) -> tuple[PCIRoot, ...]:
+    """The ``pci_roots`` list (absent in dicts written before it existed: no PCI data)."""
+    roots = []
+    for i, raw in enumerate(items):
+        f = _Fields(raw, f"pci_roots[{i}]")
+        nodes = f.items("nodes", [])
+        if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in nodes):
+            raise TopologyError(f"pci_roots[{i}].nodes", "expected a list of node ids", repr(nodes))
+        devices = []
+        for j, rd in enumerate(f.items("devices", [])):
+            d = _Fields(rd, f"pci_roots[{i}].devices[{j}]")
+            code = rd.get("class") if isinstance(rd, Mapping) else None
+            if code is not None and not (isinstance(code, str) and code.startswith("0x") and _is_hex(code[2:])):
+                raise TopologyError(d._name("class"), "expected a class such as 0x030000", repr(code))
+            cpus = rd.get("cpus") if isinstance(rd, Mapping) else None
+            devices.append(
+                PCIDevice(
+                    address=d.text("address"),
+                    class_code=None if code is None else int(code, 16),
+                    cpus=None if cpus is None else d.cpuset("cpus"),
+                    node=d.opt_int("node", optional=True, minimum=0),
+                )
+            )
+        roots.append(
+            PCIRoot(
+                name=f.text("name"),
+                cpus=f.cpuset("cpus"),
+                devices=tuple(devices),
+                nodes=tuple(nodes),
+                locality_known=f.flag("locality_known") if "locality_known" in raw else True,
+            )
+        )
+    return tuple(roots)
+
+
+def _is_hex(text: str) -> bool:
+    return bool(text) and all(c in "0123456789abcdefABCDEF" for c in text)
 
 
 def _read_cpus(items: list[Any]) -> dict[int, CPUInfo]:
@@ -221,6 +282,7 @@ def _read_cpus(items: list[Any]) -> dict[int, CPUInfo]:
             l2=opt["l2"],
             l3=opt["l3"],
             core_type=f.choice("core_type", CoreType, CoreType.STANDARD.value),
+            kind=f.req_int("kind", minimum=0),
             base_freq_khz=opt["base_freq_khz"],
             min_freq_khz=opt["min_freq_khz"],
             max_freq_khz=opt["max_freq_khz"],

@@ -7,7 +7,9 @@ Compact spec strings name the counts: ``2s1d2n2l8c2t`` is 2 sockets, 1 die
 per socket, 2 NUMA nodes per die, 2 L3 groups per NUMA node, 8 cores per L3
 group and 2 threads per core (128 CPUs). ``4e`` adds four single-thread
 E-cores per L3 group (a hybrid machine); ``+hbm`` / ``+cxl`` / ``+pmem``
-add one memory-only node of that kind per socket.
+add one memory-only node of that kind per socket; ``+pci`` gives every NUMA node
+with CPUs a PCIe root of its own (``pci0000:00``, ``pci0000:20``...) holding a
+host bridge and a 3D controller local to that node's CPUs.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from topodra.topology.model import (
     CPUInfo,
     MemoryKind,
     NUMANode,
+    PCIDevice,
+    PCIRoot,
     Topology,
 )
 
@@ -48,6 +52,7 @@ class MachineSpec:
     e_cores_per_l3: int = 0
     memory_per_node_gib: int = 64
     memory_only: tuple[MemoryKind, ...] = field(default_factory=tuple)
+    pci: bool = False  # a PCIe root per NUMA node with CPUs
     #: "spread": thread k of every core comes after thread k-1 of all cores
     #: (as Linux numbers Intel/AMD servers); "adjacent": siblings are neighbours.
     smt_numbering: str = "spread"
@@ -88,6 +93,8 @@ class MachineSpec:
             s += f"{self.e_cores_per_l3}e"
         for kind in self.memory_only:
             s += f"+{kind.value.lower()}"
+        if self.pci:
+            s += "+pci"
         return s
 
     @classmethod
@@ -109,10 +116,13 @@ class MachineSpec:
             raise SpecError(
                 f"invalid machine spec {text!r}: expected counts like 2s1d2n2l8c2t "
                 "(s=sockets, d=dies, n=NUMA per die, l=L3 per NUMA, c=cores per L3, "
-                "t=threads, e=E-cores per L3) and optional +hbm/+cxl/+pmem"
+                "t=threads, e=E-cores per L3) and optional +hbm/+cxl/+pmem/+pci"
             )
         kinds = []
+        pci = "pci" in extras
         for extra in extras:
+            if extra == "pci":
+                continue
             try:
                 kinds.append(MemoryKind(extra.upper()))
             except ValueError:
@@ -126,6 +136,7 @@ class MachineSpec:
             threads_per_core=counts["t"],
             e_cores_per_l3=counts["e"],
             memory_only=tuple(kinds),
+            pci=pci,
         )
 
 
@@ -161,7 +172,23 @@ def synthetic_topology(spec: MachineSpec | str) -> Topology:
         online_cpus=all_cpus,
         core_type_source=CoreTypeSource.INTEL_PMU if spec.e_cores_per_l3 else CoreTypeSource.NONE,
         source=f"synthetic:{spec.name}",
+        pci_roots=_pci_roots(nodes) if spec.pci else (),
     )
+
+
+def _pci_roots(nodes: dict[int, NUMANode]) -> tuple[PCIRoot, ...]:
+    """A root per NUMA node with CPUs, eight buses apart as on a server (``pci0000:00``,
+    ``pci0000:20``... then the next domain): a host bridge and a 3D controller on its root bus."""
+    roots = []
+    for i, node in enumerate(n for n in nodes.values() if n.cpus):
+        domain, bus = divmod(i, 8)
+        prefix = f"{domain:04x}:{bus * 0x20:02x}"
+        devices = (
+            PCIDevice(f"{prefix}:00.0", 0x060000, node.cpus, node.id),
+            PCIDevice(f"{prefix}:01.0", 0x030200, node.cpus, node.id),
+        )
+        roots.append(PCIRoot(name=f"pci{prefix}", cpus=node.cpus, devices=devices, nodes=(node.id,)))
+    return tuple(roots)
 
 
 def _enumerate_cores(spec: MachineSpec) -> list[_Core]:
@@ -235,6 +262,7 @@ def _cpu_infos(spec: MachineSpec, cores: list[_Core], threads: list[list[int]]) 
                 l2=l2,
                 l3=core.l3,
                 core_type=core_type,
+                kind=0 if core_type is CoreType.E_CORE else int(hybrid),
                 base_freq_khz=1_400_000 if core.efficient else 1_900_000,
                 min_freq_khz=400_000,
                 max_freq_khz=3_900_000 if core.efficient else 5_000_000,

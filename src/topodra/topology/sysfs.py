@@ -21,17 +21,17 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from topodra.cpuset import CPUSet
-from topodra.topology.coretypes import CoreTypeInputs, classify_core_types
+from topodra.topology.coretypes import CoreTypeInputs, CpuKinds, classify_cpu_kinds
 from topodra.topology.errors import TopologyError
-from topodra.topology.memkind import NodeMemoryFacts, classify_memory
+from topodra.topology.memkind import NodeMemoryFacts, classify_memory, is_knl, knl_mcdram_nodes
 from topodra.topology.model import (
     CacheInstance,
-    CoreType,
     CPUInfo,
     MemoryKind,
     NUMANode,
     Topology,
 )
+from topodra.topology.pci import read_pci_roots
 from topodra.topology.sysfs_tree import SysfsTree
 
 __all__ = ["read_topology", "TopologyError"]
@@ -81,7 +81,7 @@ class _CPURaw:
     min_freq: int | None = None
     max_freq: int | None = None
     capacity: int | None = None
-    highest_perf: int | None = None
+    nominal_freq: int | None = None  # kHz, from CPPC nominal_freq (MHz)
 
 
 # --- partitions ---------------------------------------------------------------------
@@ -352,18 +352,24 @@ class _Reader:
             raw = {c: self.read_cpu(c) for c in online}
         self.drop_lone_masks(online, raw)
         nodes, distances, node_of = self.read_nodes(online, raw)
-        core_types, source = classify_core_types(
+        kinds = classify_cpu_kinds(
             CoreTypeInputs(
                 online=online,
                 pmu_core=t.cpulist("sys/devices/cpu_core/cpus"),
                 pmu_atom=t.cpulist("sys/devices/cpu_atom/cpus"),
                 pmu_lowpower=t.cpulist("sys/devices/cpu_lowpower/cpus"),
-                capacity=_complete({c: r.capacity for c, r in raw.items()}),
-                cppc_highest_perf=_complete({c: r.highest_perf for c, r in raw.items()}),
-                max_freq_khz=_complete({c: r.max_freq for c, r in raw.items()}),
+                capacity=_known({c: r.capacity for c, r in raw.items()}),
+                base_freq_khz=_known({c: r.base_freq for c, r in raw.items()}),
+                max_freq_khz=_known({c: r.max_freq for c, r in raw.items()}),
             )
         )
-        final, caches = self.assemble_cpus(online, raw, node_of, core_types, isolated)
+        if kinds.unknown:
+            self.warn(
+                f"CPUs {kinds.unknown} report no capacity, frequency or PMU type while others do: "
+                "their CPU kind is unknown and ranked lowest"
+            )
+        final, caches = self.assemble_cpus(online, raw, node_of, kinds, isolated)
+        pci_roots = read_pci_roots(t, online, {n: node.cpus for n, node in nodes.items()}, self.warn)
         return Topology(
             cpus=final,
             nodes=nodes,
@@ -374,9 +380,10 @@ class _Reader:
             online_cpus=online,
             isolated=isolated,
             nohz_full=nohz,
-            core_type_source=source,
+            core_type_source=kinds.source,
             source=f"sysfs:{os.fspath(t.root)}",
             warnings=tuple(self.warnings),
+            pci_roots=pci_roots,
         )
 
     # --- one read per group -----------------------------------------------------
@@ -533,12 +540,12 @@ class _Reader:
             r.base_freq = self.soft_int(f"{base}/cpufreq/base_frequency")
             r.min_freq = self.soft_int(f"{base}/cpufreq/cpuinfo_min_freq")
             r.max_freq = self.soft_int(f"{base}/cpufreq/cpuinfo_max_freq")
-        if "acpi_cppc" in entries:
-            r.highest_perf = self.soft_int(f"{base}/acpi_cppc/highest_perf")
-            if r.base_freq is None:
-                nominal = self.soft_int(f"{base}/acpi_cppc/nominal_freq")
-                if nominal:
-                    r.base_freq = nominal * 1000  # MHz -> kHz
+        if "acpi_cppc" in entries and r.base_freq is None:
+            # The base frequency shown when cpufreq has none; CPU kinds use only
+            # cpufreq's, as hwloc 2.9 does.
+            nominal = self.soft_int(f"{base}/acpi_cppc/nominal_freq")
+            if nominal:
+                r.nominal_freq = nominal * 1000  # MHz -> kHz
         if "cpu_capacity" in entries:
             r.capacity = self.soft_int(f"{base}/cpu_capacity")
 
@@ -648,7 +655,7 @@ class _Reader:
         online: CPUSet,
         raw: Mapping[int, _CPURaw],
         node_of: Mapping[int, int],
-        core_types: Mapping[int, CoreType],
+        kinds: CpuKinds,
         isolated: CPUSet,
     ) -> tuple[dict[int, CPUInfo], tuple[CacheInstance, ...]]:
         grouping = _Grouping(raw, self.known, self.warnings)
@@ -677,11 +684,12 @@ class _Reader:
                 l1i=_cache_of(caches, c, 1, "Instruction"),
                 l2=_cache_of(caches, c, 2, "Unified", "Data"),
                 l3=_cache_of(caches, c, 3, "Unified", "Data"),
-                base_freq_khz=r.base_freq,
+                base_freq_khz=r.base_freq or r.nominal_freq,
                 min_freq_khz=r.min_freq,
                 max_freq_khz=r.max_freq,
                 capacity=r.capacity,
-                core_type=core_types[c],
+                core_type=kinds.core_types[c],
+                kind=kinds.kind_of[c],
                 isolated=c in isolated,
             )
         return cpus, self.cache_instances(caches)
@@ -795,7 +803,7 @@ class _Reader:
         cpu_sets = {n: CPUSet.from_mask(on_node[n]) for n in node_ids}
         order = list(online_nodes) if online_nodes is not None else node_ids
         distances = self.read_distances(node_ids, order)
-        kinds = self.memory_kinds(node_ids, cpu_sets, memory, online)
+        kinds = self.memory_kinds(node_ids, cpu_sets, memory, distances)
         nodes: dict[int, NUMANode] = {}
         for n in node_ids:
             kind, reason, tier = kinds[n]
@@ -884,7 +892,7 @@ class _Reader:
         node_ids: list[int],
         cpu_sets: Mapping[int, CPUSet],
         memory: Mapping[int, int],
-        online: CPUSet,
+        distances: Mapping[tuple[int, int], int],
     ) -> dict[int, tuple[MemoryKind, str, int | None]]:
         t = self.t
         tiers: dict[int, int] = {}
@@ -892,33 +900,19 @@ class _Reader:
             nl = t.cpulist(f"{TIER_DIR}/{name}/nodelist")
             for n in nl or ():
                 tiers.setdefault(n, tier)
-        dax: dict[int, tuple[MemoryKind, str]] = {}
-        for name in sorted(t.listdir(DAX_DIR)):
-            target = self.soft_int(f"{DAX_DIR}/{name}/target_node")
-            if target is None or target < 0:
-                continue
-            if not t.exists(f"sys/bus/dax/drivers/kmem/{name}"):
-                continue
-            path = t.realpath(f"{DAX_DIR}/{name}")
-            kind = _dax_kind(path)
-            if kind is not None:
-                dax.setdefault(target, (kind, f"DAX device {name} on {_dax_bus(kind)} (kmem)"))
+        dax = _dax_nodes(self)
         cxl_present = bool(t.listdir(CXL_DIR))
         gpus = self.gpu_memory_nodes()
-        # Fake NUMA (numa=fake=) splits nodes without updating HMAT, so hwloc
-        # ignores HMAT then; so does topodra.
+        mcdram: list[int] = []
+        if is_knl(t.text("proc/cpuinfo") or ""):
+            mcdram = knl_mcdram_nodes(node_ids, [n for n in node_ids if not cpu_sets[n]], distances)
+        # Fake NUMA (numa=fake=) splits nodes without updating HMAT, so hwloc (2.10 and
+        # later) ignores HMAT then; so does topodra.
         fake_numa = "numa=fake=" in (t.text("proc/cmdline") or "")
         facts = []
         for n in node_ids:
-            d = f"{NODE_DIR}/node{n}"
-            bw = lat = None
-            # access1 ranks CPU initiators only; access0 may rank a generic
-            # initiator (an accelerator) first. hwloc reads access1, else access0.
-            for access in () if fake_numa else ("access1", "access0"):
-                if t.isdir(f"{d}/{access}/initiators"):
-                    bw = self.soft_int(f"{d}/{access}/initiators/read_bandwidth") or None
-                    lat = self.soft_int(f"{d}/{access}/initiators/read_latency") or None
-                    break
+            perf = {} if fake_numa else _hmat(self, n)
+            rbw, wbw = perf.get("read_bandwidth"), perf.get("write_bandwidth")
             dk = dax.get(n)
             facts.append(
                 NodeMemoryFacts(
@@ -926,12 +920,15 @@ class _Reader:
                     has_cpus=bool(cpu_sets[n]),
                     memory_bytes=memory[n],
                     tier=tiers.get(n),
-                    dax_kind=dk[0] if dk else None,
-                    dax_evidence=dk[1] if dk else "",
-                    read_bandwidth=bw,
-                    read_latency=lat,
-                    memory_side_cache=t.isdir(f"{d}/memory_side_cache"),
+                    dax=dk[0] if dk else "",
+                    dax_cxl=dk[1] if dk else False,
+                    dax_evidence=dk[2] if dk else "",
+                    bandwidth=(rbw + wbw) // 2 if rbw and wbw else None,
+                    read_bandwidth=rbw,
+                    read_latency=perf.get("read_latency"),
+                    memory_side_cache=t.isdir(f"{NODE_DIR}/node{n}/memory_side_cache"),
                     gpu=gpus.get(n, ""),
+                    mcdram=n in mcdram,
                 )
             )
         got = classify_memory(facts, cxl_present)
@@ -961,6 +958,42 @@ class _Reader:
 # --- helpers ------------------------------------------------------------------------
 
 
+def _hmat(r: _Reader, n: int) -> dict[str, int]:
+    """HMAT figures of node ``n`` from its best CPU initiators (0 = unknown is left out).
+
+    access1 ranks CPU initiators only; access0 may rank a generic initiator
+    (an accelerator) first. hwloc reads access1, else access0.
+    """
+    d = f"{NODE_DIR}/node{n}"
+    access = "access1" if r.t.isdir(f"{d}/access1/initiators") else "access0"
+    out: dict[str, int] = {}
+    for name in ("read_bandwidth", "write_bandwidth", "read_latency"):
+        value = r.soft_int(f"{d}/{access}/initiators/{name}")
+        if value:
+            out[name] = value
+    return out
+
+def _dax_nodes(r: _Reader) -> dict[int, tuple[str, bool, str]]:
+    """Nodes of kmem-bound DAX devices: hwloc's DAXType ("NVM" on an NVDIMM bus, else
+    "SPM"), whether the device is on a CXL region, and the evidence."""
+    t = r.t
+    root = t.realpath(".")
+    out: dict[int, tuple[str, bool, str]] = {}
+    for name in sorted(t.listdir(DAX_DIR)):
+        target = r.soft_int(f"{DAX_DIR}/{name}/target_node")
+        if target is None or target < 0 or not t.exists(f"sys/bus/dax/drivers/kmem/{name}"):
+            continue
+        path = os.path.relpath(t.realpath(f"{DAX_DIR}/{name}"), root)
+        dax_type = "NVM" if "ndbus" in path else "SPM"
+        cxl = any(p.startswith(("ACPI0017", "decoder", "cxl")) for p in path.split("/"))
+        where = (
+            "an NVDIMM region" if dax_type == "NVM" else "a CXL region" if cxl else "soft-reserved memory"
+        )
+        out.setdefault(target, (dax_type, cxl, f"DAX device {name} on {where} (kmem)"))
+    return out
+
+
+
 def _or(value: int | None, default: int) -> int:
     return default if value is None else value
 
@@ -974,20 +1007,18 @@ def _valid(ident: int | None) -> int | None:
     return ident if ident is not None and ident >= 0 else None
 
 
-def _complete(values: Mapping[int, int | None]) -> dict[int, int] | None:
-    """The mapping when every CPU has a value, else None."""
-    if any(v is None for v in values.values()):
-        return None
+def _known(values: Mapping[int, int | None]) -> dict[int, int]:
+    """The CPUs that have a value."""
     return {c: v for c, v in values.items() if v is not None}
 
 
 def _share_core_values(raw: Mapping[int, _CPURaw], rep: int, core: int) -> None:
-    """Copy the frequencies, capacity and CPPC read at ``rep`` to the other CPUs of its core."""
+    """Copy the frequencies and capacity read at ``rep`` to the other CPUs of its core."""
     src = raw[rep]
     for m in CPUSet.from_mask(core & ~(1 << rep)):
         r = raw[m]
         r.base_freq, r.min_freq, r.max_freq = src.base_freq, src.min_freq, src.max_freq
-        r.capacity, r.highest_perf = src.capacity, src.highest_perf
+        r.capacity, r.nominal_freq = src.capacity, src.nominal_freq
 
 
 def _parse_size(text: str) -> int | None:
@@ -996,16 +1027,3 @@ def _parse_size(text: str) -> int | None:
     if not body.isdigit() or not body.isascii():
         return None
     return int(body) * mult.get(unit, 1)
-
-
-def _dax_kind(path: str) -> MemoryKind | None:
-    parts = path.split("/")
-    if any(p.startswith(("ndbus", "ACPI0012")) for p in parts):
-        return MemoryKind.PMEM
-    if any(p.startswith(("ACPI0017", "decoder", "cxl")) for p in parts):
-        return MemoryKind.CXL
-    return None
-
-
-def _dax_bus(kind: MemoryKind) -> str:
-    return "an NVDIMM region" if kind is MemoryKind.PMEM else "a CXL region"

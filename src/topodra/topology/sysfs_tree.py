@@ -103,6 +103,13 @@ class SysfsTree:
     def realpath(self, rel: str) -> str:
         return os.path.realpath(self._prefix + rel)
 
+    def readlink(self, rel: str) -> str | None:
+        """A symlink's target as written; None when ``rel`` is missing or not a symlink."""
+        try:
+            return os.readlink(self._prefix + rel)
+        except OSError:  # missing, or not a symlink (EINVAL)
+            return None
+
     # --- typed access -------------------------------------------------------
     def int(self, rel: str) -> int | None:
         """A decimal integer file; None when missing, error on garbage."""

@@ -15,7 +15,11 @@ picks the first of the variants ``stable``, ``incubating``, ``experimental`` tha
 enabled feature; with 1.36's default gates ``DRAConsumableCapacity`` and
 ``DRADeviceBindingConditions`` are on (beta), which ``stable`` lacks, and
 ``DRAListTypeAttributes`` (alpha, the only addition of ``experimental``) is off: the scheduler
-runs ``internal/incubating``. This package follows that variant, module by module:
+runs ``internal/incubating``. It runs it with that gate on too: the scheduler passes the gate to
+its CEL environment but not to the allocator (``AllocatorFeatures`` in
+``pkg/scheduler/framework/plugins/dynamicresources/dynamicresources.go``), so ``experimental``
+is never chosen in 1.36 (the recording ``v13-pcie-root`` shows it). This package follows
+``incubating``, module by module:
 
 - ``search``: ``internal/incubating/allocator_incubating.go`` (``Allocate``,
   ``validateDeviceRequest``, ``allocateOne``, ``isSelectable``, ``allocateDevice``,

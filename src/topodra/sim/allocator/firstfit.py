@@ -142,11 +142,13 @@ class FirstFit:
         return result
 
     def _eval(self, expr: str, d: Device) -> bool | None:
+        if d.list_attribute and not self.allocator.list_type_attributes:
+            return None  # the allocator's error (Allocator.evaluate)
         key = (expr, d.fingerprint)
         if key in self._sel:
             return self._sel[key]
         try:
-            hit: bool | None = compile_selector(expr).matches(d.cel())
+            hit: bool | None = compile_selector(expr, lists=self.allocator.list_type_attributes).matches(d.cel())
         except CelError:
             hit = None
         if len(self._sel) > 100_000:

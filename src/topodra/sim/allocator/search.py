@@ -111,6 +111,7 @@ class Allocator:
         solve_after: int | None = None,
         solve_on_backtrack: bool = True,
         plain: bool = False,
+        list_type_attributes: bool = False,
     ) -> None:
         """``budget``: the Filter timeout in counted work (``"default"``: the default cost
         model's; ``None``: no timeout). ``plain``: the plain search alone, every acceleration off
@@ -123,7 +124,13 @@ class Allocator:
         same for solving the last request by dynamic programming (default 16, at most
         ``fast_after``). ``solve_on_backtrack``: also solve it as soon as one of its devices under
         a ``distinctAttribute`` is taken back (the search is past first fit; counting cannot
-        decide such subtrees).
+        decide such subtrees). ``list_type_attributes``: the scheduler's gate
+        ``DRAListTypeAttributes``: selectors see list attributes (without it a device with one
+        fails every selector). Constraints compare values as before either way: kube-scheduler
+        1.36 does not hand the gate to its allocator (``AllocatorFeatures`` in
+        ``pkg/scheduler/framework/plugins/dynamicresources/dynamicresources.go`` sets no
+        ``ListTypeAttributes``), so it runs ``internal/incubating``, not ``experimental``, and a
+        list value matches nothing in ``matchAttribute`` (``constraints``).
         """
         cache: DeviceCache = {}
         self.slices = [s if isinstance(s, Slice) else parse_slice(s, cache) for s in slices]
@@ -134,6 +141,7 @@ class Allocator:
         self.fast_after = fast_after
         self.solve_after = min(fast_after, 16 if solve_after is None else solve_after)
         self.solve_on_backtrack = solve_on_backtrack
+        self.list_type_attributes = list_type_attributes
         self.max_calls = max_calls
         if budget == "default":
             from topodra.sim.costmodel import DEFAULT_COSTS  # costmodel imports this package
@@ -181,13 +189,20 @@ class Allocator:
         return result, search.stats
 
     def evaluate(self, expression: str, device: Device, stats: SearchStats) -> bool:
-        """A selector's result on a device through the cross-call cache (raises its CEL error)."""
+        """A selector's result on a device through the cross-call cache (raises its CEL error).
+
+        Without ``DRAListTypeAttributes`` a device with a list attribute fails every selector:
+        upstream converts all attributes before evaluating (``cel/compile.go``
+        ``DeviceMatches``, ``getAttributeValue``)."""
+        if device.list_attribute and not self.list_type_attributes:
+            stats.engine_evals += 1
+            raise CelRuntimeError(expression, f"attribute {device.list_attribute}: unsupported attribute value")
         key = (expression, device.driver if reads_only_driver(expression) else device.fingerprint)
         hit = self._sel_cache.get(key)
         if hit is None:
             stats.engine_evals += 1
             try:
-                hit = compile_selector(expression).matches(device.cel())
+                hit = compile_selector(expression, lists=self.list_type_attributes).matches(device.cel())
             except CelError as e:
                 hit = e
             if len(self._sel_cache) > 200_000:
