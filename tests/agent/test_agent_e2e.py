@@ -266,6 +266,26 @@ def test_metrics_and_state_endpoints() -> None:
     run(body)
 
 
+def test_state_names_the_cpus_the_slices_offer() -> None:
+    """``/state``'s ``offer``: the CPUs of the published devices, without an exclusive grant's."""
+
+    async def body(pg: Playground) -> None:
+        assert pg.agent is not None
+        await pg.apply([_pod("solo", "2", "2")])
+        held = pg.cpus_of("solo")
+        assert len(held) == 2
+        await pg.agent.publisher.settle()
+        published = CPUSet()
+        for s in pg.slices():
+            for d in s["spec"].get("devices") or []:
+                published |= CPUSet([d["attributes"]["cpu"]["int"]])
+        offer = CPUSet.parse(pg.agent.state()["offer"])
+        assert offer == published
+        assert offer.isdisjoint(held)
+
+    run(body)
+
+
 def test_replies_delivery_defers_to_the_next_event_reply() -> None:
     """Delivery "replies" (runtimes whose NRI may deadlock on unsolicited updates): with no cgroup
     to write, the changes ride on the next reply, and no UpdateContainers is ever sent."""
