@@ -581,6 +581,7 @@ class SliceReconciler:
     ) -> None:
         backoff = 0.5
         fast = False
+        raced = False  # the last pass met another writer: one more at once, then the backoff
         while not stop.is_set():
             self._wake.clear()
             requested = self._requested
@@ -593,8 +594,18 @@ class SliceReconciler:
                 self._progress = asyncio.Event()
                 self.last_error = ""
                 backoff = 0.5
+                raced = False
             except ApiError as exc:
                 self.last_error = _brief(exc) + _hint(exc)
+                if (exc.is_not_found or exc.code == 409) and not raced:
+                    # A slice deleted or changed by someone else between the list and the write
+                    # (the kubelet wipes a node's slices one by one): drift, followed at once.
+                    raced = True
+                    log.info("pool %s changed while it was written (%s): re-syncing", self.node_name, self.last_error)
+                    await _end(box)
+                    fast = False
+                    await asyncio.wait({stopper}, timeout=self._resync_delay)
+                    continue
                 log.warning("publishing slices for %s failed: %s (retry in %.1fs)", self.node_name, self.last_error, backoff)
                 await _end(box)
                 fast = False
