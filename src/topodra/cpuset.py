@@ -46,7 +46,8 @@ class CPUSetParseError(ValueError):
 
 def _parse_id(token: str, whole: str) -> int:
     if not token.isascii() or not token.isdigit():
-        raise CPUSetParseError(whole, f"{token!r} is not a CPU id")
+        what = "not a CPU id or range" if token == whole.strip(_SPACE) else f"{token!r} is not a CPU id"
+        raise CPUSetParseError(whole, what)
     value = int(token)
     if value > MAX_CPU_ID:
         raise CPUSetParseError(whole, f"CPU id {value} exceeds {MAX_CPU_ID}")
@@ -122,6 +123,8 @@ class CPUSet:
                 stride = (used, size)
             if "-" in part:
                 lo_s, _, hi_s = part.partition("-")
+                if not lo_s or not hi_s:
+                    raise CPUSetParseError(whole, f"range {part!r} has no {'start (CPU ids are not negative)' if not lo_s else 'end'}")
                 lo, hi = _parse_id(lo_s, whole), _parse_id(hi_s, whole)
                 if lo > hi:
                     raise CPUSetParseError(whole, f"range {part!r} runs backwards")

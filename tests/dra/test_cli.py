@@ -70,7 +70,7 @@ def test_clear_errors(tmp_path: Path) -> None:
         (["dra", "devices", "--topology", "2x"], "invalid machine spec"),
         (["dra", "devices", "--topology", "1s1n1l2c2t", "--reserved", "0-x"], "--reserved"),
         (["dra", "devices", "--topology", "1s1n1l2c2t", "--reserved", "9"], "not online"),
-        (["dra", "devices", "--topology", "no-such-machine"], "known fixture"),
+        (["dra", "devices", "--topology", "no-such-machine"], "or a fixture name"),
         (["dra", "slices", "--node", "Bad_Node", "--topology", "1s1n1l2c2t"], "DNS subdomain"),
     ]
     bad = tmp_path / "bad.yaml"

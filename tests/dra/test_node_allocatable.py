@@ -87,7 +87,7 @@ def test_the_switch_reads_yaml_booleans_and_refuses_other_words() -> None:
     assert parse_config({"devices": {"nodeAllocatable": True}}, "f").devices.node_allocatable == "on"
     assert parse_config({}, "f").devices.node_allocatable == "auto"
     assert DeviceModelConfig.from_mapping({"nodeAllocatable": False}).node_allocatable == "off"
-    with pytest.raises(ValueError, match=r"devices.nodeAllocatable: Input should be 'auto', 'on' or 'off'"):
+    with pytest.raises(ValueError, match=r"f: devices.nodeAllocatable: must be 'auto', 'on' or 'off' \(got 'maybe'\)"):
         parse_config({"devices": {"nodeAllocatable": "maybe"}}, "f")
     with pytest.raises(ValueError, match="nodeAllocatable must be one of auto, on, off"):
         DeviceModelConfig(node_allocatable="maybe")  # type: ignore[arg-type]

@@ -46,3 +46,28 @@ def test_refused_as_the_real_api_server_refuses_it(case: dict[str, Any]) -> None
 
 def test_a_selector_that_compiles_is_stored() -> None:
     assert cel_compile_problem('device.attributes["native.cpu"].coreType == "P-core"') is None
+
+
+RESULT_TYPES = json.loads((Path(__file__).resolve().parents[1] / "data" / "apiserver-rejected" / "cel-result-type.json").read_text())
+
+
+@pytest.mark.parametrize(
+    "case", RESULT_TYPES["refused"], ids=[f"{c['object']['kind']}-{i}" for i, c in enumerate(RESULT_TYPES["refused"])]
+)
+def test_a_selector_that_is_not_a_bool_is_refused_as_the_real_server_refuses_it(case: dict[str, Any]) -> None:
+    """Also in ``firstAvailable`` subrequests, and for ``device.driver`` (a string) or
+    ``device.capacity[...]`` (a Quantity), typed as Kubernetes declares the device's fields."""
+    test_refused_as_the_real_api_server_refuses_it(case)
+
+
+@pytest.mark.parametrize("obj", RESULT_TYPES["accepted"], ids=lambda o: o["kind"])
+def test_a_selector_of_unknown_or_bool_type_is_stored(obj: dict[str, Any]) -> None:
+    async def main() -> None:
+        async with ApiServer() as server:
+            client = KubeClient.for_url(server.url)
+            try:
+                await client.create(RESOURCES[obj["kind"]], obj)
+            finally:
+                await client.close()
+
+    asyncio.run(main())

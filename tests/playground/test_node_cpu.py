@@ -79,9 +79,9 @@ def test_it_holds_for_every_model_and_machine_it_accepts(model: str, topology: s
 def test_what_it_does_not_hold_for_is_refused_in_one_line(args: list[str], message: str) -> None:
     r = CliRunner().invoke(app, ["playground", "--scenario", "node-cpu", *args])
     assert r.exit_code == 1
-    lines = [line for line in r.stdout.splitlines() if line.strip()]
+    lines = [line for line in r.output.splitlines() if line.strip()]  # the error line is on stderr
     assert len(lines) == 1
-    assert message in " ".join(r.stdout.split())
+    assert message in " ".join(r.output.split())
 
 
 @pytest.mark.parametrize(

@@ -245,12 +245,13 @@ def test_another_model_is_refused_on_one_line_by_the_command() -> None:
 
     from topodra.cli import app
 
-    r = CliRunner().invoke(app, ["playground", "-s", "numa", "--model", "core-or-thread"], env={"COLUMNS": "400"})
+    r = CliRunner().invoke(app, ["playground", "-s", "numa", "--model", "grouped"], env={"COLUMNS": "400"})
     assert r.exit_code == 1
     errors = [line for line in r.output.splitlines() if "error:" in line]
     assert errors == [
         "error: 'Six CPUs on one NUMA node (matchAttribute) on a machine with two NUMA nodes' is written for cpu "
-        "devices; its expectations do not hold with --model core-or-thread (run it without --model, or with cpu)"
+        "or core-or-thread devices; its expectations do not hold with --model grouped (run it without --model, "
+        "or with cpu or core-or-thread)"
     ]
 
 

@@ -42,7 +42,7 @@ def test_pools_unknown_topology_is_a_clear_error() -> None:
     r = runner.invoke(app, ["policy", "pools", "--topology", "no-such-machine"])
     assert r.exit_code == 1
     assert "'no-such-machine'" in r.output
-    assert "no such fixture" in r.output
+    assert "or a fixture name" in r.output
     assert "Traceback" not in r.output
 
 

@@ -553,7 +553,7 @@ def test_restore_rejects_bad_snapshots() -> None:
         Policy.restore(p.topology, bad)
     bad = json.loads(json.dumps(snap))
     bad["config"]["pinCPU"] = "perhaps"
-    with pytest.raises(PolicyError, match="invalid config"):
+    with pytest.raises(PolicyError, match=r"snapshot: config\.pinCPU: must be a valid boolean.*\(got .perhaps.\)"):
         Policy.restore(p.topology, bad)
     with pytest.raises(PolicyError, match="expected an object"):
         Policy.restore(p.topology, [])  # type: ignore[arg-type]

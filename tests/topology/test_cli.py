@@ -64,9 +64,9 @@ def test_list_fixtures() -> None:
 
 
 def test_unknown_fixture_is_a_clear_error() -> None:
-    r = runner.invoke(app, ["topology", "--topology", "no-such-machine"])
+    r = runner.invoke(app, ["topology", "--topology", "fixture:no-such-machine"])
     assert r.exit_code == 1
-    assert "'no-such-machine'" in r.output
+    assert "'fixture:no-such-machine'" in r.output
     assert "no such fixture" in r.output
     assert "Traceback" not in r.output
 

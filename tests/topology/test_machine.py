@@ -37,10 +37,12 @@ def test_directory_and_host_root(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("spec", "needle"),
     [
-        ("no-such-machine", "no such fixture"),
+        ("no-such-machine", "not 'host', a directory, a machine spec"),
+        ("fixture:no-such-machine", "no such fixture"),
+        ("-8", "cannot be negative"),
         ("synthetic:2x", "invalid machine spec"),
         ("fixture:", "invalid fixture name"),
-        ("/nonexistent/dir", "topology '/nonexistent/dir'"),
+        ("/nonexistent/dir", "topology '/nonexistent/dir': no such directory"),
     ],
 )
 def test_bad_specs_are_one_line_errors(spec: str, needle: str) -> None:

@@ -29,18 +29,13 @@ def agent_command(
     ] = False,
 ) -> None:
     """Run the node agent: NRI plugin, DRA kubelet plugin, ResourceSlices and metrics."""
-    from rich.console import Console
-    from rich.markup import escape
-
     from topodra.agent.agent import AgentError, load_topology
     from topodra.agent.config import ConfigError, load_config
     from topodra.agent.config_check import check_on_machine
-
-    err = Console(stderr=True)
+    from topodra.cli_errors import fail as exit_with
 
     def fail(exc: Exception) -> typer.Exit:
-        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, markup=True, soft_wrap=True)
-        return typer.Exit(2)
+        return exit_with(str(exc), 2)
 
     if state:
         raise typer.Exit(_print_state(config, fail))

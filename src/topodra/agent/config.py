@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import reprlib
 import socket
 from pathlib import Path
 from typing import Any, Literal
@@ -19,14 +18,21 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.alias_generators import to_camel
 
 from topodra.agent.config_file import MAX_CONFIG_BYTES, ConfigError, check_file_mode, read_config_file
+from topodra.config_errors import describe, show_value
 from topodra.dra.devices import DeviceModelConfig, yaml_switches
 from topodra.nri.stub import check_plugin_index, check_plugin_name
 from topodra.policy.config import PolicyConfig
 
-__all__ = ["AgentConfig", "ConfigError", "MAX_CONFIG_BYTES", "check_file_mode", "load_config", "parse_config"]
+__all__ = [
+    "AgentConfig",
+    "ConfigError",
+    "MAX_CONFIG_BYTES",
+    "check_file_mode",
+    "config_section",
+    "load_config",
+    "parse_config",
+]
 
-_REPR = reprlib.Repr()
-_REPR.maxlevel, _REPR.maxlist, _REPR.maxdict, _REPR.maxstring, _REPR.maxother = 3, 6, 6, 60, 60
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
@@ -203,29 +209,27 @@ class AgentConfig(_Section):
         return self.kubelet_root / "plugins_registry"
 
 
-def _format_errors(err: ValidationError, source: str) -> str:
-    lines = [f"invalid configuration in {source}:"]
-    for e in err.errors():
-        path = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        value = e.get("input")
-        shown = _REPR.repr(value)
-        if len(shown) > 80:
-            shown = shown[:77] + "..."
-        msg = e["msg"].removeprefix("Value error, ")
-        lines.append(f"  {path}: {msg} (got {shown})")
-    return "\n".join(lines)
-
-
 def parse_config(data: Any, source: str = "<config>") -> AgentConfig:
     """Validate a parsed YAML document (None or {} gives the defaults)."""
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ConfigError(f"invalid configuration in {source}: expected a mapping, got {type(data).__name__}")
+        raise ConfigError(f"{source}: (top level): must be a mapping of settings (got {show_value(data)})")
     try:
         return AgentConfig.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(_format_errors(err, source)) from None
+        raise ConfigError(describe(err, source, AgentConfig)) from None
+
+
+def config_section(data: Any, source: str, section: Literal["policy", "devices"]) -> tuple[Any, tuple[str, ...]]:
+    """(the ``section`` settings, the path of their keys) from a file holding either the agent's
+    whole configuration or that section alone; an agent configuration is checked whole first, so
+    a command given the agent's own file reports its errors as the agent does."""
+    keys = set(AgentConfig.model_fields) | {f.alias for f in AgentConfig.model_fields.values() if f.alias}
+    if isinstance(data, dict) and keys & set(data):
+        parse_config(data, source)
+        return data.get(section) or {}, (section,)
+    return data, ()
 
 
 def load_config(path: str | os.PathLike[str]) -> AgentConfig:

@@ -36,9 +36,9 @@ def check_on_machine(config: AgentConfig, topology: Topology, source: str = "the
     try:
         policy = Policy(topology, config.policy)
     except (PolicyError, ValueError) as err:
-        raise ConfigError(f"invalid configuration in {source} for this machine: policy: {err}") from None
+        raise ConfigError(f"{source}: policy: {err} (on this machine)") from None
     try:
         devices = build_devices(topology, config.devices, reserved=policy.reserved_cpus)
     except ValueError as err:
-        raise ConfigError(f"invalid configuration in {source} for this machine: devices: {err}") from None
+        raise ConfigError(f"{source}: devices: {err} (on this machine)") from None
     return Checked(config=config, policy=policy, devices=devices)

@@ -55,7 +55,7 @@ def _decode(raw: bytes, path: Path) -> str:
         line = raw.count(b"\n", 0, err.start) + 1
         column = err.start - (raw.rfind(b"\n", 0, err.start) + 1) + 1
         bad = raw[err.start : err.end].hex()
-        raise ConfigError(f"invalid configuration in {path}:{line}:{column}: not UTF-8 (byte 0x{bad})") from None
+        raise ConfigError(f"{path}:{line}:{column}: not a text file (byte 0x{bad} is not UTF-8)") from None
 
 
 def _check_depth(text: str, path: Path) -> None:
@@ -68,7 +68,7 @@ def _check_depth(text: str, path: Path) -> None:
             if depth > MAX_CONFIG_DEPTH:
                 mark = event.start_mark
                 where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
-                raise ConfigError(f"invalid YAML in {where}: nested deeper than {MAX_CONFIG_DEPTH} levels")
+                raise ConfigError(f"{where}: invalid YAML: nested deeper than {MAX_CONFIG_DEPTH} levels")
         elif isinstance(event, yaml.MappingEndEvent | yaml.SequenceEndEvent):
             depth -= 1
 
@@ -96,36 +96,39 @@ def _expanded_shape(data: Any) -> tuple[int, int]:
     return shape(data)
 
 
-def read_config_file(path: Path) -> Any:
-    """The YAML document at ``path``, or ``ConfigError`` saying in one line what is wrong."""
+def read_config_file(path: Path, *, check_mode: bool = True) -> Any:
+    """The YAML document at ``path``, or ``ConfigError`` saying in one line what is wrong.
+    ``check_mode``: refuse a file others could rewrite (the agent's own reading; a command that
+    only shows what a configuration would do passes False)."""
     try:
         with path.open("rb") as f:
-            check_file_mode(path, os.fstat(f.fileno()))
+            if check_mode:
+                check_file_mode(path, os.fstat(f.fileno()))
             raw = f.read(MAX_CONFIG_BYTES + 1)
     except OSError as err:
-        raise ConfigError(f"cannot read configuration {path}: {err.strerror or err}") from None
+        raise ConfigError(f"cannot read {path}: {err.strerror or err}") from None
     if len(raw) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"configuration {path} is larger than {MAX_CONFIG_BYTES} bytes (a ConfigMap's limit)")
+        raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES} bytes (a ConfigMap's limit)")
     text = _decode(raw, path)
     try:
         _check_depth(text, path)
         data = yaml.safe_load(text)
     except yaml.reader.ReaderError as err:
         char = err.character if isinstance(err.character, int) else ord(err.character)
-        raise ConfigError(f"invalid YAML in {path}: character U+{char:04X} at offset {err.position} is not allowed") from None
+        raise ConfigError(f"{path}: invalid YAML: character U+{char:04X} at offset {err.position} is not allowed") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise ConfigError(f"invalid YAML in {where}: {problem}") from None
+        raise ConfigError(f"{where}: invalid YAML: {problem}") from None
     try:
         values, depth = _expanded_shape(data)
     except ValueError as err:
-        raise ConfigError(f"invalid YAML in {path}: {err}") from None
+        raise ConfigError(f"{path}: invalid YAML: {err}") from None
     except RecursionError:  # deeper than Python recurses: far beyond the limit
         values, depth = 0, MAX_CONFIG_DEPTH + 1
     if depth > MAX_CONFIG_DEPTH:
-        raise ConfigError(f"invalid YAML in {path}: its aliases nest deeper than {MAX_CONFIG_DEPTH} levels")
+        raise ConfigError(f"{path}: invalid YAML: its aliases nest deeper than {MAX_CONFIG_DEPTH} levels")
     if values > MAX_CONFIG_VALUES:
-        raise ConfigError(f"invalid YAML in {path}: its aliases expand to more than {MAX_CONFIG_VALUES} values")
+        raise ConfigError(f"{path}: invalid YAML: its aliases expand to more than {MAX_CONFIG_VALUES} values")
     return data

@@ -59,29 +59,40 @@ ConfigOpt = Annotated[
 
 
 def _fail(message: str) -> typer.Exit:
-    from rich.console import Console
+    from topodra.cli_errors import fail
 
-    Console(stderr=True, soft_wrap=True).print(f"[red]error:[/red] {message}", highlight=False)
-    return typer.Exit(1)
+    return fail(message, 1)
+
+
+def _device_settings(path: Path) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The device model settings of ``path`` (the agent's whole configuration, checked whole, or
+    its ``devices`` section alone) and the path of their keys in the file."""
+    from topodra.agent.config import config_section
+    from topodra.agent.config_file import ConfigError, read_config_file
+
+    data, prefix = config_section(read_config_file(path, check_mode=False), str(path), "devices")
+    if data is not None and not isinstance(data, dict):
+        where = ".".join(prefix) or "(top level)"
+        raise ConfigError(f"{path}: {where}: must be a mapping of device model settings (got {type(data).__name__})")
+    return dict(data or {}), prefix
 
 
 def _devices(
     topology: str | None, model: Model | None, group_by: GroupBy | None, reserved: str, config: Path | None
 ) -> tuple[Any, list[Any]]:
-    import yaml
     from pydantic import ValidationError
 
+    from topodra.agent.config_file import ConfigError
+    from topodra.config_errors import describe
     from topodra.cpuset import CPUSet, CPUSetParseError
     from topodra.dra.attributes import AttributeValidationError
     from topodra.dra.devices import DeviceModelConfig, DeviceModelError, build_devices
-    from topodra.yamldocs import read_text
 
+    raw: dict[str, Any] = {}
+    prefix: tuple[str, ...] = ()
     try:
-        raw: dict[str, Any] = {}
         if config is not None:
-            loaded = yaml.safe_load(read_text(config)) or {}
-            if not isinstance(loaded, dict):
-                raise _fail(f"{config}: expected a mapping of device model settings")
+            loaded, prefix = _device_settings(config)
             raw.update(loaded)
         if model is not None:
             raw["model"] = model.value
@@ -89,12 +100,10 @@ def _devices(
             raw["group_by"] = group_by.value
         cfg = DeviceModelConfig.from_mapping(raw)
         exclude = CPUSet.parse(reserved)
-    except OSError as exc:
-        raise _fail(f"cannot read {config}: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise _fail(f"{config}: not valid YAML: {exc}") from None
+    except ConfigError as exc:
+        raise _fail(str(exc)) from None
     except ValidationError as exc:
-        raise _fail(f"invalid device model settings: {exc}") from None
+        raise _fail(describe(exc, str(config or "--model/--group-by"), DeviceModelConfig, prefix)) from None
     except CPUSetParseError as exc:
         raise _fail(f"--reserved: {exc}") from None
     try:
@@ -152,9 +161,9 @@ def devices_command(
         _emit([d.to_api() for d in devices], output)
         return
     from rich.console import Console
-    from rich.table import Table
 
     from topodra.dra.attributes import attribute_to_api
+    from topodra.texttable import Column, render
 
     columns = [
         ("coreType", "type"),
@@ -167,13 +176,8 @@ def devices_command(
         ("maxFreq", "MHz"),
     ]
     shown = {k for k, _ in columns}
-    table = Table(title=f"{len(devices)} native.cpu devices", caption="all attributes: --format yaml")
-    table.add_column("device")
-    table.add_column("cpus")
-    for _, header in columns:
-        table.add_column(header)
-    table.add_column("capacity")
     extra: set[str] = set()
+    rows = []
     for d in devices:
         cells = []
         for k, _ in columns:
@@ -181,9 +185,12 @@ def devices_command(
             cells.append("" if v is None else json.dumps(next(iter(attribute_to_api(v).values()))).strip('"'))
         extra |= set(d.attributes) - shown
         cap = ", ".join(f"{k}={c.value}" for k, c in d.capacity.items())
-        table.add_row(d.name, str(d.cpus), *cells, cap + (" shared" if d.allow_multiple_allocations else ""))
+        rows.append([d.name, str(d.cpus), *cells, cap + (" shared" if d.allow_multiple_allocations else "")])
     console = Console()
-    console.print(table)
+    table = [Column("device"), Column("cpus", breaks=","), *(Column(h, breaks=",") for _, h in columns)]
+    table.append(Column("capacity", "cap", breaks=", "))
+    console.print(render(table, rows, console.width, f"{len(devices)} native.cpu devices"))
+    console.print("all attributes: --format yaml", highlight=False)
     if extra:
         console.print(f"other attributes: {', '.join(sorted(extra))}", highlight=False)
     tainted: dict[str, list[str]] = {}
@@ -294,7 +301,6 @@ def apiserver_command(
     """
     import asyncio
 
-    import yaml
     from rich.console import Console
 
     from topodra.embedded.apiserver import ApiServer
@@ -302,7 +308,7 @@ def apiserver_command(
     from topodra.gates import FeatureGateError, parse_feature_gates
     from topodra.gates import feature_gates as with_defaults
     from topodra.kube.errors import ApiError
-    from topodra.yamldocs import read_text
+    from topodra.yamldocs import YamlFileError, expand_lists, load_documents
 
     console = Console()
     try:
@@ -314,9 +320,11 @@ def apiserver_command(
         async with ApiServer(Store(gates=with_defaults(gates)), port=port) as server:
             for path in load or []:
                 try:
-                    docs = [d for d in yaml.safe_load_all(read_text(path)) if d]
+                    docs = [d.obj for d in expand_lists(load_documents(path))]
                     server.store.load(docs)
-                except (OSError, yaml.YAMLError, ApiError) as exc:
+                except YamlFileError as exc:
+                    raise _fail(str(exc)) from None
+                except ApiError as exc:
                     raise _fail(f"{path}: {exc}") from None
                 console.print(f"loaded {len(docs)} object(s) from {path}")
             console.print(f"[bold]API server double listening on {server.url}[/bold] (Ctrl-C to stop)")

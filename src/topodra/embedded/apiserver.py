@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
@@ -38,6 +39,7 @@ import h11
 import yaml
 
 from topodra.embedded.store import KINDS, Kind, Store, kind_for
+from topodra.embedded.tables import table, wants_table
 from topodra.kube.errors import ApiError
 
 __all__ = ["ApiServer", "ApiServerThread", "Authorizer", "Fault"]
@@ -214,6 +216,51 @@ def _discovery(path: str) -> dict[str, Any] | None:
     return None
 
 
+def _as_table(route: _Route, obj: dict[str, Any], include: str) -> dict[str, Any]:
+    """A GET's answer as the Table ``kubectl get`` asks for (``embedded/tables.py``)."""
+    now = datetime.datetime.now(datetime.UTC)
+    if route.name is None:
+        return table(route.kind, obj.get("items") or [], obj.get("metadata") or {}, include, now)
+    meta = {"resourceVersion": (obj.get("metadata") or {}).get("resourceVersion", "")}
+    return table(route.kind, [obj], meta, include, now)
+
+
+def _warning(text: str) -> str:
+    """A ``Warning`` header value (RFC 7234 warn-code 299, agent "-"), as the real server writes it."""
+    return "299 - " + json.dumps(text)
+
+
+_VALIDATIONS: Final = ("Strict", "Warn", "Ignore")
+
+
+def _decoded(kind: Kind, body: bytes, validation: str, ctype: str, warnings: list[str]) -> Any:
+    """The request body as decoding into the typed object leaves it: unknown fields refused
+    (``fieldValidation=Strict``), or dropped with a warning each (``Warn``, the default) or
+    silently (``Ignore``). The decoded JSON object, or ``_RAW`` for a body the handler reads
+    itself (not JSON, not an object, an apply configuration)."""
+    from topodra.embedded.openapi import drop_unknown_fields, strict_decoding_error
+
+    if validation not in _VALIDATIONS:
+        raise ApiError.bad_request(f"fieldValidation must be one of {', '.join(_VALIDATIONS)}, got {validation!r}")
+    if ctype == "application/apply-patch+yaml" or not body:
+        return _RAW
+    try:
+        obj = json.loads(body)
+    except ValueError:
+        return _RAW
+    if not isinstance(obj, dict):
+        return _RAW
+    unknown = drop_unknown_fields(kind, obj, strategic=ctype == "application/strategic-merge-patch+json")
+    if unknown and validation == "Strict":
+        raise strict_decoding_error(kind, unknown)
+    if validation == "Warn":
+        warnings.extend(f"unknown field {json.dumps(f)}" for f in unknown)
+    return obj
+
+
+_RAW: Final = object()
+
+
 def _default_manager(headers: dict[str, str]) -> str:
     """The real server names an update's manager after the client's user agent."""
     return headers.get("user-agent", "unknown").split("/")[0] or "unknown"
@@ -320,9 +367,12 @@ class ApiServer:
             except h11.LocalProtocolError:
                 return
 
-    async def _respond(self, conn: h11.Connection, writer: asyncio.StreamWriter, code: int, obj: Any) -> None:
-        data = json.dumps(obj).encode()
-        writer.write(conn.send(h11.Response(status_code=code, headers=[*_JSON, ("content-length", str(len(data)))])) or b"")
+    async def _respond(
+        self, conn: h11.Connection, writer: asyncio.StreamWriter, code: int, obj: Any, warnings: Sequence[str] = ()
+    ) -> None:
+        data = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
+        headers = [*_JSON, *(("warning", _warning(w)) for w in warnings), ("content-length", str(len(data)))]
+        writer.write(conn.send(h11.Response(status_code=code, headers=headers)) or b"")
         writer.write(conn.send(h11.Data(data=data)) or b"")
         writer.write(conn.send(h11.EndOfMessage()) or b"")
         await writer.drain()
@@ -341,6 +391,7 @@ class ApiServer:
         split = urlsplit(target)
         query = parse_qs(split.query)
         self.requests.append((method, split.path))
+        warnings: list[str] = []
         try:
             route = _route(split.path)
             if isinstance(route, str):
@@ -358,10 +409,12 @@ class ApiServer:
                 await self._watch(conn, reader, writer, route, query)
                 return
             self._granular_check(method, route, query, headers, body)
-            code, obj = self._call(method, route, query, headers, body)
+            code, obj = self._call(method, route, query, headers, body, warnings)
+            if method == "GET" and code == 200 and wants_table(headers.get("accept", "")):
+                obj = _as_table(route, obj, _q(query, "includeObject") or "Metadata")
         except ApiError as exc:
             code, obj = exc.code, exc.status()
-        await self._respond(conn, writer, code, obj)
+        await self._respond(conn, writer, code, obj, warnings)
 
     def _granular_check(
         self, method: str, route: _Route, query: dict[str, list[str]], headers: dict[str, str], body: bytes
@@ -408,6 +461,12 @@ class ApiServer:
     def _misc(self, path: str) -> tuple[int, Any]:
         if path in ("healthz", "readyz", "livez"):
             return 200, "ok"
+        if path.startswith("openapi/"):
+            from topodra.embedded.openapi import document
+
+            served = document(path)
+            if served is not None:
+                return 200, served
         if path == "version":
             return 200, {"major": "1", "minor": "37", "gitVersion": "v1.37.0-topodra-double", "platform": "linux/amd64"}
         found = _discovery(path)
@@ -430,10 +489,24 @@ class ApiServer:
             raise ApiError.bad_request(f"the request body is not valid JSON: {exc}") from None
 
     def _call(
-        self, method: str, route: _Route, query: dict[str, list[str]], headers: dict[str, str], body: bytes
+        self,
+        method: str,
+        route: _Route,
+        query: dict[str, list[str]],
+        headers: dict[str, str],
+        body: bytes,
+        warnings: list[str] | None = None,
     ) -> tuple[int, Any]:
         store, kind, ns, name = self.store, route.kind, route.namespace, route.name
         dry_run = _q(query, "dryRun") == "All"
+        decoded: Any = _RAW
+        if method in ("POST", "PUT", "PATCH"):
+            ctype = headers.get("content-type", "").split(";")[0].strip()
+            decoded = _decoded(kind, body, _q(query, "fieldValidation") or "Warn", ctype, warnings if warnings is not None else [])
+
+        def payload(*, yaml_ok: bool = False) -> Any:
+            return self._body(body, yaml_ok=yaml_ok) if decoded is _RAW else decoded
+
         if route.subresource and route.subresource != "status":
             raise ApiError(404, "NotFound", f"unknown subresource {route.subresource!r}")
         if method == "GET":
@@ -453,13 +526,13 @@ class ApiServer:
         if method == "POST" and name is None:
             if kind.namespaced and ns is None:
                 raise ApiError(404, "NotFound", f"{kind.plural} must be created in a namespace")
-            return 201, store.create(kind, ns, self._body(body), dry_run=dry_run)
+            return 201, store.create(kind, ns, payload(), dry_run=dry_run)
         if method == "PUT" and name is not None:
             return 200, store.update(
                 kind,
                 ns,
                 name,
-                self._body(body),
+                payload(),
                 subresource=route.subresource,
                 dry_run=dry_run,
                 manager=_q(query, "fieldManager") or _default_manager(headers),
@@ -471,7 +544,7 @@ class ApiServer:
                 kind,
                 ns,
                 name,
-                self._body(body, yaml_ok=apply),
+                payload(yaml_ok=apply),
                 content_type=ctype,
                 subresource=route.subresource,
                 dry_run=dry_run,

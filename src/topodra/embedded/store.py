@@ -431,6 +431,8 @@ class Store:
             meta["name"] = f"{meta['generateName']}{uuid.uuid4().hex[:5]}"
         if kind.plural in ("resourceclaims", "pods"):
             obj.pop("status", None)  # set only through the status subresource, as on a real server
+        if kind.plural == "pods":
+            obj["status"] = {"phase": "Pending"}  # the pod strategy's PrepareForCreate
         self._admit(kind, obj, None)
         self._validate(kind, obj, None)
         if (ns, meta["name"]) in self._bucket(kind):
@@ -539,8 +541,8 @@ class Store:
         manager: str = "",
         force: bool = False,
     ) -> Obj:
-        """JSON merge patch (RFC 7386); strategic merge is treated as merge patch (lists replaced);
-        server-side apply (``application/apply-patch+yaml``) goes to ``apply``."""
+        """JSON merge patch (RFC 7386) or strategic merge patch (``embedded/strategic.py``, by the
+        kind's OpenAPI schema); server-side apply (``application/apply-patch+yaml``) goes to ``apply``."""
         if content_type == "application/apply-patch+yaml":
             return self.apply(kind, namespace, name, patch, manager=manager, force=force, subresource=subresource, dry_run=dry_run)
         if content_type not in ("application/merge-patch+json", "application/strategic-merge-patch+json"):
@@ -548,7 +550,12 @@ class Store:
         if not isinstance(patch, dict):
             raise ApiError.bad_request("a merge patch must be a JSON object")
         current = self.get(kind, namespace, name)
-        merged = _merge_patch(current, patch)
+        if content_type == "application/strategic-merge-patch+json":
+            from topodra.embedded.openapi import strategic_patch
+
+            merged = strategic_patch(kind, current, patch)
+        else:
+            merged = _merge_patch(current, patch)
         if not isinstance(merged, dict):
             raise ApiError.bad_request("the patch did not produce an object")
         merged.setdefault("metadata", {})["resourceVersion"] = (patch.get("metadata") or {}).get(

@@ -448,10 +448,9 @@ def cel_compile_problem(expression: str) -> str | None:
     try:
         compile_selector(expression)
     except CelCompileError as err:
-        col = err.position or 1
-        lines = expression.split("\n")
-        text = lines[err.line - 1] if 0 < err.line <= len(lines) else expression
-        return f"compilation failed: ERROR: <input>:{err.line}:{col}: {err.message}\n | {text}\n | {'.' * (col - 1)}^"
+        # compile.go's words: cel-go's issues with the caret, or a result that is not a bool
+        # (dynamic-resource-allocation/cel/compile.go CompileCELExpression, v1.36.2)
+        return err.detail()
     return None
 
 

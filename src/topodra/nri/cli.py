@@ -48,6 +48,7 @@ def nri_logger(
     from rich.console import Console
     from rich.logging import RichHandler
 
+    from topodra.cli_errors import fail
     from topodra.nri.errors import NRIError
     from topodra.nri.logger import EventLogger, LoggerConfigError, parse_events
     from topodra.nri.stub import Stub
@@ -64,6 +65,10 @@ def nri_logger(
         raise typer.BadParameter(str(exc), param_hint="--events") from None
     plugin = EventLogger(_event_printer(console, as_json), events=chosen, add_annotation=add_annotation, add_env=add_env)
     if log_file:
+        try:
+            open(log_file, "a", encoding="utf-8").close()  # only whether it can be appended to
+        except OSError as exc:
+            raise fail(f"--log-file {log_file}: cannot append to it ({exc.strerror or exc})") from None
         plugin.open_log(log_file)
     try:
         stub = Stub(plugin, socket_path=socket_path, name=name, idx=idx, reconnect=reconnect)
@@ -74,8 +79,7 @@ def nri_logger(
     except KeyboardInterrupt:
         pass
     except NRIError as exc:
-        console.print(f"[red]nri-logger: {exc}[/red]")
-        raise typer.Exit(1) from None
+        raise fail(f"nri-logger: {exc}", 1) from None
     finally:
         with contextlib.suppress(Exception):
             plugin.close()

@@ -355,7 +355,7 @@ class Stub:
                 try:
                     await self._open(link)
                 except OSError as exc:
-                    self.last_error = f"cannot connect to {self.socket_path}: {exc}"
+                    self.last_error = f"cannot connect to {self.socket_path}: {exc.strerror or exc}"
                     if not self.reconnect:
                         raise ConnectionClosed(self.last_error) from exc
                     log.info("%s; retrying in %.1f s", self.last_error, delay)

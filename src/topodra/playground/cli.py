@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+from topodra.cli_errors import print_error
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -54,25 +57,29 @@ def playground_command(
     from topodra.playground.scenario import ScenarioError, builtin_names, builtin_scenario, load_scenario
 
     console = Console()
-    err = Console(stderr=True)
     try:
         require_extra("sim", "playground")  # the scheduler is the simulator's allocator
     except MissingExtra as exc:
-        err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        print_error(str(exc))
         raise typer.Exit(2) from None
     if list_scenarios:
-        for name in builtin_names():
-            console.print(f"{name:16} {builtin_scenario(name).title}")
+        import textwrap
+
+        names = builtin_names()
+        indent = max(map(len, names), default=0) + 2
+        for name in names:
+            lines = textwrap.wrap(builtin_scenario(name).title, max(20, console.width - indent)) or [""]
+            console.print(f"{name:{indent}}" + ("\n" + " " * indent).join(lines), markup=False, highlight=False, soft_wrap=True)
         return
     from topodra.dra.devices import MODELS
 
     if model is not None and model not in MODELS:
-        err.print(f"[red]error:[/red] --model must be {', '.join(MODELS)}, got {model!r}")
+        print_error(f"--model must be {', '.join(MODELS)}, got {model!r}")
         raise typer.Exit(2)
     try:
         scenarios = [load_scenario(f) for f in files] if files else [builtin_scenario(scenario)]
     except ScenarioError as exc:
-        err.print(f"[red]error:[/red] {exc}", markup=True, highlight=False)
+        print_error(str(exc))
         raise typer.Exit(2) from None
     logging.basicConfig(level=logging.INFO if verbose else logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
     ok = asyncio.run(_run(console, scenarios, topology, model, step, hold))
@@ -92,14 +99,15 @@ async def _run(console: object, scenarios: Sequence[object], topology: str | Non
     all_ok = True
     for sc in scenarios:
         assert isinstance(sc, Scenario)
+        chosen_model = model or sc.model or "cpu"
+        refused = sc.unmet_model(chosen_model)
+        if refused is not None:
+            print_error(refused)
+            return False
         machine = _scenario_machine(console, sc, topology)
         if machine is None:
             return False
         topo, label = machine
-        chosen_model = model or sc.model or "cpu"
-        if (why := sc.unmet_model(chosen_model)) is not None:
-            console.print(f"[red]error:[/red] {why}", highlight=False, soft_wrap=True)
-            return False
         console.print(Rule(f"[bold]{sc.title}"))
         console.print(
             f"node [bold]playground[/bold]: {label}, {len(topo.cpus)} CPUs"
@@ -114,7 +122,7 @@ async def _run(console: object, scenarios: Sequence[object], topology: str | Non
                 await asyncio.to_thread(input, "  press Enter to run it ")
 
         async def after(res: StepResult) -> None:
-            console.print(step_report(pg, res))
+            console.print(step_report(pg, res, console.width))
 
         try:
             async with Playground(topology=topo, model=chosen_model, group_by=sc.group_by, gates=sc.gates, gpus=sc.gpus) as pg:
@@ -126,7 +134,7 @@ async def _run(console: object, scenarios: Sequence[object], topology: str | Non
                 if hold:
                     await _hold(console, pg)
         except PlaygroundError as exc:
-            console.print(f"[red]error:[/red] {exc}", highlight=False)
+            print_error(str(exc))
             return False
         except (KeyboardInterrupt, asyncio.CancelledError):
             return all_ok
@@ -143,24 +151,20 @@ def _scenario_machine(console: Console, sc: Scenario, topology: str | None) -> t
     try:
         topo, label = resolve_topology(topology or sc.topology)
     except (PlaygroundError, ValueError, OSError) as exc:
-        console.print(f"[red]error:[/red] {exc}", highlight=False)
+        print_error(str(exc))
         return None
     unmet = sc.unmet(topo)
     exact = any(c.cpus is not None for st in sc.steps for c in st.expect)
     if exact and topology and sc.topology and topology != sc.topology:
-        console.print(
-            f"[red]error:[/red] {sc.title!r} expects exact CPUs of {sc.topology}; run it without --topology",
-            highlight=False,
-            soft_wrap=True,
-        )
+        print_error(f"scenario {sc.name} expects exact CPUs of {sc.topology}; run it without --topology")
         return None
     if unmet:
-        console.print(
-            f"[red]error:[/red] {sc.title!r} needs a machine with {unmet}; {label} does not have it. "
-            f"Try --topology {_suggestion(sc)} or your own scenario file.",
-            highlight=False,
-            soft_wrap=True,
+        hint = (
+            f"run it without --topology (it runs on {sc.topology})"
+            if topology and sc.topology
+            else f"try --topology {_suggestion(sc)} or your own scenario file"
         )
+        print_error(f"scenario {sc.name} needs a machine with {unmet}; {label} does not have it: {hint}")
         return None
     if sc.isolate:
         topo = sc.machine(topo)
@@ -192,17 +196,32 @@ def _print_expectations(console: Console, results: Sequence[StepResult], ok: boo
 
 async def _hold(console: Console, pg: Playground) -> None:
     """Keep the node running with a live container table until Ctrl-C."""
+    from rich.console import Group
     from rich.live import Live
+    from rich.text import Text
 
+    from topodra.playground.follower import PodFollower
     from topodra.playground.ui import container_table
 
     for what, where in pg.endpoints():
         console.print(f"  {what + ':':19} {where}", highlight=False, soft_wrap=True)
-    console.print("[dim]node running; Ctrl-C ends[/dim]")
-    with Live(container_table(pg), console=console, refresh_per_second=4) as live:
-        while True:
-            await asyncio.sleep(0.25)
-            live.update(container_table(pg))
+    console.print("[dim]node running: pods applied with kubectl are scheduled and started, deleted ones stopped; Ctrl-C ends[/dim]")
+    follower = PodFollower(pg)
+    task = asyncio.create_task(follower.run())
+
+    def view() -> Group:
+        return Group(container_table(pg, width=console.width), *(Text(f"  {line}") for line in follower.lines[-5:]))
+
+    try:
+        with Live(view(), console=console, refresh_per_second=4) as live:
+            while not task.done():
+                await asyncio.sleep(0.25)
+                live.update(view())
+        task.result()  # the follower's failure, if it ended
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 def register(app: typer.Typer) -> None:

@@ -36,6 +36,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
+from topodra.cpuset import CPUSet
 from topodra.dra.proto import dra_v1_pb2, dra_v1_pb2_grpc, pluginregistration_pb2, pluginregistration_pb2_grpc
 from topodra.embedded.runtime import EmbeddedRuntime
 from topodra.nri.types import Container, ContainerState, LinuxResources, Pod
@@ -166,6 +167,19 @@ class EmbeddedKubelet:
     @property
     def registry_dir(self) -> Path:
         return self.kubelet_root / "plugins_registry"
+
+    def write_cpu_manager_state(self, policy: str, cpus: CPUSet) -> Path:
+        """Write ``cpu_manager_state`` as a kubelet started with ``cpuManagerPolicy: POLICY`` does
+        (its ``policyName``, and under ``static`` the CPUs it would share, ``defaultCpuSet``):
+        what the agent reads to refuse a kubelet that pins CPUs itself. No checksum: the agent
+        reads the policy only."""
+        state = {"policyName": policy, "defaultCpuSet": cpus.format() if policy == "static" else ""}
+        path = self.kubelet_root / "cpu_manager_state"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state))
+        tmp.replace(path)
+        return path
 
     def _note(self, text: str) -> None:
         self.log.append(text)

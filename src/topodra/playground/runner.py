@@ -121,7 +121,9 @@ def evaluate(pg: Playground, check: Check, history: Mapping[int, Mapping[str, CP
         return CheckResult(check, True, f"{label}: pending ({msg})")
     cpus = _find(pg, check.target)
     if cpus is None:
-        return CheckResult(check, False, f"{label}: no such running container")
+        ns, pod, _ = check.target.split("/")
+        why = pg.pod_errors.get(f"{ns}/{pod}")
+        return CheckResult(check, False, f"{label}: not running ({why})" if why else f"{label}: no such running container")
     problems = []
     if check.cpus is not None and cpus != check.cpus:
         problems.append(f"cpus {cpus}, expected {check.cpus}")
@@ -133,6 +135,8 @@ def evaluate(pg: Playground, check: Check, history: Mapping[int, Mapping[str, CP
             problems.append(f"cpus {cpus}, expected {before} as after step {check.as_in_step}")
     if check.count is not None and len(cpus) != check.count:
         problems.append(f"{len(cpus)} CPUs ({cpus}), expected {check.count}")
+    if check.cores is not None:
+        problems.extend(_whole_cores(pg.topology, cpus, check.cores))
     if check.core_type is not None:
         wrong = CPUSet(c for c in cpus if pg.topology.cpu(c).core_type.value != check.core_type)
         if wrong:
@@ -160,6 +164,18 @@ def evaluate(pg: Playground, check: Check, history: Mapping[int, Mapping[str, CP
     if problems:
         return CheckResult(check, False, f"{label}: " + "; ".join(problems))
     return CheckResult(check, True, f"{label}: CPUs {cpus} as expected")
+
+
+def _whole_cores(topology: Topology, cpus: CPUSet, expected: int) -> list[str]:
+    """Why ``cpus`` are not exactly ``expected`` whole cores (every online thread of each)."""
+    cores = {topology.cpu(c).core for c in cpus if c in topology.cpus}
+    partial = [core for core in sorted(cores) if not (topology.cpus_of_core(core) & topology.online) <= cpus]
+    out = []
+    if partial:
+        out.append(f"CPUs {cpus} hold part of core(s) {', '.join(map(str, partial))}, expected whole cores")
+    if len(cores) != expected:
+        out.append(f"CPUs {cpus} span {len(cores)} core(s), expected {expected}")
+    return out
 
 
 def _placement_checks(pg: Playground, check: Check, cpus: CPUSet) -> list[str]:
@@ -239,6 +255,25 @@ def _pcie_problems(pg: Playground, target: str, cpus: CPUSet) -> list[str]:
     return out
 
 
+async def _restart_agent(pg: Playground, step: Step, res: StepResult) -> None:
+    """Restart the agent; a refusal is the step's expectation (``agentRefused``) or a problem."""
+    from topodra.agent.agent import AgentError
+
+    try:
+        await pg.restart_agent()
+    except AgentError as err:
+        res.lines.append(f"agent refused to start: {err}")
+        if step.agent_refused is None:
+            res.problems.append(f"the agent refused to start: {err}")
+        else:
+            ok = step.agent_refused in str(err)
+            res.checks.append(CheckResult(Check(target="agent"), ok, f"agent refused: {err}" if ok else f"agent refused, but not with {step.agent_refused!r}: {err}"))
+        return
+    res.lines.append("agent restarted")
+    if step.agent_refused is not None:
+        res.checks.append(CheckResult(Check(target="agent"), False, f"agent started; expected a refusal containing {step.agent_refused!r}"))
+
+
 async def run_scenario(
     pg: Playground,
     scenario: Scenario,
@@ -252,6 +287,9 @@ async def run_scenario(
         if before_step is not None:
             await before_step(i, step)
         res = StepResult(i, step)
+        if step.cpu_manager_policy is not None and pg.kubelet is not None:
+            path = pg.kubelet.write_cpu_manager_state(step.cpu_manager_policy, pg.topology.online)
+            res.lines.append(f"kubelet restarted with cpuManagerPolicy: {step.cpu_manager_policy} ({path.name})")
         if step.gates:  # the API server and the scheduler restarted with these gates
             pg.store.gates.update(step.gates)
             res.lines.append("feature gates " + ", ".join(f"{k}={str(v).lower()}" for k, v in sorted(step.gates.items())))
@@ -264,11 +302,10 @@ async def run_scenario(
         for ns, name in step.delete:
             res.lines.append(await pg.delete_pod(name, ns))
         if step.restart_agent:
-            await pg.restart_agent()
-            res.lines.append("agent restarted")
+            await _restart_agent(pg, step, res)
         await pg.settle()
-        res.checks = [evaluate(pg, c, history) for c in step.expect]
-        res.problems = step_problems(pg, step)
+        res.checks += [evaluate(pg, c.for_model(pg.model), history) for c in step.expect]
+        res.problems += step_problems(pg, step)
         history[i] = _snapshot(pg)
         results.append(res)
         if after_step is not None:

@@ -19,10 +19,13 @@ is a one-step scenario)::
       delete: [pcore-test]                      # pod names, or namespace/name
       restartAgent: false                       # optional: restart the agent after the step
       featureGates: {DRANodeAllocatableResources: true}   # optional: switch gates before the step
+      kubeletCpuManagerPolicy: static           # optional: the kubelet restarted with this policy
+      agentRefused: cpuManagerPolicy            # optional: the agent's restart is refused, saying this
 
 ``expect`` maps ``pod/container`` (namespace ``default`` unless written
 ``ns/pod/container``) to checks: ``cpus`` (exact list: the scenario then
-holds only on its own topology), ``count``,
+holds only on its own topology), ``count``, ``cores`` (exactly that many whole
+cores, every thread of each),
 ``coreType`` (every CPU of that kind), ``excludes`` (no CPU shared with that
 container), ``includes`` (all CPUs of that container), ``asInStep`` (the same CPUs as
 after that earlier step), ``pending`` (the pod
@@ -32,7 +35,9 @@ message contains this text), ``mems`` (exact memory nodes), ``allocated: true``
 (exactly the CPUs of the devices the scheduler allocated to the container's claims:
 Prepare gave what the scheduler chose), ``isolated`` (true: every CPU is kernel-isolated;
 false: none is), ``pcieLocal`` (true: every CPU is local to the PCIe root of the
-``gpu.example.com`` device allocated to the same pod).
+``gpu.example.com`` device allocated to the same pod), and ``byModel`` (model ->
+checks that replace the ones named for that device model; ``null`` drops one:
+``{count: 1, byModel: {core: {count: null, cores: 1}}}``).
 
 ``gpus: true`` puts the made-up ``gpu.example.com`` driver on the node (a GPU per
 PCIe root, ``topodra.sim.gpus``).
@@ -42,18 +47,24 @@ PCIe root, ``topodra.sim.gpus``).
 before the step, as restarting those with other ``--feature-gates`` does (the agent
 probes the API server at its start: restart it too, ``restartAgent``).
 
+``kubeletCpuManagerPolicy`` (``none`` or ``static``) restarts the embedded kubelet with that CPU
+manager policy before the step: it writes its ``cpu_manager_state`` as a kubelet does. An agent
+(re)started beside a ``static`` one refuses to start; ``agentRefused: TEXT`` expects the step's
+``restartAgent`` to be refused with a message containing TEXT (an unexpected refusal, or a start
+where one was expected, fails the step). Until the next restart the node has no agent.
+
 ``isolate: N`` makes the
 kernel isolate the last N cores of whatever machine the scenario runs on (all their threads, as
 ``isolcpus=`` would on a latency-tuned node): the cores at the far end from CPU 0.
 
 ``requires`` states what a machine needs for the expectations to hold
 (``cpus``: at least that many online CPUs; ``maxCpus``: at most that many;
-``coreTypes``: kinds of core that must be present, e.g. ``[P-core]``; ``models``:
-the device models the expectations are written for; ``gpus``: at least that many
-made-up GPUs whose PCIe root has CPUs local to it alone,
-``topodra.sim.gpus.alignable_gpus``): on a machine without them,
-or with another ``--model``, the playground says so in one line instead of
-reporting failed expectations.
+``numaCpus``: a NUMA node with at least that many; ``coreTypes``: kinds of core
+that must be present, e.g. ``[P-core]``; ``models``: the device models the
+expectations are written for; ``gpus``: at least that many made-up GPUs whose
+PCIe root has CPUs local to it alone, ``topodra.sim.gpus.alignable_gpus``): on a
+machine without them, or with another ``--model``, the playground says so in one
+line instead of reporting failed expectations.
 """
 
 from __future__ import annotations
@@ -74,11 +85,13 @@ from topodra.yamldocs import read_text
 __all__ = ["Check", "Scenario", "ScenarioError", "Step", "builtin_scenario", "builtin_names", "load_scenario"]
 
 _CHECK_KEYS = {
-    "cpus", "count", "coreType", "excludes", "includes", "pending", "failed", "asInStep", "mems", "allocated", "isolated",
-    "pcieLocal",
+    "cpus", "count", "cores", "coreType", "excludes", "includes", "pending", "failed", "asInStep", "mems", "allocated",
+    "isolated", "pcieLocal", "byModel",
 }
-_STEP_KEYS = {"title", "apply", "delete", "expect", "restartAgent", "featureGates"}
-_REQUIRES_KEYS = {"cpus", "maxCpus", "coreTypes", "models", "gpus"}
+_STEP_KEYS = {"title", "apply", "delete", "expect", "restartAgent", "featureGates", "kubeletCpuManagerPolicy", "agentRefused"}
+_CPU_MANAGER_POLICIES = ("none", "static")
+_REQUIRES_KEYS = {"cpus", "maxCpus", "numaCpus", "coreTypes", "models", "gpus"}
+_SCENARIO_KEYS = {"title", "topology", "model", "groupBy", "isolate", "gpus", "requires", "featureGates", "steps"}
 _GROUP_BY = ("numa", "l3", "socket", "machine")
 
 
@@ -101,6 +114,12 @@ class Check:
     allocated: bool = False
     isolated: bool | None = None  # every CPU kernel-isolated (True) or none (False)
     pcie_local: bool = False
+    cores: int | None = None  # exactly this many whole cores
+    by_model: tuple[tuple[str, Check], ...] = ()  # the check as it reads for a device model
+
+    def for_model(self, model: str) -> Check:
+        """The check as it reads for ``model`` (its ``byModel`` entry, else itself)."""
+        return dict(self.by_model).get(model, self)
 
 
 @dataclass
@@ -111,6 +130,8 @@ class Step:
     expect: list[Check] = field(default_factory=list)
     restart_agent: bool = False
     gates: dict[str, bool] = field(default_factory=dict)
+    cpu_manager_policy: str | None = None  # the kubelet restarted with this CPU manager policy
+    agent_refused: str | None = None  # the agent's restart is refused with a message containing this
 
 
 @dataclass
@@ -122,6 +143,7 @@ class Scenario:
     group_by: str = "numa"  # of grouped devices
     source: str = ""
     min_cpus: int = 0
+    min_numa_cpus: int = 0
     max_cpus: int | None = None
     core_types: tuple[str, ...] = ()
     gpus: bool = False
@@ -129,6 +151,11 @@ class Scenario:
     models: tuple[str, ...] = ()  # the device models its expectations are written for (empty: any)
     isolate: int = 0  # the kernel isolates this many cores (the last ones)
     gates: dict[str, bool] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        """What the user named: a built-in scenario's name, else its file."""
+        return self.source.removeprefix("builtin:") or self.title
 
     def unmet_model(self, model: str) -> str | None:
         """Why the expectations do not hold with ``model`` devices, or None."""
@@ -157,6 +184,9 @@ class Scenario:
             missing.append(f"more than {self.isolate} cores to isolate (it has {cores})")
         if len(topology.online) < self.min_cpus:
             missing.append(f"at least {self.min_cpus} online CPUs (it has {len(topology.online)})")
+        largest = max((len(topology.cpus_of_node(n) & topology.online) for n in topology.numa_nodes()), default=0)
+        if largest < self.min_numa_cpus:
+            missing.append(f"a NUMA node of at least {self.min_numa_cpus} online CPUs (its largest has {largest})")
         if self.min_gpus:
             from topodra.sim.gpus import alignable_gpus, no_gpu_reason
 
@@ -172,7 +202,7 @@ class Scenario:
         lacking = [t for t in self.core_types if t not in have]
         if lacking:
             missing.append(f"{' and '.join(lacking)} CPUs (it has {', '.join(sorted(have)) or 'none'})")
-        return "; ".join(missing) or None
+        return " and ".join(missing) or None
 
 
 def _target(text: str, where: str) -> str:
@@ -192,19 +222,33 @@ def _parse_check(target: str, spec: Any, where: str) -> Check:
     unknown = set(spec) - _CHECK_KEYS
     if unknown:
         raise ScenarioError(f"{where}: expect[{target}]: unknown check(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(_CHECK_KEYS))}")
+    by_model = spec.get("byModel") or {}
+    if not isinstance(by_model, dict) or not all(m in MODELS and isinstance(v, dict) for m, v in by_model.items()):
+        raise ScenarioError(f"{where}: expect[{target}].byModel must map a model ({', '.join(MODELS)}) to checks, got {by_model!r}")
+    base = {k: v for k, v in spec.items() if k != "byModel"}
+    variants = tuple(
+        (m, _one_check(target, {k: v for k, v in {**base, **over}.items() if v is not None}, f"{where}: byModel.{m}"))
+        for m, over in by_model.items()
+    )
+    return replace(_one_check(target, base, where), by_model=variants)
+
+
+def _whole(value: Any, what: str, where: str) -> int | None:
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+        raise ScenarioError(f"{where}: {what} must be a whole number (got {value!r})")
+    return value
+
+
+def _one_check(target: str, spec: dict[str, Any], where: str) -> Check:
     cpus, mems = (_cpu_list(spec, key, target, where) for key in ("cpus", "mems"))
     allocated = spec.get("allocated", False)
     if not isinstance(allocated, bool):
         raise ScenarioError(f"{where}: expect[{target}].allocated must be true or false, got {allocated!r}")
-    count = spec.get("count")
-    if count is not None and (not isinstance(count, int) or isinstance(count, bool) or count < 0):
-        raise ScenarioError(
-            f"{where}: expect[{target}].count must be a whole number, got {count!r}"
-        )
     return Check(
         target=_target(target, where),
         cpus=cpus,
-        count=count,
+        count=_whole(spec.get("count"), f"expect[{target}].count", where),
+        cores=_whole(spec.get("cores"), f"expect[{target}].cores", where),
         as_in_step=_step_number(spec.get("asInStep"), target, where),
         core_type=spec.get("coreType"),
         excludes=_target(spec["excludes"], where) if "excludes" in spec else None,
@@ -238,6 +282,22 @@ def _cpu_list(spec: dict[str, Any], key: str, target: str, where: str) -> CPUSet
         return CPUSet.parse(str(spec[key]))
     except CPUSetParseError as err:
         raise ScenarioError(f"{where}: expect[{target}].{key}: {err}") from None
+
+
+def _kubelet_keys(step: Step, raw: dict[str, Any], where: str) -> None:
+    """``kubeletCpuManagerPolicy`` and ``agentRefused`` of one step."""
+    policy = raw.get("kubeletCpuManagerPolicy")
+    if policy is not None:
+        if policy not in _CPU_MANAGER_POLICIES:
+            raise ScenarioError(f"{where}: kubeletCpuManagerPolicy: must be {' or '.join(_CPU_MANAGER_POLICIES)} (got {policy!r})")
+        step.cpu_manager_policy = policy
+    refused = raw.get("agentRefused")
+    if refused is not None:
+        if not isinstance(refused, str) or not refused:
+            raise ScenarioError(f"{where}: agentRefused: must be the text the refusal contains (got {refused!r})")
+        if not step.restart_agent:
+            raise ScenarioError(f"{where}: agentRefused needs restartAgent: true (only a start can be refused)")
+        step.agent_refused = refused
 
 
 def _flag(spec: dict[str, Any], key: str, target: str, where: str) -> bool | None:
@@ -284,6 +344,9 @@ def _objects(items: Any, base: Path | None, where: str, loader: Any) -> list[Man
 def parse_scenario(data: Any, source: str, loader: Any) -> Scenario:
     if not isinstance(data, dict) or not isinstance(data.get("steps"), list):
         raise ScenarioError(f"{source}: a scenario is a mapping with a list of steps")
+    unknown = set(data) - _SCENARIO_KEYS
+    if unknown:
+        raise ScenarioError(f"{source}: unknown key(s) {', '.join(sorted(map(str, unknown)))}; known: {', '.join(sorted(_SCENARIO_KEYS))}")
     steps: list[Step] = []
     for i, raw in enumerate(data["steps"]):
         where = f"{source}: step {i + 1}"
@@ -305,6 +368,7 @@ def parse_scenario(data: Any, source: str, loader: Any) -> Scenario:
         step.restart_agent = bool(raw.get("restartAgent", False))
         if "featureGates" in raw:
             step.gates = _gates(raw["featureGates"], where)
+        _kubelet_keys(step, raw, where)
         steps.append(step)
     model = data.get("model")
     if model is not None and model not in MODELS:
@@ -315,15 +379,13 @@ def parse_scenario(data: Any, source: str, loader: Any) -> Scenario:
     requires = data.get("requires") or {}
     if not isinstance(requires, dict) or set(requires) - _REQUIRES_KEYS:
         raise ScenarioError(f"{source}: requires must be a mapping with {', '.join(sorted(_REQUIRES_KEYS))}")
-    min_cpus = requires.get("cpus", 0)
+    min_cpus = _whole(requires.get("cpus", 0), "requires.cpus", source) or 0
+    min_numa_cpus = _whole(requires.get("numaCpus", 0), "requires.numaCpus", source) or 0
     core_types = requires.get("coreTypes", [])
     isolate = data.get("isolate", 0)
     if not isinstance(isolate, int) or isinstance(isolate, bool) or isolate < 0:
         raise ScenarioError(f"{source}: isolate must be a whole number of cores, got {isolate!r}")
-    max_cpus = requires.get("maxCpus")
-    for key, value in (("cpus", min_cpus), ("maxCpus", 0 if max_cpus is None else max_cpus)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise ScenarioError(f"{source}: requires.{key} must be a whole number, got {value!r}")
+    max_cpus = _whole(requires.get("maxCpus"), "requires.maxCpus", source)
     if not isinstance(core_types, list) or not all(t in ("P-core", "E-core") for t in core_types):
         raise ScenarioError(f"{source}: requires.coreTypes must be a list of P-core / E-core, got {core_types!r}")
     min_gpus = requires.get("gpus", 0)
@@ -343,6 +405,7 @@ def parse_scenario(data: Any, source: str, loader: Any) -> Scenario:
         group_by=group_by,
         source=source,
         min_cpus=min_cpus,
+        min_numa_cpus=min_numa_cpus,
         max_cpus=max_cpus,
         core_types=tuple(core_types),
         gpus=gpus,

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from rich.console import Group, RenderableType
-from rich.table import Table
 from rich.text import Text
 
 from topodra.playground.runner import StepResult
 from topodra.playground.world import Playground
+from topodra.texttable import Column, render
 
 __all__ = ["container_table", "step_report"]
 
@@ -27,20 +27,23 @@ def _kinds(text: str) -> str:
     return " ".join(f"{n}{k}" for k, n in sorted(pairs, key=lambda p: p[0] != "P")) or "-"
 
 
-def container_table(pg: Playground, title: str = "") -> Table:
-    """Every container with its cpuset as the runtime holds it (QoS: G/Bu/BE; kinds: P-/E-cores)."""
-    table = Table(title=title or None, title_justify="left", expand=False, pad_edge=False, box=None)
-    table.add_column("pod/container", no_wrap=True)
-    table.add_column("QoS")
-    table.add_column("CPUs", style="bold", no_wrap=True)
-    table.add_column("#", justify="right")
-    table.add_column("kinds", no_wrap=True)
-    table.add_column("mems")
-    table.add_column("claim", overflow="ellipsis", max_width=14, no_wrap=True)
-    table.add_column("last change", no_wrap=True)
-    for row in pg.rows():
-        src = _SOURCE.get(row.source, row.source)
-        table.add_row(
+_COLUMNS = (
+    Column("pod/container", "pod/ctr", breaks="/"),
+    Column("QoS"),
+    Column("CPUs", breaks=",", style="bold"),
+    Column("#", right=True),
+    Column("kinds", breaks=" "),
+    Column("mems", breaks=","),
+    Column("claim", breaks=","),
+    Column("last change", "change", breaks=" "),
+)
+
+
+def container_table(pg: Playground, title: str = "", width: int = 80) -> Text:
+    """Every container with its cpuset as the runtime holds it (QoS: G/Bu/BE; kinds: P-/E-cores),
+    every value whole within ``width`` columns (``texttable``)."""
+    rows = [
+        [
             f"{row.pod.removeprefix('default/')}/{row.container}",
             _QOS.get(row.qos, row.qos),
             str(row.cpus) or "-",
@@ -48,19 +51,21 @@ def container_table(pg: Playground, title: str = "") -> Table:
             _kinds(row.core_types),
             str(row.mems) or "-",
             row.claims or "-",
-            Text(src, style="green" if row.source == "unsolicited" else "dim"),
-        )
-    if not table.rows:
-        table.add_row("(no containers)", "", "", "", "", "", "", "")
-    return table
+            _SOURCE.get(row.source, row.source),
+        ]
+        for row in pg.rows()
+    ]
+    if not rows:
+        return Text("(no containers)")
+    return render(_COLUMNS, rows, width, title)
 
 
-def step_report(pg: Playground, res: StepResult) -> RenderableType:
+def step_report(pg: Playground, res: StepResult, width: int = 80) -> RenderableType:
     parts: list[RenderableType] = []
     for line in res.lines:
         style = "yellow" if " pending: " in line or " failed: " in line else ""
         parts.append(Text(f"  {line}", style=style))
-    parts.append(container_table(pg))
+    parts.append(container_table(pg, width=width))
     for c in res.checks:
         parts.append(Text(f"  {'✔' if c.ok else '✘'} {c.message}", style="green" if c.ok else "bold red"))
     for problem in res.problems:

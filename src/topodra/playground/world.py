@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import datetime
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from topodra.dra.devices import DRIVER, device_class
 from topodra.dra.kubeletplugin import KubeletPlugin
 from topodra.embedded.apiserver import ApiServer
 from topodra.embedded.gpudriver import start_gpu_driver
+from topodra.embedded.openapi import strict_decoding_error, unknown_fields
 from topodra.embedded.runtime import ContainerChange, EmbeddedRuntime
 from topodra.embedded.store import KINDS, Kind, Store
 from topodra.gates import LIST_TYPE_ATTRIBUTES, feature_gates
@@ -77,6 +79,32 @@ class StepLog:
 
     def add(self, text: str) -> None:
         self.lines.append(text)
+
+
+def _pod_status(pod: Mapping[str, Any], phase: str, message: str) -> dict[str, Any]:
+    """A pod's status as the scheduler and the kubelet leave it (what ``kubectl get pods``
+    reads): PodScheduled false with reason Unschedulable for a pending pod; Ready, and each
+    container running and ready, for a running one."""
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    status: dict[str, Any] = {**(pod.get("status") or {}), "phase": phase, "message": message}
+    status.pop("containerStatuses", None)
+    if phase == "Pending":
+        status["conditions"] = [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message, "lastTransitionTime": now}
+        ]
+    elif phase == "Running":
+        status["conditions"] = [
+            {"type": t, "status": "True", "lastTransitionTime": now} for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready")
+        ]
+        status["startTime"] = now
+        status["containerStatuses"] = [
+            {"name": c.get("name"), "image": c.get("image", ""), "imageID": "", "ready": True, "started": True,
+             "restartCount": 0, "state": {"running": {"startedAt": now}}}
+            for c in (pod.get("spec") or {}).get("containers") or []
+        ]
+    else:
+        status["conditions"] = [{"type": "Ready", "status": "False", "reason": "PodFailed", "lastTransitionTime": now}]
+    return status
 
 
 class Playground:
@@ -188,7 +216,11 @@ class Playground:
                 "apiVersion": "v1",
                 "kind": "Node",
                 "metadata": {"name": NODE_NAME, "labels": {"kubernetes.io/hostname": NODE_NAME}},
-                "status": {"allocatable": node_allocatable(self.topology, self.agent_config())},
+                "status": {
+                    "allocatable": node_allocatable(self.topology, self.agent_config()),
+                    "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "the playground's kubelet is ready"}],
+                    "nodeInfo": {"kubeletVersion": "v1.36.2", "containerRuntimeVersion": "embedded://topodra", "osImage": "topodra playground"},
+                },
             },
         )
         self.store.create(KINDS[("resource.k8s.io", "deviceclasses")], None, device_class())
@@ -239,21 +271,25 @@ class Playground:
         if self.agent_process is not None:
             await self._start_agent_process(env or {})
             return None
-        self.agent = Agent(self.agent_config(), topology=self.topology, reload_interval=3600)
-        await self.agent.start()
+        agent = Agent(self.agent_config(), topology=self.topology, reload_interval=3600)
+        await agent.start()  # an AgentError (e.g. a kubelet whose CPU manager is static) leaves no agent
+        self.agent = agent
         stub = self.agent.stub
         assert stub is not None
         await stub.wait_synchronized(timeout=10)
         return self.agent
 
     async def restart_agent(self, env: Mapping[str, str] | None = None) -> Agent | None:
-        """Stop the agent and start a new one on the same state (a crash or upgrade)."""
+        """Stop the agent and start a new one on the same state (a crash or upgrade). An agent that
+        refuses to start raises its ``AgentError``; the node then has none until the next restart."""
         if self.agent is not None:
             await self.agent.stop()
+            self.agent = None
         await self.kill_agent_process()
-        agent = await self.start_agent(env)
         if self.kubelet is not None:
             await self.kubelet.forget(DRIVER)
+        agent = await self.start_agent(env)
+        if self.kubelet is not None:
             await self.kubelet.register_plugins(expect=[DRIVER])
         await self.settle()
         return agent
@@ -407,6 +443,9 @@ class Playground:
             meta = obj.setdefault("metadata", {})
             ns = meta.get("namespace", "default") if kind.namespaced else None
             name = meta.get("name", "?")
+            unknown = unknown_fields(kind, obj)  # refused as kubectl apply's strict validation has it
+            if unknown:
+                raise PlaygroundError(f"{where}{kind.kind} {name}: {strict_decoding_error(kind, unknown)}")
             try:
                 if kind.plural == "pods":
                     created = self.store.create(kind, ns, obj)
@@ -459,7 +498,7 @@ class Playground:
         meta = pod["metadata"]
         with contextlib.suppress(ApiError):
             fresh = self.store.get(kind, meta.get("namespace", "default"), meta["name"])
-            fresh["status"] = {**(fresh.get("status") or {}), "phase": phase, "message": message}
+            fresh["status"] = _pod_status(fresh, phase, message)
             self.store.update(kind, meta.get("namespace", "default"), meta["name"], fresh, subresource="status")
 
     async def retry_pod(self, name: str, namespace: str = "default") -> str:

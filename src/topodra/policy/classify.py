@@ -27,6 +27,12 @@ from topodra.policy.api import BadRequestError, ContainerRequest, QoSClass
 from topodra.policy.config import CPUPriority, PolicyConfig, TopologyLevel
 from topodra.topology.model import CoreType, MemoryKind
 
+
+def container_label(req: ContainerRequest) -> str:
+    """How messages name a container: its id, and its namespace/pod/name when the id is not that."""
+    path = f"{req.namespace}/{req.pod_name}/{req.name}"
+    return f"container {req.id}" if req.id == path else f"container {req.id} ({path})"
+
 __all__ = [
     "CLAIMED", "EXCLUSIVE", "ISOLATION_NO", "ISOLATION_REQUIRE", "MIXED", "PRESERVE", "RESERVED", "SHARED",
     "GrantKind", "Isolation", "Need", "classify", "validate_request", "core_types_for",
@@ -105,7 +111,7 @@ def validate_request(req: ContainerRequest) -> None:
         and (not req.claims or (len(set(req.claims)) == len(req.claims) and all(req.claims)))
     ):
         return
-    where = f"container {req.id} ({req.namespace}/{req.pod_name}/{req.name})"
+    where = container_label(req)
     if not isinstance(req.qos, QoSClass):
         raise BadRequestError(f"{where}: qos {req.qos!r} is not one of {', '.join(q.value for q in QoSClass)}")
     for name in ("cpu_request_milli", "memory_request"):

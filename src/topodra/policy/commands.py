@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from topodra.cli_errors import print_error
 from topodra.topology.machine import TOPOLOGY_HELP, load_machine, machine_label
 
 if TYPE_CHECKING:
@@ -49,21 +50,32 @@ def parse_memory_quantity(value: object, what: str) -> int:
     return memory_bytes(value, what)
 
 
-def _config(path: Path | None, inline: dict[str, Any] | None = None) -> Any:
-    import yaml
+def _config(path: Path | None, inline: dict[str, Any] | None = None, source: str = "workload") -> Any:
+    """The policy settings of ``path`` (the agent's whole configuration, or its ``policy``
+    section alone), else a workload's inline ``config``; errors worded as the agent's."""
+    from pydantic import ValidationError
 
+    from topodra.agent.config import config_section
+    from topodra.agent.config_file import read_config_file
+    from topodra.config_errors import describe
     from topodra.policy.config import PolicyConfig
-    from topodra.yamldocs import read_text
 
     data: Any = inline
+    prefix: tuple[str, ...] = ("config",) if inline is not None else ()
     if path is not None:
-        try:
-            data = yaml.safe_load(read_text(path)) or {}
-        except (OSError, yaml.YAMLError) as e:
-            raise ValueError(f"{path}: {e}") from None
+        source = str(path)
+        data = read_config_file(path, check_mode=False)
         if isinstance(data, dict) and "policy" in data and len(data) == 1:
-            data = data["policy"]
-    return PolicyConfig.model_validate(data or {})
+            data, prefix = data["policy"], ("policy",)
+        else:
+            data, prefix = config_section(data, source, "policy")
+    if data is not None and not isinstance(data, dict):
+        where = ".".join(prefix) or "(top level)"
+        raise ValueError(f"{source}: {where}: must be a mapping of policy settings (got {type(data).__name__})")
+    try:
+        return PolicyConfig.model_validate(data or {})
+    except ValidationError as e:
+        raise ValueError(describe(e, source, PolicyConfig, prefix)) from None
 
 
 def load_workload(data: Any, source: str = "workload") -> tuple[dict[str, Any], dict[str, Any], list[Any]]:
@@ -140,27 +152,35 @@ def load_workload(data: Any, source: str = "workload") -> tuple[dict[str, Any], 
     return config, claims, requests
 
 
-def _pool_table(policy: Policy, title: str) -> Any:
-    from rich.table import Table
+def _pool_table(policy: Policy, title: str, width: int) -> Any:
+    from topodra.texttable import Column, render
 
-    stats = policy.stats()
-    table = Table(title=title)
-    for col in ("pool", "CPUs", "shared", "excl", "claimed", "reserved", "isolated", "mems", "shared req"):
-        table.add_column(col, overflow="fold", no_wrap=col == "pool")
-    for p in stats.pools:
-        u = p.usage
-        table.add_row(
+    columns = [
+        Column("pool"),
+        Column("CPUs", breaks=","),
+        Column("shared", right=True),
+        Column("excl", right=True),
+        Column("claimed", "claim", right=True),
+        Column("reserved", "resv", right=True),
+        Column("isolated", "isol", right=True),
+        Column("mems", breaks=","),
+        Column("shared req", "req", breaks="/"),
+    ]
+    rows = [
+        [
             "  " * p.depth + p.name,
-            str(u.cpus),
-            str(len(u.shared)),
-            str(len(u.allocated)),
-            str(len(u.claimed)),
-            str(len(u.reserved)),
-            str(len(u.isolated)),
+            str(p.usage.cpus),
+            str(len(p.usage.shared)),
+            str(len(p.usage.allocated)),
+            str(len(p.usage.claimed)),
+            str(len(p.usage.reserved)),
+            str(len(p.usage.isolated)),
             str(p.mems),
             f"{p.shared_requested_milli}m/{p.shared_capacity_milli // 1000}",
-        )
-    return table
+        ]
+        for p in policy.stats().pools
+    ]
+    return render(columns, rows, width, title)
 
 
 TopologyOpt = Annotated[str | None, typer.Option("--topology", "-t", help=TOPOLOGY_HELP)]
@@ -186,17 +206,16 @@ def pools_command(
       topodra policy pools --topology 2s1d2n2l8c2t
     """
     from rich.console import Console
-    from rich.markup import escape
 
     from topodra.policy.policy import Policy
 
-    console, err = Console(), Console(stderr=True)
+    console = Console()
     try:
         policy = Policy(load_machine(topology), _config(config))
     except Exception as e:  # every input error ends here with its message
-        err.print(f"[red]error:[/red] {escape(str(e))}", highlight=False)
+        print_error(str(e))
         raise typer.Exit(1) from None
-    console.print(_pool_table(policy, f"pools of {machine_label(topology)}"))
+    console.print(_pool_table(policy, f"pools of {machine_label(topology)}", console.width))
     for note in policy.notes:
         console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
 
@@ -221,7 +240,6 @@ def place_command(
         - {name: side, annotations: {"memory-type.resource-policy.nri.io": "dram"}}
         - {name: inf, cpu: "2", claims: [gpu-cpus]}            # pinned to the claim
     """
-    import yaml
     from rich.console import Console
     from rich.markup import escape
     from rich.progress import track
@@ -229,21 +247,23 @@ def place_command(
     from topodra.cpuset import CPUSet
     from topodra.policy.api import PolicyError
     from topodra.policy.policy import Policy
-    from topodra.yamldocs import read_text
+    from topodra.yamldocs import load_documents
 
     console, err = Console(), Console(stderr=True)
     try:
-        data = yaml.safe_load(read_text(workload))
-        inline_config, claims, requests = load_workload(data, str(workload))
-        cfg = _config(config) if config is not None else _config(None, inline_config)
+        docs = load_documents(workload)
+        if len(docs) > 1:
+            raise ValueError(f"{workload}: holds {len(docs)} YAML documents; a workload is one")
+        inline_config, claims, requests = load_workload(docs[0].obj if docs else None, str(workload))
+        cfg = _config(config) if config is not None else _config(None, inline_config, str(workload))
         policy = Policy(load_machine(topology), cfg)
         for claim_id, cpus in claims.items():
             policy.claim(str(claim_id), CPUSet.parse(str(cpus)))
     except OSError as e:
-        err.print(f"[red]error:[/red] cannot read {escape(str(workload))}: {escape(e.strerror or str(e))}", highlight=False)
+        print_error(f"cannot read {workload}: {e.strerror or e}")
         raise typer.Exit(1) from None
     except Exception as e:
-        err.print(f"[red]error:[/red] {escape(str(e))}", highlight=False)
+        print_error(str(e))
         raise typer.Exit(1) from None
     refused: dict[str, str] = {}
     show = output is OutputFormat.TABLE and len(requests) > 200
@@ -255,9 +275,10 @@ def place_command(
     if output is OutputFormat.JSON:
         typer.echo(json.dumps(_placements_json(policy, requests, refused), indent=2))
         raise typer.Exit(1 if refused else 0)
-    console.print(_placement_table(policy, requests))
-    console.print(_pool_table(policy, "pools after placement"))
+    console.print(_placement_table(policy, requests, console.width))
+    console.print(_pool_table(policy, "pools after placement", console.width))
     for cid, why in refused.items():
+        why = why.removeprefix(f"container {cid}: ")
         err.print(f"[red]refused[/red] {escape(cid)}: {escape(why)}", highlight=False, soft_wrap=True)
     if refused:
         raise typer.Exit(1)
@@ -276,28 +297,36 @@ def _placements_json(policy: Policy, requests: list[Any], refused: dict[str, str
     }
 
 
-def _placement_table(policy: Policy, requests: list[Any]) -> Any:
+def _placement_table(policy: Policy, requests: list[Any], width: int) -> Any:
     """One row per container: its class, pool, cpus and mems, or refused."""
-    from rich.table import Table
+    from topodra.texttable import Column, render
 
-    table = Table(title="placements")
-    for col in ("container", "class", "pool", "cpus", "mems", "note"):
-        table.add_column(col, overflow="fold")
+    columns = [
+        Column("container", breaks="/"),
+        Column("class"),
+        Column("pool"),
+        Column("cpus", breaks=", "),
+        Column("mems", breaks=","),
+        Column("note", breaks=" "),
+    ]
+    rows = []
     for req in requests:
         g = policy.grant(req.id)
         if g is None:
-            table.add_row(req.id, "[red]refused[/red]", "", "", "", "see below")
+            rows.append([req.id, "refused", "", "", "", "see below"])
             continue
         a = policy.assignment(req.id)
-        table.add_row(
-            req.id,
-            g.kind.value,
-            policy.pool_name(g.pool),
-            "(unchanged)" if a is None else f"{a.cpus} ({len(a.cpus)})",
-            "" if a is None else str(a.mems),
-            g.degraded,
+        rows.append(
+            [
+                req.id,
+                g.kind.value,
+                policy.pool_name(g.pool),
+                "(unchanged)" if a is None else f"{a.cpus} ({len(a.cpus)})",
+                "" if a is None else str(a.mems),
+                g.degraded,
+            ]
         )
-    return table
+    return render(columns, rows, width, "placements")
 
 
 def register(root_app: typer.Typer) -> None:

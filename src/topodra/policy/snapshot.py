@@ -166,7 +166,9 @@ def read_config(topology: Topology, snap: Any) -> PolicyConfig:
     try:
         return PolicyConfig.model_validate(_field(snap, "config", dict, "snapshot"))
     except ValidationError as e:
-        raise SnapshotError(f"snapshot: invalid config: {e}") from None
+        from topodra.config_errors import describe
+
+        raise SnapshotError(describe(e, "snapshot", PolicyConfig, ("config",))) from None
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from topodra.policy.api import ContainerRequest
-from topodra.policy.classify import MIXED, SHARED
+from topodra.policy.classify import MIXED, SHARED, container_label
 from topodra.policy.grants import Grant
 from topodra.policy.partition import Partition, bits, fmt
 from topodra.topology.model import MemoryKind
@@ -34,7 +34,7 @@ __all__ = ["FOLLOW_MIXED", "FOLLOW_NO_MEMS", "FOLLOW_THINNED", "Capacity", "Jour
 
 def where(req: ContainerRequest) -> str:
     """How messages name a container."""
-    return f"container {req.id} ({req.namespace}/{req.pod_name}/{req.name})"
+    return container_label(req)
 
 
 #: ``Journal.changes`` is trimmed past this length

@@ -866,9 +866,18 @@ def _compile_issues(expression: str, text: str) -> tuple[tuple[int, int, str], .
     return tuple((int(m.group(1)), int(m.group(2)), _issue_message(expression, int(m.group(1)), int(m.group(2)), m.group(3))) for m in re.finditer(_ISSUE, text))
 
 
+_CEL_GO_TYPE_NAMES = {
+    "BOOL": "bool", "INT": "int", "UINT": "uint", "DOUBLE": "double", "STRING": "string", "BYTES": "bytes",
+    "DYN": "dyn", "NULL": "null_type", "LIST": "list", "MAP": "map", "TYPE": "type",
+    "DURATION": "google.protobuf.Duration", "TIMESTAMP": "google.protobuf.Timestamp",
+    "ERROR": "dyn",  # the binding's name for google.protobuf.Any, the attributes' values
+}
+
+
 def _output_type_name(t: Any) -> str:
-    name = str(t.name())
-    return {"BOOL": "bool", "INT": "int", "UINT": "uint", "DOUBLE": "double", "STRING": "string", "BYTES": "bytes", "DYN": "dyn", "NULL": "null_type"}.get(name, name)
+    """The C++ binding's type name (``LIST<INT>``) as cel-go prints it (``list(int)``)."""
+    parts = re.findall(r"[\w.]+|[<>]|,\s*", str(t.name()))
+    return "".join(_CEL_GO_TYPE_NAMES.get(p, {"<": "(", ">": ")"}.get(p, p)) for p in parts)
 
 
 def compile_expression(expression: str, *, lists: bool = False) -> CompiledSelector:

@@ -77,11 +77,9 @@ def _output_dir(out: Path) -> Path:
 
 
 def _fail(message: str) -> NoReturn:
-    from rich.console import Console
-    from rich.markup import escape
+    from topodra.cli_errors import fail
 
-    Console(stderr=True, soft_wrap=True).print(f"[red]error:[/red] {escape(message)}")
-    raise typer.Exit(2)
+    raise fail(message, 2)
 
 
 def _load(files: list[Path]) -> list[Any]:
@@ -429,6 +427,11 @@ def allocate_cmd(
     if not claims:
         _fail(f"no ResourceClaim in {', '.join(str(f) for f in files)}: nothing to allocate")
     nodes = {str((n.get("metadata") or {}).get("name")): n for n in kinds.get("Node", [])}
+    slices = [sl.get("spec") or {} for sl in kinds.get("ResourceSlice", []) if isinstance(sl.get("spec"), dict)]
+    named = set(nodes) | {str(sp["nodeName"]) for sp in slices if sp.get("nodeName")}
+    any_node = any(sp.get(k) for sp in slices for k in ("allNodes", "nodeSelector", "perDeviceNodeSelection"))
+    if node not in named and not any_node:
+        _fail(f"--node {node}: no such node (the files name {', '.join(sorted(named)) or 'no node'})")
     try:
         alloc = Allocator(kinds.get("ResourceSlice", []), kinds.get("DeviceClass", []))
         result, stats = alloc.allocate_with_stats(nodes.get(node, node), claims)

@@ -224,6 +224,10 @@ def build_cluster(spec: ClusterSpec) -> Cluster:
     cpus_per_device: dict[str, list[int]] = {}
     for m in spec.machines:
         topo = topology_for(m)
+        if spec.reserved_cpus >= len(topo.online):
+            raise ClusterError(
+                f"--reserved-cpus {spec.reserved_cpus}: leaves no CPU of machine {m}'s {len(topo.online)} for devices"
+            )
         exclude = CPUSet(sorted(topo.online)[: spec.reserved_cpus])
         devices = build_devices(topo, config, reserved=exclude)
         templates[m] = build_slices("template-node", devices)

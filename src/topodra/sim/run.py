@@ -328,4 +328,7 @@ def _short(text: str | None) -> str:
     # node names vary; keep the reason
     if text.startswith("node ") and ": " in text:
         text = text.split(": ", 1)[1]
-    return text[:160]
+    text = text.splitlines()[0] if text.strip() else text
+    if len(text) <= 160:
+        return text
+    return text[:160].rsplit(" ", 1)[0] + " …"  # whole words: never cut one in half

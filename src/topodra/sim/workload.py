@@ -163,6 +163,8 @@ def load_workload(source: str | Path) -> Workload:
     root = _builtin_root()
     res = root / f"{source}.yaml"
     if not res.is_file():
+        if "/" in str(source) or path.suffix in (".yaml", ".yml", ".json"):
+            raise WorkloadError(f"cannot read {path}: no such file")
         raise WorkloadError(f"no workload file {str(source)!r} and no built-in workload of that name (built-in: {', '.join(builtin_workloads())})")
     text, name = res.read_text(), str(source)
     index = root / BUILTIN_INDEX
@@ -212,6 +214,27 @@ def _yaml_documents(text: str, name: str, source: str | None) -> Iterator[tuple[
         raise WorkloadError(str(e) if source else f"workload {name}: not valid YAML: {e}") from None
 
 
+def _check_selectors(spec: Any, where: str) -> None:
+    """Selectors that do not compile are refused with the workload, as an API server refuses
+    them at create time, rather than failing every pod that uses them."""
+    from topodra.sim.cel import CelCompileError, compile_selector
+
+    requests = ((spec.get("devices") if isinstance(spec, Mapping) else None) or {}).get("requests") or []
+    for i, req in enumerate(requests if isinstance(requests, list) else []):
+        if not isinstance(req, Mapping):
+            continue
+        subs = [("exactly", req.get("exactly"))] + [(f"firstAvailable[{j}]", s) for j, s in enumerate(req.get("firstAvailable") or [])]
+        for label, sub in subs:
+            for k, sel in enumerate((sub.get("selectors") or []) if isinstance(sub, Mapping) else []):
+                expr = ((sel or {}).get("cel") or {}).get("expression") if isinstance(sel, Mapping) else None
+                try:
+                    compile_selector(expr)
+                except CelCompileError as err:
+                    raise WorkloadError(
+                        f"{where}.devices.requests[{i}].{label}.selectors[{k}]: CEL does not compile: {err.message}"
+                    ) from None
+
+
 def _parse_workload(docs: Iterable[tuple[Any, str]], name: str) -> Workload:
     wl = Workload(name=name, templates={}, claims={}, classes=[], pods=[])
     for doc, at in docs:
@@ -225,10 +248,13 @@ def _parse_workload(docs: Iterable[tuple[Any, str]], name: str) -> Workload:
             raise WorkloadError(f"{where} ({kind}): metadata.name is missing")
         if kind == "ResourceClaimTemplate":
             spec = ((doc.get("spec") or {}).get("spec")) or {}
+            _check_selectors(spec, f"{where} ({kind} {obj_name}): spec.spec")
             wl.templates[obj_name] = spec
         elif kind == "ResourceClaim":
+            _check_selectors(doc.get("spec") or {}, f"{where} ({kind} {obj_name}): spec")
             wl.claims[obj_name] = doc.get("spec") or {}
         elif kind == "DeviceClass":
+            _check_selectors({"devices": {"requests": [{"name": "class", "exactly": doc.get("spec") or {}}]}}, f"{where} ({kind} {obj_name})")
             wl.classes.append(doc)
         elif kind == "Pod":
             _check_claim_refs(doc, where)  # now: a bad pod ends the load before the rest is read

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from topodra.cli_errors import print_error
 from topodra.topology.machine import TOPOLOGY_HELP
 
 if TYPE_CHECKING:
@@ -53,7 +54,6 @@ def topology_command(
     from topodra.topology.serialize import topology_to_dict
 
     console = Console()
-    err = Console(stderr=True)
     try:
         if list_fixtures:
             names = fixture_names()
@@ -63,7 +63,7 @@ def topology_command(
             return
         t = load_machine(topology)
     except (TopologyError, FixtureError) as e:
-        err.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
+        print_error(str(e))
         raise typer.Exit(1) from None
     if output is OutputFormat.TREE:
         from topodra.topology.render import render_topology
@@ -119,7 +119,7 @@ def topology_check_command(
     try:
         runs = _compare_root(root, err) if root is not None else _compare_fixtures(fixture or [], live, err)
     except (TopologyError, FixtureError, hwloc.HwlocParseError, OSError) as e:
-        err.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
+        print_error(str(e))
         raise typer.Exit(1) from None
     _print_check_table(console, runs, verbose)
     all_checks = _print_match_rates(console, runs)
@@ -137,7 +137,7 @@ def _compare_root(root: Path, err: Console) -> list[_Run]:
     from topodra.topology.sysfs import read_topology
 
     if not hwloc.lstopo_available():
-        err.print(f"[red]error:[/red] {hwloc.LSTOPO} is not installed (Debian package 'hwloc')")
+        print_error(f"{hwloc.LSTOPO} is not installed (Debian package 'hwloc')")
         raise typer.Exit(1)
     t = read_topology(root)
     return [(str(root), "lstopo", hwloc.compare(t, hwloc.run_lstopo(root)))]

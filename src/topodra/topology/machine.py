@@ -68,16 +68,26 @@ def load_machine(spec: str | None, *, host_root: Path | str = "/") -> Topology:
         if text.startswith("synthetic:"):
             return synthetic_topology(text.removeprefix("synthetic:"))
         if text.startswith("fixture:"):
-            return _fixture(text.removeprefix("fixture:"))
+            return _fixture(text.removeprefix("fixture:"), text)
         if _is_path(text):
-            return read_topology(text)
+            return read_topology(_sysfs_root(text))
         if _SPEC.match(text) or (text[:1].isdigit() and not _is_fixture(text)):
             return synthetic_topology(text)
-        return _fixture(text)
+        return _fixture(text, text)
     except MachineSpecError:
         raise
     except (TopologyError, SpecError, OSError) as err:
         raise MachineSpecError(f"topology {text!r}", str(err)) from None
+
+
+def _sysfs_root(text: str) -> str:
+    """A directory to read as a sysfs root; a path that is not one is said to be so."""
+    path = Path(text)
+    if not path.exists():
+        raise MachineSpecError(f"topology {text!r}", "no such directory")
+    if not path.is_dir():
+        raise MachineSpecError(f"topology {text!r}", "a file, not a directory holding sys/ (a sysfs root)")
+    return text
 
 
 def _is_fixture(name: str) -> bool:
@@ -90,15 +100,23 @@ def _is_fixture(name: str) -> bool:
     return True
 
 
-def _fixture(name: str) -> Topology:
+def _fixture(name: str, text: str) -> Topology:
+    """Fixture ``name``, written ``text`` (``fixture:NAME`` or a bare word)."""
     from topodra.topology.fixtures import FixtureError, unpacked_fixture
     from topodra.topology.sysfs import read_topology
 
     try:
         root = unpacked_fixture(name)
     except FixtureError as err:
-        why = "no such fixture" if str(err).startswith("no fixture") else str(err).splitlines()[0]
+        if not str(err).startswith("no fixture"):
+            raise MachineSpecError(f"topology {text!r}", str(err).splitlines()[0]) from None
+        if text.startswith("fixture:"):
+            raise MachineSpecError(f"topology {text!r}", "no such fixture (topodra topology --list-fixtures)") from None
+        if text.startswith("-") and text[1:].isdigit():
+            raise MachineSpecError(f"topology {text!r}", "a CPU count or machine spec cannot be negative") from None
         raise MachineSpecError(
-            f"topology {name!r}", f"not 'host', a directory, a synthetic spec or a known fixture ({why})"
+            f"topology {text!r}",
+            "not 'host', a directory, a machine spec such as 2s1d2n2l8c2t, or a fixture name "
+            "(topodra topology --list-fixtures)",
         ) from None
     return read_topology(root)

@@ -58,18 +58,18 @@ class MachineSpec:
     smt_numbering: str = "spread"
 
     def __post_init__(self) -> None:
-        for name in (
-            "sockets",
-            "dies_per_socket",
-            "numa_per_die",
-            "l3_per_numa",
-            "cores_per_l3",
-            "threads_per_core",
+        for name, what in (
+            ("sockets", "s (sockets)"),
+            ("dies_per_socket", "d (dies per socket)"),
+            ("numa_per_die", "n (NUMA nodes per die)"),
+            ("l3_per_numa", "l (L3 groups per NUMA node)"),
+            ("cores_per_l3", "c (cores per L3 group)"),
+            ("threads_per_core", "t (threads per core)"),
         ):
             if getattr(self, name) < 1:
-                raise SpecError(f"{name} must be at least 1, got {getattr(self, name)}")
+                raise SpecError(f"{what} must be at least 1 (got {getattr(self, name)})")
         if self.e_cores_per_l3 < 0:
-            raise SpecError("e_cores_per_l3 must not be negative")
+            raise SpecError(f"e (E-cores per L3) must not be negative (got {self.e_cores_per_l3})")
         if self.smt_numbering not in ("spread", "adjacent"):
             raise SpecError(f"smt_numbering must be 'spread' or 'adjacent', got {self.smt_numbering!r}")
         if self.cpu_count > 8192:
