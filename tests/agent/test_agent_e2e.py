@@ -160,6 +160,69 @@ def test_claim_variable_of_another_pod_is_refused() -> None:
     run(body)
 
 
+def _shared_claim_pods() -> list[dict[str, Any]]:
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "both"},
+        "spec": {"devices": {"requests": [{"name": "cpus", "exactly": {"deviceClassName": "native.cpu", "count": 2}}]}},
+    }
+    pods = []
+    for name in ("user-1", "user-2"):
+        pod = _pod(name)
+        pod["spec"]["resourceClaims"] = [{"name": "c", "resourceClaimName": "both"}]
+        pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "c"}]}
+        pods.append(pod)
+    return [claim, *pods]
+
+
+def test_a_claim_shared_by_two_pods_is_prepared_once_and_pins_both() -> None:
+    """As the real kubelet does, the second pod of a claim already prepared on the node gets no
+    NodePrepareResources: the agent admits its containers from the claim's reservedFor, keeps
+    the claim while either pod runs, and releases it after the last."""
+
+    async def body(pg: Playground) -> None:
+        assert pg.agent is not None
+        [claim, first, second] = _shared_claim_pods()
+        await pg.apply([claim, first])
+        await pg.apply([second])
+        assert pg.pod_errors == {}
+        cpus = pg.cpus_of("user-1")
+        assert len(cpus) == 2
+        assert pg.cpus_of("user-2") == cpus
+        uid = next(iter(pg.agent.policy.claims()))
+        assert pg.kubelet is not None
+        assert len(pg.kubelet.claim_infos[("default", "both")].pods) == 2
+        await pg.delete_pod("user-1")
+        assert pg.agent.policy.claims() == {uid: cpus}
+        assert pg.cpus_of("user-2") == cpus
+        # A restart keeps the second pod's containers on the claim (its consumer was recorded).
+        await pg.restart_agent()
+        assert pg.agent is not None
+        assert pg.cpus_of("user-2") == cpus
+        await pg.delete_pod("user-2")
+        assert pg.agent.policy.claims() == {}
+
+    run(body)
+
+
+def test_a_pod_sharing_a_claim_started_while_the_agent_was_away_is_pinned_at_synchronize() -> None:
+    async def body(pg: Playground) -> None:
+        assert pg.agent is not None
+        [claim, first, second] = _shared_claim_pods()
+        await pg.apply([claim, first])
+        cpus = pg.cpus_of("user-1")
+        await pg.agent.stop()
+        pg.agent = None
+        await pg.apply([second])  # no NRI plugin: the runtime starts it as the kubelet asks
+        assert pg.pod_errors == {}
+        await pg.restart_agent()
+        assert pg.cpus_of("user-2") == cpus
+        assert pg.cpus_of("user-1") == cpus
+
+    run(body)
+
+
 def test_config_reload_applies_policy_and_pushes() -> None:
     async def body(pg: Playground) -> None:
         assert pg.agent is not None
@@ -199,6 +262,26 @@ def test_metrics_and_state_endpoints() -> None:
         status, raw = await get(f"unix:{sock}", "/state")
         assert status == 200
         assert json.loads(raw) == json.loads(json.dumps(pg.agent.state()))
+
+    run(body)
+
+
+def test_state_names_the_cpus_the_slices_offer() -> None:
+    """``/state``'s ``offer``: the CPUs of the published devices, without an exclusive grant's."""
+
+    async def body(pg: Playground) -> None:
+        assert pg.agent is not None
+        await pg.apply([_pod("solo", "2", "2")])
+        held = pg.cpus_of("solo")
+        assert len(held) == 2
+        await pg.agent.publisher.settle()
+        published = CPUSet()
+        for s in pg.slices():
+            for d in s["spec"].get("devices") or []:
+                published |= CPUSet([d["attributes"]["cpu"]["int"]])
+        offer = CPUSet.parse(pg.agent.state()["offer"])
+        assert offer == published
+        assert offer.isdisjoint(held)
 
     run(body)
 

@@ -124,3 +124,6 @@ def test_a_server_without_the_list_gate_is_named_in_the_publishing_error() -> No
     error = asyncio.run(asyncio.wait_for(main(), 20))
     assert 'Invalid value: "": exactly one value must be specified' in error
     assert error.endswith("turn the DRAListTypeAttributes gate on or set devices.listAttributes: false")
+    # One field error per device (40): told by their count and the first, not 40 times over.
+    assert "is invalid: 40 field errors, the first: spec.devices[0].attributes[resource.kubernetes.io/pcieRoot]: " in error
+    assert len(error) < 400

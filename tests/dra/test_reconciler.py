@@ -16,7 +16,7 @@ from topodra.dra.devices import DeviceModelConfig, build_devices
 from topodra.dra.reconciler import SliceReconciler
 from topodra.dra.slices import build_slices
 from topodra.embedded.apiserver import ApiServer
-from topodra.embedded.store import Kind, Store
+from topodra.embedded.store import KINDS, Kind, Store
 from topodra.kube.client import NODES, RESOURCE_SLICES, KubeClient
 from topodra.topology import synthetic_topology
 
@@ -553,3 +553,41 @@ def test_a_device_listed_twice_is_refused_with_homes_or_without() -> None:
         assert await ours(c) == []
 
     scenario(body)
+
+
+def test_slices_deleted_while_the_pool_is_rewritten_are_a_re_sync_not_a_failure(caplog: pytest.LogCaptureFixture) -> None:
+    """The kubelet wipes a node's slices one by one (a DeleteCollection) when it starts: the
+    reconciler re-syncs at the first deletion and then meets the next one while it rewrites the
+    pool (a real kube-apiserver answered the update 404). That is drift to follow at once, not an
+    API failure to warn about and back off from."""
+    store = Store()
+    kind = KINDS[("resource.k8s.io", "resourceslices")]
+    wiping: list[str] = []
+
+    def wipe_on(k: Kind, obj: dict[str, Any]) -> None:  # the wipe goes on while slice 0 is written
+        if k.plural == "resourceslices" and obj["metadata"]["name"] == "node-a-native.cpu-0" and wiping:
+            store.delete(kind, None, wiping.pop())
+
+    store.admission.append(wipe_on)
+
+    async def body(c: KubeClient, server: ApiServer) -> None:
+        await c.create(NODES, {"metadata": {"name": "node-a"}})
+        rec = SliceReconciler(c, "node-a", DEVICES, resync_delay=0.01)
+        stop = asyncio.Event()
+        task = asyncio.create_task(rec.run(stop))
+        await asyncio.wait_for(rec.synced.wait(), 10)
+        assert len(await ours(c)) == 2
+        wiping.append("node-a-native.cpu-1")
+        await c.delete(RESOURCE_SLICES, "node-a-native.cpu-0")
+
+        async def whole_again() -> bool:
+            return not wiping and len(await ours(c)) == 2
+
+        await eventually(whole_again)
+        stop.set()
+        await asyncio.wait_for(task, 5)
+
+    with caplog.at_level(logging.INFO, logger="topodra.dra.reconciler"):
+        scenario(body, store)
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert any("changed while it was written" in r.getMessage() for r in caplog.records)

@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 from lightkube import AsyncClient, KubeConfig
 
+from topodra.agent.claims import kube_client
+from topodra.agent.config import parse_config
 from topodra.dra.devices import build_devices
 from topodra.dra.slices import build_slices, chunk_devices, encode_slice
 from topodra.embedded.apiserver import ApiServer
@@ -433,6 +435,31 @@ def test_tls_refuses_a_server_the_config_does_not_trust(certificate: tuple[Path,
             assert exc.value.code == 503
             assert lean_of(client).requests == 1
             assert peer.requests == []
+
+    run(main)
+
+
+def test_the_agent_s_kube_server_takes_its_ca_file_and_re_reads_its_token_file(certificate: tuple[Path, Path], tmp_path: Path) -> None:
+    """``kube: {server, tokenFile, caFile}`` reaches a real cluster's API server without a
+    kubeconfig: its certificate checked against caFile, the token file read again after a 401."""
+    cert, key = certificate
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls.load_cert_chain(cert, key)
+    token = tmp_path / "token"
+    token.write_text("one\n")
+
+    def check(_: int, head: bytes) -> bytes:
+        want = b"Authorization: Bearer " + token.read_text().strip().encode() + b"\r\n"
+        return reply(200, b"{}") if want in head else reply(401, b'{"kind":"Status","code":401,"reason":"Unauthorized","message":"Unauthorized"}', reason=b"Unauthorized")
+
+    async def main() -> None:
+        async with Peer(check, tls=tls) as peer:
+            config = parse_config({"kube": {"server": peer.url, "tokenFile": str(token), "caFile": str(cert)}}, "test")
+            async with kube_client(config) as client:
+                assert await client.replace_encoded(RESOURCE_SLICES, NAME, encoded("1")) == "{}"
+                token.write_text("two\n")
+                assert await client.replace_encoded(RESOURCE_SLICES, NAME, encoded("2")) == "{}"
+                assert b"Bearer two" in peer.requests[-1]
 
     run(main)
 

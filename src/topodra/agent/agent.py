@@ -353,6 +353,7 @@ class Agent:
             "containers": {cid: {"cpus": str(a.cpus), "mems": str(a.mems)} for cid, a in sorted(policy.assignments().items())},
             "offline_cpus": str(node.topology.offline),
             "offline_claims": {uid: str(c) for uid, c in policy.offline_claims().items()},
+            "offer": str(self.publisher.offer),
             "unhealthy_devices": {h.name: h.message for h in self.publisher.device_health() if not h.healthy},
             "delivery": self.router.delivery.as_dict(),
             "pending_pushes": sorted(pusher.pending) if pusher is not None else [],

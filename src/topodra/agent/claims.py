@@ -108,6 +108,11 @@ class ClaimBridge:
         if changes:
             self.notes.note("claim change moves " + ", ".join(f"{c}->{a.cpus}" for c, a in sorted(changes.items())))
 
+    async def admit(self, pod: Pod, container: Container) -> bool:
+        """Whether the container's pod was just recorded as a consumer of a prepared claim it
+        names (``Driver.admit_consumer``): its check is worth another try."""
+        return self.driver is not None and await self.driver.admit_consumer(pod.uid, container.env)
+
     def container_claims(self, pod: Pod, container: Container) -> tuple[str, ...]:
         """Verified claim UIDs of a container's ``DRA_CPUSET_<uid>`` variables (errors refuse it)."""
         if self.driver is None:
@@ -123,8 +128,9 @@ def kube_client(config: AgentConfig) -> KubeClient:
     kube = config.kube
     try:
         if kube.server:
-            token = kube.token_file.read_text().strip() if kube.token_file else "topodra"
-            return KubeClient.for_url(kube.server, token=token)
+            if kube.token_file is not None:
+                kube.token_file.read_bytes()  # unreadable: one line now, not a 401 at every request
+            return KubeClient.for_url(kube.server, token_file=kube.token_file, ca_file=kube.ca_file)
         return KubeClient.from_environment(str(kube.kubeconfig) if kube.kubeconfig else None)
     except Exception as err:  # lightkube's ConfigError, a missing token file, ...
         why = f"{err.strerror}: {err.filename}" if isinstance(err, OSError) and err.strerror else str(err)

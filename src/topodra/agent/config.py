@@ -97,7 +97,10 @@ class KubeConfig(_Section):
     #: API server URL; empty: in-cluster service account, else ``kubeconfig``.
     server: str = ""
     kubeconfig: Path | None = None
+    #: ``server``'s bearer token, read again when the server answers 401 (a rotated token).
     token_file: Path | None = None
+    #: The CA bundle (PEM) that signs ``server``'s certificate; none: the system's trust store.
+    ca_file: Path | None = None
 
 
 class HotplugConfig(_Section):

@@ -8,6 +8,9 @@ import time
 
 __all__ = ["setup_logging"]
 
+#: Libraries that log routine work at INFO.
+_CHATTY = ("httpx2", "httpx", "httpcore")
+
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
@@ -31,3 +34,7 @@ def setup_logging(level: str = "info", fmt: str = "text") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    # The HTTP client logs every request at INFO (each slice write, claim read and status write):
+    # the agent's own lines say what happened; the requests show at debug.
+    for name in _CHATTY:
+        logging.getLogger(name).setLevel(logging.NOTSET if level.upper() == "DEBUG" else logging.WARNING)

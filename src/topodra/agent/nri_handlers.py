@@ -5,6 +5,7 @@ adjustment, the others as updates in the same reply)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Sequence
@@ -95,6 +96,26 @@ class NriHandlers(Plugin):
     async def remove_pod_sandbox(self, pod: Pod) -> None:
         self.state.pods.pop(pod.id, None)
 
+    async def _claims_of(self, pod: Pod, container: Container) -> tuple[str, ...]:
+        """The container's verified claims. A pod the prepared claims do not list yet is looked up
+        first (``ClaimBridge.admit``): another pod of the node sharing a claim gets no Prepare."""
+        try:
+            return self.claims.container_claims(pod, container)
+        except ClaimCheckError:
+            if not await self.claims.admit(pod, container):
+                raise
+        return self.claims.container_claims(pod, container)
+
+    async def _admit_all(self, containers: Sequence[Container]) -> None:
+        """Before Synchronize places the live containers: their pods recorded as consumers of the
+        claims they share (created while the agent was away, or before a restart)."""
+        for c in containers:
+            pod = self.state.pods.get(c.pod_sandbox_id)
+            if pod is None or c.state not in (ContainerState.CREATED, ContainerState.RUNNING, ContainerState.PAUSED):
+                continue
+            with contextlib.suppress(*self.refusals):
+                await self._claims_of(pod, c)
+
     def _requests(
         self, containers: Sequence[Container]
     ) -> tuple[list[tuple[ContainerRequest, Assignment | None]], dict[str, Container]]:
@@ -124,6 +145,7 @@ class NriHandlers(Plugin):
         t0 = time.perf_counter()
         state = self.state
         state.pods = {p.id: p for p in pods}
+        await self._admit_all(containers)
         entries, live = self._requests(containers)
         async with state.lock:
             state.containers = live
@@ -145,7 +167,7 @@ class NriHandlers(Plugin):
         state = self.state
         state.pods.setdefault(pod.id, pod)
         try:
-            claims = self.claims.container_claims(pod, container)
+            claims = await self._claims_of(pod, container)
             req = container_request(pod, container, claims)
             async with state.lock:
                 changes = state.policy.add(req)
@@ -179,7 +201,7 @@ class NriHandlers(Plugin):
         if resources is not None:
             container = replace(container, resources=resources)
         try:
-            claims = self.claims.container_claims(pod, container)
+            claims = await self._claims_of(pod, container)
             req = container_request(pod, container, claims)
             async with state.lock:
                 if state.policy.assignment(container.id) is None:

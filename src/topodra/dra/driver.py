@@ -102,6 +102,9 @@ UNPACED_FETCHES = 32
 FETCHES_IN_FLIGHT = 16
 #: Seconds a Prepare call may spend fetching claims: well under the kubelet's 45 s per call.
 PREPARE_DEADLINE = 30.0
+#: Seconds a container's creation may wait for its claim to be read again (``admit_consumer``):
+#: under containerd's 2 s NRI request timeout.
+ADMIT_DEADLINE = 1.0
 ChangesCallback = Callable[[Changes], Awaitable[None]]
 
 
@@ -290,9 +293,9 @@ class Driver:
         self._prepare_deadline = prepare_deadline
         self._in_flight = asyncio.Semaphore(max(FETCHES_IN_FLIGHT, self._fetch_concurrency))
         self._devices = {d.name: d for d in devices}
-        self._pool = pool
+        self.pool = pool
         self._on_changes = on_changes or _no_changes
-        self._driver = driver
+        self.driver_name = driver
         self._serial = asyncio.Lock()
         self._prepared: dict[str, PreparedClaim] = {}
         self._dirty = False  # the last checkpoint write failed: retry at the next operation
@@ -300,14 +303,6 @@ class Driver:
         self._late_pushes: set[asyncio.Task[None]] = set()  # of operations cancelled after deciding
 
     # --- queries ------------------------------------------------------------------------------
-    @property
-    def pool(self) -> str:
-        return self._pool
-
-    @property
-    def driver_name(self) -> str:
-        return self._driver
-
     @property
     def devices(self) -> list[Device]:
         return list(self._devices.values())
@@ -356,6 +351,35 @@ class Driver:
     def container_claims(self, pod_uid: str, env: Sequence[str]) -> dict[str, CPUSet]:
         """Parse and check every claim variable of a container (ClaimEnvError / ClaimCheckError)."""
         return {uid: self.check_container_claim(pod_uid, uid, cpus) for uid, cpus in parse_claim_env(env).items()}
+
+    async def admit_consumer(self, pod_uid: str, env: Sequence[str]) -> bool:
+        """Record ``pod_uid`` as a consumer of the prepared claims its container's ``env`` names
+        and it is not known to use, when each claim's ``reservedFor`` lists it now; True if any
+        was recorded. The kubelet prepares a claim once per node (its claim info cache,
+        ``pkg/kubelet/cm/dra/manager.go``, v1.36.2): a second pod of the node sharing the claim
+        reaches the runtime without a Prepare. The claim is read as a repeated Prepare reads it,
+        within ``ADMIT_DEADLINE``."""
+        try:
+            named = parse_claim_env(env)
+        except ClaimEnvError:
+            return False
+        refs = []
+        for uid in named:
+            known = self.prepared(uid)
+            if known is not None and known.pod_uids and pod_uid not in known.pod_uids:
+                refs.append(ClaimRef(known.namespace, uid, known.name))
+        if not refs:
+            return False
+        try:
+            async with asyncio.timeout(ADMIT_DEADLINE):
+                fetched = await self._fetch_all(refs)
+                async with self._serial:
+                    for ref, obj in zip(refs, fetched, strict=True):
+                        await self._prepare_guarded(ref, obj)
+        except TimeoutError:
+            log.info("pod %s: its claims %s were not read again within %g s", pod_uid, ", ".join(map(str, refs)), ADMIT_DEADLINE)
+            return False
+        return any((p := self.prepared(r.uid)) is not None and pod_uid in p.pod_uids for r in refs)
 
     # --- restart --------------------------------------------------------------------------------
     async def restore(self) -> RestoreReport:
@@ -438,7 +462,7 @@ class Driver:
                 f"{self._checkpoint_path}: damaged, and the API server cannot be asked which claims "
                 f"are prepared here ({exc}); will retry at the next start"
             ) from None
-        settled = settle(claims, specs, api_claims, self._devices, pool=self._pool, driver=self._driver)
+        settled = settle(claims, specs, api_claims, self._devices, pool=self.pool, driver=self.driver_name)
         return settled.claims, settled.notes
 
     # --- Prepare ------------------------------------------------------------------------------------
@@ -519,8 +543,8 @@ class Driver:
                 return PrepareResult(claim=known)
             return PrepareResult(error=_fetch_error(ref, obj))
         try:
-            allocated = allocated_devices(obj, ref, pool=self._pool, driver=self._driver)
-            configs = claim_configs(obj, ref, allocated, driver=self._driver)
+            allocated = allocated_devices(obj, ref, pool=self.pool, driver=self.driver_name)
+            configs = claim_configs(obj, ref, allocated, driver=self.driver_name)
         except ClaimError as exc:
             return PrepareResult(error=str(exc))
         pods = pod_consumers(obj)

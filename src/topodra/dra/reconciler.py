@@ -133,6 +133,20 @@ async def _end(box: list[asyncio.Task[None] | None]) -> None:
 _LIST_DROPPED: Final = 'Invalid value: "": exactly one value must be specified'
 
 
+#: A refusal naming more fields than this is told by its count and its first field.
+_MAX_CAUSES: Final = 3
+
+
+def _brief(exc: ApiError) -> str:
+    """The refusal in one short line: the API server names every field it refuses, and a slice
+    of 128 devices refused for one attribute makes a line of 13 KB at every retry."""
+    causes = exc.causes
+    if len(causes) <= _MAX_CAUSES:
+        return str(exc)
+    head = exc.message.split(": [", 1)[0] if ": [" in exc.message else f"{exc.kind} {exc.name!r} is invalid"
+    return f"{head}: {len(causes)} field errors, the first: {causes[0]}"
+
+
 def _hint(exc: ApiError) -> str:
     """What to do about a refusal whose cause the message alone does not name."""
     if exc.code == 422 and _LIST_DROPPED in str(exc):
@@ -567,6 +581,7 @@ class SliceReconciler:
     ) -> None:
         backoff = 0.5
         fast = False
+        raced = False  # the last pass met another writer: one more at once, then the backoff
         while not stop.is_set():
             self._wake.clear()
             requested = self._requested
@@ -579,8 +594,18 @@ class SliceReconciler:
                 self._progress = asyncio.Event()
                 self.last_error = ""
                 backoff = 0.5
+                raced = False
             except ApiError as exc:
-                self.last_error = str(exc) + _hint(exc)
+                self.last_error = _brief(exc) + _hint(exc)
+                if (exc.is_not_found or exc.code == 409) and not raced:
+                    # A slice deleted or changed by someone else between the list and the write
+                    # (the kubelet wipes a node's slices one by one): drift, followed at once.
+                    raced = True
+                    log.info("pool %s changed while it was written (%s): re-syncing", self.node_name, self.last_error)
+                    await _end(box)
+                    fast = False
+                    await asyncio.wait({stopper}, timeout=self._resync_delay)
+                    continue
                 log.warning("publishing slices for %s failed: %s (retry in %.1fs)", self.node_name, self.last_error, backoff)
                 await _end(box)
                 fast = False

@@ -137,13 +137,28 @@ class KubeClient:
         self._lean: Lean | bool | None = False  # False: not looked at yet; None: httpx only
 
     @classmethod
-    def for_url(cls, url: str, *, token: str = "topodra", namespace: str = "default", timeout: float = 10.0) -> KubeClient:
-        """A client for a plain API server URL (tests, the playground's API server double)."""
+    def for_url(
+        cls,
+        url: str,
+        *,
+        token: str = "topodra",
+        token_file: str | os.PathLike[str] | None = None,
+        ca_file: str | os.PathLike[str] | None = None,
+        namespace: str = "default",
+        timeout: float = 10.0,
+    ) -> KubeClient:
+        """A client for an API server URL (the agent's ``kube.server``, the playground's API server
+        double): ``token``, or ``token_file``'s (read again on a 401, as a kubeconfig's
+        ``tokenFile``); ``ca_file`` the CA bundle of an https server's certificate."""
+        cluster: dict[str, str] = {"server": url}
+        if ca_file is not None:
+            cluster["certificate-authority"] = os.fspath(ca_file)
+        user = {"tokenFile": os.fspath(token_file)} if token_file is not None else {"token": token}
         config = KubeConfig.from_dict(
             {
-                "clusters": [{"name": "c", "cluster": {"server": url}}],
+                "clusters": [{"name": "c", "cluster": cluster}],
                 "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u", "namespace": namespace}}],
-                "users": [{"name": "u", "user": {"token": token}}],
+                "users": [{"name": "u", "user": user}],
                 "current-context": "c",
             }
         )

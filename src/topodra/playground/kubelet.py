@@ -6,13 +6,19 @@ It does what the real kubelet does for this flow, over the same wire:
   over gRPC, picks the first DRA service it supports (``v1.DRAPlugin``, then
   ``v1beta1.DRAPlugin``) and connects to the advertised endpoint;
 - before a pod starts, calls ``NodePrepareResources`` with the pod's claims
-  (namespace, UID, name only) and hands each container the CDI devices of
-  the claims it references; the runtime part (here too) applies the CDI
-  specs' environment edits, as containerd/CRI-O do;
+  (namespace, UID, name only) that are not prepared on the node yet, and hands
+  each container the CDI devices of the claims it references; the runtime part
+  (here too) applies the CDI specs' environment edits, as containerd/CRI-O do;
 - turns the pod spec into the sandbox and containers the runtime sees
   (QoS cgroup parent, cpu.shares, CFS quota, memory limit), like the
   kubelet's container manager;
-- after the pod's containers stopped, calls ``NodeUnprepareResources``.
+- after the pod's containers stopped, calls ``NodeUnprepareResources`` for the
+  claims no other pod on the node uses.
+
+A claim shared by several pods of the node is prepared once, for the first of
+them, and unprepared once, after the last (the kubelet's claim info cache,
+``pkg/kubelet/cm/dra/manager.go``, Kubernetes v1.36.2): the driver never hears
+of the other pods.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from topodra.embedded.runtime import EmbeddedRuntime
 from topodra.nri.types import Container, ContainerState, LinuxResources, Pod
 from topodra.quantity import cpu_milli, memory_bytes
 
-__all__ = ["DRAConnection", "EmbeddedKubelet", "KubeletError", "PodRun", "pod_qos"]
+__all__ = ["ClaimInfo", "DRAConnection", "EmbeddedKubelet", "KubeletError", "PodRun", "pod_qos"]
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +134,16 @@ def _container_cdi_ids(
     return cdi_ids
 
 
+@dataclass
+class ClaimInfo:
+    """The kubelet's record of a claim prepared on the node: the drivers' prepared devices and
+    the pods of the node using it."""
+
+    uid: str
+    devices: dict[str, list[Any]] = field(default_factory=dict)  # driver -> its prepared devices
+    pods: set[str] = field(default_factory=set)
+
+
 def _short_id(*parts: str) -> str:
     return hashlib.sha256("/".join(parts).encode()).hexdigest()[:16]
 
@@ -144,6 +160,8 @@ class EmbeddedKubelet:
         self.pods: dict[str, PodRun] = {}  # pod uid -> run
         #: stopped pods whose claims still need NodeUnprepareResources (retried, as the kubelet does)
         self.unprepare_pending: list[PodRun] = []
+        #: claims prepared on the node, by (namespace, name)
+        self.claim_infos: dict[tuple[str, str], ClaimInfo] = {}
         self.log: list[str] = []
 
     @property
@@ -326,12 +344,32 @@ class EmbeddedKubelet:
         return run
 
     async def _prepare_claims(self, run: PodRun, per_driver: Mapping[str, list[tuple[str, str, str]]]) -> dict[str, list[Any]]:
-        """NodePrepareResources per driver, noted in ``run``: claim uid -> its prepared devices."""
+        """NodePrepareResources per driver for the claims not prepared on the node yet, noted in
+        ``run`` and the claim infos: claim uid -> its prepared devices."""
         prepared: dict[str, list[Any]] = {}
         for drv, entries in per_driver.items():
-            answers = await self._prepare(drv, entries)
-            run.claims.extend((drv, n, u, nm) for n, u, nm in entries)
-            for _, u, _ in entries:
+            todo = []
+            for n, u, nm in entries:
+                info = self.claim_infos.get((n, nm))
+                if info is not None and info.uid != u:
+                    raise KubeletError(
+                        f"old ResourceClaim with same name {nm} and different UID {info.uid} still exists "
+                        "(previous pod force-deleted?!)"
+                    )
+                if info is not None and drv in info.devices:
+                    info.pods.add(run.uid)  # prepared for another pod: not asked again
+                    run.claims.append((drv, n, u, nm))
+                    prepared.setdefault(u, []).extend(info.devices[drv])
+                else:
+                    todo.append((n, u, nm))
+            if not todo:
+                continue
+            answers = await self._prepare(drv, todo)
+            for n, u, nm in todo:
+                info = self.claim_infos.setdefault((n, nm), ClaimInfo(u))
+                info.devices[drv] = list(answers[u].devices)
+                info.pods.add(run.uid)
+                run.claims.append((drv, n, u, nm))
                 prepared.setdefault(u, []).extend(answers[u].devices)
         return prepared
 
@@ -389,11 +427,26 @@ class EmbeddedKubelet:
         await self._undo_claims(run)
 
     async def _undo_claims(self, run: PodRun) -> None:
+        """NodeUnprepareResources for the run's claims no other pod of the node uses; the
+        others only lose this pod's reference."""
         per: dict[str, list[tuple[str, str, str]]] = {}
         for drv, ns, uid, name in run.claims:
+            info = self.claim_infos.get((ns, name))
+            if info is None or info.uid != uid or info.pods - {run.uid}:
+                continue
             per.setdefault(drv, []).append((ns, uid, name))
         for drv, entries in per.items():
             await self._unprepare(drv, entries)
+            for ns, _, name in entries:
+                info = self.claim_infos.get((ns, name))
+                if info is not None:
+                    info.devices.pop(drv, None)
+        for _, ns, uid, name in run.claims:
+            info = self.claim_infos.get((ns, name))
+            if info is not None and info.uid == uid:
+                info.pods.discard(run.uid)
+                if not info.pods:
+                    del self.claim_infos[(ns, name)]
         run.claims.clear()
 
     async def stop_pod(self, pod: Mapping[str, Any]) -> None:
