@@ -925,6 +925,8 @@ def _split_types(text: str) -> list[str]:
 def _issue_message(expression: str, line: int, col: int, message: str) -> str:
     """A C++ checker issue as cel-go words it."""
     message = re.sub(r"^(undefined field '[^']*') not found in struct '[^']*'$", r"\1", message)
+    if message == "has() argument must be a field selection":
+        return "invalid argument to has() macro"
     m = re.match(_NO_OVERLOAD, message)
     if m and _member_call(expression, line, col):
         types = _split_types(m.group(2))
