@@ -166,8 +166,8 @@ def bench_scheduler_perf(quick: bool) -> list[Result]:
                 f"scheduler_perf 500x10, {pods} pods, {label}: simulator",
                 rate,
                 "pods/s",
-                goal=">= 10000 (issue 14)",
-                met=rate >= 10_000 and same,
+                goal=">= 20000 (issue 27)",
+                met=rate >= 20_000 and same,
                 note=f"{rate / base:.2f}x the general scan ({base:.0f} pods/s) in this run, same placements: {same}; "
                 f"{cpu_rate:.0f} pods per CPU-second ({cpu_rate / cpu_base:.2f}x the general scan's {cpu_base:.0f}; "
                 f"wall/CPU {cpu_rate / rate:.2f}: >1 is load from other processes); "
@@ -440,7 +440,9 @@ def bench_models(quick: bool) -> list[Result]:
 
 def run(quick: bool) -> list[Result]:
     results: list[Result] = []
-    for part in (bench_cel, bench_scheduler_perf, bench_search, bench_cpu_scale, bench_l3, bench_calibration, bench_models):
+    # the search rows time single milliseconds: they run before the runs that leave this
+    # process's heap and caches large (after them the fast side measured 1.3-2x slower)
+    for part in (bench_search, bench_cel, bench_scheduler_perf, bench_cpu_scale, bench_l3, bench_calibration, bench_models):
         results.extend(part(quick))
     for part in (bench_scale, bench_largest, bench_e2e, bench_sweep_engines):
         results.extend(part(quick))
@@ -481,8 +483,8 @@ def _scale_point(nodes: int, pods: int, fill: float = 0.0, patterns: int = 16, f
 def bench_scale(quick: bool) -> list[Result]:
     """Nodes -> seconds and peak RSS for N nodes x 256 per-CPU devices, 2 P-core pods per node.
 
-    Goals (issue 14 item 6): 50,000 nodes, 100,000 pods in <= 60 s and <= 4 GiB; every node
-    filled differently (half full, one fill pattern per node) in <= 120 s. Prints the table and
+    Goals: 50,000 nodes, 100,000 pods in <= 15 s (issue 27) and <= 4 GiB; every node filled
+    differently (half full, one fill pattern per node) in <= 120 s (issue 14). Prints the table and
     writes benchmarks/out/sim_scale.png.
     """
     sizes = (500, 1_000, 2_000) if quick else (5_000, 10_000, 20_000, 50_000)
@@ -496,7 +498,7 @@ def bench_scale(quick: bool) -> list[Result]:
     print(f"\n{'cluster':<22}{'nodes':>8}{'pods':>9}{'total s':>10}{'build s':>10}{'sched s':>10}{'peak RSS MiB':>14}")
     for kind, n, p in rows:
         print(f"{kind:<22}{n:>8}{2 * n:>9}{p['total']:>10.1f}{p['build']:>10.1f}{p['sim']:>10.1f}{p['rss_mib']:>14.0f}")
-        goal_s = (120 if kind != "empty" else 60) if n == 50_000 else None
+        goal_s = (120 if kind != "empty" else 15) if n == 50_000 else None
         ratio = p["total"] / base[kind]["total"]
         out.append(
             Result(
