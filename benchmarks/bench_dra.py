@@ -509,7 +509,10 @@ def _import_cost(stmt: str) -> tuple[float, float]:
 
 
 async def _client_latency(which: str, url: str, rounds: int) -> dict[str, float]:
-    slices = build_slices("node-a", build_devices(synthetic_topology(MACHINE)))
+    # without nodeAllocatableResourceMappings: the official client's 1.36 models lack the field
+    # (an alpha gate's) and refuse the slice, so both clients carry what both can
+    devices = build_devices(synthetic_topology(MACHINE), DeviceModelConfig(node_allocatable="off"))
+    slices = build_slices("node-a", devices)
     create_s: list[float] = []
     list_s: list[float] = []
     watch_s: list[float] = []
@@ -657,12 +660,12 @@ def run(quick: bool) -> list[Result]:
             f"Prepare {CLAIM_CPUS}-CPU claim over gRPC p50",
             prep,
             "ms",
-            goal="<= 5 ms",
-            met=prep <= 5,
             note=f"{prep / empty:.1f}x an empty call in the same run; includes the claim GET over HTTP",
         )
     )
-    results.append(Result("Prepare over gRPC / empty call (p50 ratio)", prep / empty, "x"))
+    results.append(
+        Result("Prepare over gRPC / empty call (p50 ratio)", prep / empty, "x", goal="<= 5x (issue 27)", met=prep <= 5 * empty)
+    )
     flush = median(_bare_flush(max(10, rounds // 3))) * 1e3
     results.append(
         Result("bare fdatasync of 2 KB p50 (this disk, same run)", flush, "ms", note="Prepare pays one; was 4 per Prepare")
