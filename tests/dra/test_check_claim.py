@@ -126,3 +126,17 @@ def test_the_example_is_accepted_by_the_api_server_double() -> None:
     stored = Store().load(docs)
     assert [o["kind"] for o in stored] == ["DeviceClass", "ResourceClaimTemplate", "ResourceClaimTemplate"]
     assert stored[0]["spec"]["config"][0]["opaque"]["parameters"]["wholeCores"] is True
+
+
+def test_what_the_api_server_refuses_is_reported_in_its_words(tmp_path: Path) -> None:
+    f = tmp_path / "refused.yaml"
+    f.write_text(
+        "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: c}\n"
+        "spec: {devices: {requests: [{name: r, exactly: {deviceClassName: native.cpu, count: -3}}]}}\n"
+        "---\napiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {name: Bad_Name}\nspec: {}\n"
+    )
+    code, lines = invoke(str(f))
+    assert code == 1
+    assert lines[0] == f"{f}:1: ResourceClaim/c spec.devices.requests[0].exactly.count: Invalid value: -3: must be greater than zero"
+    assert lines[1].startswith(f"{f}:6: DeviceClass/Bad_Name metadata.name: Invalid value:")
+    assert len(lines) == 2
