@@ -102,6 +102,21 @@ class KubeConfig(_Section):
     #: The CA bundle (PEM) that signs ``server``'s certificate; none: the system's trust store.
     ca_file: Path | None = None
 
+    @field_validator("server")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        from urllib.parse import urlsplit
+
+        if value:
+            try:
+                url = urlsplit(value)
+                url.port  # noqa: B018 -- raises on a port that is not a number
+            except ValueError as exc:
+                raise ValueError(f"must be an http:// or https:// URL ({exc})") from None
+            if url.scheme not in ("http", "https") or not url.hostname:
+                raise ValueError("must be an http:// or https:// URL with a host, e.g. https://10.0.0.1:6443")
+        return value
+
 
 class HotplugConfig(_Section):
     #: Follow CPUs and NUMA nodes going offline/online and the isolated set changing.

@@ -84,7 +84,8 @@ def load_workload(data: Any, source: str = "workload") -> tuple[dict[str, Any], 
     from topodra.policy.config import parse_cpu_quantity
 
     if not isinstance(data, dict):
-        raise ValueError(f"{source}: expected a mapping with 'containers', got {type(data).__name__}")
+        got = "nothing" if data is None else f"a {'list' if isinstance(data, list) else type(data).__name__}"
+        raise ValueError(f"{source}: expected a mapping with 'containers', got {got}")
     unknown = set(data) - {"config", "claims", "containers"}
     if unknown:
         raise ValueError(f"{source}: unknown keys {sorted(unknown)} (known: config, claims, containers)")
