@@ -86,3 +86,25 @@ def test_without_the_gate_the_list_is_dropped_and_the_slice_refused_as_the_real_
     real = case["status"]
     assert [(c.field, c.reason, c.message) for c in err.causes] == [(c["field"], c["reason"], c["message"]) for c in real["details"]["causes"]]
     assert err.status()["message"] == real["message"]
+
+
+def test_selectors_are_compiled_with_the_list_gate_as_the_server_has_it() -> None:
+    """With DRAListTypeAttributes on, the server's compiler types attributes ``dyn``: a selector
+    iterating a list attribute is stored (v13's k-06 was, and failed only at scheduling on a
+    scalar device); with the gate off it does not compile (``any`` is no range)."""
+    from topodra.embedded.store import KINDS, Store
+    from topodra.gates import LIST_TYPE_ATTRIBUTES
+
+    claims = KINDS[("resource.k8s.io", "resourceclaims")]
+    expr = 'device.attributes["resource.kubernetes.io"].pcieRoot.exists(r, r == "pci0000:00")'
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "c", "namespace": "default"},
+        "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "native.cpu", "selectors": [{"cel": {"expression": expr}}]}}]}},
+    }
+    stored = Store(gates={LIST_TYPE_ATTRIBUTES: True}).create(claims, "default", json.loads(json.dumps(claim)))
+    assert stored["spec"] == claim["spec"]
+    with pytest.raises(ApiError) as refused:
+        Store(gates={LIST_TYPE_ATTRIBUTES: False}).create(claims, "default", json.loads(json.dumps(claim)))
+    assert "cannot be the range of a comprehension" in refused.value.status()["message"]

@@ -30,8 +30,8 @@ from typing import Any, Final, TypeVar
 
 from topodra.embedded.apply import Owners, apply_devices, drop_deallocated, owned_by, update_owners
 from topodra.embedded.prepare import drop_disabled_fields, set_defaults
-from topodra.embedded.validation import VALIDATORS
-from topodra.gates import DEFAULTS, feature_gates
+from topodra.embedded.validation import SELECTOR_VALIDATORS, VALIDATORS
+from topodra.gates import DEFAULTS, LIST_TYPE_ATTRIBUTES, feature_gates
 from topodra.kube.errors import ApiError
 
 _T = TypeVar("_T")
@@ -306,7 +306,11 @@ class Store:
         return ""
 
     def _validate(self, kind: Kind, obj: Obj, old: Obj | None) -> None:
-        errors = VALIDATORS[kind.plural](obj, old)
+        with_selectors = SELECTOR_VALIDATORS.get(kind.plural)
+        if with_selectors is not None:
+            errors = with_selectors(obj, old, lists=self.gates.get(LIST_TYPE_ATTRIBUTES, False))
+        else:
+            errors = VALIDATORS[kind.plural](obj, old)
         if errors:
             name = (obj.get("metadata") or {}).get("name") or ""
             raise ApiError.invalid(kind.kind, name, errors, kind=kind.kind, group=kind.group)

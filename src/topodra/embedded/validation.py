@@ -23,9 +23,11 @@ from topodra.kube.errors import FieldError
 from topodra.quantity import QuantityError, format_quantity
 from topodra.quantity import parse_quantity as _parse_quantity
 
-__all__ = ["VALIDATORS", "validate_metadata", "Validator"]
+__all__ = ["SELECTOR_VALIDATORS", "VALIDATORS", "validate_metadata", "Validator"]
 
 Validator = Callable[[Mapping[str, Any], Mapping[str, Any] | None], list[FieldError]]
+#: Validators whose objects hold selectors; they take ``lists`` (the ``DRAListTypeAttributes`` gate).
+SelectorValidator = Callable[..., list[FieldError]]
 
 MAX_DEVICES: Final = 128
 MAX_DEVICES_ADVANCED: Final = 64
@@ -419,7 +421,7 @@ def validate_resource_slice(obj: Mapping[str, Any], old: Mapping[str, Any] | Non
 
 # --- DeviceClass, ResourceClaim(Template) ------------------------------------------------------------
 
-def _validate_selectors(selectors: Any, path: str, errors: list[FieldError]) -> None:
+def _validate_selectors(selectors: Any, path: str, errors: list[FieldError], lists: bool) -> None:
     if selectors is None:
         return
     if not isinstance(selectors, list):
@@ -433,20 +435,22 @@ def _validate_selectors(selectors: Any, path: str, errors: list[FieldError]) -> 
             errors.append(FieldError(f"{path}[{i}].cel.expression", "Required value", "FieldValueRequired"))
         elif len(expr) > MAX_CEL_LENGTH:
             errors.append(FieldError(f"{path}[{i}].cel.expression", f"Too long: may not be more than {MAX_CEL_LENGTH} bytes", "FieldValueTooLong"))
-        elif (problem := cel_compile_problem(expr)) is not None:
+        elif (problem := cel_compile_problem(expr, lists=lists)) is not None:
             errors.append(FieldError(f"{path}[{i}].cel.expression", f"Invalid value: {json.dumps(expr)}: {problem}"))
 
 
-def cel_compile_problem(expression: str) -> str | None:
+def cel_compile_problem(expression: str, *, lists: bool = False) -> str | None:
     """Why the API server refuses to store a selector, in its words (cel-go's compile error with
-    the line and a caret under the column), or None when it compiles. The CEL engine comes with
+    the line and a caret under the column), or None when it compiles; ``lists``: with
+    ``DRAListTypeAttributes`` on, attributes are typed ``dyn`` as the server's compiler then types
+    them (``exists`` over a list attribute compiles). The CEL engine comes with
     the ``sim`` extra; without it selectors are not compiled here (``cel_checked()`` says so)."""
     if not cel_checked():
         return None
     from topodra.sim.cel import CelCompileError, compile_selector
 
     try:
-        compile_selector(expression)
+        compile_selector(expression, lists=lists)
     except CelCompileError as err:
         # compile.go's words: cel-go's issues with the caret, or a result that is not a bool
         # (dynamic-resource-allocation/cel/compile.go CompileCELExpression, v1.36.2)
@@ -459,10 +463,10 @@ def cel_checked() -> bool:
     return importlib.util.find_spec("cel_expr_python") is not None
 
 
-def validate_device_class(obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> list[FieldError]:
+def validate_device_class(obj: Mapping[str, Any], old: Mapping[str, Any] | None, *, lists: bool = False) -> list[FieldError]:
     errors = validate_metadata(_m(obj.get("metadata")), namespaced=False)
     spec = _m(obj.get("spec"))
-    _validate_selectors(spec.get("selectors"), "spec.selectors", errors)
+    _validate_selectors(spec.get("selectors"), "spec.selectors", errors, lists)
     return errors
 
 
@@ -567,10 +571,10 @@ def _toleration_errors(tol: Mapping[str, Any], path: str) -> list[FieldError]:
     return errors
 
 
-def _validate_exact(req: Mapping[str, Any], path: str, errors: list[FieldError]) -> None:
+def _validate_exact(req: Mapping[str, Any], path: str, errors: list[FieldError], lists: bool) -> None:
     if not req.get("deviceClassName"):
         errors.append(FieldError(f"{path}.deviceClassName", "Required value", "FieldValueRequired"))
-    _validate_selectors(req.get("selectors"), f"{path}.selectors", errors)
+    _validate_selectors(req.get("selectors"), f"{path}.selectors", errors, lists)
     mode = req.get("allocationMode", "ExactCount")
     if mode not in ("ExactCount", "All"):
         errors.append(FieldError(f"{path}.allocationMode", f"Unsupported value: {mode!r}", "FieldValueNotSupported"))
@@ -584,7 +588,7 @@ def _validate_exact(req: Mapping[str, Any], path: str, errors: list[FieldError])
         errors.extend(_toleration_errors(_m(tol), f"{path}.tolerations[{i}]"))
 
 
-def validate_claim_spec(spec: Mapping[str, Any], path: str) -> list[FieldError]:
+def validate_claim_spec(spec: Mapping[str, Any], path: str, *, lists: bool = False) -> list[FieldError]:
     errors: list[FieldError] = []
     devices = _m(spec.get("devices"))
     requests = _l(devices.get("requests"))
@@ -607,7 +611,7 @@ def validate_claim_spec(spec: Mapping[str, Any], path: str) -> list[FieldError]:
         if (exact is None) == (first is None):
             errors.append(FieldError(rp, "exactly one of exactly or firstAvailable is required"))
         elif isinstance(exact, Mapping):
-            _validate_exact(exact, f"{rp}.exactly", errors)
+            _validate_exact(exact, f"{rp}.exactly", errors, lists)
         elif isinstance(first, list):
             if not first or len(first) > MAX_SUBREQUESTS:
                 errors.append(FieldError(f"{rp}.firstAvailable", f"must have 1 to {MAX_SUBREQUESTS} items"))
@@ -615,7 +619,7 @@ def validate_claim_spec(spec: Mapping[str, Any], path: str) -> list[FieldError]:
                 if not isinstance(sub, Mapping) or not is_dns_label(str(sub.get("name", ""))):
                     errors.append(FieldError(f"{rp}.firstAvailable[{j}].name", "must be a DNS label"))
                 else:
-                    _validate_exact(sub, f"{rp}.firstAvailable[{j}]", errors)
+                    _validate_exact(sub, f"{rp}.firstAvailable[{j}]", errors, lists)
     for key in ("constraints", "config"):
         if len(_l(devices.get(key))) > 32:
             errors.append(FieldError(f"{path}.devices.{key}", "must have at most 32 items", "FieldValueTooMany"))
@@ -747,9 +751,9 @@ def _validate_device_statuses(status: Mapping[str, Any]) -> list[FieldError]:
     return errors
 
 
-def validate_resource_claim(obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> list[FieldError]:
+def validate_resource_claim(obj: Mapping[str, Any], old: Mapping[str, Any] | None, *, lists: bool = False) -> list[FieldError]:
     errors = validate_metadata(_m(obj.get("metadata")), namespaced=True)
-    errors += validate_claim_spec(_m(obj.get("spec")), "spec")
+    errors += validate_claim_spec(_m(obj.get("spec")), "spec", lists=lists)
     errors += validate_claim_status(_m(obj.get("status")))
     if old is not None and _m(obj.get("spec")) != _m(old.get("spec")):
         errors.append(FieldError("spec", "field is immutable"))
@@ -761,10 +765,10 @@ def validate_resource_claim(obj: Mapping[str, Any], old: Mapping[str, Any] | Non
     return errors
 
 
-def validate_claim_template(obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> list[FieldError]:
+def validate_claim_template(obj: Mapping[str, Any], old: Mapping[str, Any] | None, *, lists: bool = False) -> list[FieldError]:
     errors = validate_metadata(_m(obj.get("metadata")), namespaced=True)
     inner = _m(_m(obj.get("spec")).get("spec"))
-    errors += validate_claim_spec(inner, "spec.spec")
+    errors += validate_claim_spec(inner, "spec.spec", lists=lists)
     return errors
 
 
@@ -796,4 +800,10 @@ VALIDATORS: Final[dict[str, Validator]] = {
     "pods": validate_pod,
     "nodes": validate_node,
     "namespaces": validate_namespace,
+}
+#: The kinds whose selectors are compiled, with the list gate (``lists=``) as the server has it.
+SELECTOR_VALIDATORS: Final[dict[str, SelectorValidator]] = {
+    "deviceclasses": validate_device_class,
+    "resourceclaims": validate_resource_claim,
+    "resourceclaimtemplates": validate_claim_template,
 }
