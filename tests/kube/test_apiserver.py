@@ -423,3 +423,22 @@ def test_double_does_not_share_the_drivers_validator() -> None:
     tree = ast.parse(Path(v.__file__).read_text())
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert not any(m and m.startswith("topodra.dra") for m in imported)
+
+
+#: apimachinery's IsDNS1123Subdomain words, as a real 1.36 server wrote them for a driver name
+#: (tests/data/sched-recorded/v9-opaque-params/rejected.json, probe-config-bad-driver)
+_SUBDOMAIN_WORDS = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end "
+    "with an alphanumeric character (e.g. 'example.com', regex used for validation is "
+    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+)
+
+
+def test_object_names_are_refused_in_the_real_servers_words() -> None:
+    store = Store()
+    with pytest.raises(ApiError) as refused:
+        store.create(KINDS[("resource.k8s.io", "deviceclasses")], None, {"metadata": {"name": "Bad_Name"}, "spec": {}})
+    assert [(c.field, c.message) for c in refused.value.causes] == [("metadata.name", f'Invalid value: "Bad_Name": {_SUBDOMAIN_WORDS}')]
+    with pytest.raises(ApiError) as dotted:
+        store.create(KINDS[("", "namespaces")], None, {"metadata": {"name": "a.b"}})
+    assert [(c.field, c.message) for c in dotted.value.causes] == [("metadata.name", 'Invalid value: "a.b": must not contain dots')]

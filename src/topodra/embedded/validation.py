@@ -92,13 +92,18 @@ def validate_metadata(meta: Mapping[str, Any], *, namespaced: bool, dns_label: b
     name = meta.get("name")
     if not name:
         errors.append(FieldError("metadata.name", "name or generateName is required", "FieldValueRequired"))
-    elif not (is_dns_label(name) if dns_label else is_dns_subdomain(name)):
-        rule = "a lowercase RFC 1123 label" if dns_label else "a lowercase RFC 1123 subdomain"
-        errors.append(FieldError("metadata.name", f"Invalid value: {name!r}: must be {rule}"))
+    elif not isinstance(name, str):
+        errors.append(FieldError("metadata.name", f"Invalid value: {name!r}: must be a string"))
+    else:
+        errors += _invalid("metadata.name", name, _dns_label_problems(name) if dns_label else _dns_subdomain_problems(name))
     if namespaced:
         ns = meta.get("namespace")
-        if not ns or not is_dns_label(ns):
-            errors.append(FieldError("metadata.namespace", f"Invalid value: {ns!r}: must be a DNS label"))
+        if not ns:
+            errors.append(FieldError("metadata.namespace", "Required value", "FieldValueRequired"))
+        elif not isinstance(ns, str):
+            errors.append(FieldError("metadata.namespace", f"Invalid value: {ns!r}: must be a string"))
+        else:
+            errors += _invalid("metadata.namespace", ns, _dns_label_problems(ns))
     for key, value in _m(meta.get("labels")).items():
         if not isinstance(key, str) or not _label_key_ok(key):
             errors.append(FieldError("metadata.labels", f"Invalid value: {key!r}: not a valid label key"))
@@ -487,6 +492,30 @@ _DNS_SUBDOMAIN_MSG: Final = (
     "and must start and end with an alphanumeric character"
 )
 _DNS_SUBDOMAIN_FMT: Final = "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+
+
+_DNS_LABEL_MSG: Final = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
+    "and must start and end with an alphanumeric character"
+)
+_DNS_LABEL_FMT: Final = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS_SUBDOMAIN: Final = re.compile(_DNS_SUBDOMAIN_FMT + r"\Z")
+
+
+def _dns_label_problems(value: str) -> list[str]:
+    """apimachinery's ``IsDNS1123Label`` (util/validation/validation.go, v1.36.2), word for word."""
+    out = ["must be no more than 63 characters"] if len(value) > 63 else []
+    if not _DNS_1123_LABEL.match(value):
+        out.append("must not contain dots" if _DNS_SUBDOMAIN.match(value) else _regex_error(_DNS_LABEL_MSG, _DNS_LABEL_FMT, "my-name", "123-abc"))
+    return out
+
+
+def _dns_subdomain_problems(value: str) -> list[str]:
+    """apimachinery's ``IsDNS1123Subdomain``, word for word (its regex does not limit each label)."""
+    out = ["must be no more than 253 characters"] if len(value) > 253 else []
+    if not _DNS_SUBDOMAIN.match(value):
+        out.append(_regex_error(_DNS_SUBDOMAIN_MSG, _DNS_SUBDOMAIN_FMT, "example.com"))
+    return out
 
 
 def _regex_error(msg: str, fmt: str, *examples: str) -> str:
