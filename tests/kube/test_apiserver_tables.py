@@ -141,3 +141,21 @@ def test_kubectl_get_asks_for_a_table() -> None:
     assert wants_table(KUBECTL_ACCEPT)
     assert not wants_table("application/json")
     assert not wants_table("application/json;as=Table;v=v1beta1;g=meta.k8s.io")
+
+
+def test_a_watch_sends_one_row_tables_headed_once(server: ApiServerThread) -> None:
+    """``kubectl get -w``: each event's object is a one-row Table in the kind's columns; only the
+    first carries the column definitions, as the real watch encoder sends them."""
+    classes = KINDS[("resource.k8s.io", "deviceclasses")]
+    server.call(lambda: server.store.create(classes, None, {"metadata": {"name": "w1"}}))
+    server.call(lambda: server.store.create(classes, None, {"metadata": {"name": "w2"}}))
+    req = urllib.request.Request(server.url + _path("deviceclasses") + "?watch=true&timeoutSeconds=1", headers={"Accept": KUBECTL_ACCEPT})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        events = [json.loads(line) for line in resp.read().splitlines() if line.strip()]
+    tables = [e["object"] for e in events if e["type"] == "ADDED"]
+    assert {t["rows"][0]["cells"][0] for t in tables} >= {"w1", "w2"}
+    assert all(t["kind"] == "Table" and len(t["rows"]) == 1 for t in tables)
+    assert [(c["name"], c["priority"]) for c in tables[0]["columnDefinitions"]] == REAL_COLUMNS["deviceclasses"]
+    assert all(t["columnDefinitions"] is None for t in tables[1:])
+    code, bad = _get(server.url + _path("deviceclasses") + "?watch=true&includeObject=Bogus")
+    assert code == 400, bad

@@ -225,6 +225,16 @@ def _as_table(route: _Route, obj: dict[str, Any], include: str) -> dict[str, Any
     return table(route.kind, [obj], meta, include, now)
 
 
+def _watched_row(route: _Route, obj: dict[str, Any], include: str, headed: bool) -> dict[str, Any]:
+    """A watch event's object as a one-row Table: the column definitions in the first event
+    only, as the real watch encoder sends them (``watchEmbeddedEncoder``, NoHeaders after it)."""
+    meta = {"resourceVersion": (obj.get("metadata") or {}).get("resourceVersion", "")}
+    row = table(route.kind, [obj], meta, include, datetime.datetime.now(datetime.UTC))
+    if headed:
+        row["columnDefinitions"] = None
+    return row
+
+
 def _warning(text: str) -> str:
     """A ``Warning`` header value (RFC 7234 warn-code 299, agent "-"), as the real server writes it."""
     return "299 - " + json.dumps(text)
@@ -406,7 +416,7 @@ class ApiServer:
             if fault is not None:
                 raise ApiError(fault.code, fault.reason, f"injected fault for {method} {route.kind.plural}")
             if method == "GET" and route.name is None and _query_flag(query, "watch"):
-                await self._watch(conn, reader, writer, route, query)
+                await self._watch(conn, reader, writer, route, query, wants_table(headers.get("accept", "")))
                 return
             self._granular_check(method, route, query, headers, body)
             code, obj = self._call(method, route, query, headers, body, warnings)
@@ -564,7 +574,11 @@ class ApiServer:
         writer: asyncio.StreamWriter,
         route: _Route,
         query: dict[str, list[str]],
+        as_table: bool = False,
     ) -> None:
+        include = _q(query, "includeObject") or "Metadata"
+        if as_table:
+            table(route.kind, [], {}, include, datetime.datetime.now(datetime.UTC))  # a bad includeObject is a 400 first
         watch = self.store.watch(
             route.kind,
             route.namespace,
@@ -589,8 +603,13 @@ class ApiServer:
         peer = asyncio.create_task(watch_peer())
         timer = asyncio.get_running_loop().call_later(timeout, watch.close) if timeout else None
         try:
+            headed = False
             async for event in watch:
-                writer.write(conn.send(h11.Data(data=json.dumps(event.to_json()).encode() + b"\n")) or b"")
+                sent = event.to_json()
+                if as_table and event.type in ("ADDED", "MODIFIED", "DELETED"):
+                    sent = {"type": event.type, "object": _watched_row(route, event.object, include, headed)}
+                    headed = True
+                writer.write(conn.send(h11.Data(data=json.dumps(sent).encode() + b"\n")) or b"")
                 await writer.drain()
             if conn.their_state is not h11.ERROR and not peer.done():
                 writer.write(conn.send(h11.EndOfMessage()) or b"")
