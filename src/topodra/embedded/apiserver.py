@@ -247,13 +247,13 @@ def _decoded(kind: Kind, body: bytes, validation: str, ctype: str, warnings: lis
     """The request body as decoding into the typed object leaves it: unknown fields refused
     (``fieldValidation=Strict``), or dropped with a warning each (``Warn``, the default) or
     silently (``Ignore``). The decoded JSON object, or ``_RAW`` for a body the handler reads
-    itself (not JSON, not an object, an apply configuration)."""
+    itself (not JSON, not an object, an apply configuration, a JSON patch)."""
     from topodra.embedded.openapi import drop_unknown_fields, strict_decoding_error
 
     if validation not in _VALIDATIONS:
         raise ApiError.bad_request(f"fieldValidation must be one of {', '.join(_VALIDATIONS)}, got {validation!r}")
-    if ctype == "application/apply-patch+yaml" or not body:
-        return _RAW
+    if ctype in ("application/apply-patch+yaml", "application/json-patch+json") or not body:
+        return _RAW  # an apply configuration, or a list of operations
     try:
         obj = json.loads(body)
     except ValueError:

@@ -72,7 +72,12 @@ def _query(*names: str) -> list[dict[str, Any]]:
 
 
 _BODY_TYPES: Final = ("application/json", "application/yaml")
-_PATCH_TYPES: Final = ("application/apply-patch+yaml", "application/merge-patch+json", "application/strategic-merge-patch+json")
+_PATCH_TYPES: Final = (
+    "application/apply-patch+yaml",
+    "application/json-patch+json",
+    "application/merge-patch+json",
+    "application/strategic-merge-patch+json",
+)
 
 
 def _operation(kind: Kind, action: str, schema: str, sub: str = "") -> dict[str, Any]:
