@@ -109,6 +109,26 @@ def test_a_machine_nothing_fits_is_refused_with_nothing_changed() -> None:
     assert p.assignments() == before
 
 
+def test_claims_may_hold_every_reserved_cpu_left_online_after_a_hotplug() -> None:
+    """Found by the state machine below: reserved 0-2, a claim of 0-1, then 0 and 2 go offline.
+    The claim keeps CPU 1, the last reserved CPU online; a system container runs on the root
+    pool's shared CPUs until a reserved CPU returns, and a new claim still cannot take the last."""
+    p = Policy(MACHINE, PolicyConfig(reserved_cpus=CPUSet([0, 1, 2]), reserved_pool_namespaces=("kube-system",)))
+    p.claim("k", CPUSet([0, 1]))
+    p.follow(with_offline(MACHINE, CPUSet([0, 2])))
+    p.add(besteffort("sys", namespace="kube-system"))
+    check_invariants(p, reserved_offline=True)
+    sys = p.assignment("sys")
+    assert sys is not None
+    assert sys.cpus == p.shared_cpus(p.pools[0].name)
+    assert p.claimed("k") == CPUSet([0, 1])
+    p.follow(MACHINE)
+    check_invariants(p)
+    back = p.assignment("sys")
+    assert back is not None
+    assert back.cpus == CPUSet([2])  # the reserved CPU no claim holds
+
+
 class FollowMachine(RuleBasedStateMachine):
     """Random workloads while random CPU sets go offline and online."""
 
@@ -175,7 +195,7 @@ class FollowMachine(RuleBasedStateMachine):
 
     @invariant()
     def holds(self) -> None:
-        check_invariants(self.policy)
+        check_invariants(self.policy, reserved_offline=bool(self.reserved - self.topo.online))
 
 
 FollowMachine.TestCase.settings = settings(max_examples=40, stateful_step_count=20, deadline=None)
