@@ -75,6 +75,7 @@ FILES: dict[str, str | bytes] = {
     "policy_section_list": "policy: [1]\n",
     "devices_keys": "groupBy: nope\nmodle: 1\n",
     "replay_kind": "apiVersion: v1\nkind: Namespace\nmetadata: {name: x}\n",
+    "replay_no_pod": "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\n",
     "slice_bad": _SLICE,
     "outfile": "x",
 }
@@ -218,6 +219,7 @@ CASES: list[tuple[str, str, str]] = [
     ("sim replay: directory", "sim replay {dir}", "Is a directory"),
     ("sim replay: missing", "sim replay {missing}", "cannot read"),
     ("sim replay: unreplayed kind", "sim replay {replay_kind}", "is not replayed"),
+    ("sim replay: no Pod", "sim replay {replay_no_pod}", "1 object(s) and no Pod among them, nothing to schedule"),
     ("sim replay: bad YAML", "sim replay {badyaml}", "invalid YAML"),
     ("sim replay: bad --output", "sim replay {badcel} -o xml", "--output"),
     ("sim replay: deep list", "sim replay {deep}", "expected a Kubernetes object"),

@@ -7,7 +7,7 @@ and string annotations are compiled and evaluated twice per parameter when a com
 
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -470,7 +470,7 @@ def replay_cmd(
 
     Objects are replayed as they are read and steps printed as they happen (yaml, json), with
     progress on stderr. Exit codes: 0 every pod scheduled at the end, 1 some pod still pending,
-    2 bad input (the steps before it are printed).
+    2 bad input or no Pod to schedule (the steps before it are printed).
     """
     from topodra.sim.replay import ReplayError
     from topodra.sim.replayio import StepWriter, replay_files
@@ -481,11 +481,17 @@ def replay_cmd(
     gates = _gates(feature_gates)
     table: list[Any] = []
     writer = StepWriter(sys.stdout, output) if output != "table" else None
+    written = [0]
+
+    def on_steps(steps: Sequence[Any]) -> None:
+        written[0] += len(steps)
+        (writer.write if writer else table.extend)(steps)
+
     try:
         with _replay_progress() as progress:
             r, objects = replay_files(
                 files,
-                on_steps=writer.write if writer else table.extend,
+                on_steps=on_steps,
                 progress=progress,
                 percentage_of_nodes_to_score=percentage or None,
                 gates=gates,
@@ -497,6 +503,10 @@ def replay_cmd(
         _fail(str(e))
     if not objects:
         _fail(f"{', '.join(map(str, files))}: no Kubernetes object in it, nothing to replay")
+    if not written[0]:
+        if writer:
+            writer.close()
+        _fail(f"{', '.join(map(str, files))}: {objects} object(s) and no Pod among them, nothing to schedule")
     if writer:
         writer.close()
     else:
