@@ -114,3 +114,19 @@ def test_a_workloads_inline_config_names_the_workload(tmp_path: Path) -> None:
     assert code != 0
     assert out.strip().startswith(f"error: {w}: config.pinCPU: must be a valid boolean"), out
     assert out.strip().endswith("(got 'perhaps')")
+
+
+def test_a_sections_own_check_names_the_key_and_shows_its_value(tmp_path: Path) -> None:
+    """The device model's checks ("sharedFloor must be ..., got -1") read as every other error:
+    the key's path, what is wrong, and that key's value rather than the whole section."""
+    config = tmp_path / "agent.yaml"
+    config.write_text("devices: {model: cpu, sharedFloor: -1}\n")
+    code, out = _run("agent", "--check", "--config", str(config))
+    assert code == 2
+    assert out.strip().splitlines()[-1] == f"error: {config}: devices.sharedFloor: must be a whole number >= 0 (got -1)"
+    config.write_text("devices: {taints: {isolated: Bogus}}\n")
+    code, out = _run("agent", "--check", "--config", str(config))
+    assert code == 2
+    assert out.strip().splitlines()[-1] == (
+        f"error: {config}: devices.taints.isolated: must be one of NoSchedule, NoExecute, None, Withdraw, Untainted (got 'Bogus')"
+    )

@@ -26,6 +26,8 @@ _REPR = reprlib.Repr()
 _REPR.maxlevel, _REPR.maxlist, _REPR.maxdict, _REPR.maxstring, _REPR.maxother = 3, 6, 6, 60, 60
 _UNKNOWN = ("extra_forbidden", "unexpected_keyword_argument")
 _LEADING_KEY = re.compile(r"(\w+): (.+)\Z", re.S)
+#: a section's check that names its key another way: "KEY[.SUBKEY] must ..., got VALUE"
+_KEY_MUST = re.compile(r"(\w+(?:\.\w+)*) (must .+?)(?:, got .+)?\Z", re.S)
 
 
 def show_value(value: Any) -> str:
@@ -75,10 +77,25 @@ def _what(error: Any, model: Any) -> tuple[list[Any], str]:
         return loc, "required"
     msg = msg.removeprefix("Value error, ").removeprefix("Assertion failed, ")
     msg = re.sub(r"^Input should be\b", "must be", msg)
-    leading = _LEADING_KEY.match(msg)
-    if leading and leading.group(1) in _keys(_section(model, loc)):  # a section's own check names its key
-        return [*loc, leading.group(1)], leading.group(2)
+    leading = _LEADING_KEY.match(msg) or _KEY_MUST.match(msg)
+    if leading:  # a section's own check names its key
+        keys = leading.group(1).split(".")
+        if loc and keys[0] == str(loc[-1]) and len(keys) > 1:
+            keys = keys[1:]  # "taints.offline ..." from the taints section itself
+        if keys[0] in _keys(_section(model, loc)):
+            return [*loc, *keys], leading.group(2)
     return loc, msg
+
+
+def _at(value: Any, keys: Sequence[Any]) -> Any:
+    """The value at ``keys`` (as the file spells them, or snake_case) under a section's input."""
+    for key in keys:
+        if not isinstance(value, dict):
+            return None
+        name = str(key)
+        snake = re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+        value = value.get(name, value.get(snake))
+    return value
 
 
 def describe(err: ValidationError, source: str, model: Any, prefix: Sequence[str] = ()) -> str:
@@ -89,6 +106,9 @@ def describe(err: ValidationError, source: str, model: Any, prefix: Sequence[str
         loc, what = _what(error, model)
         path = ".".join(str(p) for p in [*prefix, *loc]) or "(top level)"
         value = error.get("input")
+        named = loc[len(error["loc"]) :]
+        if named:  # the key a section's check named: show its value, not the section's
+            value = _at(value, named)
         shown = show_value(value)
         got = "" if error["type"] == "missing" or shown in what else f" (got {shown})"
         lines.append(f"{source}: {path}: {what}{got}")
