@@ -76,6 +76,7 @@ FILES: dict[str, str | bytes] = {
     "devices_keys": "groupBy: nope\nmodle: 1\n",
     "replay_kind": "apiVersion: v1\nkind: Namespace\nmetadata: {name: x}\n",
     "replay_no_pod": "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\n",
+    "pod_negative_cpu": "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: c, resources: {requests: {cpu: '-1'}}}]}\n",
     "slice_bad": _SLICE,
     "outfile": "x",
 }
@@ -231,6 +232,7 @@ CASES: list[tuple[str, str, str]] = [
     ("playground: missing file", "playground {missing}", "cannot read"),
     ("playground: empty file", "playground {empty}", "nothing to apply"),
     ("playground: bad YAML", "playground {badyaml}", "invalid YAML"),
+    ("playground: negative cpu request", "playground {pod_negative_cpu}", "requests[cpu]: Invalid value: \"-1\": must be greater than or equal to 0"),
     ("playground: a list", "playground {list}", "expected a Kubernetes object"),
     ("playground: unserved kind", "playground {configmap}", "not supported by the playground"),
     ("playground: CEL that does not compile", "playground {badcel}", "compilation failed"),

@@ -442,3 +442,25 @@ def test_object_names_are_refused_in_the_real_servers_words() -> None:
     with pytest.raises(ApiError) as dotted:
         store.create(KINDS[("", "namespaces")], None, {"metadata": {"name": "a.b"}})
     assert [(c.field, c.message) for c in dotted.value.causes] == [("metadata.name", 'Invalid value: "a.b": must not contain dots')]
+
+
+def test_container_resources_are_checked_as_the_real_server_checks_them() -> None:
+    """validateResourceRequirements (pkg/apis/core/validation, v1.36.2): no negative quantity,
+    no request over its limit; a JSON number is a quantity too."""
+    store = Store()
+    pods = KINDS[("", "pods")]
+
+    def pod(name: str, resources: dict[str, Any]) -> dict[str, Any]:
+        return {"metadata": {"name": name}, "spec": {"containers": [{"name": "c", "resources": resources}]}}
+
+    store.create(pods, "default", pod("ok", {"requests": {"cpu": 1, "memory": "1Gi"}, "limits": {"cpu": 1.5}}))
+    with pytest.raises(ApiError) as negative:
+        store.create(pods, "default", pod("neg", {"requests": {"cpu": "-1"}}))
+    assert [(c.field, c.message) for c in negative.value.causes] == [
+        ("spec.containers[0].resources.requests[cpu]", 'Invalid value: "-1": must be greater than or equal to 0')
+    ]
+    with pytest.raises(ApiError) as over:
+        store.create(pods, "default", pod("over", {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}))
+    assert over.value.status()["message"] == (
+        'Pod "over" is invalid: spec.containers[0].resources.requests: Invalid value: "2": must be less than or equal to cpu limit of 1'
+    )

@@ -803,13 +803,43 @@ def validate_claim_template(obj: Mapping[str, Any], old: Mapping[str, Any] | Non
 
 def validate_pod(obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> list[FieldError]:
     errors = validate_metadata(_m(obj.get("metadata")), namespaced=True)
-    containers = _m(obj.get("spec")).get("containers")
+    spec = _m(obj.get("spec"))
+    containers = spec.get("containers")
     if not containers:
         errors.append(FieldError("spec.containers", "Required value", "FieldValueRequired"))
+    for key in ("initContainers", "containers"):
+        for i, c in enumerate(_l(spec.get(key))):
+            errors += _resource_errors(_m(_m(c).get("resources")), f"spec.{key}[{i}].resources")
     if old is not None:
         old_node = _m(old.get("spec")).get("nodeName")
         if old_node and _m(obj.get("spec")).get("nodeName") != old_node:
             errors.append(FieldError("spec.nodeName", "field is immutable once set"))
+    return errors
+
+
+def _resource_errors(resources: Mapping[str, Any], path: str) -> list[FieldError]:
+    """A container's requests and limits as ``validateResourceRequirements`` checks them
+    (pkg/apis/core/validation, v1.36.2): quantities that parse, none negative, no request over
+    its limit."""
+    errors: list[FieldError] = []
+    parsed: dict[str, dict[str, tuple[str, Fraction]]] = {"limits": {}, "requests": {}}
+    for part in ("limits", "requests"):
+        for name, raw in _m(resources.get(part)).items():
+            where = f"{path}.{part}[{name}]"
+            # a JSON number decodes as a quantity too (resource.Quantity's UnmarshalJSON)
+            text = str(raw) if isinstance(raw, (int, float)) and not isinstance(raw, bool) else raw
+            try:
+                amount = parse_quantity(text)
+            except ValueError as exc:
+                errors.append(FieldError(where, f"Invalid value: {json.dumps(str(text))}: {exc}"))
+                continue
+            if amount < 0:
+                errors.append(FieldError(where, f"Invalid value: {json.dumps(text)}: must be greater than or equal to 0"))
+            parsed[part][name] = (text, amount)
+    for name, (text, amount) in parsed["requests"].items():
+        limit = parsed["limits"].get(name)
+        if limit is not None and amount > limit[1]:
+            errors.append(FieldError(f"{path}.requests", f"Invalid value: {json.dumps(text)}: must be less than or equal to {name} limit of {limit[0]}"))
     return errors
 
 
