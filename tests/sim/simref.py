@@ -84,6 +84,7 @@ class _Ref:
         self.consumed: dict[str, dict[str, dict[str, Fraction]]] = {}
         self.allocating: set[int] = set()
         self.results: list[list[tuple[str, int]]] = [[] for _ in claims]
+        self.max_calls: int | None = None
         # constraint state per claim: [kind, attribute, requests, num, stored, per-request values]
         self.cons: list[list[dict[str, Any]]] = [
             [
@@ -178,6 +179,8 @@ class _Ref:
 
     def one(self, ci: int, ri: int, di: int, start: int, all_devices: dict[tuple[int, int], list[int]]) -> bool:
         self.stats.calls += 1
+        if self.max_calls is not None and self.stats.calls > self.max_calls:
+            raise ReferenceTooLong(f"the reference search passed {self.max_calls} calls")
         if ci == len(self.claims):
             return True
         claim = self.claims[ci]
@@ -215,13 +218,19 @@ class _Ref:
         return False
 
 
+class ReferenceTooLong(Exception):
+    """The reference search passed its ``max_calls``: a case too large to compare in a test."""
+
+
 def reference_allocate(
     slices: Sequence[Mapping[str, Any]],
     classes: Sequence[Mapping[str, Any]],
     claims: Sequence[Mapping[str, Any]],
     in_use: set[tuple[str, str, str]] | None = None,
+    max_calls: int | None = None,
 ) -> tuple[list[list[tuple[str, str]]] | None, RefStats]:
-    """Per claim the (request, device) pairs kube-scheduler would pick (``None``: no solution), and its work."""
+    """Per claim the (request, device) pairs kube-scheduler would pick (``None``: no solution), and
+    its work; ``ReferenceTooLong`` once the search makes more than ``max_calls`` calls."""
     parsed: list[Slice] = [parse_slice(s, {}) for s in slices]
     used = in_use or set()
     pools: dict[tuple[str, str], list[Slice]] = {}
@@ -247,6 +256,7 @@ def reference_allocate(
     cls_map = {c.name: c for c in (parse_class(c) for c in classes)}
     parsed_claims = [parse_claim(c) for c in claims]
     ref = _Ref(devices, cls_map, parsed_claims, used, available)
+    ref.max_calls = max_calls
     all_devices: dict[tuple[int, int], list[int]] = {}
     for ci, claim in enumerate(parsed_claims):
         total = 0

@@ -11,17 +11,19 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given, reject, settings
 from hypothesis import strategies as st
 
 from topodra.sim.allocator import AllocatedState, Allocator
 
 from .builders import DRIVER, attrs, claim, dclass, device, req, slice_
-from .simref import reference_allocate
+from .simref import ReferenceTooLong, reference_allocate
 
 CLASSES = [dclass("cls", f'device.driver == "{DRIVER}"'), dclass("even", f'device.attributes["{DRIVER}"].id % 2 == 0')]
 SELECTORS = [None, f'device.attributes["{DRIVER}"].kind == "p"', f'device.attributes["{DRIVER}"].numa != 1']
 NODE = {"metadata": {"name": "node-1"}}
+#: the reference's calls beyond which a case is drawn again (the fast search's own cap is 2 million)
+REFERENCE_CALLS = 200_000
 
 
 @st.composite
@@ -91,7 +93,13 @@ def _fast(sc: dict[str, Any], fast_after: int = 0, backtrack: bool = True) -> tu
 @settings(max_examples=600, deadline=None)
 @given(node_and_claims())
 def test_fast_allocator_equals_reference(sc: dict[str, Any]) -> None:
-    want, ref = reference_allocate(sc["slices"], CLASSES, sc["claims"], {(DRIVER, p, d) for p, d in sc["in_use"]})
+    try:
+        want, ref = reference_allocate(sc["slices"], CLASSES, sc["claims"], {(DRIVER, p, d) for p, d in sc["in_use"]}, max_calls=REFERENCE_CALLS)
+    except ReferenceTooLong:
+        # A few generated cases are searches of millions of calls (distinct constraints over two
+        # claims); the plain reference takes minutes there and the fast search reaches its own cap.
+        # They are not inputs this comparison can run in a test: such a case is drawn again.
+        reject()
     for fast_after in (0, 64):
         got, stats = _fast(sc, fast_after)
         assert got == want
