@@ -113,8 +113,7 @@ def test_a_server_without_the_list_gate_is_named_in_the_publishing_error() -> No
                 rec = SliceReconciler(client, "node-a", devices)
                 stop = asyncio.Event()
                 task = asyncio.create_task(rec.run(stop))
-                while not rec.last_error:
-                    await asyncio.sleep(0.02)
+                await asyncio.wait_for(rec.failed.wait(), 10)
                 stop.set()
                 await asyncio.wait_for(task, 5)
                 return rec.last_error

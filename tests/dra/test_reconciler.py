@@ -194,8 +194,11 @@ def test_api_errors_are_retried() -> None:
         rec._max_backoff = 0.05
         stop = asyncio.Event()
         task = asyncio.create_task(rec.run(stop))
+        await asyncio.wait_for(rec.failed.wait(), 10)
         await asyncio.wait_for(rec.synced.wait(), 10)
         assert len(await ours(c)) == 2
+        assert not rec.failed.is_set()  # the success cleared the failure
+        assert rec.last_error == ""
         stop.set()
         await asyncio.wait_for(task, 5)
 

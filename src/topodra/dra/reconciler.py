@@ -208,6 +208,8 @@ class SliceReconciler:
         self._built: dict[str, tuple[list[Device], list[dict[str, Any]]]] = {}
         self._wake = asyncio.Event()
         self.synced = asyncio.Event()
+        #: set while the last pass failed (``last_error`` says why), cleared by the next success
+        self.failed = asyncio.Event()
         self.syncs = 0
         #: watch events recognised as this reconciler's own writes (skipped, not compared)
         self.own_events = 0
@@ -593,10 +595,12 @@ class SliceReconciler:
                 self._progress.set()
                 self._progress = asyncio.Event()
                 self.last_error = ""
+                self.failed.clear()
                 backoff = 0.5
                 raced = False
             except ApiError as exc:
                 self.last_error = _brief(exc) + _hint(exc)
+                self.failed.set()
                 if (exc.is_not_found or exc.code == 409) and not raced:
                     # A slice deleted or changed by someone else between the list and the write
                     # (the kubelet wipes a node's slices one by one): drift, followed at once.
